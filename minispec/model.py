@@ -1,0 +1,198 @@
+"""A Llama-family transformer in NumPy: four layer functions and a `Model` that owns the weights.
+
+Dimension key used in every shape comment:
+  T new tokens, S cached + new positions, D model width, H query heads, KVH key/value heads,
+  G = H // KVH query heads per kv head, HD head dim, F MLP width, V vocabulary, L layers.
+
+Weights are stored in the layout ``x @ w`` wants ([in, out]); Q/K/V and gate/up are fused into one
+matrix each at load time, so one token costs 4 matrix products per layer plus the head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import backend
+from .config import ModelConfig
+from .kvcache import KVCache
+from .weights import load_weights
+
+
+def rms_norm(x, w, eps: float):  # [T, D], [D] -> [T, D]
+    xp = backend.xp
+    return x * (1.0 / xp.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)) * w
+
+
+def rope(x, cos, sin):  # [T, n, HD], [T, HD/2], [T, HD/2] -> [T, n, HD]
+    """Rotate pairs (i, i + HD/2) by position-dependent angles (the "rotate-half" layout)."""
+    xp = backend.xp
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]  # [T, n, HD/2] each
+    c, s = cos[:, None, :], sin[:, None, :]  # [T, 1, HD/2]
+    return xp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def attention(q, k, v, mask):  # [T, H, HD], [KVH, S, HD], [KVH, S, HD], [T, S] -> [T, H*HD]
+    """Grouped-query attention: query head h reads kv head h // G. ``mask`` is additive (0 or -inf)."""
+    xp = backend.xp
+    T, H, HD = q.shape
+    KVH, S, _ = k.shape
+    G = H // KVH
+    q = q.reshape(T, KVH, G, HD).transpose(1, 2, 0, 3).reshape(KVH, G * T, HD)  # [KVH, G*T, HD]
+    scores = (q @ k.transpose(0, 2, 1)).reshape(KVH, G, T, S)  # [KVH, G, T, S]
+    scores = scores * (1.0 / HD**0.5) + mask  # [KVH, G, T, S]
+    scores = xp.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = scores / scores.sum(axis=-1, keepdims=True)  # [KVH, G, T, S]
+    out = probs.reshape(KVH, G * T, S) @ v  # [KVH, G*T, HD]
+    return out.reshape(KVH, G, T, HD).transpose(2, 0, 1, 3).reshape(T, H * HD)  # [T, H*HD]
+
+
+def swiglu(x, w_gate_up, w_down):  # [T, D], [D, 2F], [F, D] -> [T, D]
+    gate_up = x @ w_gate_up  # [T, 2F]
+    F = w_down.shape[0]
+    gate, up = gate_up[:, :F], gate_up[:, F:]  # [T, F] each
+    silu = gate * (0.5 + 0.5 * backend.xp.tanh(0.5 * gate))  # x * sigmoid(x), overflow-free
+    return (silu * up) @ w_down  # [T, D]
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: object  # [D]
+    w_qkv: object  # [D, (H + 2 KVH) * HD]
+    b_qkv: object  # [(H + 2 KVH) * HD] or None
+    w_o: object  # [H*HD, D]
+    mlp_norm: object  # [D]
+    w_gate_up: object  # [D, 2F]
+    w_down: object  # [F, D]
+
+
+def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, pos0, cos, sin, mask):
+    # x [T, D]; k_cache, v_cache [KVH, S_max, HD]; writes positions pos0 .. pos0+T-1
+    T = x.shape[0]
+    H, KVH, HD = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)  # [T, D]
+    qkv = h @ w.w_qkv  # [T, (H + 2 KVH) * HD]
+    if w.b_qkv is not None:
+        qkv = qkv + w.b_qkv
+    q = rope(qkv[:, : H * HD].reshape(T, H, HD), cos, sin)  # [T, H, HD]
+    k = rope(qkv[:, H * HD: (H + KVH) * HD].reshape(T, KVH, HD), cos, sin)  # [T, KVH, HD]
+    v = qkv[:, (H + KVH) * HD:].reshape(T, KVH, HD)  # [T, KVH, HD]
+    k_cache[:, pos0: pos0 + T] = k.transpose(1, 0, 2)
+    v_cache[:, pos0: pos0 + T] = v.transpose(1, 0, 2)
+    S = mask.shape[1]
+    x = x + attention(q, k_cache[:, :S], v_cache[:, :S], mask) @ w.w_o  # [T, D]
+    return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)  # [T, D]
+
+
+def rope_tables(cfg: ModelConfig, max_len: int):  # -> cos, sin [max_len, HD/2], float32
+    inv_freq = 1.0 / cfg.rope_theta ** (np.arange(0, cfg.head_dim, 2) / cfg.head_dim)  # float64 here...
+    angles = np.outer(np.arange(max_len), inv_freq)
+    # ...and float32 from here on: one float64 table would promote every activation.
+    return backend.asarray(np.cos(angles).astype(np.float32)), backend.asarray(np.sin(angles).astype(np.float32))
+
+
+class Model:
+    """Weights plus ``forward(token_ids, cache) -> logits``: prefill, decode and verification alike."""
+
+    def __init__(self, cfg: ModelConfig, embed, layers: list[LayerWeights], final_norm, lm_head, name: str = "model"):
+        self.cfg, self.embed, self.layers, self.final_norm, self.lm_head = cfg, embed, layers, final_norm, lm_head
+        self.name = name
+        self.cos, self.sin = rope_tables(cfg, cfg.max_position_embeddings)
+
+    @classmethod
+    def from_hf(cls, cfg: ModelConfig, t: dict, name: str = "model") -> "Model":
+        """Build from Hugging Face tensors ([out, in] matrices): fuse and transpose once."""
+        xp = backend.xp
+
+        def dev(a):
+            return xp.asarray(np.ascontiguousarray(a, dtype=np.float32))
+
+        layers = []
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}."
+            qkv = [t[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]
+            layers.append(LayerWeights(
+                attn_norm=dev(t[p + "input_layernorm.weight"]),
+                w_qkv=dev(np.concatenate(qkv, axis=0).T),
+                b_qkv=dev(np.concatenate([t[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])) if cfg.attention_bias else None,
+                w_o=dev(t[p + "self_attn.o_proj.weight"].T),
+                mlp_norm=dev(t[p + "post_attention_layernorm.weight"]),
+                w_gate_up=dev(np.concatenate([t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"]], axis=0).T),
+                w_down=dev(t[p + "mlp.down_proj.weight"].T),
+            ))
+        embed = dev(t["model.embed_tokens.weight"])  # [V, D]
+        lm_head = embed.T if cfg.tie_word_embeddings else dev(t["lm_head.weight"].T)  # [D, V]
+        return cls(cfg, embed, layers, dev(t["model.norm.weight"]), lm_head, name)
+
+    def truncated(self, num_layers: int) -> "Model":
+        """The first ``num_layers`` layers with the same final norm and head; shares every array."""
+        if not 1 <= num_layers <= self.cfg.num_layers:
+            raise ValueError(f"num_layers must be in 1..{self.cfg.num_layers}, got {num_layers}")
+        cfg = replace(self.cfg, num_layers=num_layers)
+        m = object.__new__(Model)
+        m.__dict__.update(self.__dict__, cfg=cfg, layers=self.layers[:num_layers], name=f"{self.name}[:{num_layers}]")
+        return m
+
+    def new_cache(self, max_len: int) -> KVCache:
+        if not 1 <= max_len <= self.cfg.max_position_embeddings:
+            raise ValueError(f"cache length must be in 1..{self.cfg.max_position_embeddings} (max_position_embeddings), got {max_len}")
+        return KVCache(self.cfg.num_layers, self.cfg.num_kv_heads, max_len, self.cfg.head_dim)
+
+    @property
+    def weight_bytes(self) -> int:
+        arrays = [self.embed, self.final_norm] + [a for w in self.layers for a in vars(w).values() if a is not None]
+        if not self.cfg.tie_word_embeddings:
+            arrays.append(self.lm_head)
+        return int(sum(a.nbytes for a in arrays))
+
+    def check_tokens(self, token_ids) -> np.ndarray:
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(f"token_ids must be a non-empty 1-D sequence, got shape {ids.shape}")
+        if ids.dtype.kind not in "iu":
+            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
+        bad = ids[(ids < 0) | (ids >= self.cfg.vocab_size)]
+        if bad.size:
+            raise ValueError(f"token id {int(bad[0])} is out of range for vocabulary size {self.cfg.vocab_size}")
+        return ids.astype(np.int64)
+
+    def forward(self, token_ids, cache: KVCache) -> np.ndarray:
+        """Run T new tokens at positions cache.length .. cache.length+T-1; return logits [T, V] (host, float32)."""
+        ids = self.check_tokens(token_ids)
+        T, pos0 = len(ids), cache.length
+        positions = np.arange(pos0, pos0 + T)
+        # causal: the token at pos0 + t sees keys 0 .. pos0 + t
+        mask = np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)  # [T, S]
+        return self.forward_masked(ids, cache, positions, mask)
+
+    def forward_masked(self, ids: np.ndarray, cache: KVCache, positions: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """General form: token t sits at RoPE position ``positions[t]`` and attends where ``mask[t]`` is 0.
+
+        The new tokens' keys are written at cache slots cache.length .. +T-1 whatever their
+        positions, so a token tree can be verified in one pass (see ``tree.py``).
+        """
+        T, pos0 = len(ids), cache.length
+        if pos0 + T > cache.max_len:
+            raise ValueError(f"{T} new tokens do not fit: cache holds {cache.length} of {cache.max_len} positions")
+        if cache.k.shape[0] < self.cfg.num_layers:
+            raise ValueError(f"cache has {cache.k.shape[0]} layers, model needs {self.cfg.num_layers}")
+        xp = backend.xp
+        pos = backend.asarray(positions)
+        cos, sin = self.cos[pos], self.sin[pos]  # [T, HD/2]
+        mask = backend.asarray(mask)  # [T, S]
+        x = self.embed[backend.asarray(ids)]  # [T, D]
+        for i, w in enumerate(self.layers):
+            x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
+        cache.length = pos0 + T
+        logits = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps) @ self.lm_head  # [T, V]
+        assert logits.dtype == xp.float32, logits.dtype
+        return backend.to_host(logits)
+
+
+def load_model(path, name: str | None = None) -> Model:
+    """Load a Hugging Face-format Llama-family directory (config.json + safetensors)."""
+    cfg = ModelConfig.from_dir(path)
+    return Model.from_hf(cfg, load_weights(path, cfg), name or Path(path).name)

@@ -1,0 +1,103 @@
+"""Read and write the safetensors format with NumPy alone, bfloat16 included.
+
+The format: 8 bytes little-endian header length N, N bytes of JSON
+``{name: {"dtype", "shape", "data_offsets": [begin, end]}}``, then the raw little-endian data.
+NumPy has no bfloat16, so BF16 tensors are widened to float32 here (a bf16 is the top half of a
+float32) and narrowed back when writing.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from .config import ModelFormatError
+
+DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64,
+          "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round to nearest even, as torch does."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def read_header(path) -> tuple[dict, int]:
+    """-> (header without __metadata__, byte offset where the data starts)."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ModelFormatError(f"{path}: truncated safetensors file ({size} bytes, no header)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise ModelFormatError(f"{path}: truncated safetensors file (header says {n} bytes, file has {size})")
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ModelFormatError(f"{path}: corrupt safetensors header ({e})") from None
+    header.pop("__metadata__", None)
+    data_start = 8 + n
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        if data_start + end > size:
+            raise ModelFormatError(
+                f"{path}: truncated safetensors file: tensor {name!r} needs bytes {begin}..{end} "
+                f"of the data section but the file holds only {size - data_start}"
+            )
+        if info["dtype"] not in DTYPES:
+            raise ModelFormatError(f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}")
+    return header, data_start
+
+
+def read_safetensors(path, names=None) -> dict[str, np.ndarray]:
+    """Tensors of one file as NumPy arrays (floats widened to float32, memory-mapped until then)."""
+    header, start = read_header(path)
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    out = {}
+    for name, info in header.items():
+        if names is not None and name not in names:
+            continue
+        begin, end = info["data_offsets"]
+        arr = raw[start + begin: start + end].view(DTYPES[info["dtype"]]).reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            arr = bf16_to_f32(arr)
+        elif arr.dtype.kind == "f":
+            arr = arr.astype(np.float32)
+        out[name] = np.asarray(arr)
+    return out
+
+
+def write_safetensors(path, tensors: dict[str, np.ndarray], dtype: str = "F32", metadata: dict | None = None):
+    """Write float tensors as F32, F16 or BF16 (integers are written as they are)."""
+    header, blobs, offset = {}, [], 0
+    for name, arr in tensors.items():
+        arr = np.asarray(arr)
+        if arr.dtype.kind == "f":
+            code = dtype
+            data = f32_to_bf16(arr) if dtype == "BF16" else arr.astype({"F32": np.float32, "F16": np.float16}[dtype])
+        else:
+            code = {v: k for k, v in DTYPES.items() if k != "BF16"}[arr.dtype.type]
+            data = arr
+        b = np.ascontiguousarray(data).tobytes()
+        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    header["__metadata__"] = {"format": "pt", **{k: str(v) for k, v in (metadata or {}).items()}}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)  # align the data section to 8 bytes
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)

@@ -1,0 +1,54 @@
+"""Logit warps (temperature, top-k, top-p) and sampling with a passed-in ``numpy.random.Generator``.
+
+``warp`` turns one row of logits into the distribution that is actually sampled. Speculative
+decoding applies the *same* warp to draft and target, and the draft must sample from exactly the
+probabilities it hands to the rejection rule. Probabilities are float64: they are not activations,
+and the rejection rule divides and subtracts them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_warp_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if temperature is None or not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
+    if top_k is not None and (int(top_k) != top_k or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+
+
+def warp(logits, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
+    """logits [..., V] -> probs [..., V] (float64). temperature 0 gives the one-hot argmax."""
+    check_warp_args(temperature, top_k, top_p)
+    logits = np.asarray(logits, dtype=np.float64)
+    V = logits.shape[-1]
+    if temperature == 0:
+        probs = np.zeros_like(logits)  # greedy: all mass on the first maximum
+        np.put_along_axis(probs, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
+        return probs
+    z = logits / temperature
+    if top_k is not None and top_k < V:
+        kth = np.sort(z, axis=-1)[..., V - top_k][..., None]  # the k-th largest value
+        z = np.where(z < kth, -np.inf, z)
+    probs = np.exp(z - z.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    if top_p is not None and top_p < 1:
+        # keep the smallest set of most likely tokens whose mass reaches top_p
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        sorted_p = np.take_along_axis(probs, order, axis=-1)
+        before = np.cumsum(sorted_p, axis=-1) - sorted_p  # mass strictly before each token
+        keep_sorted = before < top_p
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, axis=-1)
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """One token from a probability row, by inverting its CDF with one uniform draw."""
+    cdf = np.cumsum(probs)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(probs) - 1))

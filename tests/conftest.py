@@ -1,0 +1,33 @@
+import numpy as np
+import pytest
+
+from minispec import load_model
+from minispec.tiny import tiny_config, write_random_model
+
+# name -> config overrides; covers Llama (MHA and GQA), Qwen2 (q/k/v bias), Mistral, tied and untied
+CONFIGS = {
+    "llama-gqa": dict(arch="LlamaForCausalLM"),
+    "llama-mha-tied": dict(arch="LlamaForCausalLM", num_key_value_heads=4, tie_word_embeddings=True),
+    "qwen2-bias": dict(arch="Qwen2ForCausalLM", num_attention_heads=4, num_key_value_heads=1),
+    "mistral": dict(arch="MistralForCausalLM", sliding_window=None, num_hidden_layers=3),
+}
+
+
+def make_config(name):
+    kw = dict(CONFIGS[name])
+    return tiny_config(kw.pop("arch"), **kw)
+
+
+@pytest.fixture(scope="session", params=list(CONFIGS))
+def tiny_model_dir(request, tmp_path_factory):
+    return write_random_model(tmp_path_factory.mktemp(request.param), make_config(request.param), seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    return load_model(tiny_model_dir)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

@@ -1,0 +1,173 @@
+"""The engine: cached forward == full forward == an independent naive reference, rollback, dtypes."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minispec.model as model_mod
+from minispec import ModelConfig, generate, load_model
+from minispec.tiny import random_tensors, tiny_config, write_random_model
+from minispec.weights import load_weights
+
+from .reference import naive_forward
+
+
+def full(model, ids):
+    return model.forward(ids, model.new_cache(len(ids)))
+
+
+def test_matches_independent_reference(tiny_model_dir, tiny_model):
+    cfg = ModelConfig.from_dir(tiny_model_dir)
+    ids = [3, 17, 5, 60, 2, 9, 33, 1]
+    want = naive_forward(load_weights(tiny_model_dir, cfg), cfg, ids)
+    np.testing.assert_allclose(full(tiny_model, ids), want, atol=1e-4, rtol=0)
+
+
+def test_one_token_at_a_time_equals_full_forward(tiny_model, rng):
+    ids = rng.integers(0, tiny_model.cfg.vocab_size, 24)
+    cache = tiny_model.new_cache(32)
+    steps = np.concatenate([tiny_model.forward([t], cache) for t in ids])
+    assert cache.length == 24
+    np.testing.assert_allclose(steps, full(tiny_model, ids), atol=1e-5, rtol=0)
+
+
+def test_n_token_pass_equals_n_single_steps(tiny_model, rng):
+    ids = rng.integers(0, tiny_model.cfg.vocab_size, 20)
+    a, b = tiny_model.new_cache(32), tiny_model.new_cache(32)
+    tiny_model.forward(ids[:12], a)
+    tiny_model.forward(ids[:12], b)
+    verify = tiny_model.forward(ids[12:], a)  # the verification path: 8 tokens at once
+    singles = np.concatenate([tiny_model.forward([t], b) for t in ids[12:]])
+    np.testing.assert_allclose(verify, singles, atol=1e-5, rtol=0)
+
+
+def test_rollback_then_reforward_equals_fresh(tiny_model, rng):
+    ids = rng.integers(0, tiny_model.cfg.vocab_size, 16)
+    new = rng.integers(0, tiny_model.cfg.vocab_size, 5)
+    cache = tiny_model.new_cache(32)
+    tiny_model.forward(ids, cache)
+    cache.rollback(9)
+    assert cache.length == 9
+    got = tiny_model.forward(new, cache)
+    want = full(tiny_model, np.concatenate([ids[:9], new]))[9:]
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_rollback_rejects_growing():
+    m = load_model(write_random_model(__import__("tempfile").mkdtemp()))
+    c = m.new_cache(8)
+    m.forward([1, 2, 3], c)
+    with pytest.raises(ValueError, match="roll back"):
+        c.rollback(4)
+    with pytest.raises(ValueError, match="roll back"):
+        c.rollback(-1)
+
+
+def test_every_activation_is_float32(tiny_model, monkeypatch, rng):
+    seen = []
+
+    def checked(fn):
+        def wrapper(*args):
+            out = fn(*args)
+            for a in (*args, out):
+                if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+                    seen.append((fn.__name__, a.dtype))
+            return out
+        return wrapper
+
+    for name in ("rms_norm", "rope", "attention", "swiglu", "transformer_block"):
+        monkeypatch.setattr(model_mod, name, checked(getattr(model_mod, name)))
+    logits = tiny_model.forward(rng.integers(0, tiny_model.cfg.vocab_size, 6), tiny_model.new_cache(8))
+    assert logits.dtype == np.float32
+    assert seen and {d for _, d in seen} == {np.dtype(np.float32)}, sorted(set(seen))
+    assert all(w.dtype == np.float32 for L in tiny_model.layers for w in vars(L).values() if w is not None)
+
+
+def test_cache_is_preallocated_and_reused(tiny_model):
+    cache = tiny_model.new_cache(16)
+    k_id = id(cache.k)
+    for t in range(10):
+        tiny_model.forward([t], cache)
+    assert id(cache.k) == k_id and cache.k.shape[2] == 16
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    layers=st.integers(1, 3), kv_heads=st.sampled_from([1, 2]), group=st.integers(1, 3),
+    head_dim=st.sampled_from([4, 8]), ff=st.integers(4, 40), vocab=st.integers(5, 40),
+    arch=st.sampled_from(["LlamaForCausalLM", "Qwen2ForCausalLM"]), tied=st.booleans(),
+    n_prefix=st.integers(1, 8), n_new=st.integers(1, 6), back=st.integers(0, 8), seed=st.integers(0, 2**16),
+)
+def test_cache_identities_property(tmp_path_factory, layers, kv_heads, group, head_dim, ff, vocab, arch, tied,
+                                   n_prefix, n_new, back, seed):
+    heads = kv_heads * group
+    cfg = tiny_config(arch, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      hidden_size=heads * head_dim, head_dim=head_dim, intermediate_size=ff, vocab_size=vocab,
+                      tie_word_embeddings=tied)
+    m = load_model(write_random_model(tmp_path_factory.mktemp("h"), cfg, seed=seed))
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, vocab, n_prefix + n_new)
+    ref = full(m, ids)
+    # one token at a time
+    c = m.new_cache(len(ids))
+    np.testing.assert_allclose(np.concatenate([m.forward([t], c) for t in ids]), ref, atol=1e-5, rtol=0)
+    # prefix, then n_new at once (verification)
+    c = m.new_cache(len(ids))
+    m.forward(ids[:n_prefix], c)
+    np.testing.assert_allclose(m.forward(ids[n_prefix:], c), ref[n_prefix:], atol=1e-5, rtol=0)
+    # roll back to m and re-forward the rest
+    keep = max(1, len(ids) - back)
+    c.rollback(keep)
+    if keep < len(ids):
+        np.testing.assert_allclose(m.forward(ids[keep:], c), ref[keep:], atol=1e-5, rtol=0)
+
+
+def test_sharded_and_half_precision_files_load(tmp_path):
+    cfg = tiny_config()
+    base = load_model(write_random_model(tmp_path / "one", cfg, seed=3))
+    shards = load_model(write_random_model(tmp_path / "shards", cfg, seed=3, shards=3))
+    ids = [1, 2, 3, 4]
+    np.testing.assert_array_equal(full(base, ids), full(shards, ids))
+    for dtype, tol in (("BF16", 0.1), ("F16", 0.02)):
+        half = load_model(write_random_model(tmp_path / dtype, cfg, seed=3, dtype=dtype))
+        assert half.layers[0].w_qkv.dtype == np.float32
+        np.testing.assert_allclose(full(half, ids), full(base, ids), atol=tol)
+
+
+def test_truncated_model_shares_weights(tiny_model):
+    if tiny_model.cfg.num_layers < 2:
+        pytest.skip("needs 2 layers")
+    t = tiny_model.truncated(1)
+    assert t.layers[0].w_qkv is tiny_model.layers[0].w_qkv and t.lm_head is tiny_model.lm_head
+    assert t.cfg.num_layers == 1 and tiny_model.cfg.num_layers >= 2
+
+
+def test_greedy_is_deterministic_and_sampling_reproducible(tiny_model):
+    a = generate(tiny_model, [1, 2, 3], 12)
+    assert a == generate(tiny_model, [1, 2, 3], 12) and len(a) == 12
+    s1 = generate(tiny_model, [1, 2, 3], 12, temperature=1.0, seed=7)
+    assert s1 == generate(tiny_model, [1, 2, 3], 12, temperature=1.0, seed=7)
+    others = [generate(tiny_model, [1, 2, 3], 12, temperature=1.0, seed=s) for s in range(8, 12)]
+    assert any(o != s1 for o in others)
+
+
+def test_greedy_generate_equals_argmax_of_full_forward(tiny_model):
+    prompt = [4, 5, 6]
+    out = generate(tiny_model, prompt, 8)
+    logits = full(tiny_model, prompt + out[:-1])
+    assert out == list(np.argmax(logits[len(prompt) - 1:], axis=-1))
+
+
+def test_generate_stops_at_stop_token(tiny_model):
+    out = generate(tiny_model, [1, 2, 3], 20)
+    stop = out[4]
+    first = out.index(stop)
+    assert generate(tiny_model, [1, 2, 3], 20, stop_ids=[stop]) == out[: first + 1]
+    assert generate(tiny_model, [1, 2, 3], 0) == []
+
+
+def test_random_tensors_cover_config():
+    cfg = ModelConfig.from_dict(tiny_config("Qwen2ForCausalLM"))
+    t = random_tensors(cfg)
+    assert "model.layers.0.self_attn.q_proj.bias" in t and "lm_head.weight" in t
