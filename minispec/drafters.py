@@ -1,0 +1,141 @@
+"""Drafters: whatever proposes the K guesses. One small protocol, three kinds.
+
+A drafter implements ``propose(tokens, k, warp, rng) -> (draft_tokens, draft_probs)``:
+``tokens`` is the whole sequence so far (prompt + generated), ``warp`` turns logits into the
+probabilities to sample from (the same warp the target gets), and ``draft_probs`` [k', V] must be
+exactly the distributions the ``k' <= k`` guesses were drawn from (one-hot for a deterministic
+drafter). ``forwards`` counts the drafter's model passes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .model import Model
+from .sampling import sample
+
+Warp = Callable[[np.ndarray], np.ndarray]
+
+
+class Drafter(Protocol):
+    name: str
+    forwards: int
+
+    def propose(self, tokens: list[int], k: int, warp: Warp, rng: np.random.Generator
+                ) -> tuple[list[int], np.ndarray]: ...
+
+
+class DraftModel:
+    """A smaller model with the target's tokenizer, sampling K tokens one after another.
+
+    Its cache follows the sequence: before each proposal it rolls back to the longest prefix it
+    shares with ``tokens`` (rejected guesses drop out) and feeds the rest (the tokens the target
+    chose, and the last guess when all K were accepted).
+    """
+
+    def __init__(self, model: Model, target_vocab_size: int | None = None, name: str | None = None):
+        self.model, self.name = model, name or f"draft:{model.name}"
+        self.vocab = target_vocab_size or model.cfg.vocab_size
+        if abs(model.cfg.vocab_size - self.vocab) > 1024:
+            raise ValueError(f"draft vocabulary ({model.cfg.vocab_size}) and target vocabulary ({self.vocab}) differ by "
+                             "more than padding: the draft needs the target's tokenizer")
+        self.cache, self.fed, self.forwards = None, [], 0
+
+    def _logits(self, new_tokens) -> np.ndarray:  # -> [V_target] for the position after new_tokens
+        self.forwards += 1
+        row = self.model.forward(new_tokens, self.cache)[-1]
+        if len(row) >= self.vocab:
+            return row[: self.vocab]  # padding rows of a larger draft vocabulary are never proposed
+        return np.concatenate([row, np.full(self.vocab - len(row), -np.inf, np.float32)])
+
+    def propose(self, tokens, k, warp, rng):
+        if k == 0:
+            return [], np.zeros((0, self.vocab))
+        if self.cache is None or self.cache.max_len < len(tokens) + k:
+            self.cache, self.fed = self.model.new_cache(min(self.model.cfg.max_position_embeddings,
+                                                            max(2 * len(tokens) + 2 * k, 256))), []
+        common = 0
+        for a, b in zip(self.fed, tokens):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(tokens) - 1)  # always feed at least one token to get fresh logits
+        self.cache.rollback(common)
+        self.fed = list(tokens)
+        logits = self._logits(tokens[common:])
+        draft_tokens, draft_probs = [], []
+        for i in range(k):
+            probs = warp(logits)  # [V]
+            x = sample(probs, rng)
+            draft_tokens.append(x)
+            draft_probs.append(probs)
+            if i < k - 1:
+                logits = self._logits([x])
+                self.fed.append(x)
+        return draft_tokens, np.array(draft_probs)
+
+
+class LayerSkip(DraftModel):
+    """Self-speculation: the target's first ``layers`` layers, its final norm and head; no weight copy."""
+
+    def __init__(self, target: Model, layers: int):
+        super().__init__(target.truncated(layers), name=f"layer-skip:{layers}")
+
+
+class PromptLookup:
+    """Prompt lookup decoding: find the most recent earlier occurrence of the last n-gram
+    (n = max_ngram down to min_ngram) and propose what followed it. Deterministic: one-hot q."""
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.vocab, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
+        self.name, self.forwards = f"prompt-lookup:{max_ngram}", 0
+
+    def continuation(self, tokens, k: int) -> list[int]:
+        seq = np.asarray(tokens)
+        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # every earlier n-gram
+            hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
+            if len(hits):
+                start = hits[-1] + n  # the most recent match
+                return [int(t) for t in seq[start: start + k]]
+        return []
+
+    def propose(self, tokens, k, warp, rng):
+        draft_tokens = self.continuation(tokens, k) if k > 0 else []
+        draft_probs = np.zeros((len(draft_tokens), self.vocab))
+        draft_probs[np.arange(len(draft_tokens)), draft_tokens] = 1.0
+        return draft_tokens, draft_probs
+
+
+def as_drafter(drafter, target: Model) -> Drafter:
+    """A Model becomes a DraftModel; a drafter object passes through."""
+    if isinstance(drafter, Model):
+        return DraftModel(drafter, target.cfg.vocab_size)
+    if not hasattr(drafter, "propose"):
+        raise TypeError(f"drafter must be a Model or have propose(tokens, k, warp, rng), got {type(drafter).__name__}")
+    return drafter
+
+
+def check_same_tokenizer(target_dir, draft_dir) -> None:
+    """Refuse a draft whose tokenizer.json maps tokens to different ids than the target's."""
+    vocabs = []
+    for d in (target_dir, draft_dir):
+        f = Path(d) / "tokenizer.json"
+        if not f.exists():
+            return
+        tj = json.loads(f.read_text())
+        v = dict(tj["model"]["vocab"])
+        v.update({t["content"]: t["id"] for t in tj.get("added_tokens", [])})
+        vocabs.append(v)
+    target, draft = vocabs
+    shared = set(target) & set(draft)
+    differ = [t for t in shared if target[t] != draft[t]]
+    if len(shared) < 0.99 * min(len(target), len(draft)) or differ:
+        raise ValueError(f"{draft_dir}: tokenizer differs from the target's ({len(differ)} tokens with other ids, "
+                         f"{len(shared)} shared of {len(target)}); a draft must use the target's tokenizer")

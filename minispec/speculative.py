@@ -1,0 +1,132 @@
+"""The speculative loop: draft K tokens, verify them in ONE target pass, keep what the rule accepts.
+
+    tokens --drafter.propose--> x_1..x_K with q_1..q_K
+           --target.forward([last, x_1..x_K])--> K+1 logit rows -> p_1..p_{K+1}  (one batched pass)
+           --accept_reject--> n accepted, one more token t; the target cache rolls back to the
+                              accepted prefix; repeat.
+
+With K = 0 a round is one plain autoregressive step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .drafters import as_drafter
+from .generate import check_generate_args
+from .model import Model
+from .rejection import accept_reject
+from .sampling import warp
+
+
+@dataclass
+class SpecStats:
+    k: int
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0  # = target verification passes
+    target_forwards: int = 0  # verification passes + the prefill
+    draft_forwards: int = 0
+    position_drafted: list = field(default_factory=list)  # [j]: rounds that drafted a token at position j+1
+    position_accepted: list = field(default_factory=list)  # [j]: rounds that accepted it
+    tokens_per_pass: dict = field(default_factory=dict)  # tokens emitted by a round -> how many rounds
+    time_draft: float = 0.0
+    time_verify: float = 0.0
+    time_sample: float = 0.0
+    time_prefill: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """P(position j accepted | drafted), j = 1..K."""
+        return [a / d if d else float("nan") for a, d in zip(self.position_accepted, self.position_drafted)]
+
+    @property
+    def mean_tokens_per_pass(self) -> float:
+        n = sum(self.tokens_per_pass.values())
+        return sum(t * c for t, c in self.tokens_per_pass.items()) / n if n else float("nan")
+
+    def record(self, n_drafted: int, n_accepted: int, emitted: int) -> None:
+        self.rounds += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        while len(self.position_drafted) < n_drafted:
+            self.position_drafted.append(0)
+            self.position_accepted.append(0)
+        for j in range(n_drafted):
+            self.position_drafted[j] += 1
+            self.position_accepted[j] += j < n_accepted
+        self.tokens_per_pass[emitted] = self.tokens_per_pass.get(emitted, 0) + 1
+
+
+@dataclass
+class SpecResult:
+    tokens: list[int]
+    stats: SpecStats
+
+
+def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4,
+                         temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                         seed: int | None = None, stop_ids=None,
+                         on_token: Callable[[int], None] | None = None) -> SpecResult:
+    """Generate like ``generate(target, ...)`` (the same distribution; greedy: the same tokens), faster
+    when the drafter guesses well and cheaply. Stops after a token in ``stop_ids`` (included)."""
+    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    if int(k) != k or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k}")
+    drafter = as_drafter(drafter, target)
+    rng = np.random.default_rng(seed)
+    stop = set(stop_ids or ())
+    stats = SpecStats(k)
+    tokens = [int(t) for t in ids]  # prompt + everything emitted so far
+    out: list[int] = []
+    if max_new_tokens == 0:
+        return SpecResult(out, stats)
+
+    def warp_(logits):
+        return warp(logits, temperature, top_k, top_p)
+
+    draft_forwards0 = getattr(drafter, "forwards", 0)
+    cache = target.new_cache(len(ids) + max_new_tokens)
+    t0 = time.perf_counter()
+    if len(ids) > 1:
+        target.forward(ids[:-1], cache)  # the last prompt token is fed with the first guesses
+        stats.target_forwards += 1
+    stats.time_prefill = time.perf_counter() - t0
+
+    while True:
+        # 1. draft: never more guesses than tokens still wanted (minus the one the target adds)
+        t0 = time.perf_counter()
+        draft_tokens, draft_probs = drafter.propose(tokens, min(k, max_new_tokens - len(out) - 1), warp_, rng)
+        t1 = time.perf_counter()
+        # 2. verify: one target pass over the last token and the K guesses -> K+1 rows
+        target_logits = target.forward([tokens[-1]] + list(draft_tokens), cache)  # [K+1, V]
+        t2 = time.perf_counter()
+        # 3. accept or reject
+        n, next_token = accept_reject(warp_(target_logits), draft_probs, draft_tokens, rng)
+        t3 = time.perf_counter()
+        cache.rollback(len(tokens) + n)  # keep the last token and the n accepted guesses
+        emitted = 0
+        for t in list(draft_tokens[:n]) + [next_token]:
+            tokens.append(t)
+            out.append(t)
+            emitted += 1
+            if on_token:
+                on_token(t)
+            if t in stop or len(out) == max_new_tokens:
+                break
+        stats.record(len(draft_tokens), n, emitted)
+        stats.target_forwards += 1
+        stats.time_draft += t1 - t0
+        stats.time_verify += t2 - t1
+        stats.time_sample += t3 - t2
+        if out[-1] in stop or len(out) == max_new_tokens:
+            stats.draft_forwards = getattr(drafter, "forwards", 0) - draft_forwards0
+            return SpecResult(out, stats)

@@ -1,0 +1,177 @@
+"""Levels 1 and 2 of losslessness: the rule alone, exactly and by Monte Carlo; each catches a broken rule."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minispec import rejection
+from minispec.equivalence import chisquare_gof, exact_first_token_distribution
+from minispec.rejection import accept_greedy, accept_reject, residual
+from minispec.sampling import sample
+
+
+def broken_residual(target_row, draft_row):
+    """The classic bug: resample from p instead of norm(max(0, p - q))."""
+    return target_row / target_row.sum()
+
+
+def accept_reject_broken(*args):
+    real = rejection.residual
+    rejection.residual = broken_residual
+    try:
+        return accept_reject(*args)
+    finally:
+        rejection.residual = real
+
+
+# ---- hand-built fixtures: one comment per row says what happens ----------------------------------
+
+def test_one_hot_fixtures():
+    V = 4
+    eye = np.eye(V)
+    target = eye[[2, 0, 3, 1, 1]]  # target wants 2, 0, 3, 1, then bonus 1
+    draft = eye[[2, 0, 1, 1]]  # draft guesses 2, 0, 1, 1
+    rng = np.random.default_rng(0)
+    assert accept_reject(target, draft, [2, 0, 1, 1], rng) == (2, 3)  # accepts 2, rejects at 3rd, emits 3
+    assert accept_reject(target, eye[[2, 0, 3, 1]], [2, 0, 3, 1], rng) == (4, 1)  # accepts 4, bonus 1
+    assert accept_reject(target, eye[[1, 0, 3, 1]], [1, 0, 3, 1], rng) == (0, 2)  # rejects the 1st
+    assert accept_greedy(target, [2, 0, 1, 1]) == (2, 3)
+    assert accept_greedy(target, [2, 0, 3, 1]) == (4, 1)
+
+
+def test_k_zero_samples_from_p():
+    rng = np.random.default_rng(0)
+    target = np.array([[0.0, 1.0, 0.0]])
+    assert accept_reject(target, np.zeros((0, 3)), [], rng) == (0, 1)
+    assert accept_greedy(target, []) == (0, 1)
+
+
+def test_zero_draft_probability_raises():
+    target = np.array([[0.5, 0.5], [0.5, 0.5]])
+    draft = np.array([[1.0, 0.0]])
+    with pytest.raises(ValueError, match="drafter bug"):
+        accept_reject(target, draft, [1], np.random.default_rng(0))
+
+
+def test_residual_with_zero_mass_falls_back_to_p():
+    p = np.array([0.2, 0.3, 0.5])
+    np.testing.assert_allclose(residual(p, p.copy()), p)
+    np.testing.assert_allclose(residual(p, p + 1e-15), p)
+    np.testing.assert_allclose(residual(np.array([0.5, 0.5]), np.array([1.0, 0.0])), [0.0, 1.0])
+
+
+def test_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="K\\+1 target rows"):
+        accept_reject(np.ones((2, 3)) / 3, np.ones((2, 3)) / 3, [0, 1], np.random.default_rng(0))
+
+
+def test_greedy_rule_is_the_one_hot_case_of_accept_reject():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        V, K = 6, 3
+        logits = rng.standard_normal((K + 1, V))
+        guesses = [int(rng.integers(V)) if rng.random() < 0.5 else int(np.argmax(logits[i])) for i in range(K)]
+        target = np.eye(V)[np.argmax(logits, axis=-1)]
+        draft = np.eye(V)[guesses]
+        assert accept_reject(target, draft, guesses, rng) == accept_greedy(logits, guesses)
+
+
+# ---- level 1: exact distribution, hypothesis-generated p and q -----------------------------------
+
+@st.composite
+def distribution_pairs(draw):
+    V = draw(st.integers(2, 50))
+    kind = draw(st.sampled_from(["random", "sparse", "disjoint", "identical", "near-one-hot"]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(V) * 0.5), rng.dirichlet(np.ones(V) * 0.5)
+    if kind == "sparse":
+        p[rng.random(V) < 0.6] = 0
+        q[rng.random(V) < 0.6] = 0
+        p[rng.integers(V)] += 0.1
+        q[rng.integers(V)] += 0.1
+    elif kind == "disjoint":
+        half = rng.permutation(V)
+        p[half[: V // 2]] = 0
+        q[half[V // 2:]] = 0
+    elif kind == "identical":
+        q = p.copy()
+    elif kind == "near-one-hot":
+        p = np.full(V, 1e-4)
+        p[rng.integers(V)] = 1
+        q = np.full(V, 1e-4)
+        q[rng.integers(V)] = 1
+    p, q = p / p.sum(), q / q.sum()
+    bonus = rng.dirichlet(np.ones(V))
+    return np.stack([p, bonus]), q[None, :]
+
+
+@settings(max_examples=60, deadline=None)
+@given(distribution_pairs())
+def test_level1_exact_output_distribution_is_p(pq):
+    target_probs, draft_probs = pq
+    out = exact_first_token_distribution(accept_reject, target_probs, draft_probs)
+    np.testing.assert_allclose(out, target_probs[0], atol=1e-9)
+
+
+def test_level1_catches_resampling_from_p():
+    target_probs = np.array([[0.6, 0.3, 0.1], [1 / 3, 1 / 3, 1 / 3]])
+    draft_probs = np.array([[0.1, 0.3, 0.6]])
+    good = exact_first_token_distribution(accept_reject, target_probs, draft_probs)
+    bad = exact_first_token_distribution(accept_reject_broken, target_probs, draft_probs)
+    np.testing.assert_allclose(good, target_probs[0], atol=1e-12)
+    assert np.abs(bad - target_probs[0]).max() > 0.05  # caught: the broken rule over-weights token 2
+
+
+# ---- level 2: Monte Carlo, one step and a K = 3 round ------------------------------------------
+
+P1 = np.array([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.25, 0.25]])
+Q1 = np.array([[0.1, 0.2, 0.3, 0.4]])
+
+
+def one_step_counts(rule, n=20_000, seed=11):
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(4)
+    for _ in range(n):
+        x = sample(Q1[0], rng)
+        k, t = rule(P1, Q1, [x], rng)
+        counts[x if k == 1 else t] += 1
+    return counts
+
+
+def test_level2_one_step_monte_carlo():
+    chi2, dof, p = chisquare_gof(one_step_counts(accept_reject), P1[0])
+    assert p > 1e-3, (chi2, dof, p)
+    chi2, dof, p = chisquare_gof(one_step_counts(accept_reject_broken), P1[0])
+    assert p < 1e-6, (chi2, dof, p)
+
+
+# A toy "model" whose distribution depends only on the position: target p_j, draft q_j.
+# Tokens 1..3 of the sequence must be independent draws from p_1, p_2, p_3.
+TARGET_POS = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25],
+                       [0.2, 0.5, 0.3], [0.4, 0.4, 0.2]])
+DRAFT_POS = np.array([[0.2, 0.3, 0.5], [0.5, 0.4, 0.1], [0.3, 0.4, 0.3], [0.6, 0.2, 0.2], [0.1, 0.1, 0.8],
+                      [0.3, 0.3, 0.4], [0.2, 0.2, 0.6]])
+
+
+def three_token_counts(rule, n=20_000, K=3, seed=5):
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((3, 3, 3))
+    for _ in range(n):
+        seq = []
+        while len(seq) < 3:
+            j = len(seq)
+            guesses = [sample(DRAFT_POS[j + i], rng) for i in range(K)]
+            m, t = rule(TARGET_POS[j: j + K + 1], DRAFT_POS[j: j + K], guesses, rng)
+            seq += guesses[:m] + [t]
+        counts[tuple(seq[:3])] += 1
+    return counts.ravel()
+
+
+def test_level2_k3_rounds_monte_carlo():
+    exact = np.einsum("a,b,c->abc", *TARGET_POS[:3]).ravel()
+    chi2, dof, p = chisquare_gof(three_token_counts(accept_reject), exact)
+    assert p > 1e-3, (chi2, dof, p)
+    chi2, dof, p = chisquare_gof(three_token_counts(accept_reject_broken), exact)
+    assert p < 1e-6, (chi2, dof, p)

@@ -1,0 +1,177 @@
+"""The speculative loop on tiny real models: level 3 losslessness, greedy identity, stops, stats."""
+
+import numpy as np
+import pytest
+
+from minispec import generate, load_model, rejection
+from minispec.drafters import DraftModel, LayerSkip, PromptLookup, check_same_tokenizer
+from minispec.equivalence import chisquare_gof
+from minispec.sampling import warp
+from minispec.speculative import speculative_generate
+from minispec.tiny import tiny_config, write_random_model
+
+V = 6  # level 3 needs a vocabulary small enough to enumerate every 2-token continuation
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pair")
+    small = dict(vocab_size=V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
+    return target, draft
+
+
+@pytest.fixture(scope="module")
+def big_pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("big")
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=3), seed=1))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1), seed=2))
+    return target, draft
+
+
+def exact_two_tokens(target, prompt, **w):
+    """P(t1, t2) from the target's own conditionals, warped as plain generate warps them."""
+    p1 = warp(target.forward(prompt, target.new_cache(len(prompt)))[-1], **w)
+    out = np.zeros((V, V))
+    for t1 in range(V):
+        seq = prompt + [t1]
+        out[t1] = p1[t1] * warp(target.forward(seq, target.new_cache(len(seq)))[-1], **w)
+    return out.ravel()
+
+
+def spec_two_token_counts(target, drafter, prompt, runs, **w):
+    counts = np.zeros(V * V)
+    for seed in range(runs):
+        toks = speculative_generate(target, drafter, prompt, 2, k=2, seed=seed, **w).tokens
+        counts[toks[0] * V + toks[1]] += 1
+    return counts
+
+
+WARPS = [dict(temperature=1.0), dict(temperature=0.7, top_k=4), dict(temperature=1.3, top_p=0.8)]
+
+
+@pytest.mark.parametrize("w", WARPS, ids=["T=1", "T=0.7,top_k=4", "T=1.3,top_p=0.8"])
+def test_level3_sequence_distribution_matches_target(pair, w):
+    target, draft = pair
+    prompt = [1, 4, 2]
+    exact = exact_two_tokens(target, prompt, **w)
+    counts = spec_two_token_counts(target, DraftModel(draft), prompt, 20_000, **w)
+    chi2, dof, p = chisquare_gof(counts, exact)
+    assert p > 1e-3, (chi2, dof, p)
+
+
+def test_level3_catches_broken_rule(pair, monkeypatch):
+    target, draft = pair
+    prompt = [1, 4, 2]
+    monkeypatch.setattr(rejection, "residual", lambda p, q: p / p.sum())  # resample from p: the bug
+    exact = exact_two_tokens(target, prompt, temperature=1.0)
+    counts = spec_two_token_counts(target, DraftModel(draft), prompt, 20_000, temperature=1.0)
+    chi2, dof, p = chisquare_gof(counts, exact)
+    assert p < 1e-6, (chi2, dof, p)
+
+
+def drafters_for(target, draft):
+    return [DraftModel(draft), LayerSkip(target, layers=1), PromptLookup(target.cfg.vocab_size), DraftModel(target)]
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_greedy_equals_plain_greedy_for_every_drafter(big_pair, k):
+    target, draft = big_pair
+    rng = np.random.default_rng(k)
+    for prompt in ([5, 6, 7], list(rng.integers(0, 64, 20)), [9] * 12):
+        want = generate(target, prompt, 40)
+        for d in drafters_for(target, draft):
+            res = speculative_generate(target, d, prompt, 40, k=k)
+            assert res.tokens == want, d.name
+
+
+def test_self_draft_accepts_everything_greedy(big_pair):
+    target, _ = big_pair
+    res = speculative_generate(target, DraftModel(target), [1, 2, 3], 30, k=4)
+    assert res.stats.acceptance_rate == 1.0
+    assert res.stats.rounds == 6 and res.stats.tokens_per_pass == {5: 6}
+
+
+def test_k0_is_plain_decoding(big_pair):
+    target, draft = big_pair
+    for w in (dict(temperature=0.0), dict(temperature=1.0, top_p=0.9)):
+        res = speculative_generate(target, draft, [3, 1, 4], 25, k=0, seed=9, **w)
+        assert res.tokens == generate(target, [3, 1, 4], 25, seed=9, **w)
+        assert res.stats.drafted == 0 and res.stats.rounds == 25
+
+
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_max_new_tokens_and_stop_tokens_are_exact(big_pair, k):
+    target, draft = big_pair
+    prompt = [2, 7, 1, 8]
+    for n in (1, 2, 5, 13):
+        assert len(speculative_generate(target, DraftModel(target), prompt, n, k=k).tokens) == n
+    full = generate(target, prompt, 30)
+    stop = full[6]
+    want = full[: full.index(stop) + 1]
+    for d in drafters_for(target, draft):
+        got = []
+        res = speculative_generate(target, d, prompt, 30, k=k, stop_ids=[stop], on_token=got.append)
+        assert res.tokens == want == got
+
+
+def test_sampling_is_reproducible_and_stats_add_up(big_pair):
+    target, draft = big_pair
+    a = speculative_generate(target, draft, [1, 2, 3], 40, k=3, temperature=1.0, seed=4)
+    b = speculative_generate(target, draft, [1, 2, 3], 40, k=3, temperature=1.0, seed=4)
+    assert a.tokens == b.tokens
+    s = a.stats
+    assert sum(t * c for t, c in s.tokens_per_pass.items()) == 40
+    assert s.accepted == sum(s.position_accepted) and s.drafted == sum(s.position_drafted)
+    assert s.target_forwards == s.rounds + 1 and s.draft_forwards >= s.rounds
+    assert 0 <= s.acceptance_rate <= 1 and len(s.per_position_acceptance) == 3
+
+
+def test_prompt_lookup_proposals():
+    pl = PromptLookup(vocab_size=20, max_ngram=3)
+    # the last 3-gram (1, 2, 3) occurred before, followed by 4, 5, 6
+    assert pl.continuation([1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 3) == [4, 5, 6]
+    assert pl.continuation([1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 2) == [4, 5]
+    # the most recent match wins; falls back to shorter n-grams
+    assert pl.continuation([7, 8, 1, 7, 9, 2, 7], 2) == [9, 2]
+    assert pl.continuation([1, 2, 3], 4) == []
+    toks, probs = pl.propose([5, 6, 5], 3, None, None)
+    assert toks == [6, 5] and probs.shape == (2, 20) and probs[0, 6] == 1 and probs[1, 5] == 1
+
+
+def test_draft_with_padded_vocab(tmp_path, big_pair):
+    target, _ = big_pair
+    cfg = tiny_config(num_hidden_layers=1, vocab_size=80)
+    padded = load_model(write_random_model(tmp_path / "p", cfg, seed=5))
+    want = generate(target, [1, 2, 3], 20)
+    assert speculative_generate(target, DraftModel(padded, 64), [1, 2, 3], 20, k=3).tokens == want
+    assert len(speculative_generate(target, padded, [1, 2, 3], 20, k=3, temperature=1.0, seed=0).tokens) == 20
+    far = load_model(write_random_model(tmp_path / "f", tiny_config(num_hidden_layers=1, vocab_size=2000)))
+    with pytest.raises(ValueError, match="tokenizer"):
+        DraftModel(far, 64)
+
+
+def test_different_tokenizer_refused(tmp_path):
+    import json
+
+    for name, vocab in (("a", {"x": 0, "y": 1, "z": 2}), ("b", {"x": 0, "z": 1, "y": 2})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}, "added_tokens": []}))
+    with pytest.raises(ValueError, match="tokenizer differs"):
+        check_same_tokenizer(tmp_path / "a", tmp_path / "b")
+    check_same_tokenizer(tmp_path / "a", tmp_path / "a")
+
+
+def test_bad_k_and_bad_drafter(big_pair):
+    target, _ = big_pair
+    with pytest.raises(ValueError, match="k must be"):
+        speculative_generate(target, target, [1], 3, k=-1)
+    with pytest.raises(TypeError, match="drafter"):
+        speculative_generate(target, object(), [1], 3)
+
+
+def test_exact_two_token_table_sums_to_one(pair):
+    target, _ = pair
+    for w in WARPS:
+        assert abs(exact_two_tokens(target, [1, 4, 2], **w).sum() - 1) < 1e-9
