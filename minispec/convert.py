@@ -104,7 +104,7 @@ def convert_gguf(gguf_path, out_dir, progress: bool = True) -> Path:
     n_kv = int(_field(reader, a + "attention.head_count_kv", n_head))
     hidden = int(_field(reader, a + "embedding_length"))
     tensors, has_output = {}, False
-    bar = Progress(len(reader.tensors), "dequantizing", force=progress and sys.stderr.isatty())
+    bar = Progress(len(reader.tensors), "dequantizing", quiet=not progress)
     for t in reader.tensors:
         name = _hf_name(t.name)
         if name is None:

@@ -7,12 +7,12 @@ import time
 
 
 class Progress:
-    def __init__(self, total: int, desc: str = "", stream=None, force: bool = False):
+    def __init__(self, total: int, desc: str = "", stream=None, force: bool = False, quiet: bool = False):
         self.total, self.desc, self.n = max(int(total), 1), desc, 0
         self.stream = stream or sys.stderr
-        self.enabled = force or self.stream.isatty()
+        self.enabled = not quiet and (force or self.stream.isatty())
         self.start = self.last = time.perf_counter()
-        if not self.enabled and desc:
+        if not self.enabled and not quiet and desc:
             print(f"{desc} ...", file=self.stream, flush=True)
 
     def update(self, n: int = 1, note: str = "") -> None:

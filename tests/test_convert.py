@@ -1,0 +1,125 @@
+"""GGUF -> Hugging Face conversion on a tiny GGUF that the test writes (llama.cpp's Q/K permutation included)."""
+
+import json
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from minispec import ModelFormatError, load_model, load_tokenizer  # noqa: E402
+from minispec.config import ModelConfig  # noqa: E402
+from minispec.convert import GGUF_TO_HF, convert_gguf, permute_qk, unpermute_qk  # noqa: E402
+from minispec.safetensors_io import read_safetensors  # noqa: E402
+from minispec.tiny import random_tensors, tiny_config  # noqa: E402
+
+HF_TO_GGUF = {v: k for k, v in GGUF_TO_HF.items()}
+TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [chr(c) for c in range(ord("a"), ord("a") + 26)] + ["ab", "abc"]
+
+
+def gguf_name(hf: str) -> str:
+    parts = hf.split(".")
+    if parts[0] == "model" and parts[1] == "layers":
+        return HF_TO_GGUF[".".join(parts[:2] + ["{i}"] + parts[3:])].format(i=parts[2])
+    return HF_TO_GGUF[hf]
+
+
+def write_tiny_gguf(path, cfg_dict, qtype=None, arch="llama", seed=0):
+    """A GGUF as llama.cpp's converter writes it: Q and K rows permuted, dims innermost-first."""
+    cfg = ModelConfig.from_dict(cfg_dict)
+    tensors = random_tensors(cfg, seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_heads)
+    w.add_head_count_kv(cfg.num_kv_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_theta)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(TOKENS + [f"t{i}" for i in range(cfg.vocab_size - len(TOKENS))])
+    w.add_token_types([3, 3, 3] + [1] * (cfg.vocab_size - 3))
+    w.add_token_merges(["a b", "ab c"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template("{{'<|im_start|>system\nYou are tiny<|im_end|>\n'}}")
+    for name, t in tensors.items():
+        if name.endswith("q_proj.weight"):
+            t = permute_qk(t, cfg.num_heads)
+        elif name.endswith("k_proj.weight"):
+            t = permute_qk(t, cfg.num_kv_heads)
+        if qtype is not None and t.ndim == 2:
+            w.add_tensor(gguf_name(name), gguf.quants.quantize(t, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gguf_name(name), t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tensors
+
+
+def test_unpermute_inverts_llama_cpp_permutation():
+    w = np.arange(6 * 8 * 3, dtype=np.float32).reshape(6 * 8, 3)
+    np.testing.assert_array_equal(unpermute_qk(permute_qk(w, 6), 6), w)
+    assert not np.array_equal(permute_qk(w, 6), w)
+    # within a head of dim 8, llama.cpp interleaves rows (0, 4), (1, 5), ...: row 1 of the GGUF is HF row 4
+    np.testing.assert_array_equal(permute_qk(w, 6)[1], w[4])
+
+
+def test_tiny_gguf_converts_to_the_same_model(tmp_path):
+    cfg = tiny_config(tie_word_embeddings=True, vocab_size=40)
+    tensors = write_tiny_gguf(tmp_path / "t.gguf", cfg)
+    out = convert_gguf(tmp_path / "t.gguf", tmp_path / "hf", progress=False)
+    m = load_model(out)
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["tie_word_embeddings"] and conf["num_key_value_heads"] == 2 and conf["eos_token_id"] == 2
+    assert set(read_safetensors(out / "model.safetensors")) == set(tensors)
+    ref = load_model(_write_hf(tmp_path / "ref", cfg, tensors))
+    ids = [3, 4, 5, 30, 31, 7]
+    np.testing.assert_array_equal(m.forward(ids, m.new_cache(8)), ref.forward(ids, ref.new_cache(8)))
+    tok = load_tokenizer(out)
+    assert tok.encode("abc") == [TOKENS.index("abc")]
+    assert tok.encode("<|im_start|>a") == [1, TOKENS.index("a")]
+    assert tok.eos_ids == [2]
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}]).startswith("<|im_start|>system\nYou are tiny")
+
+
+def _write_hf(path, cfg, tensors):
+    from minispec.safetensors_io import write_safetensors
+
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg))
+    write_safetensors(path / "model.safetensors", tensors)
+    return path
+
+
+def test_quantized_gguf_converts_close(tmp_path):
+    cfg = tiny_config(vocab_size=64, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    tensors = write_tiny_gguf(tmp_path / "q.gguf", cfg, qtype=q8)
+    m = load_model(convert_gguf(tmp_path / "q.gguf", tmp_path / "hf", progress=False))
+    # Q8_0 blocks run along rows, so the row permutation commutes with quantization
+    roundtrip = {n: gguf.quants.dequantize(gguf.quants.quantize(t, q8), q8) if t.ndim == 2 else t for n, t in tensors.items()}
+    ref = load_model(_write_hf(tmp_path / "ref", cfg, roundtrip))
+    unquantized = load_model(_write_hf(tmp_path / "f32", cfg, tensors))
+    ids = [3, 4, 5, 30, 31, 7]
+    got = m.forward(ids, m.new_cache(8))
+    np.testing.assert_array_equal(got, ref.forward(ids, ref.new_cache(8)))
+    np.testing.assert_allclose(got, unquantized.forward(ids, unquantized.new_cache(8)), atol=0.2)
+
+
+def test_unsupported_architecture_is_refused(tmp_path):
+    write_tiny_gguf(tmp_path / "x.gguf", tiny_config(), arch="gpt2")
+    with pytest.raises(ModelFormatError, match="architecture 'gpt2' is not supported"):
+        convert_gguf(tmp_path / "x.gguf", tmp_path / "out", progress=False)
+
+
+def test_not_a_gguf_file(tmp_path):
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
+    with pytest.raises(ModelFormatError, match="not a readable GGUF"):
+        convert_gguf(tmp_path / "bad.gguf", tmp_path / "out", progress=False)
+    with pytest.raises(FileNotFoundError):
+        convert_gguf(tmp_path / "missing.gguf", tmp_path / "out", progress=False)
