@@ -1,4 +1,4 @@
-"""`minispec generate | fetch | convert | bench` (run ``minispec COMMAND --help``)."""
+"""`minispec generate | fetch | convert | check | bench` (run ``minispec COMMAND --help``)."""
 
 from __future__ import annotations
 
@@ -55,10 +55,38 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
 
 
+DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.train_draft, shipped in weights/
+
+
+def default_drafter_spec() -> str:
+    from .convert import default_weights_dir
+
+    d = default_weights_dir() / DEFAULT_DRAFT
+    return str(d) if (d / "model.safetensors").exists() else "prompt-lookup"
+
+
+def make_drafter(spec: str, target, target_dir, layers: int | None = None):
+    """--draft DIR | prompt-lookup | layer-skip | none -> a drafter object (None for plain decoding)."""
+    from .drafters import DraftModel, LayerSkip, PromptLookup, check_same_tokenizer
+    from .model import load_model
+
+    if spec == "none":
+        return None
+    if spec == "prompt-lookup":
+        return PromptLookup(target.cfg.vocab_size)
+    if spec == "layer-skip":
+        return LayerSkip(target, layers=layers or max(1, target.cfg.num_layers * 4 // 5))
+    if not Path(spec).is_dir():
+        raise ValueError(f"--draft {spec!r}: not a model directory, nor prompt-lookup, layer-skip or none")
+    check_same_tokenizer(target_dir, spec)
+    return DraftModel(load_model(spec), target.cfg.vocab_size)
+
+
 def cmd_generate(args) -> int:
     from . import backend
     from .generate import generate
     from .model import load_model
+    from .speculative import speculative_generate
     from .tokenizer import load_tokenizer
 
     backend.use_device(args.device)
@@ -66,19 +94,36 @@ def cmd_generate(args) -> int:
     t0 = time.perf_counter()
     model = load_model(model_dir)
     tok = load_tokenizer(model_dir)
-    print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}]", file=sys.stderr)
+    drafter = make_drafter(args.draft or default_drafter_spec(), model, model_dir, args.layers)
+    what = f"speculative, drafter {drafter.name}, k={args.k}" if drafter else "plain autoregressive decoding"
+    print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
     text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
     prompt_ids = tok.encode(text)
     stop = tok.eos_ids if args.chat or not args.no_stop else []
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_ids=stop)
     stream = TextStream(tok)
     if not args.chat:
         sys.stdout.write(args.prompt)
     t0 = time.perf_counter()
-    out = generate(model, prompt_ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p, seed=args.seed, stop_ids=stop, on_token=stream)
+    if drafter is None:
+        out = generate(model, prompt_ids, args.max_new_tokens, on_token=stream, **sampling)
+        dt = time.perf_counter() - t0
+        print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
+        return 0
+    res = speculative_generate(model, drafter, prompt_ids, args.max_new_tokens, k=args.k, on_token=stream, **sampling)
     dt = time.perf_counter() - t0
-    print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain autoregressive decoding]",
-          file=sys.stderr)
+    sys.stdout.write("\n")
+    s = res.stats
+    line = (f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; acceptance "
+            f"{s.acceptance_rate:.2f}, {s.mean_tokens_per_pass:.2f} tokens per target pass")
+    if args.compare:
+        t0 = time.perf_counter()
+        plain = generate(model, prompt_ids, args.max_new_tokens, **sampling)
+        dp = time.perf_counter() - t0
+        same = "identical output" if plain == res.tokens else "same distribution, different sample"
+        line += (f"; plain decoding {len(plain) / dp:.1f} tokens/s in the same run: speedup "
+                 f"{(len(res.tokens) / dt) / (len(plain) / dp):.2f}x ({same})")
+    print(line + "]", file=sys.stderr)
     return 0
 
 
@@ -99,6 +144,12 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from .check import main_check
+
+    return main_check(args)
+
+
 def cmd_bench(args) -> int:
     from .bench import main as bench_main
 
@@ -116,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--no-stop", action="store_true", help="do not stop at the end-of-sequence token")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda needs CuPy (default cpu)")
+    g.add_argument("--draft", help=f"drafter: a draft model directory, prompt-lookup, layer-skip, or none for plain "
+                                   f"decoding (default: weights/{DEFAULT_DRAFT} if present, else prompt-lookup)")
+    g.add_argument("--k", type=int, default=4, help="draft tokens per round (default 4)")
+    g.add_argument("--layers", type=int, help="layers kept by --draft layer-skip (default 4/5 of the target's)")
+    g.add_argument("--no-compare", dest="compare", action="store_false",
+                   help="skip the plain-decoding run that measures the speedup")
     add_sampling_args(g)
     g.set_defaults(func=cmd_generate)
 
@@ -128,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("gguf", help="input .gguf file")
     c.add_argument("outdir", help="output directory")
     c.set_defaults(func=cmd_convert)
+
+    k = sub.add_parser("check", help="level-4 losslessness check on the real target (minutes; --quick for ~1 min)")
+    k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    k.add_argument("--draft", help="drafter for the T=1 test (default: the shipped draft, else layer-skip)")
+    k.add_argument("--tokens", type=int, default=9200, help="tokens per sample in the T=1 test (default 9200)")
+    k.add_argument("--quick", action="store_true", help="1000 tokens, 3 greedy prompts, no broken-rule run")
+    k.add_argument("--json", help="also write the figures to this JSON file")
+    k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="benchmarks (`minispec bench forward --help`)", add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)

@@ -1,0 +1,244 @@
+"""Train a small draft model for SmolLM2-135M-Instruct on data made on this machine, then save it
+as a Hugging Face-format directory that minispec and transformers both load.
+
+    python -m minispec.train_draft --out weights/smoldraft-3l-192 [--gen-batches 80 --steps 700]
+
+Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); inference stays NumPy.
+
+Recipe (every count fixed, so a seed gives the same model on the same software):
+1. Data that exists on any machine: the CPython standard library source (skipping test suites), and
+   text the *target itself* writes (on-policy data) from prompts built here: code prompts cut from
+   the standard library, chat instructions from templates x topics. Greedy and T=1 continuations.
+   The evaluation prompts in ``minispec/data/`` are hand-written and never used here.
+2. Student: Llama, 3 layers, width 192, 3 heads of 64 with 1 kv head, MLP 512, tied embeddings,
+   SmolLM2's 49,152-token vocabulary. Its embedding starts as the target's embedding projected
+   on its top 192 principal directions.
+3. Loss: next-token cross-entropy on a 50/50 mix of target-generated sequences and standard-library
+   chunks (256 tokens); AdamW, cosine schedule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+
+TOPICS = ["photosynthesis", "binary search", "the French revolution", "compound interest", "black holes", "recursion",
+          "the water cycle", "hash tables", "vaccines", "supply and demand", "git branches", "plate tectonics",
+          "HTTP caching", "the immune system", "sorting algorithms", "climate change", "prime numbers",
+          "object-oriented programming", "the Roman empire", "neural networks", "gravity", "unit testing",
+          "regular expressions", "the stock market", "volcanoes", "linked lists", "renewable energy", "DNA",
+          "databases and indexes", "the printing press", "electric circuits", "time zones", "memory leaks",
+          "the moon landing", "public key cryptography", "bread baking", "chess openings", "sleep", "bees",
+          "JSON parsing", "the speed of light", "inflation", "rainbows", "operating systems", "coffee"]
+TEMPLATES = ["Explain {t} to a ten-year-old.", "Write a short paragraph about {t}.", "What are three facts about {t}?",
+             "Give me a simple example that illustrates {t}.", "Summarize the key ideas of {t} in a few sentences.",
+             "What is a common misconception about {t}?", "Write a haiku about {t}.",
+             "Write a Python function related to {t}, with a docstring.", "List the pros and cons of {t}.",
+             "How would you teach {t} in one lesson?", "Write a short dialogue between two friends about {t}.",
+             "What questions should a beginner ask about {t}?"]
+
+
+def stdlib_files() -> list[Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("site-packages", "/test/", "/tests/", "/idle_test/", "lib2to3/tests")
+    return sorted(p for p in root.rglob("*.py") if not any(s in str(p) for s in skip))
+
+
+def code_prompts(files, tok, n, rng) -> list[list[int]]:
+    """Cut n prompts from standard-library functions: a few lines starting at a `def`."""
+    out = []
+    while len(out) < n:
+        lines = files[rng.integers(len(files))].read_text(errors="ignore").splitlines()
+        starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("def ")]
+        if not starts:
+            continue
+        i = starts[rng.integers(len(starts))]
+        ids = tok.encode("\n".join(lines[i: i + int(rng.integers(3, 15))]) + "\n")
+        if 8 <= len(ids) <= 160:
+            out.append(ids)
+    return out
+
+
+def chat_prompts(tok, n, rng) -> list[list[int]]:
+    out = []
+    for _ in range(n):
+        q = TEMPLATES[rng.integers(len(TEMPLATES))].format(t=TOPICS[rng.integers(len(TOPICS))])
+        out.append(tok.encode(tok.apply_chat_template([{"role": "user", "content": q}])))
+    return out
+
+
+def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int, seed: int, log) -> list[list[int]]:
+    import torch
+
+    rng = np.random.default_rng(seed)
+    seqs, t0 = [], time.perf_counter()
+    for b in range(batches):
+        prompts = code_prompts(files, tok, batch, rng) if b % 2 == 0 else chat_prompts(tok, batch, rng)
+        greedy = (b // 2) % 2 == 0
+        width = max(map(len, prompts))
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding with <|endoftext|>
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        torch.manual_seed(seed * 100_000 + b)
+        with torch.no_grad():
+            out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=not greedy,
+                                  temperature=1.0 if not greedy else None, top_k=0 if not greedy else None,
+                                  top_p=1.0 if not greedy else None, pad_token_id=0, eos_token_id=tok.eos_ids)
+        for p, row in zip(prompts, out[:, width:].tolist()):
+            cont = row[: row.index(tok.eos_ids[0]) + 1] if tok.eos_ids[0] in row else row
+            seqs.append(p + cont)
+        n_tok = sum(len(s) for s in seqs)
+        log(f"generate {b + 1}/{batches}: {n_tok} tokens, {n_tok / (time.perf_counter() - t0):.0f} tok/s")
+    return seqs
+
+
+def stdlib_chunks(files, tok, n_tokens: int, length: int, rng) -> np.ndarray:
+    order = rng.permutation(len(files))
+    ids: list[int] = []
+    for i in order:
+        ids += tok.encode(files[i].read_text(errors="ignore")) + [0]
+        if len(ids) >= n_tokens:
+            break
+    n = len(ids) // length
+    return np.array(ids[: n * length], dtype=np.int64).reshape(n, length)
+
+
+def student_config(args) -> dict:
+    return dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=49152, hidden_size=args.width,
+                intermediate_size=args.mlp, num_hidden_layers=args.layers, num_attention_heads=args.width // 64,
+                num_key_value_heads=1, head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0,
+                max_position_embeddings=8192, tie_word_embeddings=True, hidden_act="silu", attention_bias=False,
+                mlp_bias=False, rope_scaling=None, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+                torch_dtype="bfloat16")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m minispec.train_draft", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
+    p.add_argument("--out", required=True, help="output directory for the draft")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gen-batches", type=int, default=80, help="batches of target-generated data (default 80)")
+    p.add_argument("--gen-batch", type=int, default=32)
+    p.add_argument("--gen-tokens", type=int, default=128, help="new tokens per generated sequence")
+    p.add_argument("--steps", type=int, default=700, help="optimizer steps (default 700)")
+    p.add_argument("--batch", type=int, default=16, help="sequences per step")
+    p.add_argument("--seq", type=int, default=256, help="sequence length")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--width", type=int, default=192)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--mlp", type=int, default=512)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        print("error: training needs torch and transformers: pip install torch==2.13.0 -e '.[train,parity]'",
+              file=sys.stderr)
+        return 2
+    from .cli import resolve_model
+    from .safetensors_io import write_safetensors
+    from .tokenizer import load_tokenizer
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logf = open(out / "train_log.txt", "w")
+
+    def log(msg):
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, file=sys.stderr, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    t_start = time.perf_counter()
+    target_dir = resolve_model(args.target)
+    tok = load_tokenizer(target_dir)
+    target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    files = stdlib_files()
+    rng = np.random.default_rng(args.seed)
+    log(f"args {vars(args)}; {len(files)} standard-library files")
+
+    t0 = time.perf_counter()
+    generated = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed, log)
+    gen_s = time.perf_counter() - t0
+    gen_tokens = sum(len(s) for s in generated)
+    need = args.steps * args.batch * args.seq // 2
+    code = stdlib_chunks(files, tok, need, args.seq, rng)
+    log(f"data: {len(generated)} generated sequences ({gen_tokens} tokens, {gen_s / 60:.1f} min), "
+        f"{code.size} standard-library tokens")
+
+    cfg = student_config(args)
+    student = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{k: v for k, v in cfg.items()
+                                                                        if k not in ("architectures", "model_type")}))
+    with torch.no_grad():  # embedding: the target's, projected on its top principal directions
+        E = target.model.embed_tokens.weight.detach()
+        _, _, vt = torch.linalg.svd(E - E.mean(0), full_matrices=False)
+        proj = E @ vt[: args.width].T
+        student.model.embed_tokens.weight.copy_(proj / proj.std() * 0.05)
+    del target
+    n_params = sum(p.numel() for p in student.parameters())
+    log(f"student: {n_params / 1e6:.2f}M parameters")
+
+    opt = torch.optim.AdamW(student.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + np.cos(np.pi * min(s / args.steps, 1.0))))
+    gen_arr = [np.array(s[: args.seq], dtype=np.int64) for s in generated]
+    curve = []
+    t0 = time.perf_counter()
+    student.train()
+    for step in range(args.steps):
+        half = args.batch // 2
+        rows = [gen_arr[i] for i in rng.integers(0, len(gen_arr), half)]
+        batch = np.full((args.batch, args.seq), -100, dtype=np.int64)
+        ids = np.zeros((args.batch, args.seq), dtype=np.int64)
+        for j, r in enumerate(rows):
+            ids[j, : len(r)] = r
+            batch[j, : len(r)] = r
+        chunks = code[rng.integers(0, len(code), args.batch - half)]
+        ids[half:] = chunks
+        batch[half:] = chunks
+        loss = student(input_ids=torch.from_numpy(ids), labels=torch.from_numpy(batch)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        curve.append(loss.item())
+        if step % 25 == 0 or step == args.steps - 1:
+            el = time.perf_counter() - t0
+            log(f"step {step}/{args.steps} loss {np.mean(curve[-25:]):.3f} lr {sched.get_last_lr()[0]:.2e} "
+                f"{(step + 1) * args.batch * args.seq / el:.0f} tok/s")
+    train_s = time.perf_counter() - t0
+
+    state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
+    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.train_draft"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(Path(target_dir) / f, out / f)
+    summary = dict(parameters=n_params, generated_sequences=len(generated), generated_tokens=gen_tokens,
+                   stdlib_tokens=int(code.size), steps=args.steps, tokens_seen=args.steps * args.batch * args.seq,
+                   generation_minutes=gen_s / 60, training_minutes=train_s / 60,
+                   total_minutes=(time.perf_counter() - t_start) / 60, final_loss=float(np.mean(curve[-25:])),
+                   loss_curve={s: float(np.mean(curve[max(0, s - 25): s + 1])) for s in range(0, args.steps, 50)},
+                   args=vars(args), torch=torch.__version__, transformers=transformers.__version__)
+    (out / "training.json").write_text(json.dumps(summary, indent=2))
+    sums = "".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n"
+                   for f in ("config.json", "model.safetensors", "tokenizer.json"))
+    (out / "SHA256SUMS").write_text(sums)
+    log(f"done: {summary['total_minutes']:.1f} min, final loss {summary['final_loss']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Every example runs, with small settings, so none can rot."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args):
+    r = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def test_01_rejection_rule():
+    out = run("examples/01_rejection_rule.py", "--draws", "20000")
+    assert "exact output         [0.5  0.3  0.15 0.05]" in out
+    assert "BROKEN rule, exact   [0.35  0.35  0.225 0.075]" in out
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("gguf")
+    from minispec.convert import fetch_smollm2
+
+    return fetch_smollm2(log=lambda m: None)
+
+
+def test_02_speculative_generate(smollm2):
+    out = run("examples/02_speculative_generate.py", "--max-new-tokens", "12", "--draft", "prompt-lookup")
+    assert "identical to plain greedy decoding: True" in out and "speedup" in out
+
+
+def test_03_drafters(smollm2):
+    out = run("examples/03_drafters.py", "--prompts", "1", "--max-new-tokens", "8")
+    assert "outputs identical: True" in out and "prompt-lookup" in out and "layer-skip" in out
