@@ -1,4 +1,5 @@
-"""Benchmarks. ``python -m minispec.bench forward``: the cost of a target pass over n tokens.
+"""Benchmarks. ``minispec bench``: the latency study (see ``study.py``);
+``minispec bench forward``: the cost of a target pass over n tokens.
 
 Every figure is a median over repeats, and ratios are taken inside one run.
 """
@@ -85,14 +86,64 @@ def bench_forward(argv) -> int:
     return 0
 
 
+def bench_study(argv) -> int:
+    from pathlib import Path
+
+    from .cli import default_drafter_spec, make_drafter, resolve_model
+    from .drafters import DraftModel
+    from .model import load_model
+    from .study import run_study, transformers_peer, write_report
+    from .tokenizer import load_tokenizer
+
+    p = argparse.ArgumentParser(
+        prog="minispec bench",
+        description="The latency study: acceptance, speedup (measured and predicted), verify cost r(n), cost ratio c "
+                    "and memory, per drafter and K, greedy and T=1, with plain decoding interleaved; transformers side "
+                    "by side when installed. Writes report.md, study.json and PNG plots to --out. "
+                    "`minispec bench forward --help` for the verify-cost curve alone.")
+    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
+    p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
+    p.add_argument("--quick", action="store_true", help="a small study that finishes in about 3 minutes")
+    p.add_argument("--ks", help="comma-separated K values (default 1..8; quick 1,2,4)")
+    p.add_argument("--slow-ks", help="K values for the slow drafters layer-skip and self (default 1,4,8; quick 4)")
+    p.add_argument("--prompts-per-set", type=int, help="prompts from each of code, chat, grounded (default 3; quick 1)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 96; quick 32)")
+    p.add_argument("--layers", type=int, default=24, help="layers of the layer-skip drafter (default 24)")
+    p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
+    a = p.parse_args(argv)
+    q = a.quick
+    ks = tuple(int(x) for x in (a.ks or ("1,2,4" if q else "1,2,3,4,5,6,7,8")).split(","))
+    slow = tuple(int(x) for x in (a.slow_ks or ("4" if q else "1,4,8")).split(","))
+    target_dir = resolve_model(a.model)
+    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    drafters, draft_dir = {}, None
+    spec = a.draft or default_drafter_spec()
+    if spec != "prompt-lookup":
+        d = make_drafter(spec, target, target_dir)
+        drafters[d.name] = d
+        draft_dir = spec
+    for s in ("prompt-lookup", "layer-skip"):
+        d = make_drafter(s, target, target_dir, a.layers)
+        drafters[d.name] = d
+    drafters["self"] = DraftModel(target, name="self")
+    peer = transformers_peer(target_dir, draft_dir) if a.peer and not q else None
+    res = run_study(target, drafters, tok, ks=ks, slow_ks=slow, prompts_per_set=a.prompts_per_set or (1 if q else 3),
+                    max_new_tokens=a.max_new_tokens or (32 if q else 96), peer=peer,
+                    forward_ns=tuple(range(1, 9 if q else 17)), log=lambda m: print(m, file=sys.stderr))
+    report = write_report(res, Path(a.out))
+    print(report.read_text())
+    print(f"wrote {report}, {Path(a.out) / 'study.json'} and plots", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"forward": bench_forward}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: minispec bench {forward} [options]\n  forward  cost of a target pass over n tokens "
-              "(r(n) curve)", file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    return commands[argv[0]](argv[1:])
+    argv = sys.argv[1:] if argv is None else [a for i, a in enumerate(argv) if not (i == 0 and a == "--")]
+    if argv and argv[0] == "forward":
+        return bench_forward(argv[1:])
+    if argv and argv[0] == "study":
+        argv = argv[1:]
+    return bench_study(argv)
 
 
 if __name__ == "__main__":

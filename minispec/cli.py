@@ -194,13 +194,17 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", help="also write the figures to this JSON file")
     k.set_defaults(func=cmd_check)
 
-    b = sub.add_parser("bench", help="benchmarks (`minispec bench forward --help`)", add_help=False)
+    b = sub.add_parser("bench", help="the latency study (`minispec bench --help`; `minispec bench forward --help`)",
+                       add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(func=cmd_bench)
     return p
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # bench parses its own options (and subcommands)
+        argv = ["bench", "--"] + argv[1:]
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

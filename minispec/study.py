@@ -1,0 +1,383 @@
+"""The latency study behind ``minispec bench``: acceptance, speedup, verify cost and memory per K.
+
+Everything is measured in ONE run, with the plain autoregressive baseline interleaved: for each
+prompt, plain decoding runs before and after the speculative configurations, and each speedup is
+that prompt's plain time (mean of the two bracketing runs) over the configuration's time. Medians
+and quartiles are over prompts. The Leviathan et al. model predicts the speedup from the measured
+acceptance a, cost ratio c and verify-cost ratio r(K+1):
+
+    speedup(K) = (1 - a^(K+1)) / ((1 - a) (K c + r(K+1)))
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .bench import forward_times
+from .generate import generate
+from .progress import Progress
+from .prompts import PROMPT_SETS, load_prompts
+from .speculative import speculative_generate
+
+
+def predicted_speedup(a: float, c: float, r_k1: float, k: int) -> float:
+    """Expected tokens per round over the round's cost in target-step units."""
+    if k == 0:
+        return 1.0
+    tokens = k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+    return tokens / (k * c + r_k1)
+
+
+def expected_tokens(a: float, k: int) -> float:
+    return k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def draft_step_time(drafter, tokens: list[int], repeats: int = 20) -> float:
+    """Median seconds per drafted token: propose(k=4) on a fixed context, divided by 4."""
+    from .sampling import warp
+
+    rng = np.random.default_rng(0)
+    ts = []
+    for _ in range(repeats + 2):
+        t0 = time.perf_counter()
+        drafter.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
+        ts.append((time.perf_counter() - t0) / 4)  # a draft model re-feeds the last token: 4 forwards each time
+    return float(np.median(ts[2:]))
+
+
+def kv_bytes_per_token(model) -> int:
+    c = model.cfg
+    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
+
+
+def peak_rss_bytes() -> int:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)
+
+
+@dataclass
+class Config:
+    drafter: object
+    k: int
+    setting: str  # "greedy" or "T=1"
+    speedups: list = field(default_factory=list)
+    tok_s: list = field(default_factory=list)
+    accepted: int = 0
+    drafted: int = 0
+    tokens: int = 0
+    rounds: int = 0
+    pos_acc: list = field(default_factory=list)
+    pos_drafted: list = field(default_factory=list)
+    prompt_sets: dict = field(default_factory=dict)  # set -> [accepted, drafted, speedups]
+
+
+SETTINGS = {"greedy": dict(temperature=0.0), "T=1": dict(temperature=1.0)}
+
+
+def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("greedy", "T=1"), prompts_per_set=4,
+              max_new_tokens=96, prompt_sets=PROMPT_SETS, slow_ks=None, progress=True, peer=None,
+              forward_ns=tuple(range(1, 17)), log=print) -> dict:
+    """The whole study; returns a JSON-able dict. ``drafters``: name -> drafter. ``slow_ks`` limits the K
+    values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip)."""
+    t_start = time.perf_counter()
+    prompts = {s: load_prompts(s, tok, prompts_per_set) for s in prompt_sets}
+    stop = tok.eos_ids
+    # 1. the verify-cost curve and the draft step costs, at a fixed context
+    ctx = prompts[prompt_sets[0]][0]
+    context = min(256, target.cfg.max_position_embeddings // 2)
+    t = forward_times(target, forward_ns, context=context, repeats=10)
+    r = {n: t[n] / t[1] for n in forward_ns}
+    fixed_ctx = list(np.resize(np.asarray(ctx), context))
+    step = {name: draft_step_time(d, fixed_ctx) for name, d in drafters.items()}
+    c = {name: s / t[1] for name, s in step.items()}
+    log(f"target step {1e3 * t[1]:.2f} ms; r(2) = {r[2]:.2f}, r(5) = {r.get(5, float('nan')):.2f}; c = "
+        + ", ".join(f"{n} {v:.3f}" for n, v in c.items()))
+
+    configs = []
+    for setting in settings:
+        for name, d in drafters.items():
+            for k in ks:
+                if (name == "self" or name.startswith("layer-skip")) and slow_ks is not None and k not in slow_ks:
+                    continue
+                configs.append(Config(d, k, setting))
+    n_runs = sum(len(v) for v in prompts.values()) * (len(configs) + 2 * len(settings))
+    bar = Progress(n_runs, "study", quiet=not progress)
+    baseline = {s: [] for s in settings}
+    for setting in settings:
+        w = SETTINGS[setting]
+        for pset, plist in prompts.items():
+            for i, p in enumerate(plist):
+                seed = 1000 * i + 7
+                t0 = time.perf_counter()
+                plain = generate(target, p, max_new_tokens, seed=seed, stop_ids=stop, **w)
+                t_plain = [time.perf_counter() - t0]
+                bar.update()
+                runs = []
+                for cfg in (c_ for c_ in configs if c_.setting == setting):
+                    t0 = time.perf_counter()
+                    res = speculative_generate(target, cfg.drafter, p, max_new_tokens, k=cfg.k, seed=seed,
+                                               stop_ids=stop, **w)
+                    runs.append((cfg, res, time.perf_counter() - t0))
+                    bar.update()
+                t0 = time.perf_counter()
+                generate(target, p, max_new_tokens, seed=seed, stop_ids=stop, **w)
+                t_plain.append(time.perf_counter() - t0)
+                bar.update()
+                plain_rate = len(plain) / np.mean(t_plain)
+                baseline[setting].append(plain_rate)
+                for cfg, res, dt in runs:
+                    s = res.stats
+                    rate = len(res.tokens) / dt
+                    cfg.speedups.append(rate / plain_rate)
+                    cfg.tok_s.append(rate)
+                    cfg.accepted += s.accepted
+                    cfg.drafted += s.drafted
+                    cfg.tokens += len(res.tokens)
+                    cfg.rounds += s.rounds
+                    for j, (a_, d_) in enumerate(zip(s.position_accepted, s.position_drafted)):
+                        while len(cfg.pos_acc) <= j:
+                            cfg.pos_acc.append(0)
+                            cfg.pos_drafted.append(0)
+                        cfg.pos_acc[j] += a_
+                        cfg.pos_drafted[j] += d_
+                    ps = cfg.prompt_sets.setdefault(pset, [0, 0, []])
+                    ps[0] += s.accepted
+                    ps[1] += s.drafted
+                    ps[2].append(rate / plain_rate)
+    bar.close()
+
+    rows = []
+    for cfg in configs:
+        name = next(n for n, d in drafters.items() if d is cfg.drafter)
+        a = cfg.accepted / cfg.drafted if cfg.drafted else 0.0
+        sp = np.array(cfg.speedups)
+        rows.append(dict(
+            drafter=name, k=cfg.k, setting=cfg.setting, acceptance=a,
+            per_position=[x / y if y else None for x, y in zip(cfg.pos_acc, cfg.pos_drafted)],
+            tokens_per_pass=cfg.tokens / cfg.rounds, tok_s=float(np.median(cfg.tok_s)),
+            speedup=float(np.median(sp)), speedup_q1=float(np.quantile(sp, 0.25)),
+            speedup_q3=float(np.quantile(sp, 0.75)),
+            predicted=predicted_speedup(a, c[name], r.get(cfg.k + 1, float("nan")), cfg.k),
+            r_k1=r.get(cfg.k + 1), c=c[name],
+            by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])))
+                           for ps, v in cfg.prompt_sets.items()},
+        ))
+    best = []
+    for setting in settings:
+        for name in drafters:
+            mine = [x for x in rows if x["drafter"] == name and x["setting"] == setting]
+            if not mine:
+                continue
+            m = max(mine, key=lambda x: x["speedup"])
+            pk = max(mine, key=lambda x: x["predicted"])
+            best.append(dict(drafter=name, setting=setting, best_k=m["k"], acceptance=m["acceptance"],
+                             speedup=m["speedup"], predicted=m["predicted"], predicted_best_k=pk["k"],
+                             r_k1=m["r_k1"], c=m["c"], tokens_per_pass=m["tokens_per_pass"]))
+    models = {"target": target}
+    models.update({n: d.model for n, d in drafters.items() if hasattr(d, "model") and n != "self"})
+    used_ctx = int(np.mean([len(p) for v in prompts.values() for p in v])) + max_new_tokens
+    memory = [dict(model=n, weight_bytes=(0 if n.startswith("layer-skip") else m.weight_bytes),
+                   kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
+              for n, m in models.items()]
+    result = dict(
+        machine=machine_info(), target=target.name, context_for_costs=context, max_new_tokens=max_new_tokens,
+        prompts_per_set=prompts_per_set, prompt_sets=list(prompt_sets), ks=list(ks), settings=list(settings),
+        target_step_ms=1e3 * t[1], forward_ms={n: 1e3 * v for n, v in t.items()}, r=r,
+        draft_step_ms={n: 1e3 * v for n, v in step.items()}, c=c,
+        baseline_tok_s={s: float(np.median(v)) for s, v in baseline.items()},
+        rows=rows, best=best, memory=dict(models=memory, used_context=used_ctx, peak_rss_bytes=peak_rss_bytes()),
+    )
+    if peer is not None:
+        result["peer"] = peer(prompts, max_new_tokens)
+    result["seconds"] = time.perf_counter() - t_start
+    return result
+
+
+def machine_info() -> dict:
+    import os
+    import platform
+
+    info = dict(python=platform.python_version(), numpy=np.__version__, cpus=os.cpu_count(),
+                processor=platform.processor() or platform.machine())
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        info["blas"] = [f"{x.get('internal_api')} {x.get('version')} {x.get('architecture')}" for x in threadpool_info()]
+    except ImportError:
+        pass
+    return info
+
+
+def transformers_peer(target_dir, draft_dir, ks=(4,)):
+    """transformers' generate on the same target: plain, prompt lookup and assisted generation (greedy)."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        return None
+
+    def run(prompts, max_new_tokens):
+        torch.set_num_threads(2)
+        target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+        draft = (transformers.AutoModelForCausalLM.from_pretrained(str(draft_dir), dtype=torch.float32).eval()
+                 if draft_dir else None)
+        modes = [("plain", {})]
+        for k in ks:
+            modes.append((f"prompt-lookup k={k}", dict(prompt_lookup_num_tokens=k)))
+            if draft is not None:
+                draft.generation_config.num_assistant_tokens = k
+                draft.generation_config.num_assistant_tokens_schedule = "constant"
+                draft.generation_config.assistant_confidence_threshold = 0.0
+                modes.append((f"assistant k={k}", dict(assistant_model=draft)))
+        times = {m: [] for m, _ in modes}
+        counts = {m: 0 for m, _ in modes}
+        speed = {m: [] for m, _ in modes}
+        for plist in prompts.values():
+            for p in plist:
+                ids = torch.tensor([p])
+                per = {}
+                for m, kw in modes:
+                    t0 = time.perf_counter()
+                    with torch.no_grad():
+                        out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                              do_sample=False, pad_token_id=0, **kw)
+                    dt = time.perf_counter() - t0
+                    n = out.shape[1] - len(p)
+                    times[m].append(dt)
+                    counts[m] += n
+                    per[m] = n / dt
+                for m in per:
+                    speed[m].append(per[m] / per["plain"])
+        return {m: dict(tok_s=counts[m] / sum(times[m]), speedup=float(np.median(speed[m]))) for m in times} | dict(
+            transformers=transformers.__version__, torch=torch.__version__)
+
+    return run
+
+
+def write_report(result: dict, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "study.json").write_text(json.dumps(result, indent=2, default=float))
+    plots = make_plots(result, out)
+    md = format_report(result, plots)
+    (out / "report.md").write_text(md)
+    return out / "report.md"
+
+
+def fmt(x, p=2):
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{p}f}"
+
+
+def format_report(res: dict, plots: list[str]) -> str:
+    m = res["machine"]
+    L = [f"# minispec latency study: {res['target']}", "",
+         f"Machine: {m.get('cpu', m.get('processor'))}, {m.get('cpus')} CPUs, Python {m['python']}, NumPy {m['numpy']}"
+         + (f", BLAS {'; '.join(m['blas'])}" if m.get("blas") else "") + ".",
+         f"Prompts: {res['prompts_per_set']} per set from {', '.join(res['prompt_sets'])}; {res['max_new_tokens']} new "
+         f"tokens; speedups are medians over prompts of plain/speculative time ratios measured side by side. "
+         f"These are example numbers from one machine, not promises.", "",
+         "## Headline: best K per drafter", "",
+         "| setting | drafter | best K | acceptance | tokens/pass | measured speedup | predicted | predicted best K "
+         "| r(K+1) | c |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for b in res["best"]:
+        L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
+                 f"{fmt(b['tokens_per_pass'])} | {fmt(b['speedup'])}x | {fmt(b['predicted'])}x | "
+                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} |")
+    L += ["", f"Plain decoding: {', '.join(f'{s} {v:.1f} tok/s' for s, v in res['baseline_tok_s'].items())} "
+          f"(median over prompts).", "", "## Verify cost", "",
+          f"Target forward over n new tokens after {res['context_for_costs']} cached ones "
+          f"(1 token = {res['target_step_ms']:.2f} ms):", "", "| n | " + " | ".join(str(n) for n in res["r"]) + " |",
+          "|---" * (len(res["r"]) + 1) + "|",
+          "| ms | " + " | ".join(f"{v:.1f}" for v in res["forward_ms"].values()) + " |",
+          "| r(n) | " + " | ".join(f"{v:.2f}" for v in res["r"].values()) + " |", "",
+          "Draft cost per drafted token: " + ", ".join(f"{n} {v:.2f} ms (c = {res['c'][n]:.3f})"
+                                                        for n, v in res["draft_step_ms"].items()) + ".", "",
+          "## Every configuration", "",
+          "| setting | drafter | K | acceptance | per position | tokens/pass | tok/s | speedup (q1-q3) | predicted "
+          "| by prompt set (acceptance / speedup) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        per = " ".join(fmt(x) for x in r["per_position"])
+        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v['speedup'])}x" for k, v in r["by_prompt_set"].items())
+        L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | {per} | "
+                 f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmt(r['speedup'])}x "
+                 f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmt(r['predicted'])}x | {bys} |")
+    mem = res["memory"]
+    L += ["", "## Memory", "", f"KV cache at the used context of {mem['used_context']} tokens.", "",
+          "| model | weights (MB) | KV bytes/token | KV at context (MB) |", "|---|---|---|---|"]
+    for x in mem["models"]:
+        L.append(f"| {x['model']} | {x['weight_bytes'] / 1e6:.1f} | {x['kv_bytes_per_token']} | "
+                 f"{x['kv_bytes_at_context'] / 1e6:.2f} |")
+    L += ["", f"Peak resident memory of the process: {mem['peak_rss_bytes'] / 1e6:.0f} MB "
+          "(includes transformers and torch when the peer ran)."]
+    if res.get("peer"):
+        p = res["peer"]
+        L += ["", f"## transformers {p.get('transformers')} (torch {p.get('torch')}), same target, same prompts, greedy",
+              "", "| mode | tok/s | speedup |", "|---|---|---|"]
+        for k, v in p.items():
+            if isinstance(v, dict):
+                L.append(f"| {k} | {v['tok_s']:.1f} | {v['speedup']:.2f}x |")
+    if plots:
+        L += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    L += ["", f"Study time: {res['seconds'] / 60:.1f} min."]
+    return "\n".join(L) + "\n"
+
+
+def make_plots(res: dict, out: Path) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    files = []
+    for setting in res["settings"]:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        for name in dict.fromkeys(r["drafter"] for r in res["rows"]):
+            rows = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting]
+            ks = [r["k"] for r in rows]
+            ax1.plot(ks, [r["acceptance"] for r in rows], "o-", label=name)
+            line = ax2.plot(ks, [r["speedup"] for r in rows], "o-", label=f"{name} measured")[0]
+            ax2.plot(ks, [r["predicted"] for r in rows], "x--", color=line.get_color(), label=f"{name} predicted")
+        ax1.set(xlabel="K", ylabel="acceptance rate", title=f"acceptance vs K ({setting})", ylim=(0, 1.05))
+        ax2.axhline(1.0, color="gray", lw=0.8)
+        ax2.set(xlabel="K", ylabel="speedup over plain decoding", title=f"speedup vs K ({setting})")
+        ax1.legend(fontsize=7)
+        ax2.legend(fontsize=6)
+        fig.tight_layout()
+        f = f"speedup_{setting.replace('=', '').lower()}.png"
+        fig.savefig(out / f, dpi=110)
+        plt.close(fig)
+        files.append(f)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ns = [int(n) for n in res["r"]]
+    ax1.plot(ns, list(res["r"].values()), "o-", label="measured r(n)")
+    ax1.plot(ns, ns, ":", color="gray", label="n (no batching benefit)")
+    ax1.plot(ns, [1] * len(ns), "--", color="gray", label="1 (free batching)")
+    ax1.set(xlabel="tokens in the pass n", ylabel="r(n) = t(n) / t(1)", title="verify cost", ylim=(0, max(ns) + 1))
+    ax1.legend(fontsize=7)
+    mem = res["memory"]["models"]
+    ax2.bar([m["model"] for m in mem], [m["weight_bytes"] / 1e6 for m in mem], label="weights")
+    ax2.bar([m["model"] for m in mem], [m["kv_bytes_at_context"] / 1e6 for m in mem],
+            bottom=[m["weight_bytes"] / 1e6 for m in mem], label="KV cache at context")
+    ax2.set(ylabel="MB", title="memory")
+    ax2.legend(fontsize=7)
+    ax2.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "verify_cost_memory.png", dpi=110)
+    plt.close(fig)
+    files.append("verify_cost_memory.png")
+    return files

@@ -1,0 +1,51 @@
+"""The latency study runs end to end on tiny models and writes its report; the cost model is right."""
+
+import json
+
+import numpy as np
+import pytest
+
+from minispec import load_model
+from minispec.drafters import DraftModel, LayerSkip, PromptLookup
+from minispec.study import expected_tokens, predicted_speedup, run_study, write_report
+from minispec.tiny import tiny_config, write_random_model
+
+
+class ToyTokenizer:
+    """Characters -> ids modulo the vocabulary: enough to feed the shipped prompt sets to a tiny model."""
+
+    eos_ids = [1]
+
+    def encode(self, text):
+        return [3 + ord(ch) % 60 for ch in text[:40]]
+
+    def apply_chat_template(self, messages):
+        return "U:" + messages[0]["content"]
+
+
+def test_cost_model():
+    assert predicted_speedup(1.0, 0.0, 1.0, 4) == 5.0  # perfect free draft, free verification
+    assert predicted_speedup(0.0, 0.1, 2.0, 3) == pytest.approx(1 / 2.3)  # nothing accepted: pure overhead
+    assert predicted_speedup(0.5, 0.0, 1.0, 0) == 1.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_study_end_to_end(tmp_path):
+    target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2), seed=1))
+    draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2))
+    drafters = {"draft": DraftModel(draft), "prompt-lookup": PromptLookup(64), "layer-skip:1": LayerSkip(target, 1),
+                "self": DraftModel(target, name="self")}
+    res = run_study(target, drafters, ToyTokenizer(), ks=(1, 2), slow_ks=(2,), prompts_per_set=1, max_new_tokens=8,
+                    forward_ns=(1, 2, 3), progress=False, log=lambda m: None)
+    assert {(r["drafter"], r["k"]) for r in res["rows"]} == {("draft", 1), ("draft", 2), ("prompt-lookup", 1),
+                                                             ("prompt-lookup", 2), ("layer-skip:1", 2), ("self", 2)}
+    self_greedy = next(r for r in res["rows"] if r["drafter"] == "self" and r["setting"] == "greedy")
+    assert self_greedy["acceptance"] == 1.0 and self_greedy["tokens_per_pass"] > 2
+    assert res["r"][1] == 1.0 and all(np.isfinite(list(res["c"].values())))
+    assert len(res["best"]) == 8 and res["memory"]["peak_rss_bytes"] > 0
+    report = write_report(res, tmp_path / "out")
+    text = report.read_text()
+    assert "Headline" in text and "| greedy | self |" in text
+    assert json.loads((tmp_path / "out" / "study.json").read_text())["rows"]
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "out" / "speedup_greedy.png").exists() and (tmp_path / "out" / "verify_cost_memory.png").exists()
