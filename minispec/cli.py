@@ -47,6 +47,18 @@ class TextStream:
             self.printed = text
 
 
+def k_arg(text: str):
+    if text == "auto":
+        return text
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer or 'auto', got {text!r}") from None
+    if k < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer or 'auto', got {text!r}")
+    return k
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), >0 samples")
@@ -169,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda needs CuPy (default cpu)")
     g.add_argument("--draft", help=f"drafter: a draft model directory, prompt-lookup, layer-skip, or none for plain "
                                    f"decoding (default: weights/{DEFAULT_DRAFT} if present, else prompt-lookup)")
-    g.add_argument("--k", type=int, default=4, help="draft tokens per round (default 4)")
+    g.add_argument("--k", type=k_arg, default="auto",
+                   help="draft tokens per round, or auto: choose K each round from measured costs and acceptance, "
+                        "K = 0 when speculation does not pay (default auto)")
     g.add_argument("--layers", type=int, help="layers kept by --draft layer-skip (default 4/5 of the target's)")
     g.add_argument("--no-compare", dest="compare", action="store_false",
                    help="skip the plain-decoding run that measures the speedup")

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from .adaptive import FixedK, auto_k
 from .drafters import as_drafter
 from .generate import check_generate_args
 from .model import Model
@@ -34,6 +35,7 @@ class SpecStats:
     position_drafted: list = field(default_factory=list)  # [j]: rounds that drafted a token at position j+1
     position_accepted: list = field(default_factory=list)  # [j]: rounds that accepted it
     tokens_per_pass: dict = field(default_factory=dict)  # tokens emitted by a round -> how many rounds
+    rounds_log: list = field(default_factory=list)  # (drafted, accepted) of every round
     time_draft: float = 0.0
     time_verify: float = 0.0
     time_sample: float = 0.0
@@ -64,6 +66,7 @@ class SpecStats:
             self.position_drafted[j] += 1
             self.position_accepted[j] += j < n_accepted
         self.tokens_per_pass[emitted] = self.tokens_per_pass.get(emitted, 0) + 1
+        self.rounds_log.append((n_drafted, n_accepted))
 
 
 @dataclass
@@ -72,19 +75,31 @@ class SpecResult:
     stats: SpecStats
 
 
-def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4,
+def k_policy(k, target, drafter):
+    """k: an int (fixed K), "auto" (cost-aware adaptive K, see adaptive.py), or a policy object."""
+    if k == "auto":
+        return auto_k(target, drafter)
+    if isinstance(k, (int, np.integer)):
+        if k < 0:
+            raise ValueError(f"k must be a non-negative integer or 'auto', got {k}")
+        return FixedK(int(k))
+    if hasattr(k, "next_k") and hasattr(k, "observe"):
+        return k
+    raise ValueError(f"k must be a non-negative integer or 'auto', got {k!r}")
+
+
+def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, stop_ids=None,
                          on_token: Callable[[int], None] | None = None) -> SpecResult:
     """Generate like ``generate(target, ...)`` (the same distribution; greedy: the same tokens), faster
     when the drafter guesses well and cheaply. Stops after a token in ``stop_ids`` (included)."""
     ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
-    if int(k) != k or k < 0:
-        raise ValueError(f"k must be a non-negative integer, got {k}")
     drafter = as_drafter(drafter, target)
+    policy = k_policy(k, target, drafter)
     rng = np.random.default_rng(seed)
     stop = set(stop_ids or ())
-    stats = SpecStats(k)
+    stats = SpecStats(k if isinstance(k, int) else -1)
     tokens = [int(t) for t in ids]  # prompt + everything emitted so far
     out: list[int] = []
     if max_new_tokens == 0:
@@ -104,7 +119,8 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     while True:
         # 1. draft: never more guesses than tokens still wanted (minus the one the target adds)
         t0 = time.perf_counter()
-        draft_tokens, draft_probs = drafter.propose(tokens, min(k, max_new_tokens - len(out) - 1), warp_, rng)
+        k_round = min(policy.next_k(), max_new_tokens - len(out) - 1)
+        draft_tokens, draft_probs = drafter.propose(tokens, k_round, warp_, rng)
         t1 = time.perf_counter()
         # 2. verify: one target pass over the last token and the K guesses -> K+1 rows
         target_logits = target.forward([tokens[-1]] + list(draft_tokens), cache)  # [K+1, V]
@@ -123,6 +139,7 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
             if t in stop or len(out) == max_new_tokens:
                 break
         stats.record(len(draft_tokens), n, emitted)
+        policy.observe(len(draft_tokens), n, t1 - t0, t2 - t1)
         stats.target_forwards += 1
         stats.time_draft += t1 - t0
         stats.time_verify += t2 - t1

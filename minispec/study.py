@@ -83,7 +83,7 @@ SETTINGS = {"greedy": dict(temperature=0.0), "T=1": dict(temperature=1.0)}
 
 def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("greedy", "T=1"), prompts_per_set=4,
               max_new_tokens=96, prompt_sets=PROMPT_SETS, slow_ks=None, progress=True, peer=None,
-              forward_ns=tuple(range(1, 17)), log=print) -> dict:
+              forward_ns=tuple(range(1, 17)), auto=True, log=print) -> dict:
     """The whole study; returns a JSON-able dict. ``drafters``: name -> drafter. ``slow_ks`` limits the K
     values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip)."""
     t_start = time.perf_counter()
@@ -96,6 +96,13 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     r = {n: t[n] / t[1] for n in forward_ns}
     fixed_ctx = list(np.resize(np.asarray(ctx), context))
     step = {name: draft_step_time(d, fixed_ctx) for name, d in drafters.items()}
+    if auto:  # calibrate once, outside the timed runs (the cost model caches it per model)
+        from .adaptive import calibrate_verify
+
+        calibrate_verify(target, max(k for k in ks) + 1)
+        for d in drafters.values():
+            if getattr(d, "model", None) is not None:
+                calibrate_verify(d.model, 1)
     c = {name: s / t[1] for name, s in step.items()}
     log(f"target step {1e3 * t[1]:.2f} ms; r(2) = {r[2]:.2f}, r(5) = {r.get(5, float('nan')):.2f}; c = "
         + ", ".join(f"{n} {v:.3f}" for n, v in c.items()))
@@ -107,6 +114,8 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                 if (name == "self" or name.startswith("layer-skip")) and slow_ks is not None and k not in slow_ks:
                     continue
                 configs.append(Config(d, k, setting))
+            if auto:
+                configs.append(Config(d, "auto", setting))
     n_runs = sum(len(v) for v in prompts.values()) * (len(configs) + 2 * len(settings))
     bar = Progress(n_runs, "study", quiet=not progress)
     baseline = {s: [] for s in settings}
@@ -164,22 +173,25 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
             tokens_per_pass=cfg.tokens / cfg.rounds, tok_s=float(np.median(cfg.tok_s)),
             speedup=float(np.median(sp)), speedup_q1=float(np.quantile(sp, 0.25)),
             speedup_q3=float(np.quantile(sp, 0.75)),
-            predicted=predicted_speedup(a, c[name], r.get(cfg.k + 1, float("nan")), cfg.k),
-            r_k1=r.get(cfg.k + 1), c=c[name],
+            predicted=predicted_speedup(a, c[name], r.get(cfg.k + 1, float("nan")), cfg.k) if cfg.k != "auto" else None,
+            r_k1=r.get(cfg.k + 1) if cfg.k != "auto" else None, c=c[name],
             by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])))
                            for ps, v in cfg.prompt_sets.items()},
         ))
     best = []
     for setting in settings:
         for name in drafters:
-            mine = [x for x in rows if x["drafter"] == name and x["setting"] == setting]
+            mine = [x for x in rows if x["drafter"] == name and x["setting"] == setting and x["k"] != "auto"]
             if not mine:
                 continue
             m = max(mine, key=lambda x: x["speedup"])
             pk = max(mine, key=lambda x: x["predicted"])
+            au = next((x for x in rows if x["drafter"] == name and x["setting"] == setting and x["k"] == "auto"), None)
             best.append(dict(drafter=name, setting=setting, best_k=m["k"], acceptance=m["acceptance"],
                              speedup=m["speedup"], predicted=m["predicted"], predicted_best_k=pk["k"],
-                             r_k1=m["r_k1"], c=m["c"], tokens_per_pass=m["tokens_per_pass"]))
+                             r_k1=m["r_k1"], c=m["c"], tokens_per_pass=m["tokens_per_pass"],
+                             auto_speedup=au["speedup"] if au else None, auto_acceptance=au["acceptance"] if au else None,
+                             auto_tokens_per_pass=au["tokens_per_pass"] if au else None))
     models = {"target": target}
     models.update({n: d.model for n, d in drafters.items() if hasattr(d, "model") and n != "self"})
     used_ctx = int(np.mean([len(p) for v in prompts.values() for p in v])) + max_new_tokens
@@ -291,11 +303,11 @@ def format_report(res: dict, plots: list[str]) -> str:
          f"These are example numbers from one machine, not promises.", "",
          "## Headline: best K per drafter", "",
          "| setting | drafter | best K | acceptance | tokens/pass | measured speedup | predicted | predicted best K "
-         "| r(K+1) | c |", "|---|---|---|---|---|---|---|---|---|---|"]
+         "| r(K+1) | c | K=auto speedup |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for b in res["best"]:
         L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
                  f"{fmt(b['tokens_per_pass'])} | {fmt(b['speedup'])}x | {fmt(b['predicted'])}x | "
-                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} |")
+                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {fmt(b.get('auto_speedup'))}x |")
     L += ["", f"Plain decoding: {', '.join(f'{s} {v:.1f} tok/s' for s, v in res['baseline_tok_s'].items())} "
           f"(median over prompts).", "", "## Verify cost", "",
           f"Target forward over n new tokens after {res['context_for_costs']} cached ones "
@@ -347,7 +359,7 @@ def make_plots(res: dict, out: Path) -> list[str]:
     for setting in res["settings"]:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
         for name in dict.fromkeys(r["drafter"] for r in res["rows"]):
-            rows = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting]
+            rows = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting and r["k"] != "auto"]
             ks = [r["k"] for r in rows]
             ax1.plot(ks, [r["acceptance"] for r in rows], "o-", label=name)
             line = ax2.plot(ks, [r["speedup"] for r in rows], "o-", label=f"{name} measured")[0]

@@ -1,0 +1,101 @@
+"""Cost-aware adaptive K: the choice follows the cost model, and losslessness is unchanged."""
+
+import numpy as np
+import pytest
+
+from minispec import generate, load_model, rejection
+from minispec.adaptive import AutoK, calibrate_verify, expected_tokens
+from minispec.drafters import DraftModel, PromptLookup
+from minispec.equivalence import chisquare_gof
+from minispec.speculative import speculative_generate
+from minispec.tiny import tiny_config, write_random_model
+
+from .test_speculative import V, exact_two_tokens  # noqa: F401  (fixtures below reuse the same models)
+
+CPU_LIKE = {n: 0.010 * (1.0 if n == 1 else 2.2 + 0.02 * n) for n in range(1, 10)}  # r(2) = 2.2, flat after
+FLAT = {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}  # verification nearly free
+
+
+def policy(costs, draft_time, **kw):
+    return AutoK(costs, draft_time, k_max=8, learn_costs=False, **kw)
+
+
+def test_expected_tokens():
+    assert expected_tokens(0.0, 5) == 1.0 and expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 1) == pytest.approx(1.5)
+
+
+def test_picks_zero_when_nothing_pays_and_probes():
+    p = policy(CPU_LIKE, draft_time=0.005, prior=0.3)
+    ks = [p.next_k() for _ in range(16)]
+    assert ks.count(0) == 14 and ks.count(1) == 2  # plain decoding, with a K = 1 probe every 8 rounds
+
+
+def test_picks_long_drafts_when_verification_is_cheap_and_acceptance_high():
+    p = policy(FLAT, draft_time=0.0005, prior=0.9)
+    assert p.next_k() == 8
+    for _ in range(10):
+        p.observe(8, 0, 0, 0)  # acceptance collapses: every first guess rejected
+    assert p.acceptance < 0.3 and p.next_k() < 3
+
+
+def test_cpu_like_costs_need_high_acceptance():
+    low, high = policy(CPU_LIKE, 0.001, prior=0.6), policy(CPU_LIKE, 0.001, prior=0.95)
+    assert low.next_k() == 0 and high.next_k() >= 6
+
+
+def test_calibration_is_cached(tmp_path):
+    m = load_model(write_random_model(tmp_path / "m"))
+    a = calibrate_verify(m, 4)
+    assert set(a) == {1, 2, 3, 4} and calibrate_verify(m, 4) == a
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pair")
+    small = dict(vocab_size=V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
+    return target, draft
+
+
+# K in 0..3 varies from round to round with these costs and acceptances around 0.5-0.8
+MIXED = {n: 0.010 * (1 + 0.35 * (n - 1)) for n in range(1, 10)}
+
+
+def auto_counts(target, draft, runs, prompt):
+    counts, ks = np.zeros(V * V), set()
+    for seed in range(runs):
+        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, prior=0.6, prior_weight=1.0, decay=0.5)
+        toks = speculative_generate(target, DraftModel(draft), prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
+        counts[toks[0] * V + toks[1]] += 1
+        ks.update(pol.history)
+    return counts, ks
+
+
+def test_level3_with_auto_k(pair):
+    target, draft = pair
+    prompt = [1, 4, 2]
+    counts, ks = auto_counts(target, draft, 20_000, prompt)
+    assert len(ks) >= 3, ks  # the policy really varied K
+    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, prompt, temperature=1.0))
+    assert p > 1e-3, (chi2, dof, p)
+
+
+def test_level3_with_auto_k_catches_broken_rule(pair, monkeypatch):
+    target, draft = pair
+    monkeypatch.setattr(rejection, "residual", lambda p, q: p / p.sum())
+    counts, _ = auto_counts(target, draft, 20_000, [1, 4, 2])
+    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, [1, 4, 2], temperature=1.0))
+    assert p < 1e-6, (chi2, dof, p)
+
+
+def test_auto_greedy_equals_plain(tmp_path):
+    target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=3), seed=1))
+    draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2))
+    for prompt in ([5, 6, 7], [9] * 12):
+        want = generate(target, prompt, 40)
+        for d in (DraftModel(draft), PromptLookup(64), DraftModel(target)):
+            assert speculative_generate(target, d, prompt, 40, k="auto").tokens == want
+    with pytest.raises(ValueError, match="auto"):
+        speculative_generate(target, draft, [1], 3, k="fast")
