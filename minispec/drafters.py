@@ -45,28 +45,36 @@ class DraftModel:
                              "more than padding: the draft needs the target's tokenizer")
         self.cache, self.fed, self.forwards = None, [], 0
 
-    def _logits(self, new_tokens) -> np.ndarray:  # -> [V_target] for the position after new_tokens
-        self.forwards += 1
-        row = self.model.forward(new_tokens, self.cache)[-1]
-        if len(row) >= self.vocab:
-            return row[: self.vocab]  # padding rows of a larger draft vocabulary are never proposed
-        return np.concatenate([row, np.full(self.vocab - len(row), -np.inf, np.float32)])
+    def pad(self, rows: np.ndarray) -> np.ndarray:  # [T, V_draft] -> [T, V_target]
+        """Padding rows of a larger draft vocabulary are never proposed; a smaller one proposes nothing above it."""
+        if rows.shape[-1] >= self.vocab:
+            return rows[..., : self.vocab]
+        return np.concatenate([rows, np.full((*rows.shape[:-1], self.vocab - rows.shape[-1]), -np.inf, np.float32)], -1)
 
-    def propose(self, tokens, k, warp, rng):
-        if k == 0:
-            return [], np.zeros((0, self.vocab))
-        if self.cache is None or self.cache.max_len < len(tokens) + k:
-            self.cache, self.fed = self.model.new_cache(min(self.model.cfg.max_position_embeddings,
-                                                            max(2 * len(tokens) + 2 * k, 256))), []
+    def ensure_cache(self, length: int) -> None:
+        if self.cache is None or self.cache.max_len < length:
+            self.cache = self.model.new_cache(min(self.model.cfg.max_position_embeddings, max(2 * length, 256)))
+            self.fed = []
+
+    def feed(self, tokens) -> np.ndarray:
+        """Bring the cache to ``tokens`` (reusing the common prefix) -> logits [V] for the next position."""
         common = 0
         for a, b in zip(self.fed, tokens):
             if a != b:
                 break
             common += 1
-        common = min(common, len(tokens) - 1)  # always feed at least one token to get fresh logits
+        common = min(common, len(tokens) - 1, self.cache.length)  # always feed at least one token
         self.cache.rollback(common)
         self.fed = list(tokens)
-        logits = self._logits(tokens[common:])
+        self.forwards += 1
+        self.last_logits = self.pad(self.model.forward(tokens[common:], self.cache)[-1:])[0]
+        return self.last_logits
+
+    def propose(self, tokens, k, warp, rng):
+        if k == 0:
+            return [], np.zeros((0, self.vocab))
+        self.ensure_cache(len(tokens) + k)
+        logits = self.feed(tokens)
         draft_tokens, draft_probs = [], []
         for i in range(k):
             probs = warp(logits)  # [V]
@@ -74,7 +82,8 @@ class DraftModel:
             draft_tokens.append(x)
             draft_probs.append(probs)
             if i < k - 1:
-                logits = self._logits([x])
+                self.forwards += 1
+                logits = self.pad(self.model.forward([x], self.cache))[0]
                 self.fed.append(x)
         return draft_tokens, np.array(draft_probs)
 
@@ -96,15 +105,23 @@ class PromptLookup:
         self.vocab, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
         self.name, self.forwards = f"prompt-lookup:{max_ngram}", 0
 
-    def continuation(self, tokens, k: int) -> list[int]:
-        seq = np.asarray(tokens)
+    def continuations(self, tokens, k: int, limit: int) -> list[list[int]]:
+        """Up to ``limit`` distinct continuations (length <= k), longest n-gram first, most recent first."""
+        seq, out = np.asarray(tokens), []
         for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
             windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # every earlier n-gram
-            hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
-            if len(hits):
-                start = hits[-1] + n  # the most recent match
-                return [int(t) for t in seq[start: start + k]]
-        return []
+            for hit in np.flatnonzero((windows == seq[-n:]).all(axis=1))[::-1]:
+                cont = [int(t) for t in seq[hit + n: hit + n + k]]
+                if cont and cont not in out:
+                    out.append(cont)
+                    if len(out) == limit:
+                        return out
+        return out
+
+    def continuation(self, tokens, k: int) -> list[int]:
+        """What followed the most recent earlier occurrence of the longest matching n-gram."""
+        found = self.continuations(tokens, k, 1)
+        return found[0] if found else []
 
     def propose(self, tokens, k, warp, rng):
         draft_tokens = self.continuation(tokens, k) if k > 0 else []

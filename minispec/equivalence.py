@@ -67,3 +67,41 @@ def chisquare_two_sample(counts_a, counts_b) -> tuple[float, int, float]:
     table = table[:, table.sum(axis=0) > 0]
     chi2, p, dof, _ = stats.chi2_contingency(table, correction=False)
     return float(chi2), int(dof), float(p)
+
+
+def exact_tree_first_token_distribution(accept, p: np.ndarray, q: np.ndarray, deterministic: bool = False) -> np.ndarray:
+    """P(first emitted token = y) for a one-level tree of 2 children of the root, verified by ``accept``
+    (``tree.accept_tree``'s signature). Children are sampled without replacement from q, or
+    (``deterministic``) are q's top 2 with one-hot rows. Exact integration over the uniform draws."""
+    from . import rejection
+    from .tree import Tree, one_hot, without
+
+    V = len(p)
+    leaf = np.full(V, 1.0 / V)  # children's own distributions only matter for the bonus token
+    if deterministic:
+        top = np.argsort(-q, kind="stable")[:2]
+        pairs = [((int(top[0]), int(top[1])), 1.0, one_hot(int(top[0]), V), one_hot(int(top[1]), V))]
+    else:
+        pairs = []
+        for x1 in np.flatnonzero(q):
+            q2 = without(q, [x1])
+            for x2 in (np.flatnonzero(q2) if q2 is not None else []):
+                pairs.append(((int(x1), int(x2)), q[x1] * q2[x2], q, q2))
+    out = np.zeros(V)
+    for (x1, x2), weight, q1, q2 in pairs:
+        tree = Tree()
+        tree.add(0, x1, q1)
+        tree.add(0, x2, q2)
+        r1 = rejection.residual(p, q1)
+        rows = [p, r1, rejection.residual(r1, q2), leaf]
+        breaks = [b for row in rows if row.sum() > 0 for b in np.cumsum(row) / row.sum()]
+        u1, w1 = _midpoints([min(1.0, p[x1] / q1[x1])])
+        u2, w2 = _midpoints([min(1.0, r1[x2] / q2[x2]), min(1.0, p[x2] / q2[x2])])
+        u3, w3 = _midpoints(breaks)
+        target_probs = np.stack([p, leaf, leaf])
+        for a, wa in zip(u1, w1):
+            for b, wb in zip(u2, w2):
+                for c, wc in zip(u3, w3):
+                    path, t = accept(target_probs, tree, ScriptedRng([a, b, c]))
+                    out[tree.tokens[path[0]] if path else t] += weight * wa * wb * wc
+    return out

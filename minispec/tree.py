@@ -1,0 +1,292 @@
+"""Tree verification: verify several candidate continuations in ONE target pass.
+
+On a CPU the first extra row of a pass is expensive (OpenBLAS's gemm for 2 rows costs ~2x its gemv)
+but the next ones are nearly free (16 rows cost little more than 2). A chain of K guesses pays for
+a batch and uses little of it; a tree fills the batch with alternatives.
+
+A tree: node 0 is the root (the last emitted token, not yet in the cache); node i > 0 holds
+``tokens[i]``, a child of ``parents[i]``, drawn from ``draft_probs[i]`` (a [V] row). One target pass
+runs all nodes: node i sits at position ``cache.length + depth[i]`` and attends to the cache and to
+its ancestors only (``tree_mask``). Then ``accept_tree`` walks down from the root.
+
+The rule (multi-candidate speculative sampling: SpecInfer, Miao et al. 2023, arXiv 2305.09781; in
+the without-replacement form of Recursive Speculative Decoding, Jeon et al. 2024, arXiv 2402.14160):
+at a node with target distribution p and children x_1..x_m, where x_j was drawn from q_j (its
+``draft_probs`` row, e.g. the draft's q without x_1..x_{j-1}, or one-hot for a deterministic
+candidate):
+    accept x_j with probability min(1, p(x_j) / q_j(x_j)) and descend into it;
+    else p <- norm(max(0, p - q_j)) and try x_{j+1};
+    when every child is rejected, emit a token sampled from the current p and stop;
+    at a leaf, emit a bonus token sampled from the leaf's p.
+Each step is the one-candidate rule of ``rejection.py`` with target p and proposal q_j, applied
+given everything drawn before, so the emitted tokens are distributed exactly as the target's.
+Greedy decoding is the one-hot case: descend into the child equal to the target's argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import rejection
+from .sampling import sample
+
+
+@dataclass
+class Tree:
+    tokens: list = field(default_factory=lambda: [-1])  # node 0 is the root
+    parents: list = field(default_factory=lambda: [-1])
+    draft_probs: list = field(default_factory=lambda: [None])  # [V] row each node was drawn from
+
+    def add(self, parent: int, token: int, probs: np.ndarray) -> int:
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        self.draft_probs.append(probs)
+        return len(self.tokens) - 1
+
+    def __len__(self) -> int:  # draft nodes, root excluded
+        return len(self.tokens) - 1
+
+    def children(self, node: int) -> list[int]:
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def depths(self) -> np.ndarray:
+        d = np.zeros(len(self.tokens), dtype=np.int64)
+        for i in range(1, len(self.tokens)):
+            d[i] = d[self.parents[i]] + 1
+        return d
+
+    def path(self, node: int) -> list[int]:
+        """Nodes from the root's child down to ``node``."""
+        out = []
+        while node > 0:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+
+def tree_mask(parents: list[int], prefix: int) -> np.ndarray:  # -> [N+1, prefix + N+1] additive mask
+    n = len(parents)
+    visible = np.zeros((n, prefix + n), dtype=bool)
+    visible[:, :prefix] = True  # every node sees the committed context
+    for i in range(n):
+        j = i
+        while j >= 0:  # itself and its ancestors
+            visible[i, prefix + j] = True
+            j = parents[j]
+    return np.where(visible, 0.0, -np.inf).astype(np.float32)
+
+
+def verify_tree(target, cache, root_token: int, tree: Tree) -> np.ndarray:
+    """One target pass over the root and every node -> logits [N+1, V]."""
+    ids = np.array([root_token] + tree.tokens[1:], dtype=np.int64)
+    positions = cache.length + tree.depths()
+    return target.forward_masked(target.check_tokens(ids), cache, positions, tree_mask(tree.parents, cache.length))
+
+
+def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) -> tuple[list[int], int]:
+    """Walk the tree with the multi-candidate rule -> (accepted nodes, root to deepest, next token)."""
+    node, accepted = 0, []
+    while True:
+        p = target_probs[node]
+        for c in tree.children(node):
+            x, q = tree.tokens[c], tree.draft_probs[c]
+            if rng.random() < rejection.acceptance_probability(p[x], q[x]):
+                accepted.append(c)
+                node = c
+                break
+            p = rejection.residual(p, q)
+        else:
+            return accepted, sample(p, rng)
+
+
+def without(probs: np.ndarray, tokens) -> np.ndarray | None:
+    """probs with ``tokens`` removed, renormalised; None when nothing is left."""
+    q = probs.copy()
+    q[list(tokens)] = 0.0
+    s = q.sum()
+    return q / s if s > 1e-12 else None
+
+
+def one_hot(token: int, V: int) -> np.ndarray:
+    q = np.zeros(V)
+    q[token] = 1.0
+    return q
+
+
+def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, rng) -> list[int]:
+    """``width`` children of ``parent``: sampled without replacement from q = warp(logits), each with the
+    q it was drawn from; at temperature 0 (one-hot q) the top ``width`` logits instead, each one-hot."""
+    q = warp(logits)
+    if width > 1 and np.count_nonzero(q) == 1:  # greedy: deterministic candidates
+        return [tree.add(parent, int(t), one_hot(int(t), len(q))) for t in np.argsort(-logits, kind="stable")[:width]]
+    nodes = []
+    while len(nodes) < width and q is not None:
+        x = sample(q, rng)
+        nodes.append(tree.add(parent, x, q))
+        q = without(q, [x])
+    return nodes
+
+
+def draft_model_tree(drafter, tokens: list[int], width: int, depth: int, warp, rng) -> Tree:
+    """``width`` first tokens, each followed by a chain of ``depth - 1`` draft samples. The draft runs
+    one masked pass per level over the whole level; its tree entries are scratch (rolled back)."""
+    tree = Tree()
+    drafter.ensure_cache(len(tokens) + width * depth)
+    level = add_children(tree, 0, drafter.feed(tokens), width, warp, rng)
+    base = drafter.cache.length  # the draft cache holds every committed token, the root last (slot base-1)
+    for _ in range(depth - 1):
+        ids = np.array([tree.tokens[n] for n in level], dtype=np.int64)
+        mask = tree_mask(tree.parents, base - 1)[level[0]: level[-1] + 1, : base + level[-1]]  # node n: slot base-1+n
+        positions = base - 1 + tree.depths()[level]
+        drafter.forwards += 1
+        logits = drafter.pad(drafter.model.forward_masked(ids, drafter.cache, positions, mask))  # [len(level), V]
+        level = [add_children(tree, n, logits[i], 1, warp, rng)[0] for i, n in enumerate(level)]
+    drafter.cache.rollback(base)
+    return tree
+
+
+def prompt_lookup_tree(pl, tokens: list[int], width: int, depth: int) -> Tree:
+    """Up to ``width`` continuations of distinct earlier matches of the last n-gram, merged into a trie;
+    deterministic candidates, so every node's q is one-hot."""
+    tree = Tree()
+    for cont in pl.continuations(tokens, depth, width):
+        node = 0
+        for t in cont:
+            child = next((c for c in tree.children(node) if tree.tokens[c] == t), None)
+            node = child if child is not None else tree.add(node, t, one_hot(t, pl.vocab))
+    return tree
+
+
+def propose_tree(drafter, tokens, width: int, depth: int, warp, rng) -> Tree:
+    if width == 0 or depth == 0:
+        return Tree()
+    if hasattr(drafter, "continuations"):
+        return prompt_lookup_tree(drafter, tokens, width, depth)
+    return draft_model_tree(drafter, tokens, width, depth, warp, rng)
+
+
+class TreeShape:
+    """Choose (width, depth) per round from the cost model, as AutoK chooses K (see adaptive.py).
+
+    Expected tokens of a ``width`` x ``depth`` tree at acceptance a (independence assumed, the first
+    level tried ``width`` times): E = 1 + (1 - (1 - a)^width) (1 - a^depth) / (1 - a).
+    Time: depth draft passes over ``width`` rows plus one target pass over width * depth + 1 nodes.
+    A fixed shape is ``TreeShape.fixed(width, depth)``.
+    """
+
+    def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
+                 shape: tuple = (2, 4), learn: bool = True):
+        from .adaptive import AutoK
+
+        self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
+        self.acc = AutoK({1: 1.0}, 0.0, learn_costs=False)  # reused for its decaying acceptance estimate
+        self.learn, self.idle, self.history = learn, 0, []
+
+    @classmethod
+    def fixed(cls, width: int, depth: int) -> "TreeShape":
+        return cls({}, {}, auto=False, shape=(width, depth))
+
+    def expected(self, w: int, d: int) -> float:
+        a = self.acc.acceptance
+        if w == 0 or d == 0:
+            return 1.0
+        chain = float(d) if a >= 1 else (1 - a**d) / (1 - a)
+        return 1.0 + (1 - (1 - a) ** w) * chain
+
+    def cost(self, w: int, d: int) -> float:
+        if w == 0 or d == 0:
+            return self.verify_time[1]
+        return d * self.draft_time.get(w, self.draft_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
+
+    def next_shape(self) -> tuple[int, int]:
+        if not self.auto:
+            return self.shape
+        shapes = [(0, 0)] + [(w, d) for w in range(1, 5) for d in range(1, 9) if w * d <= self.max_nodes]
+        best = max(shapes, key=lambda s: self.expected(*s) / self.cost(*s))
+        if best == (0, 0):
+            self.idle += 1
+            if self.idle >= 8:
+                self.idle, best = 0, (1, 1)
+        self.history.append(best)
+        return best
+
+    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float, n_nodes: int) -> None:
+        if self.learn and n_nodes + 1 in self.verify_time:
+            self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
+        if depth:
+            self.acc.observe(depth, accepted, 0.0, 0.0)
+
+
+def auto_tree_shape(target, drafter, max_nodes: int = 16) -> TreeShape:
+    from .adaptive import calibrate_verify
+
+    verify = calibrate_verify(target, max_nodes + 1)
+    model = getattr(drafter, "model", None)
+    draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
+    return TreeShape(verify, draft, max_nodes)
+
+
+def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, shape=(2, 4),
+                              temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None,
+                              on_token=None):
+    """Like ``speculative_generate`` but each round verifies a token tree in one target pass.
+    ``shape``: (width, depth), "auto" (chosen per round by the cost model), or a TreeShape."""
+    import time
+
+    from .drafters import as_drafter
+    from .generate import check_generate_args
+    from .sampling import warp
+    from .speculative import SpecResult, SpecStats
+
+    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    drafter = as_drafter(drafter, target)
+    policy = (auto_tree_shape(target, drafter) if shape == "auto" else
+              shape if isinstance(shape, TreeShape) else TreeShape.fixed(*shape))
+    rng = np.random.default_rng(seed)
+    stop = set(stop_ids or ())
+    stats = SpecStats(-1)
+    tokens, out = [int(t) for t in ids], []
+    if max_new_tokens == 0:
+        return SpecResult(out, stats)
+
+    def warp_(logits):
+        return warp(logits, temperature, top_k, top_p)
+
+    forwards0 = getattr(drafter, "forwards", 0)
+    cache = target.new_cache(len(ids) + max_new_tokens + 4 * 16 + 1)  # room for a full tree past the end
+    if len(ids) > 1:
+        target.forward(ids[:-1], cache)
+        stats.target_forwards += 1
+    while True:
+        width, depth = policy.next_shape()
+        depth = min(depth, max_new_tokens - len(out) - 1)
+        t0 = time.perf_counter()
+        tree = propose_tree(drafter, tokens, width, depth, warp_, rng)
+        t1 = time.perf_counter()
+        pos0 = cache.length
+        logits = verify_tree(target, cache, tokens[-1], tree)  # [N+1, V]
+        t2 = time.perf_counter()
+        path, next_token = accept_tree(warp_(logits), tree, rng)
+        cache.keep(pos0, [0] + path)  # the root and the accepted nodes, compacted; siblings dropped
+        t3 = time.perf_counter()
+        emitted = 0
+        for t in [tree.tokens[n] for n in path] + [next_token]:
+            tokens.append(t)
+            out.append(t)
+            emitted += 1
+            if on_token:
+                on_token(t)
+            if t in stop or len(out) == max_new_tokens:
+                break
+        tree_depth = int(tree.depths().max()) if len(tree) else 0
+        stats.record(tree_depth, len(path), emitted)
+        stats.target_forwards += 1
+        stats.time_draft += t1 - t0
+        stats.time_verify += t2 - t1
+        stats.time_sample += t3 - t2
+        policy.observe(tree_depth, len(path), t1 - t0, t2 - t1, len(tree))
+        if out[-1] in stop or len(out) == max_new_tokens:
+            stats.draft_forwards = getattr(drafter, "forwards", 0) - forwards0
+            return SpecResult(out, stats)

@@ -1,0 +1,188 @@
+"""Tree verification: exact, Monte Carlo and sequence-level losslessness, greedy identity, cache compaction."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minispec import generate, load_model, rejection
+from minispec.drafters import DraftModel, PromptLookup
+from minispec.equivalence import chisquare_gof, exact_tree_first_token_distribution
+from minispec.sampling import sample
+from minispec.tiny import tiny_config, write_random_model
+from minispec.tree import Tree, TreeShape, accept_tree, tree_mask, tree_speculative_generate, verify_tree, without
+
+from .test_speculative import V, exact_two_tokens
+
+
+def broken(p, q):
+    return p / p.sum()
+
+
+def test_tree_mask_sees_context_and_ancestors_only():
+    parents = [-1, 0, 0, 1, 2]  # root; two children; one grandchild under each
+    m = tree_mask(parents, prefix=3) == 0
+    assert m[:, :3].all()
+    assert m[3, 3 + np.array([0, 1, 3])].all() and not m[3, 3 + 2] and not m[3, 3 + 4]
+    assert m[4, 3 + np.array([0, 2, 4])].all() and not m[4, 3 + 1]
+
+
+@st.composite
+def pq(draw):
+    n = draw(st.integers(2, 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    p, q = rng.dirichlet(np.ones(n) * 0.7), rng.dirichlet(np.ones(n) * 0.7)
+    if draw(st.booleans()):
+        p[rng.random(n) < 0.4] = 0
+        p[rng.integers(n)] += 0.2
+    return p / p.sum(), q
+
+
+@settings(max_examples=25, deadline=None)
+@given(pq(), st.booleans())
+def test_level1_tree_rule_is_exact(pair, deterministic):
+    p, q = pair
+    out = exact_tree_first_token_distribution(accept_tree, p, q, deterministic)
+    np.testing.assert_allclose(out, p, atol=1e-9)
+
+
+def test_level1_tree_rule_catches_broken_residual(monkeypatch):
+    p, q = np.array([0.6, 0.3, 0.1]), np.array([0.1, 0.3, 0.6])
+    monkeypatch.setattr(rejection, "residual", broken)
+    out = exact_tree_first_token_distribution(accept_tree, p, q)
+    assert np.abs(out - p).max() > 0.05
+
+
+def tree_mc_counts(n=20_000, seed=3):
+    """Root with 3 children sampled without replacement, each with one child: first two tokens."""
+    rng = np.random.default_rng(seed)
+    p0, q0 = np.array([0.5, 0.2, 0.2, 0.1]), np.array([0.1, 0.4, 0.3, 0.2])
+    p1 = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.6, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.1, 0.1, 0.1, 0.7]])
+    q1 = np.array([[0.3, 0.3, 0.2, 0.2], [0.5, 0.1, 0.2, 0.2], [0.1, 0.1, 0.1, 0.7], [0.25, 0.25, 0.25, 0.25]])
+    p2 = np.array([0.4, 0.3, 0.2, 0.1])  # any position-2 distribution (independent of context here)
+    counts = np.zeros(16)
+    for _ in range(n):
+        tree, q, kids = Tree(), q0, []
+        while len(kids) < 3 and q is not None:
+            x = sample(q, rng)
+            kids.append(tree.add(0, x, q))
+            q = without(q, [x])
+        for c in kids:
+            tree.add(c, sample(q1[tree.tokens[c]], rng), q1[tree.tokens[c]])
+        rows = [p0] + [p1[tree.tokens[i]] if tree.parents[i] == 0 else p2 for i in range(1, len(tree.tokens))]
+        path, t = accept_tree(np.stack(rows), tree, rng)
+        seq = [tree.tokens[i] for i in path] + [t]
+        if len(seq) < 2:  # the second token comes from the next round: the target's own conditional
+            seq.append(sample(p1[seq[0]], rng))
+        counts[seq[0] * 4 + seq[1]] += 1
+    return counts, (p0[:, None] * p1).ravel()
+
+
+def test_level2_tree_monte_carlo(monkeypatch):
+    counts, exact = tree_mc_counts()
+    chi2, dof, p = chisquare_gof(counts, exact)
+    assert p > 1e-3, (chi2, dof, p)
+    monkeypatch.setattr(rejection, "residual", broken)
+    counts, exact = tree_mc_counts()
+    chi2, dof, p = chisquare_gof(counts, exact)
+    assert p < 1e-6, (chi2, dof, p)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pair")
+    small = dict(vocab_size=V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
+    return target, draft
+
+
+def tree_counts(target, draft, runs, **w):
+    counts = np.zeros(V * V)
+    for seed in range(runs):
+        toks = tree_speculative_generate(target, DraftModel(draft), [1, 4, 2], 2, shape=(3, 2), seed=seed, **w).tokens
+        counts[toks[0] * V + toks[1]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("w", [dict(temperature=1.0), dict(temperature=0.8, top_k=4), dict(temperature=1.2, top_p=0.85)],
+                         ids=["T=1", "top_k", "top_p"])
+def test_level3_tree_sequence_distribution(pair, w):
+    target, draft = pair
+    chi2, dof, p = chisquare_gof(tree_counts(target, draft, 20_000, **w), exact_two_tokens(target, [1, 4, 2], **w))
+    assert p > 1e-3, (chi2, dof, p)
+
+
+def test_level3_tree_catches_broken_rule(pair, monkeypatch):
+    target, draft = pair
+    monkeypatch.setattr(rejection, "residual", broken)
+    chi2, dof, p = chisquare_gof(tree_counts(target, draft, 20_000, temperature=1.0),
+                                 exact_two_tokens(target, [1, 4, 2], temperature=1.0))
+    assert p < 1e-6, (chi2, dof, p)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("m")
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=3), seed=1))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1), seed=2))
+    return target, draft
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (4, 4), "auto"])
+def test_tree_greedy_equals_plain(models, shape):
+    target, draft = models
+    for prompt in ([5, 6, 7], [9] * 12, list(range(20)) + list(range(10))):
+        want = generate(target, prompt, 40)
+        for d in (DraftModel(draft), PromptLookup(64), DraftModel(target)):
+            got = []
+            res = tree_speculative_generate(target, d, prompt, 40, shape=shape, on_token=got.append)
+            assert res.tokens == want == got, (d.name, shape)
+
+
+def test_tree_stops_exactly(models):
+    target, _ = models
+    full = generate(target, [2, 7, 1, 8], 30)
+    stop = full[6]
+    res = tree_speculative_generate(target, DraftModel(target), [2, 7, 1, 8], 30, shape=(2, 4), stop_ids=[stop])
+    assert res.tokens == full[: full.index(stop) + 1]
+    for n in (1, 2, 7):
+        assert len(tree_speculative_generate(target, DraftModel(target), [2, 7], n, shape=(3, 4)).tokens) == n
+
+
+def test_self_draft_tree_accepts_full_depth(models):
+    target, _ = models
+    res = tree_speculative_generate(target, DraftModel(target), [1, 2, 3], 30, shape=(3, 4))
+    assert res.stats.tokens_per_pass == {5: 6}
+
+
+def test_cache_keep_compacts_accepted_path(models):
+    target, _ = models
+    rng = np.random.default_rng(0)
+    ids = [int(t) for t in rng.integers(0, 64, 10)]
+    cache = target.new_cache(40)
+    target.forward(ids[:-1], cache)  # the root (ids[-1]) is not in the cache yet
+    tree = Tree()
+    a, b = tree.add(0, 11, None), tree.add(0, 12, None)  # two children of the root
+    a1, b1 = tree.add(a, 13, None), tree.add(b, 14, None)
+    b2 = tree.add(b1, 15, None)
+    logits = verify_tree(target, cache, ids[-1], tree)
+    for node in (a, b, a1, b1, b2):  # each node's logits equal a plain forward of its own path
+        seq = ids + [tree.tokens[n] for n in tree.path(node)]
+        np.testing.assert_allclose(logits[node], target.forward(seq, target.new_cache(40))[-1], atol=1e-5)
+    cache.keep(9, [0] + tree.path(b2))  # keep the root and the path 12 -> 14 -> 15
+    assert cache.length == 13
+    nxt = target.forward([5], cache)
+    want = target.forward(ids + [12, 14, 15, 5], target.new_cache(40))[-1:]
+    np.testing.assert_allclose(nxt, want, atol=1e-5)
+
+
+def test_auto_shape_prefers_wide_trees_when_nodes_are_free():
+    flat = {n: 0.01 * (1 + 0.02 * n) for n in range(1, 18)}
+    pol = TreeShape(flat, {w: 0.0005 for w in range(1, 5)}, learn=False)
+    w, d = pol.next_shape()
+    assert w * d >= 8
+    steep = {n: 0.01 * n for n in range(1, 18)}  # every node costs a full pass
+    pol = TreeShape(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
+    pol.acc.successes, pol.acc.failures = 0.0, 20.0
+    assert pol.next_shape() == (0, 0)
