@@ -59,6 +59,18 @@ def k_arg(text: str):
     return k
 
 
+def tree_arg(text: str):
+    if text == "auto":
+        return text
+    try:
+        w, d = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxDEPTH (e.g. 3x4) or 'auto', got {text!r}") from None
+    if w < 1 or d < 1:
+        raise argparse.ArgumentTypeError(f"width and depth must be >= 1, got {text!r}")
+    return (w, d)
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), >0 samples")
@@ -107,7 +119,8 @@ def cmd_generate(args) -> int:
     model = load_model(model_dir)
     tok = load_tokenizer(model_dir)
     drafter = make_drafter(args.draft or default_drafter_spec(), model, model_dir, args.layers)
-    what = f"speculative, drafter {drafter.name}, k={args.k}" if drafter else "plain autoregressive decoding"
+    how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
+    what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
     print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
     text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
     prompt_ids = tok.encode(text)
@@ -122,7 +135,13 @@ def cmd_generate(args) -> int:
         dt = time.perf_counter() - t0
         print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
         return 0
-    res = speculative_generate(model, drafter, prompt_ids, args.max_new_tokens, k=args.k, on_token=stream, **sampling)
+    if args.tree:
+        from .tree import tree_speculative_generate
+
+        res = tree_speculative_generate(model, drafter, prompt_ids, args.max_new_tokens, shape=args.tree, on_token=stream,
+                                        **sampling)
+    else:
+        res = speculative_generate(model, drafter, prompt_ids, args.max_new_tokens, k=args.k, on_token=stream, **sampling)
     dt = time.perf_counter() - t0
     sys.stdout.write("\n")
     s = res.stats
@@ -184,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--k", type=k_arg, default="auto",
                    help="draft tokens per round, or auto: choose K each round from measured costs and acceptance, "
                         "K = 0 when speculation does not pay (default auto)")
+    g.add_argument("--tree", type=tree_arg, help="verify a token tree per round instead of a chain: WIDTHxDEPTH "
+                                                 "(e.g. 3x4) or auto (shape chosen per round by the cost model)")
     g.add_argument("--layers", type=int, help="layers kept by --draft layer-skip (default 4/5 of the target's)")
     g.add_argument("--no-compare", dest="compare", action="store_false",
                    help="skip the plain-decoding run that measures the speedup")

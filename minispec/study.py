@@ -25,6 +25,7 @@ from .generate import generate
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .speculative import speculative_generate
+from .tree import tree_speculative_generate
 
 
 def predicted_speedup(a: float, c: float, r_k1: float, k: int) -> float:
@@ -83,7 +84,7 @@ SETTINGS = {"greedy": dict(temperature=0.0), "T=1": dict(temperature=1.0)}
 
 def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("greedy", "T=1"), prompts_per_set=4,
               max_new_tokens=96, prompt_sets=PROMPT_SETS, slow_ks=None, progress=True, peer=None,
-              forward_ns=tuple(range(1, 17)), auto=True, log=print) -> dict:
+              forward_ns=tuple(range(1, 17)), auto=True, tree=True, log=print) -> dict:
     """The whole study; returns a JSON-able dict. ``drafters``: name -> drafter. ``slow_ks`` limits the K
     values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip)."""
     t_start = time.perf_counter()
@@ -100,6 +101,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
         from .adaptive import calibrate_verify
 
         calibrate_verify(target, max(k for k in ks) + 1)
+        calibrate_verify(target, 17)
         for d in drafters.values():
             if getattr(d, "model", None) is not None:
                 calibrate_verify(d.model, 1)
@@ -116,6 +118,8 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                 configs.append(Config(d, k, setting))
             if auto:
                 configs.append(Config(d, "auto", setting))
+            if tree:
+                configs.append(Config(d, "tree", setting))
     n_runs = sum(len(v) for v in prompts.values()) * (len(configs) + 2 * len(settings))
     bar = Progress(n_runs, "study", quiet=not progress)
     baseline = {s: [] for s in settings}
@@ -131,8 +135,12 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                 runs = []
                 for cfg in (c_ for c_ in configs if c_.setting == setting):
                     t0 = time.perf_counter()
-                    res = speculative_generate(target, cfg.drafter, p, max_new_tokens, k=cfg.k, seed=seed,
-                                               stop_ids=stop, **w)
+                    if cfg.k == "tree":
+                        res = tree_speculative_generate(target, cfg.drafter, p, max_new_tokens, shape="auto", seed=seed,
+                                                        stop_ids=stop, **w)
+                    else:
+                        res = speculative_generate(target, cfg.drafter, p, max_new_tokens, k=cfg.k, seed=seed,
+                                                   stop_ids=stop, **w)
                     runs.append((cfg, res, time.perf_counter() - t0))
                     bar.update()
                 t0 = time.perf_counter()
@@ -173,25 +181,28 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
             tokens_per_pass=cfg.tokens / cfg.rounds, tok_s=float(np.median(cfg.tok_s)),
             speedup=float(np.median(sp)), speedup_q1=float(np.quantile(sp, 0.25)),
             speedup_q3=float(np.quantile(sp, 0.75)),
-            predicted=predicted_speedup(a, c[name], r.get(cfg.k + 1, float("nan")), cfg.k) if cfg.k != "auto" else None,
-            r_k1=r.get(cfg.k + 1) if cfg.k != "auto" else None, c=c[name],
+            predicted=predicted_speedup(a, c[name], r.get(cfg.k + 1, float("nan")), cfg.k) if isinstance(cfg.k, int) else None,
+            r_k1=r.get(cfg.k + 1) if isinstance(cfg.k, int) else None, c=c[name],
             by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])))
                            for ps, v in cfg.prompt_sets.items()},
         ))
     best = []
     for setting in settings:
         for name in drafters:
-            mine = [x for x in rows if x["drafter"] == name and x["setting"] == setting and x["k"] != "auto"]
+            mine = [x for x in rows if x["drafter"] == name and x["setting"] == setting and isinstance(x["k"], int)]
             if not mine:
                 continue
             m = max(mine, key=lambda x: x["speedup"])
             pk = max(mine, key=lambda x: x["predicted"])
             au = next((x for x in rows if x["drafter"] == name and x["setting"] == setting and x["k"] == "auto"), None)
+            tr = next((x for x in rows if x["drafter"] == name and x["setting"] == setting and x["k"] == "tree"), None)
             best.append(dict(drafter=name, setting=setting, best_k=m["k"], acceptance=m["acceptance"],
                              speedup=m["speedup"], predicted=m["predicted"], predicted_best_k=pk["k"],
                              r_k1=m["r_k1"], c=m["c"], tokens_per_pass=m["tokens_per_pass"],
                              auto_speedup=au["speedup"] if au else None, auto_acceptance=au["acceptance"] if au else None,
-                             auto_tokens_per_pass=au["tokens_per_pass"] if au else None))
+                             auto_tokens_per_pass=au["tokens_per_pass"] if au else None,
+                             tree_speedup=tr["speedup"] if tr else None,
+                             tree_tokens_per_pass=tr["tokens_per_pass"] if tr else None))
     models = {"target": target}
     models.update({n: d.model for n, d in drafters.items() if hasattr(d, "model") and n != "self"})
     used_ctx = int(np.mean([len(p) for v in prompts.values() for p in v])) + max_new_tokens
@@ -303,11 +314,12 @@ def format_report(res: dict, plots: list[str]) -> str:
          f"These are example numbers from one machine, not promises.", "",
          "## Headline: best K per drafter", "",
          "| setting | drafter | best K | acceptance | tokens/pass | measured speedup | predicted | predicted best K "
-         "| r(K+1) | c | K=auto speedup |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| r(K+1) | c | K=auto speedup | tree speedup (tokens/pass) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for b in res["best"]:
         L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
                  f"{fmt(b['tokens_per_pass'])} | {fmt(b['speedup'])}x | {fmt(b['predicted'])}x | "
-                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {fmt(b.get('auto_speedup'))}x |")
+                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {fmt(b.get('auto_speedup'))}x | "
+                 f"{fmt(b.get('tree_speedup'))}x ({fmt(b.get('tree_tokens_per_pass'))}) |")
     L += ["", f"Plain decoding: {', '.join(f'{s} {v:.1f} tok/s' for s, v in res['baseline_tok_s'].items())} "
           f"(median over prompts).", "", "## Verify cost", "",
           f"Target forward over n new tokens after {res['context_for_costs']} cached ones "
@@ -359,7 +371,7 @@ def make_plots(res: dict, out: Path) -> list[str]:
     for setting in res["settings"]:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
         for name in dict.fromkeys(r["drafter"] for r in res["rows"]):
-            rows = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting and r["k"] != "auto"]
+            rows = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting and isinstance(r["k"], int)]
             ks = [r["k"] for r in rows]
             ax1.plot(ks, [r["acceptance"] for r in rows], "o-", label=name)
             line = ax2.plot(ks, [r["speedup"] for r in rows], "o-", label=f"{name} measured")[0]

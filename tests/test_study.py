@@ -39,12 +39,13 @@ def test_study_end_to_end(tmp_path):
                     forward_ns=(1, 2, 3), progress=False, log=lambda m: None)
     assert {(r["drafter"], r["k"]) for r in res["rows"]} == {
         ("draft", 1), ("draft", 2), ("prompt-lookup", 1), ("prompt-lookup", 2), ("layer-skip:1", 2), ("self", 2),
-        ("draft", "auto"), ("prompt-lookup", "auto"), ("layer-skip:1", "auto"), ("self", "auto")}
+        ("draft", "auto"), ("prompt-lookup", "auto"), ("layer-skip:1", "auto"), ("self", "auto"),
+        ("draft", "tree"), ("prompt-lookup", "tree"), ("layer-skip:1", "tree"), ("self", "tree")}
     self_greedy = next(r for r in res["rows"] if r["drafter"] == "self" and r["setting"] == "greedy")
     assert self_greedy["acceptance"] == 1.0 and self_greedy["tokens_per_pass"] > 2
     assert res["r"][1] == 1.0 and all(np.isfinite(list(res["c"].values())))
     assert len(res["best"]) == 8 and res["memory"]["peak_rss_bytes"] > 0
-    assert all(b["auto_speedup"] is not None for b in res["best"])
+    assert all(b["auto_speedup"] is not None and b["tree_speedup"] is not None for b in res["best"])
     report = write_report(res, tmp_path / "out")
     text = report.read_text()
     assert "Headline" in text and "| greedy | self |" in text
