@@ -1,5 +1,6 @@
 """Benchmarks. ``minispec bench``: the latency study (see ``study.py``);
-``minispec bench forward``: the cost of a target pass over n tokens.
+``minispec bench forward``: the cost of a target pass over n tokens;
+``minispec bench draft``: acceptance and cost of a draft model.
 
 Every figure is a median over repeats, and ratios are taken inside one run.
 """
@@ -141,6 +142,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else [a for i, a in enumerate(argv) if not (i == 0 and a == "--")]
     if argv and argv[0] == "forward":
         return bench_forward(argv[1:])
+    if argv and argv[0] == "draft":
+        from .draft_eval import main as draft_main
+
+        return draft_main(argv[1:])
     if argv and argv[0] == "study":
         argv = argv[1:]
     return bench_study(argv)

@@ -55,6 +55,13 @@ class SpecStats:
         n = sum(self.tokens_per_pass.values())
         return sum(t * c for t, c in self.tokens_per_pass.items()) / n if n else float("nan")
 
+    def add_times(self, t0: float, t1: float, t2: float, t3: float) -> None:
+        """One round: drafting t0..t1, the verification pass t1..t2, the rule t2..t3."""
+        self.target_forwards += 1
+        self.time_draft += t1 - t0
+        self.time_verify += t2 - t1
+        self.time_sample += t3 - t2
+
     def record(self, n_drafted: int, n_accepted: int, emitted: int) -> None:
         self.rounds += 1
         self.drafted += n_drafted
@@ -73,6 +80,20 @@ class SpecStats:
 class SpecResult:
     tokens: list[int]
     stats: SpecStats
+
+
+def emit(new_tokens, tokens: list, out: list, stop: set, max_new_tokens: int, on_token) -> int:
+    """Append a round's tokens, never past a stop token or max_new_tokens; -> how many were emitted."""
+    emitted = 0
+    for t in new_tokens:
+        tokens.append(t)
+        out.append(t)
+        emitted += 1
+        if on_token:
+            on_token(t)
+        if t in stop or len(out) == max_new_tokens:
+            break
+    return emitted
 
 
 def k_policy(k, target, drafter):
@@ -129,21 +150,10 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
         n, next_token = accept_reject(warp_(target_logits), draft_probs, draft_tokens, rng)
         t3 = time.perf_counter()
         cache.rollback(len(tokens) + n)  # keep the last token and the n accepted guesses
-        emitted = 0
-        for t in list(draft_tokens[:n]) + [next_token]:
-            tokens.append(t)
-            out.append(t)
-            emitted += 1
-            if on_token:
-                on_token(t)
-            if t in stop or len(out) == max_new_tokens:
-                break
+        emitted = emit(list(draft_tokens[:n]) + [next_token], tokens, out, stop, max_new_tokens, on_token)
         stats.record(len(draft_tokens), n, emitted)
+        stats.add_times(t0, t1, t2, t3)
         policy.observe(len(draft_tokens), n, t1 - t0, t2 - t1)
-        stats.target_forwards += 1
-        stats.time_draft += t1 - t0
-        stats.time_verify += t2 - t1
-        stats.time_sample += t3 - t2
         if out[-1] in stop or len(out) == max_new_tokens:
             stats.draft_forwards = getattr(drafter, "forwards", 0) - draft_forwards0
             return SpecResult(out, stats)

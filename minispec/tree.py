@@ -238,7 +238,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     from .drafters import as_drafter
     from .generate import check_generate_args
     from .sampling import warp
-    from .speculative import SpecResult, SpecStats
+    from .speculative import SpecResult, SpecStats, emit
 
     ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
     drafter = as_drafter(drafter, target)
@@ -271,21 +271,10 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         path, next_token = accept_tree(warp_(logits), tree, rng)
         cache.keep(pos0, [0] + path)  # the root and the accepted nodes, compacted; siblings dropped
         t3 = time.perf_counter()
-        emitted = 0
-        for t in [tree.tokens[n] for n in path] + [next_token]:
-            tokens.append(t)
-            out.append(t)
-            emitted += 1
-            if on_token:
-                on_token(t)
-            if t in stop or len(out) == max_new_tokens:
-                break
+        emitted = emit([tree.tokens[n] for n in path] + [next_token], tokens, out, stop, max_new_tokens, on_token)
         tree_depth = int(tree.depths().max()) if len(tree) else 0
         stats.record(tree_depth, len(path), emitted)
-        stats.target_forwards += 1
-        stats.time_draft += t1 - t0
-        stats.time_verify += t2 - t1
-        stats.time_sample += t3 - t2
+        stats.add_times(t0, t1, t2, t3)
         policy.observe(tree_depth, len(path), t1 - t0, t2 - t1, len(tree))
         if out[-1] in stop or len(out) == max_new_tokens:
             stats.draft_forwards = getattr(drafter, "forwards", 0) - forwards0

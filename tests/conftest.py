@@ -31,3 +31,16 @@ def tiny_model(tiny_model_dir):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+SMALL_V = 6  # level 3 needs a vocabulary small enough to enumerate every 2-token continuation
+
+
+@pytest.fixture(scope="session")
+def small_pair(tmp_path_factory):
+    """A tiny target and draft with a 6-token vocabulary, for sequence-level statistics."""
+    d = tmp_path_factory.mktemp("small_pair")
+    small = dict(vocab_size=SMALL_V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
+    return target, draft

@@ -51,12 +51,8 @@ def test_calibration_is_cached(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pair")
-    small = dict(vocab_size=V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
-    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
-    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
-    return target, draft
+def pair(small_pair):
+    return small_pair
 
 
 # K in 0..3 varies from round to round with these costs and acceptances around 0.5-0.8

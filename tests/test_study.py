@@ -52,3 +52,13 @@ def test_study_end_to_end(tmp_path):
     assert json.loads((tmp_path / "out" / "study.json").read_text())["rows"]
     pytest.importorskip("matplotlib")
     assert (tmp_path / "out" / "speedup_greedy.png").exists() and (tmp_path / "out" / "verify_cost_memory.png").exists()
+
+
+def test_acceptance_by_k_reads_rounds_at_k8():
+    from minispec.draft_eval import acceptance_by_k
+
+    log = [(8, 0), (8, 3), (8, 8), (2, 1), (0, 0)]  # (drafted, accepted) per round
+    acc = acceptance_by_k(log)
+    assert acc[1] == pytest.approx((0 + 1 + 1 + 1) / 4)
+    assert acc[4] == pytest.approx((0 + 3 + 4 + 1) / (4 + 4 + 4 + 2))
+    assert acc[8] == pytest.approx((0 + 3 + 8 + 1) / (8 + 8 + 8 + 2))

@@ -89,12 +89,8 @@ def test_level2_tree_monte_carlo(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pair")
-    small = dict(vocab_size=V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
-    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
-    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
-    return target, draft
+def pair(small_pair):
+    return small_pair
 
 
 def tree_counts(target, draft, runs, **w):

@@ -1,0 +1,125 @@
+"""How good is a draft? ``minispec bench draft``: acceptance at K = 1..8 on held-out prompts, the cost
+ratio c, and the speedup at the best K, greedy and at temperature 1.
+
+Acceptance at K is read off rounds run at K = 8: the first K guesses of a K = 8 round are drawn
+exactly as the guesses of a K round from the same context would be, and a K round would accept
+min(n, K) of them. So acceptance(K) = sum min(n, K) / sum min(drafted, K) over rounds. A direct run
+at K = 1 and K = 4 is reported next to it as a check of that estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from .generate import generate
+from .progress import Progress
+from .prompts import load_prompts
+from .speculative import speculative_generate
+
+SETTINGS = {"greedy": 0.0, "T=1": 1.0}
+
+
+def acceptance_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:
+    out = {}
+    for k in range(1, k_max + 1):
+        acc = sum(min(n, k) for d, n in rounds_log if d)
+        drafted = sum(min(d, k) for d, n in rounds_log if d)
+        out[k] = acc / drafted if drafted else float("nan")
+    return out
+
+
+def evaluate_draft(target, drafter, tok, sets=("code", "chat"), n_prompts=None, max_new_tokens=64, progress=True):
+    res = {}
+    for name in sets:
+        prompts = load_prompts(name, tok, n_prompts)
+        for setting, temp in SETTINGS.items():
+            bar = Progress(len(prompts), f"{name} {setting}", quiet=not progress)
+            log, direct = [], {1: [0, 0], 4: [0, 0]}
+            for i, p in enumerate(prompts):
+                r = speculative_generate(target, drafter, p, max_new_tokens, k=8, temperature=temp, seed=i,
+                                         stop_ids=tok.eos_ids)
+                log += r.stats.rounds_log
+                if i % 4 == 0:  # the direct check on a quarter of the prompts
+                    for k in direct:
+                        s = speculative_generate(target, drafter, p, max_new_tokens, k=k, temperature=temp, seed=i,
+                                                 stop_ids=tok.eos_ids).stats
+                        direct[k][0] += s.accepted
+                        direct[k][1] += s.drafted
+                bar.update()
+            bar.close()
+            res[f"{name} {setting}"] = dict(prompts=len(prompts), rounds=len(log), acceptance=acceptance_by_k(log),
+                                            direct={k: a / d if d else None for k, (a, d) in direct.items()})
+    return res
+
+
+def speed_at(target, drafter, tok, k: int, sets=("code", "chat"), n_prompts=10, max_new_tokens=64, temperature=0.0):
+    """Median over prompts of plain time / speculative time, measured side by side (plain before and after)."""
+    ratios = []
+    for name in sets:
+        for i, p in enumerate(load_prompts(name, tok, n_prompts)):
+            kw = dict(temperature=temperature, seed=i, stop_ids=tok.eos_ids)
+            t0 = time.perf_counter()
+            a = generate(target, p, max_new_tokens, **kw)
+            t1 = time.perf_counter()
+            b = speculative_generate(target, drafter, p, max_new_tokens, k=k, **kw).tokens
+            t2 = time.perf_counter()
+            generate(target, p, max_new_tokens, **kw)
+            t3 = time.perf_counter()
+            plain = len(a) / ((t1 - t0 + t3 - t2) / 2)
+            ratios.append((len(b) / (t2 - t1)) / plain)
+    return float(np.median(ratios)), float(np.quantile(ratios, 0.25)), float(np.quantile(ratios, 0.75))
+
+
+def main(argv=None) -> int:
+    from .bench import forward_times
+    from .cli import default_drafter_spec, make_drafter, resolve_model
+    from .model import load_model
+    from .study import draft_step_time
+    from .tokenizer import load_tokenizer
+
+    p = argparse.ArgumentParser(prog="minispec bench draft", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", help="draft model directory (default: the shipped draft)")
+    p.add_argument("--prompts", type=int, help="prompts per set (default: all, >= 50 for code and chat)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--speed-prompts", type=int, default=10, help="prompts per set for the speedup (default 10)")
+    p.add_argument("--json", help="also write the figures here")
+    a = p.parse_args(argv)
+    target_dir = resolve_model(a.model)
+    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    drafter = make_drafter(a.draft or default_drafter_spec(), target, target_dir)
+    t = forward_times(target, (1,), context=128, repeats=20)[1]
+    ctx = load_prompts("code", tok, 1)[0] * 4
+    c = draft_step_time(drafter, ctx) / t
+    acc = evaluate_draft(target, drafter, tok, n_prompts=a.prompts, max_new_tokens=a.max_new_tokens)
+    print(f"draft {drafter.name}: c = {c:.3f} (draft step / target step of {1e3 * t:.2f} ms)")
+    print(f"{'':14}" + "".join(f"{'K=' + str(k):>7}" for k in range(1, 9)) + "   direct K=1, K=4")
+    for name, r in acc.items():
+        print(f"{name:14}" + "".join(f"{r['acceptance'][k]:7.3f}" for k in range(1, 9))
+              + f"   {r['direct'][1]:.3f}, {r['direct'][4]:.3f}")
+    speeds = {}
+    for setting, temp in SETTINGS.items():
+        code = acc[f"code {setting}"]["acceptance"]
+        from .study import predicted_speedup
+
+        r = {n: v / t for n, v in forward_times(target, tuple(range(1, 10)), context=128, repeats=5).items()}
+        best = max(range(1, 9), key=lambda k: predicted_speedup(code[k], c, r[k + 1], k))
+        speeds[setting] = dict(k=best, speedup=speed_at(target, drafter, tok, best, n_prompts=a.speed_prompts,
+                                                        max_new_tokens=a.max_new_tokens, temperature=temp))
+        m, q1, q3 = speeds[setting]["speedup"]
+        print(f"{setting}: predicted best K = {best}; measured speedup {m:.2f}x (quartiles {q1:.2f}-{q3:.2f}) "
+              f"over plain decoding, code + chat prompts, side by side")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(c=c, target_step_ms=1e3 * t, acceptance=acc, speed=speeds), f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
