@@ -171,3 +171,18 @@ def test_random_tensors_cover_config():
     cfg = ModelConfig.from_dict(tiny_config("Qwen2ForCausalLM"))
     t = random_tensors(cfg)
     assert "model.layers.0.self_attn.q_proj.bias" in t and "lm_head.weight" in t
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17])
+def test_linear_equals_matmul_for_every_row_count(T):
+    rng = np.random.default_rng(T)
+    x = rng.standard_normal((T, 48)).astype(np.float32)
+    w = rng.standard_normal((48, 5000)).astype(np.float32)  # wide enough for several column blocks
+    model_mod.CACHE_BYTES, saved = 48 * 4 * 700, model_mod.CACHE_BYTES
+    try:
+        got = model_mod.linear(x, w)
+    finally:
+        model_mod.CACHE_BYTES = saved
+    assert got.dtype == np.float32 and got.shape == (T, 5000)
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(model_mod.linear(x, w.T.copy().T), x @ w, rtol=1e-5, atol=1e-4)  # transposed view
