@@ -16,20 +16,46 @@ the same rejection rule, so the output distribution is unchanged.
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import time
 
 import numpy as np
 
-_CALIBRATION: dict = {}  # (id(model), k_max) -> {n: seconds}
+_CALIBRATION: dict = {}  # (id(model), n_max) -> {n: seconds}
 
 
 def expected_tokens(a: float, k: int) -> float:
     return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
+def _disk_key(model, n_max: int) -> str:
+    from . import backend
+
+    c = model.cfg
+    return (f"{model.name}|{model.weight_bytes}|{c.num_layers}x{c.hidden_size}|{backend.DEVICE}|{n_max}|"
+            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
+
+
+def _disk_file():
+    from .convert import cache_dir
+
+    return cache_dir() / "calibration.json"
+
+
 def calibrate_verify(target, n_max: int, context: int = 64, repeats: int = 2) -> dict[int, float]:
-    """Median seconds of a target pass over n = 1..n_max tokens (cached per model)."""
+    """Median seconds of a target pass over n = 1..n_max tokens. Cached per model in memory and on disk
+    (``~/.cache/minispec/calibration.json``, keyed by model, machine and NumPy), since it takes about a
+    second; rounds then refine it as they are timed."""
     key = (id(target), n_max)
+    if key not in _CALIBRATION and os.environ.get("MINISPEC_NO_CALIBRATION_CACHE") is None:
+        try:
+            stored = json.loads(_disk_file().read_text()).get(_disk_key(target, n_max))
+            if stored:
+                _CALIBRATION[key] = {int(n): float(t) for n, t in stored.items()}
+        except (OSError, ValueError):
+            pass
     if key not in _CALIBRATION:
         rng = np.random.default_rng(0)
         cache = target.new_cache(context + n_max)
@@ -42,6 +68,14 @@ def calibrate_verify(target, n_max: int, context: int = 64, repeats: int = 2) ->
                 target.forward(rng.integers(0, target.cfg.vocab_size, n), cache)
                 times[n].append(time.perf_counter() - t0)
         _CALIBRATION[key] = {n: float(np.median(t[1:])) for n, t in times.items()}
+        try:
+            f = _disk_file()
+            data = json.loads(f.read_text()) if f.exists() else {}
+            data[_disk_key(target, n_max)] = _CALIBRATION[key]
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(data, indent=1))
+        except (OSError, ValueError):
+            pass
     return dict(_CALIBRATION[key])
 
 
