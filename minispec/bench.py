@@ -109,7 +109,7 @@ def bench_study(argv) -> int:
     p.add_argument("--ks", help="comma-separated K values (default 1..8; quick 1,2,4)")
     p.add_argument("--slow-ks", help="K values for the slow drafters layer-skip and self (default 1,4,8; quick 4)")
     p.add_argument("--prompts-per-set", type=int, help="prompts from each of code, chat, grounded (default 3; quick 1)")
-    p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 96; quick 32)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 64; quick 32)")
     p.add_argument("--layers", type=int, default=24, help="layers of the layer-skip drafter (default 24)")
     p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
     a = p.parse_args(argv)
@@ -130,7 +130,7 @@ def bench_study(argv) -> int:
     drafters["self"] = DraftModel(target, name="self")
     peer = transformers_peer(target_dir, draft_dir) if a.peer and not q else None
     res = run_study(target, drafters, tok, ks=ks, slow_ks=slow, prompts_per_set=a.prompts_per_set or (1 if q else 3),
-                    max_new_tokens=a.max_new_tokens or (32 if q else 96), peer=peer,
+                    max_new_tokens=a.max_new_tokens or (32 if q else 64), peer=peer,
                     forward_ns=tuple(range(1, 9 if q else 17)), log=lambda m: print(m, file=sys.stderr))
     report = write_report(res, Path(a.out))
     print(report.read_text())
