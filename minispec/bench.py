@@ -1,6 +1,7 @@
 """Benchmarks. ``minispec bench``: the latency study (see ``study.py``);
 ``minispec bench forward``: the cost of a target pass over n tokens;
-``minispec bench draft``: acceptance and cost of a draft model.
+``minispec bench draft``: acceptance and cost of a draft model;
+``minispec bench decode``: plain decoding against transformers' generate.
 
 Every figure is a median over repeats, and ratios are taken inside one run.
 """
@@ -12,6 +13,7 @@ import json
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -88,7 +90,6 @@ def bench_forward(argv) -> int:
 
 
 def bench_study(argv) -> int:
-    from pathlib import Path
 
     from .cli import default_drafter_spec, make_drafter, resolve_model
     from .drafters import DraftModel
@@ -138,10 +139,70 @@ def bench_study(argv) -> int:
     return 0
 
 
+def bench_decode(argv) -> int:
+    """minispec's plain decoding vs transformers' generate on the same target, side by side."""
+    import resource
+    import subprocess
+
+    from .cli import resolve_model
+    from .generate import generate
+    from .model import load_model
+    from .tokenizer import load_tokenizer
+
+    p = argparse.ArgumentParser(prog="minispec bench decode",
+                                description="decode tokens/s of minispec and of transformers' generate (greedy), "
+                                            "interleaved, median of repeats; and peak memory of `minispec generate`")
+    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--prompt", default="Write a short story about a robot who learns to paint.")
+    a = p.parse_args(argv)
+    d = resolve_model(a.model)
+    model, tok = load_model(d), load_tokenizer(d)
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": a.prompt}]))
+    try:
+        import torch
+        import transformers
+
+        torch.set_num_threads(2)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+    except ImportError:
+        hf = None
+    ours, theirs, same = [], [], None
+    for _ in range(a.repeats):
+        t0 = time.perf_counter()
+        out = generate(model, ids, a.max_new_tokens)
+        ours.append(len(out) / (time.perf_counter() - t0))
+        if hf is not None:
+            x = torch.tensor([ids])
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=a.max_new_tokens,
+                                min_new_tokens=a.max_new_tokens, do_sample=False, pad_token_id=0)
+            theirs.append((y.shape[1] - len(ids)) / (time.perf_counter() - t0))
+            same = y[0, len(ids):].tolist() == out
+    print(f"{a.max_new_tokens} new tokens, greedy, median of {a.repeats}, side by side:")
+    print(f"  minispec      {np.median(ours):6.1f} tok/s  ({1e3 / np.median(ours):.1f} ms/token)")
+    if theirs:
+        print(f"  transformers  {np.median(theirs):6.1f} tok/s  ({1e3 / np.median(theirs):.1f} ms/token), "
+              f"torch {torch.__version__}; same tokens: {same}")
+        print(f"  ratio minispec / transformers: {np.median(ours) / np.median(theirs):.2f}")
+    cmd = [sys.executable, "-m", "minispec", "generate", "--model", str(d), "--draft", "none", "--chat",
+           "--prompt", a.prompt, "--max-new-tokens", str(a.max_new_tokens)]
+    subprocess.run(cmd, capture_output=True, check=True)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    size = sum(f.stat().st_size for f in Path(d).iterdir() if f.is_file())
+    print(f"peak resident memory of `minispec generate` (plain, {a.max_new_tokens} tokens): {peak / 1e6:.0f} MB; "
+          f"model directory on disk: {size / 1e6:.0f} MB")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else [a for i, a in enumerate(argv) if not (i == 0 and a == "--")]
     if argv and argv[0] == "forward":
         return bench_forward(argv[1:])
+    if argv and argv[0] == "decode":
+        return bench_decode(argv[1:])
     if argv and argv[0] == "draft":
         from .draft_eval import main as draft_main
 
