@@ -90,7 +90,6 @@ def bench_forward(argv) -> int:
 
 
 def bench_study(argv) -> int:
-
     from .cli import default_drafter_spec, make_drafter, resolve_model
     from .drafters import DraftModel
     from .model import load_model
