@@ -10,7 +10,7 @@ import argparse
 import time
 
 from minispec import generate, load_model, load_tokenizer
-from minispec.cli import default_drafter_spec, make_drafter, resolve_model
+from minispec.cli import make_drafter, resolve_model, shipped_draft
 from minispec.prompts import PROMPT_SETS, load_prompts
 from minispec.speculative import speculative_generate
 
@@ -25,8 +25,8 @@ def main():
     target_dir = resolve_model(args.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     specs = ["layer-skip", "prompt-lookup"]
-    if default_drafter_spec() != "prompt-lookup":
-        specs.insert(0, default_drafter_spec())
+    if shipped_draft():
+        specs.insert(0, shipped_draft())
     drafters = [make_drafter(s, target, target_dir) for s in specs]
     prompts = [p for name in PROMPT_SETS for p in load_prompts(name, tok, args.prompts)]
 

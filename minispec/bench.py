@@ -90,7 +90,7 @@ def bench_forward(argv) -> int:
 
 
 def bench_study(argv) -> int:
-    from .cli import default_drafter_spec, make_drafter, resolve_model
+    from .cli import make_drafter, resolve_model, shipped_draft
     from .drafters import DraftModel
     from .model import load_model
     from .study import run_study, transformers_peer, write_report
@@ -119,7 +119,7 @@ def bench_study(argv) -> int:
     target_dir = resolve_model(a.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     drafters, draft_dir = {}, None
-    spec = a.draft or default_drafter_spec()
+    spec = a.draft or shipped_draft() or "prompt-lookup"
     if spec != "prompt-lookup":
         d = make_drafter(spec, target, target_dir)
         drafters[d.name] = d

@@ -126,14 +126,14 @@ def format_check(res: dict) -> str:
 
 
 def main_check(args) -> int:
-    from .cli import default_drafter_spec, make_drafter, resolve_model
+    from .cli import make_drafter, resolve_model, shipped_draft
     from .drafters import LayerSkip, PromptLookup
     from .model import load_model
     from .tokenizer import load_tokenizer
 
     target_dir = resolve_model(args.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
-    spec = args.draft or default_drafter_spec()
+    spec = args.draft or shipped_draft() or "prompt-lookup"
     main = make_drafter(spec, target, target_dir) if spec != "prompt-lookup" else LayerSkip(target, layers=24)
     greedy = [main, PromptLookup(target.cfg.vocab_size)]
     if not isinstance(main, LayerSkip):

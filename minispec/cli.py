@@ -82,11 +82,18 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.train_draft, shipped in weights/
 
 
-def default_drafter_spec() -> str:
+def shipped_draft() -> str | None:
+    """The trained draft in weights/, when present."""
     from .convert import default_weights_dir
 
     d = default_weights_dir() / DEFAULT_DRAFT
-    return str(d) if (d / "model.safetensors").exists() else "prompt-lookup"
+    return str(d) if (d / "model.safetensors").exists() else None
+
+
+def default_drafter_spec() -> str:
+    """The drafter `minispec generate` uses: prompt lookup with K chosen per round. Measured on a 2-core CPU
+    (docs/study/report.md), it is the only drafter that pays there; the shipped draft accepts too little."""
+    return "prompt-lookup"
 
 
 def make_drafter(spec: str, target, target_dir, layers: int | None = None):
@@ -198,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--no-stop", action="store_true", help="do not stop at the end-of-sequence token")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda needs CuPy (default cpu)")
-    g.add_argument("--draft", help=f"drafter: a draft model directory, prompt-lookup, layer-skip, or none for plain "
-                                   f"decoding (default: weights/{DEFAULT_DRAFT} if present, else prompt-lookup)")
+    g.add_argument("--draft", help=f"drafter: a draft model directory (e.g. weights/{DEFAULT_DRAFT}), prompt-lookup, "
+                                   "layer-skip, or none for plain decoding (default: prompt-lookup, the measured best)")
     g.add_argument("--k", type=k_arg, default="auto",
                    help="draft tokens per round, or auto: choose K each round from measured costs and acceptance, "
                         "K = 0 when speculation does not pay (default auto)")

@@ -77,7 +77,7 @@ def speed_at(target, drafter, tok, k: int, sets=("code", "chat"), n_prompts=10, 
 
 def main(argv=None) -> int:
     from .bench import forward_times
-    from .cli import default_drafter_spec, make_drafter, resolve_model
+    from .cli import make_drafter, resolve_model, shipped_draft
     from .model import load_model
     from .study import draft_step_time
     from .tokenizer import load_tokenizer
@@ -93,7 +93,10 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     target_dir = resolve_model(a.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
-    drafter = make_drafter(a.draft or default_drafter_spec(), target, target_dir)
+    spec = a.draft or shipped_draft()
+    if spec is None:
+        raise SystemExit("error: no draft model: pass --draft DIR")
+    drafter = make_drafter(spec, target, target_dir)
     t = forward_times(target, (1,), context=128, repeats=20)[1]
     ctx = load_prompts("code", tok, 1)[0] * 4
     c = draft_step_time(drafter, ctx) / t

@@ -6,7 +6,7 @@ pytest.importorskip("gguf")
 
 from minispec import load_model, load_tokenizer  # noqa: E402
 from minispec.check import format_check, run_check, token_bins  # noqa: E402
-from minispec.cli import default_drafter_spec, make_drafter  # noqa: E402
+from minispec.cli import make_drafter, shipped_draft  # noqa: E402
 from minispec.convert import fetch_smollm2  # noqa: E402
 from minispec.drafters import LayerSkip, PromptLookup  # noqa: E402
 
@@ -15,7 +15,7 @@ from minispec.drafters import LayerSkip, PromptLookup  # noqa: E402
 def setup():
     d = fetch_smollm2(log=lambda m: None)
     target, tok = load_model(d), load_tokenizer(d)
-    spec = default_drafter_spec()
+    spec = shipped_draft() or "prompt-lookup"
     main = make_drafter(spec, target, d) if spec != "prompt-lookup" else LayerSkip(target, layers=24)
     return target, tok, main
 
