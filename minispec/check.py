@@ -146,6 +146,6 @@ def main_check(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)
-    ok = res["sampling"]["p_value"] > 1e-3 and all(
+    ok = res["sampling"]["p_value"] > 1e-3 and res.get("sampling_broken_rule", {}).get("p_value", 0.0) < 1e-3 and all(
         m["top2_logit_gap"] < 1e-3 for g in res["greedy"] for m in g["mismatches"])
     return 0 if ok else 1

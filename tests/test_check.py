@@ -46,4 +46,7 @@ def test_level4_full(setup):
     greedy = [main, PromptLookup(target.cfg.vocab_size), LayerSkip(target, layers=24)]
     res = run_check(target, tok, main, greedy, n_tokens=9200, broken=True, progress=False)
     check_result(res)
-    assert res["sampling_broken_rule"]["p_value"] < 1e-6, format_check(res)
+    # The broken rule must fail the same 1e-3 threshold the real rule passes. It is not far below it:
+    # with this draft's low acceptance at T=1 (~0.2 per token) most tokens come from the residual
+    # step either way, so the bias is small (measured: p = 4.3e-5 broken vs 0.037 real).
+    assert res["sampling_broken_rule"]["p_value"] < 1e-3, format_check(res)
