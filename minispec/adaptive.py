@@ -9,8 +9,10 @@ The Leviathan et al. model with measured costs instead of assumed ones:
 ``t_verify(n)`` comes from a short calibration of the target (cached per model) and is refined by
 the timings of real rounds; ``t_draft`` likewise. The acceptance ``a`` is a decaying estimate over
 recent rounds: a round that accepted n of K guesses is n successes and, if n < K, one failure.
-K = 0 means "do not speculate" (plain decoding); every ``probe_every`` such rounds, one K = 1
-round keeps the acceptance estimate alive. The policy only picks K: the tokens still come from
+K = 0 means "do not speculate" (plain decoding). After ``probe_every`` such rounds one K = 1 round
+keeps the acceptance estimate alive; a probe that finds nothing doubles the wait before the next, and
+no probe is made at all when even perfect acceptance could not beat plain decoding (a drafter as
+slow as the target). The policy only picks K: the tokens still come from
 the same rejection rule, so the output distribution is unchanged.
 """
 
@@ -101,6 +103,7 @@ class AutoK:
         self.learn_costs = learn_costs  # False: keep the given costs (deterministic, for tests)
         self.successes = self.failures = 0.0
         self.idle = 0  # consecutive K = 0 rounds
+        self.wait = probe_every  # K = 0 rounds before the next probe (doubles after a failed probe)
         self.history: list[int] = []
 
     @property
@@ -111,14 +114,19 @@ class AutoK:
         """Expected tokens per second at K."""
         return expected_tokens(self.acceptance, k) / (k * self.draft_time + self.verify_time[k + 1])
 
+    def hopeless(self) -> bool:
+        """True when no K could beat plain decoding even if every guess were accepted."""
+        best = max(float(k + 1) / (k * self.draft_time + self.verify_time[k + 1]) for k in range(1, self.k_max + 1))
+        return best <= 1.0 / self.verify_time[1]
+
     def next_k(self) -> int:
         k = max(range(self.k_max + 1), key=self.rate)
         if k == 0:
             self.idle += 1
-            if self.idle >= self.probe_every:
+            if self.idle >= self.wait and not self.hopeless():
                 self.idle, k = 0, 1
         else:
-            self.idle = 0
+            self.idle, self.wait = 0, self.probe_every
         self.history.append(k)
         return k
 
@@ -128,6 +136,8 @@ class AutoK:
             self.verify_time[n] = 0.8 * self.verify_time[n] + 0.2 * t_verify
         if drafted == 0:
             return
+        if self.history and self.history[-1] == 1 and accepted == 0 and self.rate(0) >= self.rate(1):
+            self.wait = min(2 * self.wait, 256)  # a failed probe: wait longer for the next one
         if self.learn_costs:
             self.draft_time = 0.8 * self.draft_time + 0.2 * (t_draft / drafted)
         self.successes = self.decay * self.successes + accepted

@@ -25,10 +25,18 @@ def test_expected_tokens():
     assert expected_tokens(0.5, 1) == pytest.approx(1.5)
 
 
-def test_picks_zero_when_nothing_pays_and_probes():
+def test_picks_zero_when_nothing_pays_and_probes_with_backoff():
     p = policy(CPU_LIKE, draft_time=0.005, prior=0.3)
+    ks = [p.next_k() for _ in range(8)]
+    assert ks == [0] * 7 + [1]  # plain decoding, then a K = 1 probe
+    p.observe(1, 0, 0.005, 0.022)  # the probe found nothing
     ks = [p.next_k() for _ in range(16)]
-    assert ks.count(0) == 14 and ks.count(1) == 2  # plain decoding, with a K = 1 probe every 8 rounds
+    assert ks == [0] * 15 + [1]  # the next probe waits twice as long
+
+
+def test_never_probes_a_drafter_as_slow_as_the_target():
+    p = policy(CPU_LIKE, draft_time=0.010, prior=0.3)  # c = 1: even a = 1 cannot pay
+    assert p.hopeless() and set(p.next_k() for _ in range(100)) == {0}
 
 
 def test_picks_long_drafts_when_verification_is_cheap_and_acceptance_high():
