@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .adaptive import expected_tokens
 from .bench import forward_times
 from .generate import generate
 from .progress import Progress
@@ -32,12 +33,7 @@ def predicted_speedup(a: float, c: float, r_k1: float, k: int) -> float:
     """Expected tokens per round over the round's cost in target-step units."""
     if k == 0:
         return 1.0
-    tokens = k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
-    return tokens / (k * c + r_k1)
-
-
-def expected_tokens(a: float, k: int) -> float:
-    return k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+    return expected_tokens(a, k) / (k * c + r_k1)
 
 
 def draft_step_time(drafter, tokens: list[int], repeats: int = 20) -> float:

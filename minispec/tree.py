@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
+from .adaptive import expected_tokens
 from .sampling import sample
 
 
@@ -192,8 +193,7 @@ class TreeShape:
         a = self.acc.acceptance
         if w == 0 or d == 0:
             return 1.0
-        chain = float(d) if a >= 1 else (1 - a**d) / (1 - a)
-        return 1.0 + (1 - (1 - a) ** w) * chain
+        return 1.0 + (1 - (1 - a) ** w) * expected_tokens(a, d - 1)  # chain of d: 1 + a + .. + a^(d-1)
 
     def cost(self, w: int, d: int) -> float:
         if w == 0 or d == 0:
