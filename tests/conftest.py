@@ -44,3 +44,12 @@ def small_pair(tmp_path_factory):
     target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
     draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
     return target, draft
+
+
+@pytest.fixture(scope="session")
+def big_pair(tmp_path_factory):
+    """A 3-layer target and a 1-layer draft (vocabulary 64), for greedy identity and stop tests."""
+    d = tmp_path_factory.mktemp("big")
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=3), seed=1))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1), seed=2))
+    return target, draft

@@ -18,14 +18,6 @@ def pair(small_pair):
     return small_pair
 
 
-@pytest.fixture(scope="module")
-def big_pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("big")
-    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=3), seed=1))
-    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1), seed=2))
-    return target, draft
-
-
 def exact_two_tokens(target, prompt, **w):
     """P(t1, t2) from the target's own conditionals, warped as plain generate warps them."""
     p1 = warp(target.forward(prompt, target.new_cache(len(prompt)))[-1], **w)

@@ -5,11 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minispec import generate, load_model, rejection
+from minispec import generate, rejection
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.equivalence import chisquare_gof, exact_tree_first_token_distribution
 from minispec.sampling import sample
-from minispec.tiny import tiny_config, write_random_model
 from minispec.tree import Tree, TreeShape, accept_tree, tree_mask, tree_speculative_generate, verify_tree, without
 
 from .test_speculative import V, exact_two_tokens
@@ -118,11 +117,8 @@ def test_level3_tree_catches_broken_rule(pair, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("m")
-    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=3), seed=1))
-    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1), seed=2))
-    return target, draft
+def models(big_pair):
+    return big_pair
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (2, 3), (4, 4), "auto"])
