@@ -8,12 +8,15 @@ The Leviathan et al. model with measured costs instead of assumed ones:
 
 ``t_verify(n)`` comes from a short calibration of the target (cached per model) and is refined by
 the timings of real rounds; ``t_draft`` likewise. The acceptance ``a`` is a decaying estimate over
-recent rounds: a round that accepted n of K guesses is n successes and, if n < K, one failure.
-K = 0 means "do not speculate" (plain decoding). After ``probe_every`` such rounds one K = 1 round
-keeps the acceptance estimate alive; a probe that finds nothing doubles the wait before the next, and
-no probe is made at all when even perfect acceptance could not beat plain decoding (a drafter as
-slow as the target). The policy only picks K: the tokens still come from
-the same rejection rule, so the output distribution is unchanged.
+recent rounds (``Acceptance``). K = 0 means "do not speculate" (plain decoding).
+
+While K = 0, the acceptance estimate gets no news, so now and then a K = 1 round probes it. A probe
+costs one guess, one more verified row and the drafter's catching up on every token it has not
+seen (a draft model must feed them: for layer skip that is most of a target pass per token). Probes
+are paid from a budget (``ProbeBudget``) that earns ``share`` (2%) of the time spent in plain
+rounds, so exploring can never cost more than that; a drafter that could not beat plain decoding
+even if every guess were accepted is never probed. The policy only picks K: the tokens still come
+from the same rejection rule, so the output distribution is unchanged.
 """
 
 from __future__ import annotations
@@ -25,18 +28,18 @@ import time
 
 import numpy as np
 
-_CALIBRATION: dict = {}  # (id(model), n_max) -> {n: seconds}
+_CALIBRATION: dict = {}  # (id(model), ns) -> {n: seconds}
 
 
 def expected_tokens(a: float, k: int) -> float:
     return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-def _disk_key(model, n_max: int) -> str:
+def _disk_key(model, ns: tuple) -> str:
     from . import backend
 
     c = model.cfg
-    return (f"{model.name}|{model.weight_bytes}|{c.num_layers}x{c.hidden_size}|{backend.DEVICE}|{n_max}|"
+    return (f"{model.name}|{model.weight_bytes}|{c.num_layers}x{c.hidden_size}|{backend.DEVICE}|{','.join(map(str, ns))}|"
             f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
 
 
@@ -46,14 +49,21 @@ def _disk_file():
     return cache_dir() / "calibration.json"
 
 
-def calibrate_verify(target, n_max: int, context: int = 64, repeats: int = 2) -> dict[int, float]:
-    """Median seconds of a target pass over n = 1..n_max tokens. Cached per model in memory and on disk
-    (``~/.cache/minispec/calibration.json``, keyed by model, machine and NumPy), since it takes about a
-    second; rounds then refine it as they are timed."""
-    key = (id(target), n_max)
+def calibrate_verify(target, n_max: int) -> dict[int, float]:
+    """Median seconds of a target pass over n = 1..n_max tokens (see ``calibrate``)."""
+    return calibrate(target, range(1, n_max + 1))
+
+
+def calibrate(target, ns, context: int = 64, repeats: int = 2) -> dict[int, float]:
+    """Median seconds of a pass over n new tokens after ``context`` cached ones, for each n in ``ns``.
+    Cached per model in memory and on disk (``~/.cache/minispec/calibration.json``, keyed by model,
+    machine and NumPy), since it takes about a second; rounds then refine it as they are timed."""
+    ns = tuple(ns)
+    n_max = max(ns)
+    key = (id(target), ns)
     if key not in _CALIBRATION and os.environ.get("MINISPEC_NO_CALIBRATION_CACHE") is None:
         try:
-            stored = json.loads(_disk_file().read_text()).get(_disk_key(target, n_max))
+            stored = json.loads(_disk_file().read_text()).get(_disk_key(target, ns))
             if stored:
                 _CALIBRATION[key] = {int(n): float(t) for n, t in stored.items()}
         except (OSError, ValueError):
@@ -62,7 +72,7 @@ def calibrate_verify(target, n_max: int, context: int = 64, repeats: int = 2) ->
         rng = np.random.default_rng(0)
         cache = target.new_cache(context + n_max)
         target.forward(rng.integers(0, target.cfg.vocab_size, context), cache)
-        times = {n: [] for n in range(1, n_max + 1)}
+        times = {n: [] for n in ns}
         for _ in range(repeats + 1):
             for n in times:
                 cache.rollback(context)
@@ -73,7 +83,7 @@ def calibrate_verify(target, n_max: int, context: int = 64, repeats: int = 2) ->
         try:
             f = _disk_file()
             data = json.loads(f.read_text()) if f.exists() else {}
-            data[_disk_key(target, n_max)] = _CALIBRATION[key]
+            data[_disk_key(target, ns)] = _CALIBRATION[key]
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(data, indent=1))
         except (OSError, ValueError):
@@ -87,31 +97,68 @@ class FixedK:
     def __init__(self, k: int):
         self.k = k
 
-    def next_k(self) -> int:
+    def next_k(self, unseen: int = 1) -> int:
         return self.k
 
-    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float) -> None:
+    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None) -> None:
         pass
 
 
-class AutoK:
-    def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, prior: float = 0.5,
-                 prior_weight: float = 2.0, decay: float = 0.8, probe_every: int = 8, learn_costs: bool = True):
-        self.verify_time = dict(verify_time)  # n -> seconds
-        self.draft_time = draft_time  # seconds per drafted token
-        self.k_max, self.prior, self.prior_weight, self.decay, self.probe_every = k_max, prior, prior_weight, decay, probe_every
-        self.learn_costs = learn_costs  # False: keep the given costs (deterministic, for tests)
+class Acceptance:
+    """A decaying estimate of P(a guess is accepted). A round that accepted n of K guesses counts n
+    successes and, if n < K, one failure; older rounds weigh ``decay`` less per round; a prior of
+    ``prior`` weighs as much as ``weight`` fresh observations."""
+
+    def __init__(self, prior: float = 0.5, weight: float = 2.0, decay: float = 0.8):
+        self.prior, self.weight, self.decay = prior, weight, decay
         self.successes = self.failures = 0.0
-        self.idle = 0  # consecutive K = 0 rounds
-        self.wait = probe_every  # K = 0 rounds before the next probe (doubles after a failed probe)
+
+    @property
+    def value(self) -> float:
+        return (self.successes + self.prior * self.weight) / (self.successes + self.failures + self.weight)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        self.successes = self.decay * self.successes + accepted
+        self.failures = self.decay * self.failures + (accepted < drafted)
+
+
+class ProbeBudget:
+    """Exploration paid from what plain rounds earn: ``share`` of their time; a probe spends it all."""
+
+    def __init__(self, share: float = 0.02):
+        self.share, self.saved = share, 0.0
+
+    def earn(self, seconds: float) -> None:
+        self.saved += self.share * seconds
+
+    def afford(self, cost: float) -> bool:
+        if self.saved < cost:
+            return False
+        self.saved = 0.0
+        return True
+
+
+class AutoK:
+    """Choose K per round from the cost model (module docstring). Costs in seconds: ``verify_time``
+    {n: one target pass over n tokens}, ``draft_time`` per guess, ``feed_time`` per token the drafter
+    must catch up on. ``learn_costs=False`` keeps the given costs (deterministic, for tests)."""
+
+    def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
+                 acceptance: Acceptance | None = None, probe_share: float = 0.02, learn_costs: bool = True):
+        self.verify_time = dict(verify_time)
+        self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
+        self.acc = acceptance or Acceptance()
+        self.budget = ProbeBudget(probe_share)
+        self.learn_costs = learn_costs
+        self.unseen = 1  # tokens the drafter has not seen at this round's start
         self.history: list[int] = []
 
     @property
     def acceptance(self) -> float:
-        return (self.successes + self.prior * self.prior_weight) / (self.successes + self.failures + self.prior_weight)
+        return self.acc.value
 
     def rate(self, k: int) -> float:
-        """Expected tokens per second at K."""
+        """Expected tokens per second at K, once the drafter is caught up."""
         return expected_tokens(self.acceptance, k) / (k * self.draft_time + self.verify_time[k + 1])
 
     def hopeless(self) -> bool:
@@ -119,36 +166,44 @@ class AutoK:
         best = max(float(k + 1) / (k * self.draft_time + self.verify_time[k + 1]) for k in range(1, self.k_max + 1))
         return best <= 1.0 / self.verify_time[1]
 
-    def next_k(self) -> int:
+    def probe_cost(self, unseen: int) -> float:
+        """Seconds a K = 1 round costs over a plain one: catching up, one guess, one more verified row."""
+        return (max(unseen - 1, 0) * self.feed_time + self.draft_time
+                + max(self.verify_time[2] - self.verify_time[1], 0.0))
+
+    def next_k(self, unseen: int = 1) -> int:
+        """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first)."""
+        self.unseen = unseen
         k = max(range(self.k_max + 1), key=self.rate)
-        if k == 0:
-            self.idle += 1
-            if self.idle >= self.wait and not self.hopeless():
-                self.idle, k = 0, 1
-        else:
-            self.idle, self.wait = 0, self.probe_every
+        if k == 0 and not self.hopeless() and self.budget.afford(self.probe_cost(unseen)):
+            k = 1
         self.history.append(k)
         return k
 
-    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float) -> None:
+    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None) -> None:
+        """A round's outcome and timings (``t_verify`` None: that pass also carried the prompt)."""
         n = drafted + 1  # tokens in the verification pass
-        if self.learn_costs and n in self.verify_time:
+        if t_verify is not None and self.learn_costs and n in self.verify_time:
             self.verify_time[n] = 0.8 * self.verify_time[n] + 0.2 * t_verify
         if drafted == 0:
+            self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
             return
-        if self.history and self.history[-1] == 1 and accepted == 0 and self.rate(0) >= self.rate(1):
-            self.wait = min(2 * self.wait, 256)  # a failed probe: wait longer for the next one
-        if self.learn_costs:
+        if self.learn_costs and self.unseen <= drafted + 1:  # a catch-up round does not time a guess
             self.draft_time = 0.8 * self.draft_time + 0.2 * (t_draft / drafted)
-        self.successes = self.decay * self.successes + accepted
-        self.failures = self.decay * self.failures + (accepted < drafted)
+        self.acc.update(drafted, accepted)
+
+
+def drafter_costs(drafter) -> tuple[float, float]:
+    """(seconds per guess, seconds per token fed when catching up) of a drafter with a model; zeros
+    otherwise (prompt lookup costs microseconds: rounds then measure it)."""
+    model = getattr(drafter, "model", None)
+    if model is None:
+        return 0.0, 0.0
+    t = calibrate(model, (1, 32))
+    return t[1], t[32] / 32
 
 
 def auto_k(target, drafter, k_max: int = 8) -> AutoK:
-    """An AutoK calibrated for this target; the draft cost starts at its measured forward time."""
-    verify = calibrate_verify(target, k_max + 1)
-    draft_time = 0.0
-    model = getattr(drafter, "model", None)
-    if model is not None:
-        draft_time = calibrate_verify(model, 1)[1]
-    return AutoK(verify, draft_time, k_max)
+    """An AutoK calibrated for this target and drafter."""
+    draft_time, feed_time = drafter_costs(drafter)
+    return AutoK(calibrate_verify(target, k_max + 1), draft_time, k_max, feed_time)

@@ -67,7 +67,7 @@ class DraftModel:
         self.cache.rollback(common)
         self.fed = list(tokens)
         self.forwards += 1
-        return self.pad(self.model.forward(tokens[common:], self.cache)[-1:])[0]
+        return self.pad(self.model.forward(tokens[common:], self.cache, last=1))[0]
 
     def propose(self, tokens, k, warp, rng):
         if k == 0:

@@ -33,7 +33,7 @@ def generate(model: Model, prompt_ids, max_new_tokens: int, *, temperature: floa
     if max_new_tokens == 0:
         return out
     cache = model.new_cache(len(ids) + max_new_tokens)
-    logits = model.forward(ids, cache)[-1]  # [V]: prefill
+    logits = model.forward(ids, cache, last=1)[0]  # [V]: prefill
     while True:
         token = sample(warp(logits, temperature, top_k, top_p), rng)
         out.append(token)

@@ -186,16 +186,18 @@ class Model:
             raise ValueError(f"token id {int(bad[0])} is out of range for vocabulary size {self.cfg.vocab_size}")
         return ids.astype(np.int64)
 
-    def forward(self, token_ids, cache: KVCache) -> np.ndarray:
-        """Run T new tokens at positions cache.length .. cache.length+T-1; return logits [T, V] (host, float32)."""
+    def forward(self, token_ids, cache: KVCache, last: int | None = None) -> np.ndarray:
+        """Run T new tokens at positions cache.length .. cache.length+T-1; return logits [T, V] (host, float32),
+        or of the last ``last`` tokens only (a prefill needs one row: the head is 1/5 of this model's FLOPs)."""
         ids = self.check_tokens(token_ids)
         T, pos0 = len(ids), cache.length
         positions = np.arange(pos0, pos0 + T)
         # causal: the token at pos0 + t sees keys 0 .. pos0 + t
         mask = np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)  # [T, S]
-        return self.forward_masked(ids, cache, positions, mask)
+        return self.forward_masked(ids, cache, positions, mask, last)
 
-    def forward_masked(self, ids: np.ndarray, cache: KVCache, positions: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def forward_masked(self, ids: np.ndarray, cache: KVCache, positions: np.ndarray, mask: np.ndarray,
+                       last: int | None = None) -> np.ndarray:
         """General form: token t sits at RoPE position ``positions[t]`` and attends where ``mask[t]`` is 0.
 
         The new tokens' keys are written at cache slots cache.length .. +T-1 whatever their
@@ -214,7 +216,8 @@ class Model:
         for i, w in enumerate(self.layers):
             x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
         cache.length = pos0 + T
-        logits = linear(rms_norm(x, self.final_norm, self.cfg.rms_norm_eps), self.lm_head)  # [T, V]
+        x = x if last is None else x[T - last:]  # [T', D]
+        logits = linear(rms_norm(x, self.final_norm, self.cfg.rms_norm_eps), self.lm_head)  # [T', V]
         assert logits.dtype == xp.float32, logits.dtype
         return backend.to_host(logits)
 

@@ -5,7 +5,8 @@
            --accept_reject--> n accepted, one more token t; the target cache rolls back to the
                               accepted prefix; repeat.
 
-With K = 0 a round is one plain autoregressive step.
+With K = 0 a round is one plain autoregressive step. The prompt rides on the first round's pass
+(the prefill is that pass's first rows), so a run makes exactly one target pass per round.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ class SpecStats:
     k: int
     drafted: int = 0
     accepted: int = 0
-    rounds: int = 0  # = target verification passes
-    target_forwards: int = 0  # verification passes + the prefill
+    rounds: int = 0  # = target passes (the first also carried the prompt)
     draft_forwards: int = 0
     position_drafted: list = field(default_factory=list)  # [j]: rounds that drafted a token at position j+1
     position_accepted: list = field(default_factory=list)  # [j]: rounds that accepted it
@@ -39,7 +39,7 @@ class SpecStats:
     time_draft: float = 0.0
     time_verify: float = 0.0
     time_sample: float = 0.0
-    time_prefill: float = 0.0
+    time_prefill: float = 0.0  # the first round's pass, which carried the prompt (not in time_verify)
 
     @property
     def acceptance_rate(self) -> float:
@@ -55,11 +55,13 @@ class SpecStats:
         n = sum(self.tokens_per_pass.values())
         return sum(t * c for t, c in self.tokens_per_pass.items()) / n if n else float("nan")
 
-    def add_times(self, t0: float, t1: float, t2: float, t3: float) -> None:
-        """One round: drafting t0..t1, the verification pass t1..t2, the rule t2..t3."""
-        self.target_forwards += 1
+    def add_times(self, t0: float, t1: float, t2: float, t3: float, prefill: bool = False) -> None:
+        """One round: drafting t0..t1, the verification pass t1..t2 (with the prompt: ``prefill``), the rule t2..t3."""
         self.time_draft += t1 - t0
-        self.time_verify += t2 - t1
+        if prefill:
+            self.time_prefill += t2 - t1
+        else:
+            self.time_verify += t2 - t1
         self.time_sample += t3 - t2
 
     def record(self, n_drafted: int, n_accepted: int, emitted: int) -> None:
@@ -109,51 +111,67 @@ def k_policy(k, target, drafter):
     raise ValueError(f"k must be a non-negative integer or 'auto', got {k!r}")
 
 
+@dataclass
+class Run:
+    """What every speculative loop keeps: the sequence, the output, the target's cache and the prompt
+    tokens still to feed it (they ride on the first round's pass)."""
+    tokens: list  # prompt + everything emitted so far
+    out: list
+    cache: object
+    fresh: list  # prompt tokens not yet in the cache
+    stop: set
+    max_new_tokens: int
+    warp: Callable
+    rng: np.random.Generator
+    stats: SpecStats
+    seen: int = 0  # len(tokens) when the drafter last proposed: it has the rest to catch up on
+
+    @property
+    def done(self) -> bool:
+        return len(self.out) == self.max_new_tokens or (bool(self.out) and self.out[-1] in self.stop)
+
+
+def start_run(target: Model, prompt_ids, max_new_tokens: int, temperature: float, top_k, top_p, seed, stop_ids,
+              cache_room: int = 0) -> Run:
+    """Check the arguments like ``generate`` and set up a run (``cache_room``: extra slots for a tree)."""
+    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    return Run(tokens=[int(t) for t in ids], out=[], cache=target.new_cache(len(ids) + max_new_tokens + cache_room),
+               fresh=[int(t) for t in ids[:-1]], stop=set(stop_ids or ()), max_new_tokens=max_new_tokens,
+               warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
+               stats=SpecStats(-1))
+
+
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, stop_ids=None,
                          on_token: Callable[[int], None] | None = None) -> SpecResult:
     """Generate like ``generate(target, ...)`` (the same distribution; greedy: the same tokens), faster
     when the drafter guesses well and cheaply. Stops after a token in ``stop_ids`` (included)."""
-    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    run = start_run(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
     drafter = as_drafter(drafter, target)
     policy = k_policy(k, target, drafter)
-    rng = np.random.default_rng(seed)
-    stop = set(stop_ids or ())
-    stats = SpecStats(k if isinstance(k, int) else -1)
-    tokens = [int(t) for t in ids]  # prompt + everything emitted so far
-    out: list[int] = []
-    if max_new_tokens == 0:
-        return SpecResult(out, stats)
-
-    def warp_(logits):
-        return warp(logits, temperature, top_k, top_p)
-
+    run.stats.k = k if isinstance(k, int) else -1
+    tokens, cache, stats = run.tokens, run.cache, run.stats
     draft_forwards0 = getattr(drafter, "forwards", 0)
-    cache = target.new_cache(len(ids) + max_new_tokens)
-    t0 = time.perf_counter()
-    if len(ids) > 1:
-        target.forward(ids[:-1], cache)  # the last prompt token is fed with the first guesses
-        stats.target_forwards += 1
-    stats.time_prefill = time.perf_counter() - t0
-
-    while True:
+    while not run.done:
         # 1. draft: never more guesses than tokens still wanted (minus the one the target adds)
         t0 = time.perf_counter()
-        k_round = min(policy.next_k(), max_new_tokens - len(out) - 1)
-        draft_tokens, draft_probs = drafter.propose(tokens, k_round, warp_, rng)
+        k_round = min(policy.next_k(len(tokens) - run.seen), max_new_tokens - len(run.out) - 1)
+        draft_tokens, draft_probs = drafter.propose(tokens, k_round, run.warp, run.rng)
+        run.seen = len(tokens) if k_round else run.seen
         t1 = time.perf_counter()
         # 2. verify: one target pass over the last token and the K guesses -> K+1 rows
-        target_logits = target.forward([tokens[-1]] + list(draft_tokens), cache)  # [K+1, V]
+        target_logits = target.forward(run.fresh + [tokens[-1]] + list(draft_tokens), cache,
+                                       last=len(draft_tokens) + 1)  # [K+1, V]
         t2 = time.perf_counter()
         # 3. accept or reject
-        n, next_token = accept_reject(warp_(target_logits), draft_probs, draft_tokens, rng)
+        n, next_token = accept_reject(run.warp(target_logits), draft_probs, draft_tokens, run.rng)
         t3 = time.perf_counter()
         cache.rollback(len(tokens) + n)  # keep the last token and the n accepted guesses
-        emitted = emit(list(draft_tokens[:n]) + [next_token], tokens, out, stop, max_new_tokens, on_token)
+        emitted = emit(list(draft_tokens[:n]) + [next_token], tokens, run.out, run.stop, max_new_tokens, on_token)
         stats.record(len(draft_tokens), n, emitted)
-        stats.add_times(t0, t1, t2, t3)
-        policy.observe(len(draft_tokens), n, t1 - t0, t2 - t1)
-        if out[-1] in stop or len(out) == max_new_tokens:
-            stats.draft_forwards = getattr(drafter, "forwards", 0) - draft_forwards0
-            return SpecResult(out, stats)
+        stats.add_times(t0, t1, t2, t3, prefill=bool(run.fresh))
+        policy.observe(len(draft_tokens), n, t1 - t0, None if run.fresh else t2 - t1)
+        run.fresh = []
+    stats.draft_forwards = getattr(drafter, "forwards", 0) - draft_forwards0
+    return SpecResult(run.out, stats)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .adaptive import expected_tokens
+from .adaptive import Acceptance, ProbeBudget, calibrate_verify, drafter_costs, expected_tokens
 from .sampling import sample
 
 
@@ -79,11 +79,15 @@ def tree_mask(parents: list[int], prefix: int) -> np.ndarray:  # -> [N+1, prefix
     return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def verify_tree(target, cache, root_token: int, tree: Tree) -> np.ndarray:
-    """One target pass over the root and every node -> logits [N+1, V]."""
-    ids = np.array([root_token] + tree.tokens[1:], dtype=np.int64)
-    positions = cache.length + tree.depths()
-    return target.forward_masked(target.check_tokens(ids), cache, positions, tree_mask(tree.parents, cache.length))
+def verify_tree(target, cache, root_token: int, tree: Tree, fresh=()) -> np.ndarray:
+    """One target pass over the root and every node -> logits [N+1, V]. ``fresh``: prompt tokens not yet
+    cached, run first in the same pass (causal among themselves, seen by every node)."""
+    F, L = len(fresh), cache.length
+    ids = np.array(list(fresh) + [root_token] + tree.tokens[1:], dtype=np.int64)
+    positions = np.concatenate([L + np.arange(F), L + F + tree.depths()])
+    causal = np.where(np.arange(L + F + len(tree) + 1)[None, :] <= (L + np.arange(F))[:, None], 0.0, -np.inf)  # [F, S]
+    mask = np.concatenate([causal.astype(np.float32), tree_mask(tree.parents, L + F)])  # [F + N+1, S]
+    return target.forward_masked(target.check_tokens(ids), cache, positions, mask, last=len(tree) + 1)
 
 
 def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) -> tuple[list[int], int]:
@@ -174,23 +178,22 @@ class TreeShape:
     Expected tokens of a ``width`` x ``depth`` tree at acceptance a (independence assumed, the first
     level tried ``width`` times): E = 1 + (1 - (1 - a)^width) (1 - a^depth) / (1 - a).
     Time: depth draft passes over ``width`` rows plus one target pass over width * depth + 1 nodes.
+    When no tree pays, (0, 0) (a plain round), with 1 x 1 probes paid from a ``ProbeBudget``.
     A fixed shape is ``TreeShape.fixed(width, depth)``.
     """
 
     def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
-                 shape: tuple = (2, 4), learn: bool = True):
-        from .adaptive import AutoK
-
+                 shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.02):
         self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
-        self.acc = AutoK({1: 1.0}, 0.0, learn_costs=False)  # reused for its decaying acceptance estimate
-        self.learn, self.idle, self.history = learn, 0, []
+        self.feed_time, self.acc, self.budget = feed_time, Acceptance(), ProbeBudget(probe_share)
+        self.learn, self.history = learn, []
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreeShape":
         return cls({}, {}, auto=False, shape=(width, depth))
 
     def expected(self, w: int, d: int) -> float:
-        a = self.acc.acceptance
+        a = self.acc.value
         if w == 0 or d == 0:
             return 1.0
         return 1.0 + (1 - (1 - a) ** w) * expected_tokens(a, d - 1)  # chain of d: 1 + a + .. + a^(d-1)
@@ -200,32 +203,32 @@ class TreeShape:
             return self.verify_time[1]
         return d * self.draft_time.get(w, self.draft_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
 
-    def next_shape(self) -> tuple[int, int]:
+    def next_shape(self, unseen: int = 1) -> tuple[int, int]:
+        """``unseen``: tokens emitted since the drafter last proposed (as for AutoK.next_k)."""
         if not self.auto:
             return self.shape
         shapes = [(0, 0)] + [(w, d) for w in range(1, 5) for d in range(1, 9) if w * d <= self.max_nodes]
         best = max(shapes, key=lambda s: self.expected(*s) / self.cost(*s))
-        if best == (0, 0):
-            self.idle += 1
-            if self.idle >= 8:
-                self.idle, best = 0, (1, 1)
+        probe = max(unseen - 1, 0) * self.feed_time + self.cost(1, 1) - self.cost(0, 0)
+        if best == (0, 0) and self.budget.afford(probe):
+            best = (1, 1)
         self.history.append(best)
         return best
 
-    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float, n_nodes: int) -> None:
-        if self.learn and n_nodes + 1 in self.verify_time:
+    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, n_nodes: int) -> None:
+        if t_verify is not None and self.learn and n_nodes + 1 in self.verify_time:
             self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
         if depth:
-            self.acc.observe(depth, accepted, 0.0, 0.0)
+            self.acc.update(depth, accepted)
+        elif self.auto:
+            self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
 
 
 def auto_tree_shape(target, drafter, max_nodes: int = 16) -> TreeShape:
-    from .adaptive import calibrate_verify
-
     verify = calibrate_verify(target, max_nodes + 1)
     model = getattr(drafter, "model", None)
     draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
-    return TreeShape(verify, draft, max_nodes)
+    return TreeShape(verify, draft, max_nodes, feed_time=drafter_costs(drafter)[1])
 
 
 def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, shape=(2, 4),
@@ -236,46 +239,32 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     import time
 
     from .drafters import as_drafter
-    from .generate import check_generate_args
-    from .sampling import warp
-    from .speculative import SpecResult, SpecStats, emit
+    from .speculative import SpecResult, emit, start_run
 
-    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    run = start_run(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids,
+                    cache_room=4 * 16 + 1)  # room for a full tree past the end
     drafter = as_drafter(drafter, target)
     policy = (auto_tree_shape(target, drafter) if shape == "auto" else
               shape if isinstance(shape, TreeShape) else TreeShape.fixed(*shape))
-    rng = np.random.default_rng(seed)
-    stop = set(stop_ids or ())
-    stats = SpecStats(-1)
-    tokens, out = [int(t) for t in ids], []
-    if max_new_tokens == 0:
-        return SpecResult(out, stats)
-
-    def warp_(logits):
-        return warp(logits, temperature, top_k, top_p)
-
+    tokens, cache, stats = run.tokens, run.cache, run.stats
     forwards0 = getattr(drafter, "forwards", 0)
-    cache = target.new_cache(len(ids) + max_new_tokens + 4 * 16 + 1)  # room for a full tree past the end
-    if len(ids) > 1:
-        target.forward(ids[:-1], cache)
-        stats.target_forwards += 1
-    while True:
-        width, depth = policy.next_shape()
-        depth = min(depth, max_new_tokens - len(out) - 1)
+    while not run.done:
+        width, depth = policy.next_shape(len(tokens) - run.seen)
+        depth = min(depth, max_new_tokens - len(run.out) - 1)
         t0 = time.perf_counter()
-        tree = propose_tree(drafter, tokens, width, depth, warp_, rng)
+        tree = propose_tree(drafter, tokens, width, depth, run.warp, run.rng)
+        run.seen = len(tokens) if len(tree) else run.seen
         t1 = time.perf_counter()
-        pos0 = cache.length
-        logits = verify_tree(target, cache, tokens[-1], tree)  # [N+1, V]
+        logits = verify_tree(target, cache, tokens[-1], tree, run.fresh)  # [N+1, V]
         t2 = time.perf_counter()
-        path, next_token = accept_tree(warp_(logits), tree, rng)
-        cache.keep(pos0, [0] + path)  # the root and the accepted nodes, compacted; siblings dropped
+        path, next_token = accept_tree(run.warp(logits), tree, run.rng)
+        cache.keep(len(tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted; siblings dropped
         t3 = time.perf_counter()
-        emitted = emit([tree.tokens[n] for n in path] + [next_token], tokens, out, stop, max_new_tokens, on_token)
+        emitted = emit([tree.tokens[n] for n in path] + [next_token], tokens, run.out, run.stop, max_new_tokens, on_token)
         tree_depth = int(tree.depths().max()) if len(tree) else 0
         stats.record(tree_depth, len(path), emitted)
-        stats.add_times(t0, t1, t2, t3)
-        policy.observe(tree_depth, len(path), t1 - t0, t2 - t1, len(tree))
-        if out[-1] in stop or len(out) == max_new_tokens:
-            stats.draft_forwards = getattr(drafter, "forwards", 0) - forwards0
-            return SpecResult(out, stats)
+        stats.add_times(t0, t1, t2, t3, prefill=bool(run.fresh))
+        policy.observe(tree_depth, len(path), t1 - t0, None if run.fresh else t2 - t1, len(tree))
+        run.fresh = []
+    stats.draft_forwards = getattr(drafter, "forwards", 0) - forwards0
+    return SpecResult(run.out, stats)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from minispec import generate, load_model, rejection
-from minispec.adaptive import AutoK, calibrate_verify, expected_tokens
+from minispec.adaptive import Acceptance, AutoK, calibrate_verify, expected_tokens
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.equivalence import chisquare_gof
 from minispec.speculative import speculative_generate
@@ -16,8 +16,8 @@ CPU_LIKE = {n: 0.010 * (1.0 if n == 1 else 2.2 + 0.02 * n) for n in range(1, 10)
 FLAT = {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}  # verification nearly free
 
 
-def policy(costs, draft_time, **kw):
-    return AutoK(costs, draft_time, k_max=8, learn_costs=False, **kw)
+def policy(costs, draft_time, prior=0.5, **kw):
+    return AutoK(costs, draft_time, k_max=8, learn_costs=False, acceptance=Acceptance(prior), **kw)
 
 
 def test_expected_tokens():
@@ -25,13 +25,35 @@ def test_expected_tokens():
     assert expected_tokens(0.5, 1) == pytest.approx(1.5)
 
 
-def test_picks_zero_when_nothing_pays_and_probes_with_backoff():
+def plain_rounds_with_probes(p, rounds: int):
+    """Drive a policy whose probes never find anything -> (rounds that probed, probe cost / plain time)."""
+    probed, seen, spent, plain = [], 0, 0.0, 0.0
+    for i in range(rounds):
+        k = p.next_k(i + 1 - seen)
+        if k:
+            spent += p.probe_cost(i + 1 - seen)
+            probed.append(i)
+            seen = i + 1
+        else:
+            plain += p.verify_time[1]
+        p.observe(k, 0, k * p.draft_time, p.verify_time[k + 1])
+    return probed, spent / plain
+
+
+def test_picks_zero_when_nothing_pays_and_probes_within_budget():
     p = policy(CPU_LIKE, draft_time=0.005, prior=0.3)
-    ks = [p.next_k() for _ in range(8)]
-    assert ks == [0] * 7 + [1]  # plain decoding, then a K = 1 probe
-    p.observe(1, 0, 0.005, 0.022)  # the probe found nothing
-    ks = [p.next_k() for _ in range(16)]
-    assert ks == [0] * 15 + [1]  # the next probe waits twice as long
+    probed, overhead = plain_rounds_with_probes(p, 1000)
+    assert p.history[0] == 0 and len(probed) >= 5  # plain decoding, with probes now and then
+    assert overhead <= 0.02  # probes never cost more than 2% of the plain rounds' time
+
+
+def test_catching_up_is_part_of_a_probe_cost():
+    cheap = policy(CPU_LIKE, draft_time=0.005, prior=0.3, feed_time=0.0001)
+    dear = policy(CPU_LIKE, draft_time=0.005, prior=0.3, feed_time=0.001)  # a lagging drafter feeds 1 ms per token
+    assert cheap.probe_cost(50) < dear.probe_cost(50)
+    few, overhead = plain_rounds_with_probes(cheap, 1000)
+    none, _ = plain_rounds_with_probes(dear, 1000)  # catching up grows faster than the budget: never worth it
+    assert len(few) >= 2 and overhead <= 0.02 and none == []
 
 
 def test_never_probes_a_drafter_as_slow_as_the_target():
@@ -70,7 +92,7 @@ MIXED = {n: 0.010 * (1 + 0.35 * (n - 1)) for n in range(1, 10)}
 def auto_counts(target, draft, runs, prompt):
     counts, ks = np.zeros(V * V), set()
     for seed in range(runs):
-        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, prior=0.6, prior_weight=1.0, decay=0.5)
+        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5))
         toks = speculative_generate(target, DraftModel(draft), prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
         counts[toks[0] * V + toks[1]] += 1
         ks.update(pol.history)

@@ -112,8 +112,25 @@ def test_sampling_is_reproducible_and_stats_add_up(big_pair):
     s = a.stats
     assert sum(t * c for t, c in s.tokens_per_pass.items()) == 40
     assert s.accepted == sum(s.position_accepted) and s.drafted == sum(s.position_drafted)
-    assert s.target_forwards == s.rounds + 1 and s.draft_forwards >= s.rounds
+    assert s.draft_forwards >= s.rounds
     assert 0 <= s.acceptance_rate <= 1 and len(s.per_position_acceptance) == 3
+
+
+def test_one_target_pass_per_round_the_prompt_riding_on_the_first(big_pair, monkeypatch):
+    from minispec.tree import tree_speculative_generate
+
+    target, draft = big_pair
+    passes = []  # tokens in each target pass
+    real = target.forward_masked
+    monkeypatch.setattr(target, "forward_masked", lambda ids, *a, **kw: passes.append(len(ids)) or real(ids, *a, **kw))
+    prompt = list(range(1, 11))
+    for run in (lambda: speculative_generate(target, DraftModel(draft), prompt, 20, k=3, temperature=1.0, seed=1),
+                lambda: tree_speculative_generate(target, DraftModel(draft), prompt, 20, shape=(2, 3), seed=1)):
+        passes.clear()
+        res = run()
+        assert len(passes) == res.stats.rounds and res.stats.tokens_per_pass
+        assert passes[0] > len(prompt) and max(passes[1:]) < len(prompt)  # the prompt rode on the first pass only
+        assert res.stats.time_prefill > 0
 
 
 def test_prompt_lookup_proposals():
