@@ -4,7 +4,9 @@ A drafter implements ``propose(tokens, k, warp, rng) -> (draft_tokens, draft_pro
 ``tokens`` is the whole sequence so far (prompt + generated), ``warp`` turns logits into the
 probabilities to sample from (the same warp the target gets), and ``draft_probs`` [k', V] must be
 exactly the distributions the ``k' <= k`` guesses were drawn from (one-hot for a deterministic
-drafter). ``forwards`` counts the drafter's model passes.
+drafter). ``forwards`` counts the drafter's model passes. ``context(tokens) -> int`` labels the
+next round cheaply, before any drafting (0: nothing to say); the cost model keeps one acceptance
+estimate per label (see adaptive.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class Drafter(Protocol):
     def propose(self, tokens: list[int], k: int, warp: Warp, rng: np.random.Generator
                 ) -> tuple[list[int], np.ndarray]: ...
 
+    def context(self, tokens: list[int]) -> int: ...
+
 
 class DraftModel:
     """A smaller model with the target's tokenizer, sampling K tokens one after another.
@@ -44,6 +48,9 @@ class DraftModel:
             raise ValueError(f"draft vocabulary ({model.cfg.vocab_size}) and target vocabulary ({self.vocab}) differ by "
                              "more than padding: the draft needs the target's tokenizer")
         self.cache, self.fed, self.forwards = None, [], 0
+
+    def context(self, tokens) -> int:
+        return 0  # knowing more would cost a draft pass
 
     def pad(self, rows: np.ndarray) -> np.ndarray:  # [T, V_draft] -> [T, V_target]
         """Padding rows of a larger draft vocabulary are never proposed; a smaller one proposes nothing above it."""
@@ -104,6 +111,15 @@ class PromptLookup:
         self.vocab, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
         self.name, self.forwards = f"prompt-lookup:{max_ngram}", 0
 
+    def context(self, tokens) -> int:
+        """The length of the longest n-gram that ends ``tokens`` and occurred before (0: no match)."""
+        seq = np.asarray(tokens)
+        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)
+            if (windows == seq[-n:]).all(axis=1).any():
+                return n
+        return 0
+
     def continuations(self, tokens, k: int, limit: int) -> list[list[int]]:
         """Up to ``limit`` distinct continuations (length <= k), longest n-gram first, most recent first."""
         seq, out = np.asarray(tokens), []
@@ -133,8 +149,9 @@ def as_drafter(drafter, target: Model) -> Drafter:
     """A Model becomes a DraftModel; a drafter object passes through."""
     if isinstance(drafter, Model):
         return DraftModel(drafter, target.cfg.vocab_size)
-    if not hasattr(drafter, "propose"):
-        raise TypeError(f"drafter must be a Model or have propose(tokens, k, warp, rng), got {type(drafter).__name__}")
+    if not (hasattr(drafter, "propose") and hasattr(drafter, "context")):
+        raise TypeError("drafter must be a Model or have propose(tokens, k, warp, rng) and context(tokens), "
+                        f"got {type(drafter).__name__}")
     return drafter
 
 

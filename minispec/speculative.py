@@ -156,7 +156,7 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     while not run.done:
         # 1. draft: never more guesses than tokens still wanted (minus the one the target adds)
         t0 = time.perf_counter()
-        k_round = min(policy.next_k(len(tokens) - run.seen), max_new_tokens - len(run.out) - 1)
+        k_round = min(policy.next_k(len(tokens) - run.seen, drafter.context(tokens)), max_new_tokens - len(run.out) - 1)
         draft_tokens, draft_probs = drafter.propose(tokens, k_round, run.warp, run.rng)
         run.seen = len(tokens) if k_round else run.seen
         t1 = time.perf_counter()

@@ -185,15 +185,15 @@ class TreeShape:
     def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
                  shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.02):
         self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
-        self.feed_time, self.acc, self.budget = feed_time, Acceptance(), ProbeBudget(probe_share)
-        self.learn, self.history = learn, []
+        self.feed_time, self.acc, self.budget = feed_time, {}, ProbeBudget(probe_share)  # acc: context -> Acceptance
+        self.learn, self.history, self.context = learn, [], 0
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreeShape":
         return cls({}, {}, auto=False, shape=(width, depth))
 
     def expected(self, w: int, d: int) -> float:
-        a = self.acc.value
+        a = self.acc.setdefault(self.context, Acceptance()).value
         if w == 0 or d == 0:
             return 1.0
         return 1.0 + (1 - (1 - a) ** w) * expected_tokens(a, d - 1)  # chain of d: 1 + a + .. + a^(d-1)
@@ -203,8 +203,9 @@ class TreeShape:
             return self.verify_time[1]
         return d * self.draft_time.get(w, self.draft_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
 
-    def next_shape(self, unseen: int = 1) -> tuple[int, int]:
-        """``unseen``: tokens emitted since the drafter last proposed (as for AutoK.next_k)."""
+    def next_shape(self, unseen: int = 1, context: int = 0) -> tuple[int, int]:
+        """``unseen``, ``context``: as for AutoK.next_k."""
+        self.context = context
         if not self.auto:
             return self.shape
         shapes = [(0, 0)] + [(w, d) for w in range(1, 5) for d in range(1, 9) if w * d <= self.max_nodes]
@@ -219,7 +220,7 @@ class TreeShape:
         if t_verify is not None and self.learn and n_nodes + 1 in self.verify_time:
             self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
         if depth:
-            self.acc.update(depth, accepted)
+            self.acc.setdefault(self.context, Acceptance()).update(depth, accepted)
         elif self.auto:
             self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
 
@@ -249,7 +250,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     tokens, cache, stats = run.tokens, run.cache, run.stats
     forwards0 = getattr(drafter, "forwards", 0)
     while not run.done:
-        width, depth = policy.next_shape(len(tokens) - run.seen)
+        width, depth = policy.next_shape(len(tokens) - run.seen, drafter.context(tokens))
         depth = min(depth, max_new_tokens - len(run.out) - 1)
         t0 = time.perf_counter()
         tree = propose_tree(drafter, tokens, width, depth, run.warp, run.rng)

@@ -74,6 +74,26 @@ def test_cpu_like_costs_need_high_acceptance():
     assert low.next_k() == 0 and high.next_k() >= 6
 
 
+def test_acceptance_is_kept_per_context():
+    p = policy(CPU_LIKE, draft_time=0.0, prior=0.5)
+    for _ in range(20):  # 1-gram matches always fail, 3-gram matches never do
+        p.next_k(1, context=1)
+        p.observe(4, 0, 0.0, 0.0)
+        p.next_k(1, context=3)
+        p.observe(8, 8, 0.0, 0.0)
+    assert p.next_k(1, context=1) == 0 and p.next_k(1, context=3) == 8
+
+
+def test_prompt_lookup_context_is_the_matched_ngram_length():
+    pl = PromptLookup(20, max_ngram=3)
+    assert pl.context([1, 2, 3, 4]) == 0
+    assert pl.context([1, 2, 3, 9, 3]) == 1
+    assert pl.context([1, 2, 3, 9, 2, 3]) == 2
+    assert pl.context([1, 2, 3, 9, 1, 2, 3]) == 3
+    for seq in ([1, 2, 3, 9, 3], [5, 5, 5, 5], [1, 2, 1, 2, 1]):
+        assert bool(pl.context(seq)) == bool(pl.continuation(seq, 4))
+
+
 def test_calibration_is_cached(tmp_path):
     m = load_model(write_random_model(tmp_path / "m"))
     a = calibrate_verify(m, 4)

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minispec import generate, rejection
+from minispec.adaptive import Acceptance
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.equivalence import chisquare_gof, exact_tree_first_token_distribution
 from minispec.sampling import sample
@@ -176,5 +177,5 @@ def test_auto_shape_prefers_wide_trees_when_nodes_are_free():
     assert w * d >= 8
     steep = {n: 0.01 * n for n in range(1, 18)}  # every node costs a full pass
     pol = TreeShape(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
-    pol.acc.successes, pol.acc.failures = 0.0, 20.0
+    pol.acc[0] = Acceptance(prior=0.0, weight=20.0)
     assert pol.next_shape() == (0, 0)
