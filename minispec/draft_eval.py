@@ -5,6 +5,10 @@ Acceptance at K is read off rounds run at K = 8: the first K guesses of a K = 8 
 exactly as the guesses of a K round from the same context would be, and a K round would accept
 min(n, K) of them. So acceptance(K) = sum min(n, K) / sum min(drafted, K) over rounds. A direct run
 at K = 1 and K = 4 is reported next to it as a check of that estimate.
+
+Acceptance by confidence (greedy): for every token of the greedy outputs, the draft's top probability
+at that position and whether its top token is the target's. It says how much an early stop of
+drafting on low confidence could gain: only as much as confident positions are common.
 """
 
 from __future__ import annotations
@@ -33,17 +37,40 @@ def acceptance_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:
     return out
 
 
+CONFIDENCE_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0)
+
+
+def confidence_rows(drafter, prompt, out) -> list[tuple[float, bool]]:
+    """(draft's top probability, draft's top token == the token emitted) at each position of ``out``."""
+    seq, m = list(prompt) + list(out), drafter.model
+    logits = drafter.pad(m.forward(seq, m.new_cache(len(seq)))[len(prompt) - 1: len(seq) - 1])  # [T, V]: predicts out
+    z = np.exp(logits - logits.max(-1, keepdims=True))
+    top = z.max(-1) / z.sum(-1)
+    return [(float(c), bool(a)) for c, a in zip(top, logits.argmax(-1) == np.asarray(out))]
+
+
+def by_confidence(rows) -> list[dict]:
+    conf, hit = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    out = []
+    for lo, hi in zip(CONFIDENCE_BINS, CONFIDENCE_BINS[1:]):
+        m = (conf >= lo) & ((conf < hi) | (hi == 1.0))
+        out.append(dict(low=lo, high=hi, share=float(m.mean()), acceptance=float(hit[m].mean()) if m.any() else None))
+    return out
+
+
 def evaluate_draft(target, drafter, tok, sets=("code", "chat"), n_prompts=None, max_new_tokens=64, progress=True):
     res = {}
     for name in sets:
         prompts = load_prompts(name, tok, n_prompts)
         for setting, temp in SETTINGS.items():
             bar = Progress(len(prompts), f"{name} {setting}", quiet=not progress)
-            log, direct = [], {1: [0, 0], 4: [0, 0]}
+            log, direct, conf = [], {1: [0, 0], 4: [0, 0]}, []
             for i, p in enumerate(prompts):
                 r = speculative_generate(target, drafter, p, max_new_tokens, k=8, temperature=temp, seed=i,
                                          stop_ids=tok.eos_ids)
                 log += r.stats.rounds_log
+                if temp == 0.0 and hasattr(drafter, "model"):
+                    conf += confidence_rows(drafter, p, r.tokens)
                 if i % 4 == 0:  # the direct check on a quarter of the prompts
                     for k in direct:
                         s = speculative_generate(target, drafter, p, max_new_tokens, k=k, temperature=temp, seed=i,
@@ -53,7 +80,8 @@ def evaluate_draft(target, drafter, tok, sets=("code", "chat"), n_prompts=None, 
                 bar.update()
             bar.close()
             res[f"{name} {setting}"] = dict(prompts=len(prompts), rounds=len(log), acceptance=acceptance_by_k(log),
-                                            direct={k: a / d if d else None for k, (a, d) in direct.items()})
+                                            direct={k: a / d if d else None for k, (a, d) in direct.items()},
+                                            by_confidence=by_confidence(conf) if conf else None)
     return res
 
 
@@ -106,6 +134,11 @@ def main(argv=None) -> int:
     for name, r in acc.items():
         print(f"{name:14}" + "".join(f"{r['acceptance'][k]:7.3f}" for k in range(1, 9))
               + f"   {r['direct'][1]:.3f}, {r['direct'][4]:.3f}")
+    for name, r in acc.items():
+        if r["by_confidence"]:
+            print(f"{name}: acceptance by the draft's top probability (share of positions / greedy acceptance): "
+                  + "; ".join(f"[{b['low']:.1f}, {b['high']:.1f}) {b['share']:.2f} / "
+                              + ("-" if b["acceptance"] is None else f"{b['acceptance']:.2f}") for b in r["by_confidence"]))
     speeds = {}
     for setting, temp in SETTINGS.items():
         code = acc[f"code {setting}"]["acceptance"]

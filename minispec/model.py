@@ -131,7 +131,8 @@ class Model:
 
     @classmethod
     def from_hf(cls, cfg: ModelConfig, t: dict, name: str = "model") -> "Model":
-        """Build from Hugging Face tensors ([out, in] matrices): fuse and transpose once."""
+        """Build from Hugging Face tensors ([out, in] matrices): fuse and transpose once. Consumes ``t``:
+        each tensor is dropped once fused, so loading peaks near one copy of the weights, not two."""
         xp = backend.xp
 
         def dev(a):
@@ -140,19 +141,19 @@ class Model:
         layers = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
-            qkv = [t[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]
+            qkv = [t.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"]
             layers.append(LayerWeights(
-                attn_norm=dev(t[p + "input_layernorm.weight"]),
+                attn_norm=dev(t.pop(p + "input_layernorm.weight")),
                 w_qkv=dev(np.concatenate(qkv, axis=0).T),
-                b_qkv=dev(np.concatenate([t[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])) if cfg.attention_bias else None,
-                w_o=dev(t[p + "self_attn.o_proj.weight"].T),
-                mlp_norm=dev(t[p + "post_attention_layernorm.weight"]),
-                w_gate_up=dev(np.concatenate([t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"]], axis=0).T),
-                w_down=dev(t[p + "mlp.down_proj.weight"].T),
+                b_qkv=dev(np.concatenate([t.pop(p + f"self_attn.{n}_proj.bias") for n in "qkv"])) if cfg.attention_bias else None,
+                w_o=dev(t.pop(p + "self_attn.o_proj.weight").T),
+                mlp_norm=dev(t.pop(p + "post_attention_layernorm.weight")),
+                w_gate_up=dev(np.concatenate([t.pop(p + "mlp.gate_proj.weight"), t.pop(p + "mlp.up_proj.weight")], axis=0).T),
+                w_down=dev(t.pop(p + "mlp.down_proj.weight").T),
             ))
-        embed = dev(t["model.embed_tokens.weight"])  # [V, D]
-        lm_head = embed.T if cfg.tie_word_embeddings else dev(t["lm_head.weight"].T)  # [D, V]
-        return cls(cfg, embed, layers, dev(t["model.norm.weight"]), lm_head, name)
+        embed = dev(t.pop("model.embed_tokens.weight"))  # [V, D]
+        lm_head = embed.T if cfg.tie_word_embeddings else dev(t.pop("lm_head.weight").T)  # [D, V]
+        return cls(cfg, embed, layers, dev(t.pop("model.norm.weight")), lm_head, name)
 
     def truncated(self, num_layers: int) -> "Model":
         """The first ``num_layers`` layers with the same final norm and head; shares every array."""

@@ -61,20 +61,23 @@ def read_header(path) -> tuple[dict, int]:
 
 
 def read_safetensors(path, names=None) -> dict[str, np.ndarray]:
-    """Tensors of one file as NumPy arrays (floats widened to float32, memory-mapped until then)."""
+    """Tensors of one file as NumPy arrays, floats widened to float32. Each tensor is read into its own
+    array (not a view of one mapped file), so a caller can free them one by one."""
     header, start = read_header(path)
-    raw = np.memmap(path, dtype=np.uint8, mode="r")
     out = {}
-    for name, info in header.items():
-        if names is not None and name not in names:
-            continue
-        begin, end = info["data_offsets"]
-        arr = raw[start + begin: start + end].view(DTYPES[info["dtype"]]).reshape(info["shape"])
-        if info["dtype"] == "BF16":
-            arr = bf16_to_f32(arr)
-        elif arr.dtype.kind == "f":
-            arr = arr.astype(np.float32)
-        out[name] = np.asarray(arr)
+    with open(path, "rb") as fh:
+        for name, info in header.items():
+            if names is not None and name not in names:
+                continue
+            begin, end = info["data_offsets"]
+            dtype = np.dtype(DTYPES[info["dtype"]])
+            fh.seek(start + begin)
+            arr = np.fromfile(fh, dtype=dtype, count=(end - begin) // dtype.itemsize).reshape(info["shape"])
+            if info["dtype"] == "BF16":
+                arr = bf16_to_f32(arr)
+            elif arr.dtype.kind == "f":
+                arr = arr.astype(np.float32, copy=False)
+            out[name] = arr
     return out
 
 

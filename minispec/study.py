@@ -4,9 +4,10 @@ Everything is measured in ONE run, with the plain autoregressive baseline interl
 prompt, plain decoding runs before and after the speculative configurations, and each speedup is
 that prompt's plain time (mean of the two bracketing runs) over the configuration's time. Medians
 and quartiles are over prompts. The Leviathan et al. model predicts the speedup from the measured
-acceptance a, cost ratio c and verify-cost ratio r(K+1):
+acceptances, cost ratio c and verify-cost ratio r(K+1), with the first guess accepted with
+probability a and each later one with b given the one before (b = a in the paper; see adaptive.py):
 
-    speedup(K) = (1 - a^(K+1)) / ((1 - a) (K c + r(K+1)))
+    speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + r(K+1))
 """
 
 from __future__ import annotations
@@ -29,11 +30,19 @@ from .speculative import speculative_generate
 from .tree import tree_speculative_generate
 
 
-def predicted_speedup(a: float, c: float, r_k1: float, k: int) -> float:
-    """Expected tokens per round over the round's cost in target-step units."""
+def predicted_speedup(a: float, c: float, r_k1: float, k: int, b: float | None = None) -> float:
+    """Expected tokens per round over the round's cost in target-step units (b = None: b = a)."""
     if k == 0:
         return 1.0
-    return expected_tokens(a, k) / (k * c + r_k1)
+    return expected_tokens(a, k, b) / (k * c + r_k1)
+
+
+def first_and_next(accepted: list, drafted: list) -> tuple[float, float | None]:
+    """(a, b) from per-position counts: a = P(position 1 accepted); b = P(position j accepted | j-1 was),
+    pooled over j >= 2 (rounds reaching j-1 accepted and drafting j: accepted[j-1] * drafted[j] / drafted[j-1])."""
+    a = accepted[0] / drafted[0] if drafted and drafted[0] else 0.0
+    tried = sum(accepted[j - 1] * drafted[j] / drafted[j - 1] for j in range(1, len(drafted)) if drafted[j - 1])
+    return a, (sum(accepted[1:]) / tried if tried else None)
 
 
 def draft_step_time(drafter, tokens: list[int], repeats: int = 20) -> float:
@@ -170,14 +179,16 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     for cfg in configs:
         name = next(n for n, d in drafters.items() if d is cfg.drafter)
         a = cfg.accepted / cfg.drafted if cfg.drafted else 0.0
+        a1, b = first_and_next(cfg.pos_acc, cfg.pos_drafted)
         sp = np.array(cfg.speedups)
         rows.append(dict(
-            drafter=name, k=cfg.k, setting=cfg.setting, acceptance=a,
+            drafter=name, k=cfg.k, setting=cfg.setting, acceptance=a, a_first=a1, a_next=b,
             per_position=[x / y if y else None for x, y in zip(cfg.pos_acc, cfg.pos_drafted)],
             tokens_per_pass=cfg.tokens / cfg.rounds, tok_s=float(np.median(cfg.tok_s)),
             speedup=float(np.median(sp)), speedup_q1=float(np.quantile(sp, 0.25)),
             speedup_q3=float(np.quantile(sp, 0.75)),
-            predicted=predicted_speedup(a, c[name], r.get(cfg.k + 1, float("nan")), cfg.k) if isinstance(cfg.k, int) else None,
+            predicted=(predicted_speedup(a1, c[name], r.get(cfg.k + 1, float("nan")), cfg.k, b)
+                       if isinstance(cfg.k, int) else None),
             r_k1=r.get(cfg.k + 1) if isinstance(cfg.k, int) else None, c=c[name],
             by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])))
                            for ps, v in cfg.prompt_sets.items()},
@@ -326,12 +337,14 @@ def format_report(res: dict, plots: list[str]) -> str:
           "Draft cost per drafted token: " + ", ".join(f"{n} {v:.2f} ms (c = {res['c'][n]:.3f})"
                                                         for n, v in res["draft_step_ms"].items()) + ".", "",
           "## Every configuration", "",
-          "| setting | drafter | K | acceptance | per position | tokens/pass | tok/s | speedup (q1-q3) | predicted "
-          "| by prompt set (acceptance / speedup) |", "|---|---|---|---|---|---|---|---|---|---|"]
+          "a: first guess accepted; b: a later guess accepted given the one before; predicted from a, b, c, r(K+1).", "",
+          "| setting | drafter | K | acceptance | a, b | per position | tokens/pass | tok/s | speedup (q1-q3) | predicted "
+          "| by prompt set (acceptance / speedup) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         per = " ".join(fmt(x) for x in r["per_position"])
         bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v['speedup'])}x" for k, v in r["by_prompt_set"].items())
-        L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | {per} | "
+        L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | "
+                 f"{fmt(r.get('a_first'))}, {fmt(r.get('a_next'))} | {per} | "
                  f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmt(r['speedup'])}x "
                  f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmt(r['predicted'])}x | {bys} |")
     mem = res["memory"]

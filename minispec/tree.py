@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .adaptive import Acceptance, ProbeBudget, calibrate_verify, drafter_costs, expected_tokens
+from .adaptive import Acceptance, ProbeBudget, calibrate_verify, drafter_costs, run_length
 from .sampling import sample
 
 
@@ -175,8 +175,9 @@ def propose_tree(drafter, tokens, width: int, depth: int, warp, rng) -> Tree:
 class TreeShape:
     """Choose (width, depth) per round from the cost model, as AutoK chooses K (see adaptive.py).
 
-    Expected tokens of a ``width`` x ``depth`` tree at acceptance a (independence assumed, the first
-    level tried ``width`` times): E = 1 + (1 - (1 - a)^width) (1 - a^depth) / (1 - a).
+    Expected tokens of a ``width`` x ``depth`` tree with first-guess acceptance a and later-guess
+    acceptance b (adaptive.Acceptance; the first level tried ``width`` times, independently):
+    E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b).
     Time: depth draft passes over ``width`` rows plus one target pass over width * depth + 1 nodes.
     When no tree pays, (0, 0) (a plain round), with 1 x 1 probes paid from a ``ProbeBudget``.
     A fixed shape is ``TreeShape.fixed(width, depth)``.
@@ -186,17 +187,24 @@ class TreeShape:
                  shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.02):
         self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, {}, ProbeBudget(probe_share)  # acc: context -> Acceptance
+        self.overall = Acceptance()  # over all contexts: the prior of a new one
         self.learn, self.history, self.context = learn, [], 0
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreeShape":
         return cls({}, {}, auto=False, shape=(width, depth))
 
+    def estimate(self) -> Acceptance:
+        """The acceptance estimate of the current context (a new one starts from the overall one)."""
+        if self.context not in self.acc:
+            self.acc[self.context] = self.overall.fresh_copy()
+        return self.acc[self.context]
+
     def expected(self, w: int, d: int) -> float:
-        a = self.acc.setdefault(self.context, Acceptance()).value
+        e = self.estimate()
         if w == 0 or d == 0:
             return 1.0
-        return 1.0 + (1 - (1 - a) ** w) * expected_tokens(a, d - 1)  # chain of d: 1 + a + .. + a^(d-1)
+        return 1.0 + (1 - (1 - e.first) ** w) * run_length(e.next, d)
 
     def cost(self, w: int, d: int) -> float:
         if w == 0 or d == 0:
@@ -220,7 +228,8 @@ class TreeShape:
         if t_verify is not None and self.learn and n_nodes + 1 in self.verify_time:
             self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
         if depth:
-            self.acc.setdefault(self.context, Acceptance()).update(depth, accepted)
+            self.estimate().update(depth, accepted)
+            self.overall.update(depth, accepted)
         elif self.auto:
             self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
 

@@ -23,6 +23,23 @@ def policy(costs, draft_time, prior=0.5, **kw):
 def test_expected_tokens():
     assert expected_tokens(0.0, 5) == 1.0 and expected_tokens(1.0, 5) == 6.0
     assert expected_tokens(0.5, 1) == pytest.approx(1.5)
+    assert expected_tokens(0.5, 3) == pytest.approx((1 - 0.5 ** 4) / 0.5)  # b = a: Leviathan et al.
+    assert expected_tokens(0.3, 3, b=0.9) == pytest.approx(1 + 0.3 * (1 + 0.9 + 0.81))
+
+
+def test_acceptance_separates_first_and_later_guesses():
+    acc = Acceptance(prior=0.5, weight=1e-9, decay=1.0)
+    for n in (0, 0, 0, 8, 8, 0, 0, 0, 8, 4):  # copy runs: mostly nothing, else nearly everything (K = 8)
+        acc.update(8, n)
+    assert acc.first == pytest.approx(0.4) and acc.next == pytest.approx(24 / 25)
+
+
+def test_a_run_drafter_pays_where_one_rate_would_say_it_cannot():
+    sticky = policy(CPU_LIKE, draft_time=0.0)
+    sticky.overall = Acceptance(prior=0.3, prior_next=0.95)  # first guess 30%, then runs
+    assert sticky.next_k() >= 6
+    iid = policy(CPU_LIKE, draft_time=0.0, prior=0.3)  # one rate of 0.3 for every guess
+    assert iid.next_k() == 0
 
 
 def plain_rounds_with_probes(p, rounds: int):
@@ -65,8 +82,8 @@ def test_picks_long_drafts_when_verification_is_cheap_and_acceptance_high():
     p = policy(FLAT, draft_time=0.0005, prior=0.9)
     assert p.next_k() == 8
     for _ in range(10):
-        p.observe(8, 0, 0, 0)  # acceptance collapses: every first guess rejected
-    assert p.acceptance < 0.3 and p.next_k() < 3
+        p.observe(8, 1, 0, 0)  # acceptance collapses: every second guess rejected
+    assert p.estimate.next < 0.3 and p.next_k() < 3
 
 
 def test_cpu_like_costs_need_high_acceptance():
@@ -112,7 +129,7 @@ MIXED = {n: 0.010 * (1 + 0.35 * (n - 1)) for n in range(1, 10)}
 def auto_counts(target, draft, runs, prompt):
     counts, ks = np.zeros(V * V), set()
     for seed in range(runs):
-        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5))
+        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5, prior_next=0.8))
         toks = speculative_generate(target, DraftModel(draft), prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
         counts[toks[0] * V + toks[1]] += 1
         ks.update(pol.history)

@@ -62,3 +62,20 @@ def test_acceptance_by_k_reads_rounds_at_k8():
     assert acc[1] == pytest.approx((0 + 1 + 1 + 1) / 4)
     assert acc[4] == pytest.approx((0 + 3 + 4 + 1) / (4 + 4 + 4 + 2))
     assert acc[8] == pytest.approx((0 + 3 + 8 + 1) / (8 + 8 + 8 + 2))
+
+
+def test_acceptance_by_confidence(big_pair):
+    from minispec import generate
+    from minispec.draft_eval import by_confidence, confidence_rows
+
+    target, draft = big_pair
+    prompt = [3, 1, 4, 1, 5]
+    out = generate(target, prompt, 30)
+    rows = confidence_rows(DraftModel(target), prompt, out)  # the target as its own draft agrees everywhere
+    assert len(rows) == 30 and all(hit for _, hit in rows)
+    other = confidence_rows(DraftModel(draft), prompt, out)
+    assert not all(hit for _, hit in other)
+    bins = by_confidence(other)
+    assert sum(b["share"] for b in bins) == pytest.approx(1.0)
+    hits = sum(b["share"] * (b["acceptance"] or 0) for b in bins) * len(other)
+    assert hits == pytest.approx(sum(h for _, h in other))

@@ -177,5 +177,5 @@ def test_auto_shape_prefers_wide_trees_when_nodes_are_free():
     assert w * d >= 8
     steep = {n: 0.01 * n for n in range(1, 18)}  # every node costs a full pass
     pol = TreeShape(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
-    pol.acc[0] = Acceptance(prior=0.0, weight=20.0)
+    pol.acc[0] = Acceptance(prior=0.0, weight=20.0)  # context 0: nothing is ever accepted
     assert pol.next_shape() == (0, 0)
