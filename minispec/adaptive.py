@@ -18,8 +18,9 @@ the timings of real rounds; ``t_draft`` likewise. ``a`` and ``b`` are decaying e
 recent rounds (``Acceptance``), kept per *context*: a label the drafter gives cheaply before
 drafting (``drafter.context(tokens)``). Prompt lookup labels a round with the length of the n-gram it
 matched: on our prompts a 1-gram match's first guess is accepted 17-26% of the time, a 3-gram
-match's 75-92%, so one estimate for both would be wrong for each. A context not seen before starts
-from the drafter's estimate over all contexts. K = 0 means "do not speculate" (plain decoding).
+match's 75-92%, so one estimate for both would be wrong for each. (Starting a new context from the
+estimate over all contexts was tried: one failed 1-gram round then held back the 3-gram rounds of
+grounded prompts for several rounds.) K = 0 means "do not speculate" (plain decoding).
 
 While K = 0, the acceptance estimate gets no news, so now and then a K = 1 round probes it. A probe
 costs one guess, one more verified row and the drafter's catching up on every token it has not
@@ -151,7 +152,7 @@ class Acceptance:
             self.counts[1] = self.decay * self.counts[1] + (accepted - 1, accepted < drafted)
 
     def fresh_copy(self) -> "Acceptance":
-        """A new estimate whose prior is this one's current value."""
+        """A new estimate whose prior is this one's current value (for a new context: the untouched prior)."""
         return Acceptance(self.first, self.weight, self.decay, self.next)
 
 
@@ -180,7 +181,7 @@ class AutoK:
                  acceptance: Acceptance | None = None, probe_share: float = 0.02, learn_costs: bool = True):
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
-        self.overall = acceptance or Acceptance()  # over all contexts: the prior of a new one
+        self.prior = acceptance or Acceptance()  # the estimate of a context before its first round
         self.acc: dict[int, Acceptance] = {}  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
@@ -192,7 +193,7 @@ class AutoK:
     def estimate(self) -> Acceptance:
         """The estimate for the current context."""
         if self.context not in self.acc:
-            self.acc[self.context] = self.overall.fresh_copy()
+            self.acc[self.context] = self.prior.fresh_copy()
         return self.acc[self.context]
 
     @property
@@ -235,7 +236,6 @@ class AutoK:
         if self.learn_costs and self.unseen <= drafted + 1:  # a catch-up round does not time a guess
             self.draft_time = 0.8 * self.draft_time + 0.2 * (t_draft / drafted)
         self.estimate.update(drafted, accepted)
-        self.overall.update(drafted, accepted)
 
 
 def drafter_costs(drafter) -> tuple[float, float]:

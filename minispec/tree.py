@@ -187,7 +187,6 @@ class TreeShape:
                  shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.02):
         self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, {}, ProbeBudget(probe_share)  # acc: context -> Acceptance
-        self.overall = Acceptance()  # over all contexts: the prior of a new one
         self.learn, self.history, self.context = learn, [], 0
 
     @classmethod
@@ -195,9 +194,9 @@ class TreeShape:
         return cls({}, {}, auto=False, shape=(width, depth))
 
     def estimate(self) -> Acceptance:
-        """The acceptance estimate of the current context (a new one starts from the overall one)."""
+        """The acceptance estimate of the current context."""
         if self.context not in self.acc:
-            self.acc[self.context] = self.overall.fresh_copy()
+            self.acc[self.context] = Acceptance()
         return self.acc[self.context]
 
     def expected(self, w: int, d: int) -> float:
@@ -229,7 +228,6 @@ class TreeShape:
             self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
         if depth:
             self.estimate().update(depth, accepted)
-            self.overall.update(depth, accepted)
         elif self.auto:
             self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
 

@@ -35,8 +35,7 @@ def test_acceptance_separates_first_and_later_guesses():
 
 
 def test_a_run_drafter_pays_where_one_rate_would_say_it_cannot():
-    sticky = policy(CPU_LIKE, draft_time=0.0)
-    sticky.overall = Acceptance(prior=0.3, prior_next=0.95)  # first guess 30%, then runs
+    sticky = AutoK(CPU_LIKE, 0.0, learn_costs=False, acceptance=Acceptance(prior=0.3, prior_next=0.95))  # 30%, then runs
     assert sticky.next_k() >= 6
     iid = policy(CPU_LIKE, draft_time=0.0, prior=0.3)  # one rate of 0.3 for every guess
     assert iid.next_k() == 0
