@@ -130,7 +130,7 @@ class Acceptance:
     weigh ``decay`` less per round; the prior weighs as much as ``weight`` fresh observations."""
 
     def __init__(self, prior: float = 0.5, weight: float = 2.0, decay: float = 0.8, prior_next: float | None = None):
-        self.prior, self.prior_next = prior, prior if prior_next is None else prior_next
+        self.prior, self.prior_next = prior, prior_next  # prior_next None: b's prior is the current a
         self.weight, self.decay = weight, decay
         self.counts = np.zeros((2, 2))  # [first, next] x [successes, failures]
 
@@ -144,7 +144,9 @@ class Acceptance:
 
     @property
     def next(self) -> float:
-        return self._estimate(1, self.prior_next)
+        """Until later guesses have been seen, they are assumed to do as well as first ones (b = a, as in
+        Leviathan et al.): a fixed prior would hold a drafter whose first guesses are always right at K = 1."""
+        return self._estimate(1, self.first if self.prior_next is None else self.prior_next)
 
     def update(self, drafted: int, accepted: int) -> None:
         self.counts[0] = self.decay * self.counts[0] + (accepted >= 1, accepted == 0)
@@ -152,8 +154,8 @@ class Acceptance:
             self.counts[1] = self.decay * self.counts[1] + (accepted - 1, accepted < drafted)
 
     def fresh_copy(self) -> "Acceptance":
-        """A new estimate whose prior is this one's current value (for a new context: the untouched prior)."""
-        return Acceptance(self.first, self.weight, self.decay, self.next)
+        """A new estimate with the same prior and no observations."""
+        return Acceptance(self.prior, self.weight, self.decay, self.prior_next)
 
 
 class ProbeBudget:

@@ -81,7 +81,7 @@ class Config:
     rounds: int = 0
     pos_acc: list = field(default_factory=list)
     pos_drafted: list = field(default_factory=list)
-    prompt_sets: dict = field(default_factory=dict)  # set -> [accepted, drafted, speedups]
+    prompt_sets: dict = field(default_factory=dict)  # set -> [accepted, drafted, speedups, tokens, rounds]
 
 
 SETTINGS = {"greedy": dict(temperature=0.0), "T=1": dict(temperature=1.0)}
@@ -169,10 +169,12 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                             cfg.pos_drafted.append(0)
                         cfg.pos_acc[j] += a_
                         cfg.pos_drafted[j] += d_
-                    ps = cfg.prompt_sets.setdefault(pset, [0, 0, []])
+                    ps = cfg.prompt_sets.setdefault(pset, [0, 0, [], 0, 0])
                     ps[0] += s.accepted
                     ps[1] += s.drafted
                     ps[2].append(rate / plain_rate)
+                    ps[3] += len(res.tokens)
+                    ps[4] += s.rounds
     bar.close()
 
     rows = []
@@ -190,8 +192,8 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
             predicted=(predicted_speedup(a1, c[name], r.get(cfg.k + 1, float("nan")), cfg.k, b)
                        if isinstance(cfg.k, int) else None),
             r_k1=r.get(cfg.k + 1) if isinstance(cfg.k, int) else None, c=c[name],
-            by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])))
-                           for ps, v in cfg.prompt_sets.items()},
+            by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])),
+                                    tokens_per_pass=v[3] / v[4]) for ps, v in cfg.prompt_sets.items()},
         ))
     best = []
     for setting in settings:
@@ -307,6 +309,29 @@ def write_report(result: dict, out: Path) -> Path:
     return out / "report.md"
 
 
+def by_set_table(rows: list[dict]) -> list[str]:
+    """Per setting, drafter and prompt set: the best fixed K, K = auto and the tree, as speedups over plain
+    decoding; auto is also given relative to that best fixed K."""
+    L = ["## Fixed K, K = auto and trees per prompt set", "",
+         "Speedup over plain decoding (median over the set's prompts); auto / best: K = auto over the best fixed K of "
+         "the same set.", "",
+         "| setting | drafter | prompt set | best fixed K | K = auto | auto / best | tree |", "|---|---|---|---|---|---|---|"]
+    keys = list(dict.fromkeys((r["setting"], r["drafter"]) for r in rows))
+    for setting, drafter in keys:
+        mine = [r for r in rows if r["setting"] == setting and r["drafter"] == drafter]
+        sets = list(mine[0]["by_prompt_set"]) + ["all"]
+        for ps in sets:
+            def sp(r, ps=ps):
+                return r["speedup"] if ps == "all" else r["by_prompt_set"].get(ps, {}).get("speedup")
+            fixed = [r for r in mine if isinstance(r["k"], int) and sp(r) is not None]
+            auto = next((sp(r) for r in mine if r["k"] == "auto"), None)
+            tree = next((sp(r) for r in mine if r["k"] == "tree"), None)
+            best = max(fixed, key=sp) if fixed else None
+            L.append(f"| {setting} | {drafter} | {ps} | " + (f"{fmt(sp(best))}x (K={best['k']})" if best else "-")
+                     + f" | {fmt(auto)}x | {fmt(auto / sp(best) if auto and best else None)} | {fmt(tree)}x |")
+    return L
+
+
 def fmt(x, p=2):
     return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{p}f}"
 
@@ -337,16 +362,19 @@ def format_report(res: dict, plots: list[str]) -> str:
           "Draft cost per drafted token: " + ", ".join(f"{n} {v:.2f} ms (c = {res['c'][n]:.3f})"
                                                         for n, v in res["draft_step_ms"].items()) + ".", "",
           "## Every configuration", "",
-          "a: first guess accepted; b: a later guess accepted given the one before; predicted from a, b, c, r(K+1).", "",
+          "a: first guess accepted; b: a later guess accepted given the one before (fixed K only: with K varying "
+          "the pooled estimate is biased); predicted from a, b, c, r(K+1).", "",
           "| setting | drafter | K | acceptance | a, b | per position | tokens/pass | tok/s | speedup (q1-q3) | predicted "
-          "| by prompt set (acceptance / speedup) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| by prompt set (acceptance / tokens per pass / speedup) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         per = " ".join(fmt(x) for x in r["per_position"])
-        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v['speedup'])}x" for k, v in r["by_prompt_set"].items())
+        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v.get('tokens_per_pass'))} / {fmt(v['speedup'])}x"
+                        for k, v in r["by_prompt_set"].items())
         L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | "
-                 f"{fmt(r.get('a_first'))}, {fmt(r.get('a_next'))} | {per} | "
+                 + (f"{fmt(r.get('a_first'))}, {fmt(r.get('a_next'))}" if isinstance(r["k"], int) else "-") + f" | {per} | "
                  f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmt(r['speedup'])}x "
                  f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmt(r['predicted'])}x | {bys} |")
+    L += [""] + by_set_table(res["rows"])
     mem = res["memory"]
     L += ["", "## Memory", "", f"KV cache at the used context of {mem['used_context']} tokens.", "",
           "| model | weights (MB) | KV bytes/token | KV at context (MB) |", "|---|---|---|---|"]

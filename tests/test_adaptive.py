@@ -34,6 +34,15 @@ def test_acceptance_separates_first_and_later_guesses():
     assert acc.first == pytest.approx(0.4) and acc.next == pytest.approx(24 / 25)
 
 
+def test_later_guesses_follow_the_first_until_seen():
+    acc = Acceptance(prior=0.5)
+    for _ in range(10):
+        acc.update(1, 1)  # K = 1 rounds say nothing about later guesses
+    assert acc.next == acc.first > 0.8  # so K grows past 1 (a fixed prior of 0.5 would keep it there)
+    acc.update(8, 1)
+    assert acc.next < acc.first
+
+
 def test_a_run_drafter_pays_where_one_rate_would_say_it_cannot():
     sticky = AutoK(CPU_LIKE, 0.0, learn_costs=False, acceptance=Acceptance(prior=0.3, prior_next=0.95))  # 30%, then runs
     assert sticky.next_k() >= 6

@@ -30,6 +30,14 @@ def test_cost_model():
     assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
 
 
+def test_first_and_next_rates_from_per_position_counts():
+    from minispec.study import first_and_next
+
+    # 10 rounds at K = 3: position 1 accepted 4 times, position 2 in 3 of those, position 3 in 3 of those
+    assert first_and_next([4, 3, 3], [10, 10, 10]) == (0.4, pytest.approx(6 / 7))
+    assert first_and_next([5], [10]) == (0.5, None)  # K = 1 says nothing about later guesses
+
+
 def test_study_end_to_end(tmp_path):
     target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2), seed=1))
     draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2))
@@ -43,12 +51,13 @@ def test_study_end_to_end(tmp_path):
         ("draft", "tree"), ("prompt-lookup", "tree"), ("layer-skip:1", "tree"), ("self", "tree")}
     self_greedy = next(r for r in res["rows"] if r["drafter"] == "self" and r["setting"] == "greedy")
     assert self_greedy["acceptance"] == 1.0 and self_greedy["tokens_per_pass"] > 2
+    assert self_greedy["a_first"] == 1.0 and self_greedy["a_next"] == 1.0
     assert res["r"][1] == 1.0 and all(np.isfinite(list(res["c"].values())))
     assert len(res["best"]) == 8 and res["memory"]["peak_rss_bytes"] > 0
     assert all(b["auto_speedup"] is not None and b["tree_speedup"] is not None for b in res["best"])
     report = write_report(res, tmp_path / "out")
     text = report.read_text()
-    assert "Headline" in text and "| greedy | self |" in text
+    assert "Headline" in text and "| greedy | self |" in text and "K = auto and trees per prompt set" in text
     assert json.loads((tmp_path / "out" / "study.json").read_text())["rows"]
     pytest.importorskip("matplotlib")
     assert (tmp_path / "out" / "speedup_greedy.png").exists() and (tmp_path / "out" / "verify_cost_memory.png").exists()
