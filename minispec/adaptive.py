@@ -158,6 +158,18 @@ class Acceptance:
         return Acceptance(self.prior, self.weight, self.decay, self.prior_next)
 
 
+class PerContext(dict):
+    """context -> Acceptance; a context not seen before starts from ``prior``."""
+
+    def __init__(self, prior: Acceptance):
+        super().__init__()
+        self.prior = prior
+
+    def __missing__(self, context: int) -> Acceptance:
+        self[context] = estimate = self.prior.fresh_copy()
+        return estimate
+
+
 class ProbeBudget:
     """Exploration paid from what plain rounds earn: ``share`` of their time; a probe spends it all."""
 
@@ -183,8 +195,7 @@ class AutoK:
                  acceptance: Acceptance | None = None, probe_share: float = 0.02, learn_costs: bool = True):
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
-        self.prior = acceptance or Acceptance()  # the estimate of a context before its first round
-        self.acc: dict[int, Acceptance] = {}  # context -> its estimate
+        self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
         self.learn_costs = learn_costs
@@ -194,13 +205,7 @@ class AutoK:
     @property
     def estimate(self) -> Acceptance:
         """The estimate for the current context."""
-        if self.context not in self.acc:
-            self.acc[self.context] = self.prior.fresh_copy()
         return self.acc[self.context]
-
-    @property
-    def acceptance(self) -> float:
-        return self.estimate.first
 
     def rate(self, k: int) -> float:
         """Expected tokens per second at K, once the drafter is caught up."""

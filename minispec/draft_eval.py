@@ -23,6 +23,7 @@ import numpy as np
 from .generate import generate
 from .progress import Progress
 from .prompts import load_prompts
+from .sampling import warp
 from .speculative import speculative_generate
 
 SETTINGS = {"greedy": 0.0, "T=1": 1.0}
@@ -44,8 +45,7 @@ def confidence_rows(drafter, prompt, out) -> list[tuple[float, bool]]:
     """(draft's top probability, draft's top token == the token emitted) at each position of ``out``."""
     seq, m = list(prompt) + list(out), drafter.model
     logits = drafter.pad(m.forward(seq, m.new_cache(len(seq)))[len(prompt) - 1: len(seq) - 1])  # [T, V]: predicts out
-    z = np.exp(logits - logits.max(-1, keepdims=True))
-    top = z.max(-1) / z.sum(-1)
+    top = warp(logits, 1.0).max(-1)  # [T]
     return [(float(c), bool(a)) for c, a in zip(top, logits.argmax(-1) == np.asarray(out))]
 
 

@@ -111,21 +111,23 @@ class PromptLookup:
         self.vocab, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
         self.name, self.forwards = f"prompt-lookup:{max_ngram}", 0
 
+    def matches(self, seq: np.ndarray):
+        """(n, start of each earlier occurrence of the last n-gram, most recent first), longest n first."""
+        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # every earlier n-gram
+            hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))[::-1]
+            if hits.size:
+                yield n, hits
+
     def context(self, tokens) -> int:
         """The length of the longest n-gram that ends ``tokens`` and occurred before (0: no match)."""
-        seq = np.asarray(tokens)
-        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)
-            if (windows == seq[-n:]).all(axis=1).any():
-                return n
-        return 0
+        return next((n for n, _ in self.matches(np.asarray(tokens))), 0)
 
     def continuations(self, tokens, k: int, limit: int) -> list[list[int]]:
         """Up to ``limit`` distinct continuations (length <= k), longest n-gram first, most recent first."""
         seq, out = np.asarray(tokens), []
-        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # every earlier n-gram
-            for hit in np.flatnonzero((windows == seq[-n:]).all(axis=1))[::-1]:
+        for n, hits in self.matches(seq):
+            for hit in hits:
                 cont = [int(t) for t in seq[hit + n: hit + n + k]]
                 if cont and cont not in out:
                     out.append(cont)

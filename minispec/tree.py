@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .adaptive import Acceptance, ProbeBudget, calibrate_verify, drafter_costs, run_length
+from .adaptive import Acceptance, PerContext, ProbeBudget, calibrate_verify, drafter_costs, run_length
 from .sampling import sample
 
 
@@ -186,21 +186,15 @@ class TreeShape:
     def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
                  shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.02):
         self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
-        self.feed_time, self.acc, self.budget = feed_time, {}, ProbeBudget(probe_share)  # acc: context -> Acceptance
+        self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
         self.learn, self.history, self.context = learn, [], 0
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreeShape":
         return cls({}, {}, auto=False, shape=(width, depth))
 
-    def estimate(self) -> Acceptance:
-        """The acceptance estimate of the current context."""
-        if self.context not in self.acc:
-            self.acc[self.context] = Acceptance()
-        return self.acc[self.context]
-
     def expected(self, w: int, d: int) -> float:
-        e = self.estimate()
+        e = self.acc[self.context]
         if w == 0 or d == 0:
             return 1.0
         return 1.0 + (1 - (1 - e.first) ** w) * run_length(e.next, d)
@@ -227,7 +221,7 @@ class TreeShape:
         if t_verify is not None and self.learn and n_nodes + 1 in self.verify_time:
             self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
         if depth:
-            self.estimate().update(depth, accepted)
+            self.acc[self.context].update(depth, accepted)
         elif self.auto:
             self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
 
