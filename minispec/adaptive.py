@@ -14,7 +14,9 @@ given the one before; for the shipped draft, 22% and 23%. One rate would make pr
 hopeless on the very prompts where it gives 2x.
 
 ``t_verify(n)`` comes from a short calibration of the target (cached per model) and is refined by
-the timings of real rounds; ``t_draft`` likewise. ``a`` and ``b`` are decaying estimates over
+the timings of real rounds, from the start of the pass over n tokens to the accepted tokens: warping
+n rows of a 49,152-token vocabulary into float64 probabilities is part of the price (at T = 1 about
+0.7 ms for 8 rows, 2 ms for 17: 4-12% of a pass). ``t_draft`` is refined likewise. ``a`` and ``b`` are decaying estimates over
 recent rounds (``Acceptance``), kept per *context*: a label the drafter gives cheaply before
 drafting (``drafter.context(tokens)``). Prompt lookup labels a round with the length of the n-gram it
 matched: on our prompts a 1-gram match's first guess is accepted 17-26% of the time, a 3-gram
@@ -22,13 +24,22 @@ match's 75-92%, so one estimate for both would be wrong for each. (Starting a ne
 estimate over all contexts was tried: one failed 1-gram round then held back the 3-gram rounds of
 grounded prompts for several rounds.) K = 0 means "do not speculate" (plain decoding).
 
-While K = 0, the acceptance estimate gets no news, so now and then a K = 1 round probes it. A probe
-costs one guess, one more verified row and the drafter's catching up on every token it has not
-seen (a draft model must feed them: for layer skip that is most of a target pass per token). Probes
-are paid from a budget (``ProbeBudget``) that earns ``share`` (2%) of the time spent in plain
-rounds, so exploring can never cost more than that; a drafter that could not beat plain decoding
-even if every guess were accepted is never probed. The policy only picks K: the tokens still come
-from the same rejection rule, so the output distribution is unchanged.
+While K = 0 the estimate would get no news, so a plain round may *probe*: the drafter proposes one
+guess that is not verified, and the target's distribution p for that token, which the plain round
+computes anyway, says how likely the rule would have accepted it: sum_x min(p(x), q(x))
+(``rejection.overlap``). That is the exact acceptance probability, not a coin flip, and it costs no
+target work: only the guess and the drafter's catching up on every token it has not seen (a draft
+model must feed them: for layer skip most of a target pass per token). Probes measure ``b`` too:
+when a probe's guess was certain (one-hot q: prompt lookup, or any drafter when greedy) and the
+plain round emitted that very token, the round went exactly as if the guess had been accepted
+(both happen with probability p(x), and leave the same sequence), so the next probe stands for the
+second guess of a chain, and so on. Probes are paid from a budget
+(``ProbeBudget``) that earns ``share`` (1%) of the time spent in plain rounds, so exploring can never
+cost more than that; prompt lookup's guess costs microseconds, so it probes every plain round, and a
+drafter that could not beat plain decoding even if every guess were accepted is never probed.
+(Probing with a verified K = 1 round, as this module first did, cost one more verified row, a third
+of a target step on a CPU, for one coin flip.) The policy only picks K: the tokens still come from
+the same rejection rule, so the output distribution is unchanged.
 """
 
 from __future__ import annotations
@@ -119,7 +130,10 @@ class FixedK:
     def next_k(self, unseen: int = 1, context: int = 0) -> int:
         return self.k
 
-    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None) -> None:
+    def probe(self) -> bool:
+        return False
+
+    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None, probed=None) -> None:
         pass
 
 
@@ -148,6 +162,12 @@ class Acceptance:
         Leviathan et al.): a fixed prior would hold a drafter whose first guesses are always right at K = 1."""
         return self._estimate(1, self.first if self.prior_next is None else self.prior_next)
 
+    def update_probe(self, probability: float, later: bool) -> None:
+        """A guess that was not verified, accepted with this ``probability`` (a probe); ``later``: it
+        stands for a later guess of a chain (the guess before it was accepted), else for a first one."""
+        i = int(later)
+        self.counts[i] = self.decay * self.counts[i] + (probability, 1.0 - probability)
+
     def update(self, drafted: int, accepted: int) -> None:
         self.counts[0] = self.decay * self.counts[0] + (accepted >= 1, accepted == 0)
         if accepted >= 1 and drafted >= 2:
@@ -171,9 +191,9 @@ class PerContext(dict):
 
 
 class ProbeBudget:
-    """Exploration paid from what plain rounds earn: ``share`` of their time; a probe spends it all."""
+    """Exploration paid from what plain rounds earn: ``share`` of their time."""
 
-    def __init__(self, share: float = 0.02):
+    def __init__(self, share: float = 0.01):
         self.share, self.saved = share, 0.0
 
     def earn(self, seconds: float) -> None:
@@ -182,7 +202,7 @@ class ProbeBudget:
     def afford(self, cost: float) -> bool:
         if self.saved < cost:
             return False
-        self.saved = 0.0
+        self.saved -= cost
         return True
 
 
@@ -192,7 +212,7 @@ class AutoK:
     must catch up on. ``learn_costs=False`` keeps the given costs (deterministic, for tests)."""
 
     def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
-                 acceptance: Acceptance | None = None, probe_share: float = 0.02, learn_costs: bool = True):
+                 acceptance: Acceptance | None = None, probe_share: float = 0.01, learn_costs: bool = True):
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
         self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
@@ -218,31 +238,38 @@ class AutoK:
         return best <= 1.0 / self.verify_time[1]
 
     def probe_cost(self, unseen: int) -> float:
-        """Seconds a K = 1 round costs over a plain one: catching up, one guess, one more verified row."""
-        return (max(unseen - 1, 0) * self.feed_time + self.draft_time
-                + max(self.verify_time[2] - self.verify_time[1], 0.0))
+        """Seconds a probe adds to a plain round: catching up on ``unseen`` - 1 tokens and one guess."""
+        return max(unseen - 1, 0) * self.feed_time + self.draft_time
 
     def next_k(self, unseen: int = 1, context: int = 0) -> int:
         """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first);
         ``context``: the drafter's label for this round."""
         self.unseen, self.context = unseen, context
         k = max(range(self.k_max + 1), key=self.rate)
-        if k == 0 and not self.hopeless() and self.budget.afford(self.probe_cost(unseen)):
-            k = 1
         self.history.append(k)
         return k
 
-    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None) -> None:
-        """A round's outcome and timings (``t_verify`` None: that pass also carried the prompt)."""
+    def probe(self) -> bool:
+        """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it?"""
+        return not self.hopeless() and self.budget.afford(self.probe_cost(self.unseen))
+
+    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None,
+                probed: tuple[float, bool] | None = None) -> None:
+        """A round's outcome and timings (``t_verify`` None: that pass also carried the prompt); ``probed``:
+        for a plain round that probed, (the probability that the rule would have accepted the guess,
+        whether it stands for a later guess: see ``speculative.measure_probe``)."""
         n = drafted + 1  # tokens in the verification pass
         if t_verify is not None and self.learn_costs and n in self.verify_time:
             self.verify_time[n] = 0.8 * self.verify_time[n] + 0.2 * t_verify
-        if drafted == 0:
-            self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
+        guesses = drafted or int(probed is not None)
+        if self.learn_costs and guesses and self.unseen <= guesses + 1:  # a catch-up round does not time a guess
+            self.draft_time = 0.8 * self.draft_time + 0.2 * (t_draft / guesses)
+        if drafted:
+            self.estimate.update(drafted, accepted)
             return
-        if self.learn_costs and self.unseen <= drafted + 1:  # a catch-up round does not time a guess
-            self.draft_time = 0.8 * self.draft_time + 0.2 * (t_draft / drafted)
-        self.estimate.update(drafted, accepted)
+        self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
+        if probed is not None:
+            self.estimate.update_probe(*probed)
 
 
 def drafter_costs(drafter) -> tuple[float, float]:

@@ -113,11 +113,18 @@ class PromptLookup:
 
     def matches(self, seq: np.ndarray):
         """(n, start of each earlier occurrence of the last n-gram, most recent first), longest n first."""
-        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # every earlier n-gram
-            hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))[::-1]
-            if hits.size:
-                yield n, hits
+        L, found = len(seq), []
+        same = seq[:-1] == seq[-1]  # [L-1] same[i]: the n-gram ending at i equals the last n-gram (n = 1 here)
+        for n in range(1, min(self.max_ngram, L - 1) + 1):
+            if n > 1:  # extend every match one token to the left
+                same[n - 1:] &= seq[: L - n] == seq[L - n]
+                same[n - 2] = False
+            ends = np.flatnonzero(same)
+            if not ends.size:
+                break
+            if n >= self.min_ngram:
+                found.append((n, ends[::-1] - n + 1))
+        yield from reversed(found)
 
     def context(self, tokens) -> int:
         """The length of the longest n-gram that ends ``tokens`` and occurred before (0: no match)."""

@@ -32,6 +32,13 @@ def acceptance_probability(target_p: float, draft_q: float) -> float:
     return min(1.0, target_p / draft_q)
 
 
+def overlap(target_row: np.ndarray, draft_row: np.ndarray) -> float:
+    """sum_x min(p(x), q(x)) = 1 - TV(p, q): the probability that the rule accepts one guess drawn from q
+    (beta in Leviathan et al., section 3.5). A plain round knows p for the next token, so it can measure
+    a guess it never verifies (adaptive.py: probes)."""
+    return float(np.minimum(target_row, draft_row).sum())
+
+
 def residual(target_row: np.ndarray, draft_row: np.ndarray) -> np.ndarray:
     """norm(max(0, p - q)): the part of p that q under-covers. [V] -> [V]"""
     r = np.maximum(target_row - draft_row, 0.0)

@@ -23,17 +23,18 @@ def check_warp_args(temperature: float, top_k: int | None, top_p: float | None) 
 def warp(logits, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
     """logits [..., V] -> probs [..., V] (float64). temperature 0 gives the one-hot argmax."""
     check_warp_args(temperature, top_k, top_p)
-    logits = np.asarray(logits, dtype=np.float64)
-    V = logits.shape[-1]
+    V = np.shape(logits)[-1]
     if temperature == 0:
-        probs = np.zeros_like(logits)  # greedy: all mass on the first maximum
+        probs = np.zeros(np.shape(logits))  # greedy: all mass on the first maximum
         np.put_along_axis(probs, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
         return probs
-    z = logits / temperature
+    z = np.array(logits, dtype=np.float64)  # a float64 copy, worked on in place (a pass's rows are MBs)
+    z /= temperature
     if top_k is not None and top_k < V:
         kth = np.sort(z, axis=-1)[..., V - top_k][..., None]  # the k-th largest value
-        z = np.where(z < kth, -np.inf, z)
-    probs = np.exp(z - z.max(axis=-1, keepdims=True))
+        z[z < kth] = -np.inf
+    z -= z.max(axis=-1, keepdims=True)
+    probs = np.exp(z, out=z)
     probs /= probs.sum(axis=-1, keepdims=True)
     if top_p is not None and top_p < 1:
         # keep the smallest set of most likely tokens whose mass reaches top_p

@@ -21,7 +21,7 @@ from .adaptive import FixedK, auto_k
 from .drafters import as_drafter
 from .generate import check_generate_args
 from .model import Model
-from .rejection import accept_reject
+from .rejection import accept_reject, overlap
 from .sampling import warp
 
 
@@ -125,6 +125,8 @@ class Run:
     rng: np.random.Generator
     stats: SpecStats
     seen: int = 0  # len(tokens) when the drafter last proposed: it has the rest to catch up on
+    probe: np.ndarray | None = None  # this round's unverified guess: the [V] row it was drawn from
+    probe_came_true: bool = False  # the last round probed a certain guess and emitted that very token
 
     @property
     def done(self) -> bool:
@@ -139,6 +141,29 @@ def start_run(target: Model, prompt_ids, max_new_tokens: int, temperature: float
                fresh=[int(t) for t in ids[:-1]], stop=set(stop_ids or ()), max_new_tokens=max_new_tokens,
                warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
                stats=SpecStats(-1))
+
+
+def draft_probe(policy, drafter, run: Run, k: int) -> None:
+    """In a plain round (``k`` = 0) the policy may still ask the drafter for one guess, never verified,
+    only to learn how likely the rule would have accepted it (adaptive.py: probes). Sets ``run.probe``:
+    the [V] row the guess was drawn from, or None."""
+    run.probe = None
+    if k == 0 and policy.probe():
+        _, draft_probs = drafter.propose(run.tokens, 1, run.warp, run.rng)
+        run.seen = len(run.tokens)
+        run.probe = draft_probs[0] if len(draft_probs) else None
+
+
+def measure_probe(run: Run, target_row: np.ndarray, emitted: int) -> tuple[float, bool] | None:
+    """-> (P(the rule accepts the probe's guess) = sum min(p, q), whether it stands for a later guess of a
+    chain), or None when the round did not probe. A certain guess (one-hot q) that the plain round emitted
+    is as good as accepted: then the next probe is a later guess."""
+    if run.probe is None:
+        run.probe_came_true = False
+        return None
+    measured = (overlap(target_row, run.probe), run.probe_came_true)
+    run.probe_came_true = bool(run.probe[emitted] == 1.0)
+    return measured
 
 
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
@@ -159,19 +184,22 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
         k_round = min(policy.next_k(len(tokens) - run.seen, drafter.context(tokens)), max_new_tokens - len(run.out) - 1)
         draft_tokens, draft_probs = drafter.propose(tokens, k_round, run.warp, run.rng)
         run.seen = len(tokens) if k_round else run.seen
+        draft_probe(policy, drafter, run, k_round)
         t1 = time.perf_counter()
         # 2. verify: one target pass over the last token and the K guesses -> K+1 rows
         target_logits = target.forward(run.fresh + [tokens[-1]] + list(draft_tokens), cache,
                                        last=len(draft_tokens) + 1)  # [K+1, V]
         t2 = time.perf_counter()
         # 3. accept or reject
-        n, next_token = accept_reject(run.warp(target_logits), draft_probs, draft_tokens, run.rng)
+        target_probs = run.warp(target_logits)  # [K+1, V]
+        n, next_token = accept_reject(target_probs, draft_probs, draft_tokens, run.rng)
+        probed = measure_probe(run, target_probs[0], next_token)
         t3 = time.perf_counter()
         cache.rollback(len(tokens) + n)  # keep the last token and the n accepted guesses
         emitted = emit(list(draft_tokens[:n]) + [next_token], tokens, run.out, run.stop, max_new_tokens, on_token)
         stats.record(len(draft_tokens), n, emitted)
         stats.add_times(t0, t1, t2, t3, prefill=bool(run.fresh))
-        policy.observe(len(draft_tokens), n, t1 - t0, None if run.fresh else t2 - t1)
+        policy.observe(len(draft_tokens), n, t1 - t0, None if run.fresh else t3 - t1, probed)
         run.fresh = []
     stats.draft_forwards = getattr(drafter, "forwards", 0) - draft_forwards0
     return SpecResult(run.out, stats)

@@ -179,15 +179,15 @@ class TreeShape:
     acceptance b (adaptive.Acceptance; the first level tried ``width`` times, independently):
     E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b).
     Time: depth draft passes over ``width`` rows plus one target pass over width * depth + 1 nodes.
-    When no tree pays, (0, 0) (a plain round), with 1 x 1 probes paid from a ``ProbeBudget``.
+    When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (adaptive.py).
     A fixed shape is ``TreeShape.fixed(width, depth)``.
     """
 
     def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
-                 shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.02):
+                 shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.01):
         self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
-        self.learn, self.history, self.context = learn, [], 0
+        self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreeShape":
@@ -210,20 +210,26 @@ class TreeShape:
         if not self.auto:
             return self.shape
         shapes = [(0, 0)] + [(w, d) for w in range(1, 5) for d in range(1, 9) if w * d <= self.max_nodes]
+        self.unseen = unseen
         best = max(shapes, key=lambda s: self.expected(*s) / self.cost(*s))
-        probe = max(unseen - 1, 0) * self.feed_time + self.cost(1, 1) - self.cost(0, 0)
-        if best == (0, 0) and self.budget.afford(probe):
-            best = (1, 1)
         self.history.append(best)
         return best
 
-    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, n_nodes: int) -> None:
+    def probe(self) -> bool:
+        """As AutoK.probe: a plain round drafts one unverified guess when the budget pays for it."""
+        cost = max(self.unseen - 1, 0) * self.feed_time + self.draft_time.get(1, 0.0)
+        return self.auto and self.budget.afford(cost)
+
+    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, n_nodes: int,
+                probed: tuple[float, bool] | None = None) -> None:
         if t_verify is not None and self.learn and n_nodes + 1 in self.verify_time:
             self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
         if depth:
             self.acc[self.context].update(depth, accepted)
         elif self.auto:
             self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
+            if probed is not None:
+                self.acc[self.context].update_probe(*probed)
 
 
 def auto_tree_shape(target, drafter, max_nodes: int = 16) -> TreeShape:
@@ -241,7 +247,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     import time
 
     from .drafters import as_drafter
-    from .speculative import SpecResult, emit, start_run
+    from .speculative import SpecResult, draft_probe, emit, measure_probe, start_run
 
     run = start_run(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids,
                     cache_room=4 * 16 + 1)  # room for a full tree past the end
@@ -256,17 +262,20 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         t0 = time.perf_counter()
         tree = propose_tree(drafter, tokens, width, depth, run.warp, run.rng)
         run.seen = len(tokens) if len(tree) else run.seen
+        draft_probe(policy, drafter, run, len(tree))
         t1 = time.perf_counter()
         logits = verify_tree(target, cache, tokens[-1], tree, run.fresh)  # [N+1, V]
         t2 = time.perf_counter()
-        path, next_token = accept_tree(run.warp(logits), tree, run.rng)
+        target_probs = run.warp(logits)  # [N+1, V]
+        path, next_token = accept_tree(target_probs, tree, run.rng)
         cache.keep(len(tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted; siblings dropped
+        probed = measure_probe(run, target_probs[0], next_token)
         t3 = time.perf_counter()
         emitted = emit([tree.tokens[n] for n in path] + [next_token], tokens, run.out, run.stop, max_new_tokens, on_token)
         tree_depth = int(tree.depths().max()) if len(tree) else 0
         stats.record(tree_depth, len(path), emitted)
         stats.add_times(t0, t1, t2, t3, prefill=bool(run.fresh))
-        policy.observe(tree_depth, len(path), t1 - t0, None if run.fresh else t2 - t1, len(tree))
+        policy.observe(tree_depth, len(path), t1 - t0, None if run.fresh else t3 - t1, len(tree), probed)
         run.fresh = []
     stats.draft_forwards = getattr(drafter, "forwards", 0) - forwards0
     return SpecResult(run.out, stats)

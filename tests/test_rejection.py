@@ -115,6 +115,23 @@ def test_level1_exact_output_distribution_is_p(pq):
     np.testing.assert_allclose(out, target_probs[0], atol=1e-9)
 
 
+@settings(max_examples=60, deadline=None)
+@given(distribution_pairs())
+def test_overlap_is_the_probability_that_one_guess_is_accepted(pq):
+    """What a probe measures (adaptive.py): sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p(x), q(x))."""
+    target_probs, draft_probs = pq
+    p, q = target_probs[0], draft_probs[0]
+    by_rule = sum(q[x] * rejection.acceptance_probability(p[x], q[x]) for x in np.flatnonzero(q))
+    assert rejection.overlap(p, q) == pytest.approx(by_rule, abs=1e-12)
+
+
+def test_overlap_matches_the_acceptance_rate_of_accept_reject():
+    rng = np.random.default_rng(3)
+    accepted = [accept_reject(P1, Q1, [sample(Q1[0], rng)], rng)[0] for _ in range(20_000)]
+    beta = rejection.overlap(P1[0], Q1[0])  # 0.1 + 0.2 + 0.15 + 0.05 = 0.5
+    assert beta == pytest.approx(0.5) and abs(np.mean(accepted) - beta) < 4 * np.sqrt(beta * (1 - beta) / 20_000)
+
+
 def test_level1_catches_resampling_from_p():
     target_probs = np.array([[0.6, 0.3, 0.1], [1 / 3, 1 / 3, 1 / 3]])
     draft_probs = np.array([[0.1, 0.3, 0.6]])

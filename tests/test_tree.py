@@ -9,7 +9,7 @@ from minispec import generate, rejection
 from minispec.adaptive import Acceptance
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.equivalence import chisquare_gof, exact_tree_first_token_distribution
-from minispec.sampling import sample
+from minispec.sampling import sample, warp
 from minispec.tree import Tree, TreeShape, accept_tree, tree_mask, tree_speculative_generate, verify_tree, without
 
 from .test_speculative import V, exact_two_tokens
@@ -179,3 +179,35 @@ def test_auto_shape_prefers_wide_trees_when_nodes_are_free():
     pol = TreeShape(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
     pol.acc[0] = Acceptance(prior=0.0, weight=20.0)  # context 0: nothing is ever accepted
     assert pol.next_shape() == (0, 0)
+
+
+def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
+    """A plain round of the tree loop probes like the chain's: p(x) of prompt lookup's guess x; probes that
+    would have been accepted move an auto shape off (0, 0) without a verified round."""
+    target, _ = models
+
+    class ProbeEveryRound(TreeShape):
+        def __init__(self):
+            super().__init__({}, {}, auto=False, shape=(0, 0))
+            self.probed = []
+
+        def probe(self):
+            return True
+
+        def observe(self, depth, accepted, t_draft, t_verify, n_nodes, probed=None):
+            self.probed.append(probed)
+
+    pl, prompt, pol = PromptLookup(64), [3, 4, 5, 6, 3, 4, 5, 6, 3, 4], ProbeEveryRound()
+    out = tree_speculative_generate(target, pl, prompt, 10, shape=pol, temperature=1.0, seed=2).tokens
+    for i, got in enumerate(pol.probed):
+        seq = prompt + out[:i]
+        guess = pl.continuation(seq, 1)
+        want = warp(target.forward(seq, target.new_cache(len(seq)))[-1], 1.0)[guess[0]] if guess else None
+        assert (got is None) == (want is None) and (got is None or got[0] == pytest.approx(want, abs=1e-6)), i
+    cpu_like = {n: 0.010 * (1.0 if n == 1 else 2.2 + 0.02 * n) for n in range(1, 18)}
+    auto = TreeShape(cpu_like, {w: 0.0 for w in range(1, 5)}, learn=False)
+    auto.acc[0] = Acceptance(prior=0.0)
+    assert auto.next_shape() == (0, 0) and auto.probe()
+    for _ in range(10):
+        auto.observe(0, 0, 0.0, 0.01, 0, probed=(1.0, False))
+    assert auto.next_shape() != (0, 0)
