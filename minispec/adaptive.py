@@ -220,7 +220,8 @@ class AutoK:
         self.budget = ProbeBudget(probe_share)
         self.learn_costs = learn_costs
         self.unseen = 1  # tokens the drafter has not seen at this round's start
-        self.history: list[int] = []
+        self.history: list[int] = []  # K of every round
+        self.probes = 0  # plain rounds that probed
 
     @property
     def estimate(self) -> Acceptance:
@@ -251,7 +252,10 @@ class AutoK:
 
     def probe(self) -> bool:
         """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it?"""
-        return not self.hopeless() and self.budget.afford(self.probe_cost(self.unseen))
+        if self.hopeless() or not self.budget.afford(self.probe_cost(self.unseen)):
+            return False
+        self.probes += 1
+        return True
 
     def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None,
                 probed: tuple[float, bool] | None = None) -> None:
@@ -267,7 +271,7 @@ class AutoK:
         if drafted:
             self.estimate.update(drafted, accepted)
             return
-        self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
+        self.budget.earn(self.verify_time[1])  # the modelled plain round: refined by timings when learning
         if probed is not None:
             self.estimate.update_probe(*probed)
 

@@ -227,7 +227,7 @@ class TreeShape:
         if depth:
             self.acc[self.context].update(depth, accepted)
         elif self.auto:
-            self.budget.earn(self.verify_time[1] if t_verify is None else t_verify)
+            self.budget.earn(self.verify_time[1])
             if probed is not None:
                 self.acc[self.context].update_probe(*probed)
 

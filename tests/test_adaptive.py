@@ -159,12 +159,17 @@ MIXED = {n: 0.010 * (1 + 0.35 * (n - 1)) for n in range(1, 10)}
 
 
 def auto_counts(target, draft, runs, prompt):
-    counts, ks = np.zeros(V * V), set()
+    """Two-token counts under an auto K that varies K and probes (sampling a draft guess it never
+    verifies, which moves the rng and the draft's cache) in every plain round it can."""
+    counts, ks, probes = np.zeros(V * V), set(), 0
     for seed in range(runs):
-        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5, prior_next=0.8))
+        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, probe_share=1.0,
+                    acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5, prior_next=0.8))
         toks = speculative_generate(target, DraftModel(draft), prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
         counts[toks[0] * V + toks[1]] += 1
         ks.update(pol.history)
+        probes += pol.probes
+    assert probes >= runs // 20, probes  # about 0.8 per run: every plain round after the first
     return counts, ks
 
 
@@ -175,6 +180,49 @@ def test_level3_with_auto_k(pair):
     assert len(ks) >= 3, ks  # the policy really varied K
     chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, prompt, temperature=1.0))
     assert p > 1e-3, (chi2, dof, p)
+
+
+class ProbeThenK(FixedK):
+    """Plain rounds that probe, alternating with K = 2 rounds: probes draw from the rng and move the
+    draft's cache between real rounds."""
+
+    def __init__(self):
+        super().__init__(2)
+        self.rounds = 0
+
+    def next_k(self, unseen=1, context=0):
+        self.rounds += 1
+        return 0 if self.rounds % 2 else 2
+
+    def probe(self):
+        return True
+
+
+def probe_counts(target, draft, runs, prompt):
+    counts = np.zeros(V * V)
+    for seed in range(runs):
+        toks = speculative_generate(target, DraftModel(draft), prompt, 4, k=ProbeThenK(), seed=seed, temperature=1.0).tokens
+        counts[toks[1] * V + toks[2]] += 1  # tokens 2 and 3: emitted after a probe, by a K = 2 round
+    return counts
+
+
+def exact_tokens_2_3(target, prompt):
+    """P(t2, t3) = sum over t1 of P(t1, t2, t3)."""
+    p1 = warp(target.forward(prompt, target.new_cache(len(prompt)))[-1], 1.0)
+    return sum(p1[t1] * exact_two_tokens(target, prompt + [t1], temperature=1.0) for t1 in range(V))
+
+
+def test_level3_with_probes_between_rounds(pair):
+    target, draft = pair
+    chi2, dof, p = chisquare_gof(probe_counts(target, draft, 20_000, [1, 4, 2]), exact_tokens_2_3(target, [1, 4, 2]))
+    assert p > 1e-3, (chi2, dof, p)
+
+
+def test_level3_with_probes_catches_broken_rule(pair, monkeypatch):
+    target, draft = pair
+    monkeypatch.setattr(rejection, "residual", lambda p, q: p / p.sum())
+    chi2, dof, p = chisquare_gof(probe_counts(target, draft, 20_000, [1, 4, 2]), exact_tokens_2_3(target, [1, 4, 2]))
+    assert p < 1e-6, (chi2, dof, p)
 
 
 def test_level3_with_auto_k_catches_broken_rule(pair, monkeypatch):
