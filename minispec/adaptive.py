@@ -20,9 +20,13 @@ n rows of a 49,152-token vocabulary into float64 probabilities is part of the pr
 recent rounds (``Acceptance``), kept per *context*: a label the drafter gives cheaply before
 drafting (``drafter.context(tokens)``). Prompt lookup labels a round with the length of the n-gram it
 matched: on our prompts a 1-gram match's first guess is accepted 17-26% of the time, a 3-gram
-match's 75-92%, so one estimate for both would be wrong for each. (Starting a new context from the
-estimate over all contexts was tried: one failed 1-gram round then held back the 3-gram rounds of
-grounded prompts for several rounds.) K = 0 means "do not speculate" (plain decoding).
+match's 75-92%, so one estimate for both would be wrong for each. Labels are ordered: a higher one
+says the drafter has more reason to be right, so a context not seen before starts from the prior
+raised to the best first-guess estimate of a lower context seen so far (a 3-gram match is at least
+as good as a 2-gram one; on grounded greedy prompts this saved the ramp-up of K over a context's
+first rounds: 1.39x -> 1.46x, K = 7 fixed 1.47x). Starting it from the estimate over all contexts
+was tried: one failed 1-gram round then held back the 3-gram rounds for several rounds. K = 0
+means "do not speculate" (plain decoding).
 
 While K = 0 the estimate would get no news, so a plain round may *probe*: the drafter proposes one
 guess that is not verified, and the target's distribution p for that token, which the plain round
@@ -179,14 +183,18 @@ class Acceptance:
 
 
 class PerContext(dict):
-    """context -> Acceptance; a context not seen before starts from ``prior``."""
+    """context -> Acceptance. A context not seen before starts from ``prior``, raised to the best
+    first-guess estimate of a lower context already observed (labels are ordered: module docstring)."""
 
     def __init__(self, prior: Acceptance):
         super().__init__()
         self.prior = prior
 
     def __missing__(self, context: int) -> Acceptance:
-        self[context] = estimate = self.prior.fresh_copy()
+        estimate = self.prior.fresh_copy()
+        lower = [e.first for c, e in self.items() if c < context and e.counts[0].sum() > 0]
+        estimate.prior = max([estimate.prior] + lower)
+        self[context] = estimate
         return estimate
 
 

@@ -5,8 +5,8 @@ A drafter implements ``propose(tokens, k, warp, rng) -> (draft_tokens, draft_pro
 probabilities to sample from (the same warp the target gets), and ``draft_probs`` [k', V] must be
 exactly the distributions the ``k' <= k`` guesses were drawn from (one-hot for a deterministic
 drafter). ``forwards`` counts the drafter's model passes. ``context(tokens) -> int`` labels the
-next round cheaply, before any drafting (0: nothing to say); the cost model keeps one acceptance
-estimate per label (see adaptive.py).
+next round cheaply, before any drafting (0: nothing to say; a higher label: more reason to expect
+its guesses accepted); the cost model keeps one acceptance estimate per label (see adaptive.py).
 """
 
 from __future__ import annotations

@@ -133,6 +133,21 @@ def test_acceptance_is_kept_per_context():
     assert p.next_k(1, context=1) == 0 and p.next_k(1, context=3) == 8
 
 
+def test_a_new_context_starts_from_the_best_lower_one():
+    p = policy(CPU_LIKE, draft_time=0.0, prior=0.5)
+    p.next_k(1, context=1)
+    p.observe(4, 0, 0.0, 0.0)  # 1-gram: rejected
+    p.next_k(1, context=2)
+    for _ in range(3):
+        p.observe(4, 4, 0.0, 0.0)  # 2-gram: copied runs
+    assert p.acc[3].prior == pytest.approx(p.acc[2].first) and p.acc[2].first > 0.75
+    assert p.acc[3].first == p.acc[3].prior and p.next_k(1, context=3) >= 6  # no ramp-up from 0.5
+    q = policy(CPU_LIKE, draft_time=0.0, prior=0.5)
+    q.next_k(1, context=1)
+    q.observe(4, 0, 0.0, 0.0)
+    assert q.acc[3].prior == 0.5 and q.acc[0].prior == 0.5  # a failed 1-gram round lowers nothing
+
+
 def test_prompt_lookup_context_is_the_matched_ngram_length():
     pl = PromptLookup(20, max_ngram=3)
     assert pl.context([1, 2, 3, 4]) == 0
