@@ -16,17 +16,17 @@ hopeless on the very prompts where it gives 2x.
 ``t_verify(n)`` comes from a short calibration of the target (cached per model) and is refined by
 the timings of real rounds, from the start of the pass over n tokens to the accepted tokens: warping
 n rows of a 49,152-token vocabulary into float64 probabilities is part of the price (at T = 1 about
-0.7 ms for 8 rows, 2 ms for 17: 4-12% of a pass). ``t_draft`` is refined likewise. ``a`` and ``b`` are decaying estimates over
-recent rounds (``Acceptance``), kept per *context*: a label the drafter gives cheaply before
-drafting (``drafter.context(tokens)``). Prompt lookup labels a round with the length of the n-gram it
-matched: on our prompts a 1-gram match's first guess is accepted 17-26% of the time, a 3-gram
-match's 75-92%, so one estimate for both would be wrong for each. Labels are ordered: a higher one
-says the drafter has more reason to be right, so a context not seen before starts from the prior
-raised to the best first-guess estimate of a lower context seen so far (a 3-gram match is at least
-as good as a 2-gram one; on grounded greedy prompts this saved the ramp-up of K over a context's
-first rounds: 1.39x -> 1.46x, K = 7 fixed 1.47x). Starting it from the estimate over all contexts
-was tried: one failed 1-gram round then held back the 3-gram rounds for several rounds. K = 0
-means "do not speculate" (plain decoding).
+0.6 ms for 8 rows, 1.3 ms for 17: 4-8% of a pass). ``t_draft`` is refined likewise. ``a`` and
+``b`` are decaying estimates over recent rounds (``Acceptance``), kept per *context*: a label the
+drafter gives cheaply before drafting (``drafter.context(tokens)``). Prompt lookup labels a round
+with the length of the n-gram it matched: on our prompts a 1-gram match's first guess is accepted
+17-26% of the time, a 3-gram match's 75-92%, so one estimate for both would be wrong for each.
+Labels are ordered: a higher one says the drafter has more reason to be right, so a context not
+seen before starts from the prior raised to the best first-guess estimate of a lower context seen
+so far (a 3-gram match is at least as good as a 2-gram one; on grounded greedy prompts this saved
+the ramp-up of K over a context's first rounds: 1.39x -> 1.46x, K = 7 fixed 1.47x). Starting it
+from the estimate over all contexts was tried: one failed 1-gram round then held back the 3-gram
+rounds for several rounds. K = 0 means "do not speculate" (plain decoding).
 
 While K = 0 the estimate would get no news, so a plain round may *probe*: the drafter proposes one
 guess that is not verified, and the target's distribution p for that token, which the plain round
@@ -37,10 +37,10 @@ model must feed them: for layer skip most of a target pass per token). Probes me
 when a probe's guess was certain (one-hot q: prompt lookup, or any drafter when greedy) and the
 plain round emitted that very token, the round went exactly as if the guess had been accepted
 (both happen with probability p(x), and leave the same sequence), so the next probe stands for the
-second guess of a chain, and so on. Probes are paid from a budget
-(``ProbeBudget``) that earns ``share`` (1%) of the time spent in plain rounds, so exploring can never
-cost more than that; prompt lookup's guess costs microseconds, so it probes every plain round, and a
-drafter that could not beat plain decoding even if every guess were accepted is never probed.
+second guess of a chain, and so on. Probes are paid from a budget (``ProbeBudget``) that earns
+``share`` (1%) of the time spent in plain rounds, so exploring can never cost more than that;
+prompt lookup's guess costs microseconds, so it probes every plain round, and a drafter that could
+not beat plain decoding even if every guess were accepted is never probed.
 (Probing with a verified K = 1 round, as this module first did, cost one more verified row, a third
 of a target step on a CPU, for one coin flip.) The policy only picks K: the tokens still come from
 the same rejection rule, so the output distribution is unchanged.
