@@ -198,6 +198,12 @@ class PerContext(dict):
         return estimate
 
 
+def probe_cost(unseen: int, feed_time: float, guess_time: float) -> float:
+    """Seconds a probe adds to a plain round: the drafter catching up on the ``unseen`` - 1 tokens it
+    skipped (the last one it feeds anyway), then one guess."""
+    return max(unseen - 1, 0) * feed_time + guess_time
+
+
 class ProbeBudget:
     """Exploration paid from what plain rounds earn: ``share`` of their time."""
 
@@ -247,8 +253,7 @@ class AutoK:
         return best <= 1.0 / self.verify_time[1]
 
     def probe_cost(self, unseen: int) -> float:
-        """Seconds a probe adds to a plain round: catching up on ``unseen`` - 1 tokens and one guess."""
-        return max(unseen - 1, 0) * self.feed_time + self.draft_time
+        return probe_cost(unseen, self.feed_time, self.draft_time)
 
     def next_k(self, unseen: int = 1, context: int = 0) -> int:
         """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first);

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .adaptive import Acceptance, PerContext, ProbeBudget, calibrate_verify, drafter_costs, run_length
+from .adaptive import Acceptance, PerContext, ProbeBudget, calibrate_verify, drafter_costs, probe_cost, run_length
 from .sampling import sample
 
 
@@ -217,8 +217,7 @@ class TreeShape:
 
     def probe(self) -> bool:
         """As AutoK.probe: a plain round drafts one unverified guess when the budget pays for it."""
-        cost = max(self.unseen - 1, 0) * self.feed_time + self.draft_time.get(1, 0.0)
-        return self.auto and self.budget.afford(cost)
+        return self.auto and self.budget.afford(probe_cost(self.unseen, self.feed_time, self.draft_time.get(1, 0.0)))
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, n_nodes: int,
                 probed: tuple[float, bool] | None = None) -> None:
