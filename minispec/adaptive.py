@@ -42,8 +42,18 @@ second guess of a chain, and so on. Probes are paid from a budget (``ProbeBudget
 prompt lookup's guess costs microseconds, so it probes every plain round, and a drafter that could
 not beat plain decoding even if every guess were accepted is never probed.
 (Probing with a verified K = 1 round, as this module first did, cost one more verified row, a third
-of a target step on a CPU, for one coin flip.) The policy only picks K: the tokens still come from
-the same rejection rule, so the output distribution is unchanged.
+of a target step on a CPU, for one coin flip.)
+
+Early stop (``AutoK.keep``): K is an upper bound. A draft model asks before each guess j >= 2
+whether it is worth its row in the verification pass, given its own belief that guesses 1..j are
+all right (the product of its top probabilities). The threshold is the row's price in tokens at the
+round's planned rate, so it follows r(n) instead of being one fixed number. The belief must come
+from the distribution a guess is drawn from, never from the drawn token: dropping unlikely *draws*
+would skew the guesses that remain and break losslessness (a test shows it). Later guesses that
+were stopped are never verified, so ``b`` is measured on the ones the draft believed in.
+
+The policy only picks K: the tokens still come from the same rejection rule, so the output
+distribution is unchanged.
 """
 
 from __future__ import annotations
@@ -127,6 +137,8 @@ def calibrate(target, ns, context: int = 64, repeats: int = 2) -> dict[int, floa
 
 class FixedK:
     """The textbook policy: always K."""
+
+    keep = None  # every guess is verified: no early stop
 
     def __init__(self, k: int):
         self.k = k
@@ -236,6 +248,7 @@ class AutoK:
         self.unseen = 1  # tokens the drafter has not seen at this round's start
         self.history: list[int] = []  # K of every round
         self.probes = 0  # plain rounds that probed
+        self.planned = 1.0 / self.verify_time[1]  # tokens per second this round expects (``rate`` of its K)
 
     @property
     def estimate(self) -> Acceptance:
@@ -260,8 +273,22 @@ class AutoK:
         ``context``: the drafter's label for this round."""
         self.unseen, self.context = unseen, context
         k = max(range(self.k_max + 1), key=self.rate)
+        self.planned = self.rate(k)
         self.history.append(k)
         return k
+
+    def keep(self, j: int, reach: float) -> bool:
+        """Early stop: is guess j (2 <= j <= K) worth its row in the verification pass? It adds a token only
+        if guesses 1..j are all accepted; ``reach`` is the draft's own belief in that (the product of its
+        top probabilities). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's
+        planned rate would have bought that many tokens. So the threshold is not a fixed guess (like
+        transformers' ``assistant_confidence_threshold`` or llama.cpp's ``--draft-p-min``): it follows the
+        cost curve, high where a row is dear (2 -> 3 rows: 0.37 of a step here), near zero where rows are
+        almost free (5 -> 8 rows), and high again at 9. The first guess is always kept: K >= 1 already
+        says it pays, and keeping it keeps the estimate of ``a`` a measure of every first guess."""
+        if j == 1:
+            return True
+        return reach >= (self.verify_time[j + 1] - self.verify_time[j]) * self.planned
 
     def probe(self) -> bool:
         """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it?"""

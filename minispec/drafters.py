@@ -1,10 +1,12 @@
 """Drafters: whatever proposes the K guesses. One small protocol, three kinds.
 
-A drafter implements ``propose(tokens, k, warp, rng) -> (draft_tokens, draft_probs)``:
+A drafter implements ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens, draft_probs)``:
 ``tokens`` is the whole sequence so far (prompt + generated), ``warp`` turns logits into the
 probabilities to sample from (the same warp the target gets), and ``draft_probs`` [k', V] must be
 exactly the distributions the ``k' <= k`` guesses were drawn from (one-hot for a deterministic
-drafter). ``forwards`` counts the drafter's model passes. ``context(tokens) -> int`` labels the
+drafter). ``keep(j, reach) -> bool``, if given, may stop drafting before guess j: ``reach`` is the
+drafter's own probability that guesses 1..j would all be right (see adaptive.AutoK.keep); a drafter
+without such a belief ignores it. ``forwards`` counts the drafter's model passes. ``context(tokens) -> int`` labels the
 next round cheaply, before any drafting (0: nothing to say; a higher label: more reason to expect
 its guesses accepted); the cost model keeps one acceptance estimate per label (see adaptive.py).
 """
@@ -18,7 +20,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from .model import Model
-from .sampling import sample
+from .sampling import sample, top_probability
 
 Warp = Callable[[np.ndarray], np.ndarray]
 
@@ -27,8 +29,8 @@ class Drafter(Protocol):
     name: str
     forwards: int
 
-    def propose(self, tokens: list[int], k: int, warp: Warp, rng: np.random.Generator
-                ) -> tuple[list[int], np.ndarray]: ...
+    def propose(self, tokens: list[int], k: int, warp: Warp, rng: np.random.Generator,
+                keep: Callable[[int, float], bool] | None = None) -> tuple[list[int], np.ndarray]: ...
 
     def context(self, tokens: list[int]) -> int: ...
 
@@ -76,22 +78,34 @@ class DraftModel:
         self.forwards += 1
         return self.pad(self.model.forward(tokens[common:], self.cache, last=1))[0]
 
-    def propose(self, tokens, k, warp, rng):
+    def propose(self, tokens, k, warp, rng, keep=None):
+        """Sample up to k guesses one after another. With ``keep``, stop before guess j when the draft's
+        belief that guesses 1..j are all right (the product of its top probabilities) does not pay for
+        verifying it; and before even computing guess j when the belief in 1..j-1 would not (a guess
+        cannot raise it). The belief in guess j is read from its distribution *before* drawing from it: a
+        rule that looked at the drawn token (drop unlikely draws) would leave kept guesses that are not
+        distributed as q, and the rejection rule would no longer be lossless (tests/test_adaptive.py)."""
         if k == 0:
             return [], np.zeros((0, self.vocab))
         self.ensure_cache(len(tokens) + k)
         logits = self.feed(tokens)
-        draft_tokens, draft_probs = [], []
+        draft_tokens, draft_probs, reach = [], [], 1.0
         for i in range(k):
+            if keep is not None:
+                reach *= top_probability(logits)
+                if not keep(i + 1, reach):
+                    break
             probs = warp(logits)  # [V]
             x = sample(probs, rng)
             draft_tokens.append(x)
             draft_probs.append(probs)
             if i < k - 1:
+                if keep is not None and not keep(i + 2, reach):
+                    break  # even a certain next guess would not pay: save its draft pass
                 self.forwards += 1
                 logits = self.pad(self.model.forward([x], self.cache))[0]
                 self.fed.append(x)
-        return draft_tokens, np.array(draft_probs)
+        return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
 
 class LayerSkip(DraftModel):
@@ -147,7 +161,8 @@ class PromptLookup:
         found = self.continuations(tokens, k, 1)
         return found[0] if found else []
 
-    def propose(self, tokens, k, warp, rng):
+    def propose(self, tokens, k, warp, rng, keep=None):
+        """``keep`` is ignored: a copied continuation is certain of itself; context() says how good it is."""
         draft_tokens = self.continuation(tokens, k) if k > 0 else []
         draft_probs = np.zeros((len(draft_tokens), self.vocab))
         draft_probs[np.arange(len(draft_tokens)), draft_tokens] = 1.0

@@ -49,6 +49,13 @@ def warp(logits, temperature: float = 1.0, top_k: int | None = None, top_p: floa
     return probs
 
 
+def top_probability(logits) -> float:
+    """The largest probability in softmax(logits) at temperature 1: how sure a model is of its next token
+    (for greedy decoding, the probability it gives the token it picks)."""
+    z = np.asarray(logits, dtype=np.float64)
+    return float(1.0 / np.exp(z - z.max()).sum())
+
+
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One token from a probability row, by inverting its CDF with one uniform draw."""
     cdf = np.cumsum(probs)

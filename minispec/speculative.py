@@ -99,14 +99,15 @@ def emit(new_tokens, tokens: list, out: list, stop: set, max_new_tokens: int, on
 
 
 def k_policy(k, target, drafter):
-    """k: an int (fixed K), "auto" (cost-aware adaptive K, see adaptive.py), or a policy object."""
+    """k: an int (fixed K), "auto" (cost-aware adaptive K, see adaptive.py), or a policy object with
+    next_k, probe, keep and observe (see adaptive.FixedK and adaptive.AutoK)."""
     if k == "auto":
         return auto_k(target, drafter)
     if isinstance(k, (int, np.integer)):
         if k < 0:
             raise ValueError(f"k must be a non-negative integer or 'auto', got {k}")
         return FixedK(int(k))
-    if hasattr(k, "next_k") and hasattr(k, "observe"):
+    if all(hasattr(k, m) for m in ("next_k", "observe", "probe", "keep")):
         return k
     raise ValueError(f"k must be a non-negative integer or 'auto', got {k!r}")
 
@@ -182,7 +183,7 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
         # 1. draft: never more guesses than tokens still wanted (minus the one the target adds)
         t0 = time.perf_counter()
         k_round = min(policy.next_k(len(tokens) - run.seen, drafter.context(tokens)), max_new_tokens - len(run.out) - 1)
-        draft_tokens, draft_probs = drafter.propose(tokens, k_round, run.warp, run.rng)
+        draft_tokens, draft_probs = drafter.propose(tokens, k_round, run.warp, run.rng, policy.keep)
         run.seen = len(tokens) if k_round else run.seen
         draft_probe(policy, drafter, run, k_round)
         t1 = time.perf_counter()

@@ -7,7 +7,7 @@ from minispec import generate, load_model, rejection
 from minispec.adaptive import Acceptance, AutoK, FixedK, calibrate_verify, expected_tokens
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.equivalence import chisquare_gof
-from minispec.sampling import warp
+from minispec.sampling import sample, top_probability, warp
 from minispec.speculative import speculative_generate
 from minispec.tiny import tiny_config, write_random_model
 
@@ -314,3 +314,118 @@ def test_a_probe_after_a_certain_guess_came_true_is_a_later_guess(big_pair):
     acc = Acceptance(prior=0.5)
     acc.update_probe(1.0, later=True)
     assert acc.next > acc.first == 0.5
+
+
+# Early stop on the draft's own confidence (AutoK.keep, DraftModel.propose(keep=...))
+
+R = {1: 1.0, 2: 1.36, 3: 1.73, 4: 2.01, 5: 2.15, 6: 2.17, 7: 2.18, 8: 2.20, 9: 2.95}  # r(n) measured here
+MEASURED = {n: 0.016 * r for n, r in R.items()}
+
+
+def test_keep_threshold_follows_the_cost_curve():
+    p = policy(MEASURED, draft_time=0.001, prior=0.95)
+    k = p.next_k()
+    assert k == 7 and p.planned == pytest.approx(p.rate(7)) and p.planned > 1 / MEASURED[1]
+    assert p.keep(1, 0.0)  # the first guess is K's decision
+    for j in range(2, 9):
+        threshold = (MEASURED[j + 1] - MEASURED[j]) * p.planned  # tokens the row would buy at the planned rate
+        assert p.keep(j, threshold * 1.001) and not p.keep(j, threshold * 0.999), j
+    assert p.keep(6, 0.05) and not p.keep(3, 0.3)  # rows 6 -> 7 are nearly free, 3 -> 4 are not
+    assert FixedK(4).keep is None  # the textbook policy verifies every guess
+
+
+def test_propose_stops_before_the_first_guess_keep_refuses(big_pair):
+    target, draft = big_pair
+    prompt, greedy = [3, 4, 5, 6], (lambda z: warp(z, 0.0))
+    calls = []
+
+    def keep(j, reach):
+        calls.append((j, reach))
+        return j < 3
+
+    d = DraftModel(draft)
+    tokens, probs = d.propose(prompt, 5, greedy, np.random.default_rng(0), keep)
+    assert len(tokens) == 2 and probs.shape == (2, 64) and d.forwards == 2  # guess 3 was never computed
+    belief, seq = [1.0], list(prompt)
+    for x in tokens:  # the draft's belief in guesses 1..j: the product of its top probabilities
+        belief.append(belief[-1] * top_probability(draft.forward(seq, draft.new_cache(len(seq)))[-1]))
+        seq.append(x)
+    # asked for guess j with the belief in 1..j, then for guess j + 1 with the same belief (an upper bound)
+    want = [(1, belief[1]), (2, belief[1]), (2, belief[2]), (3, belief[2])]
+    assert [j for j, _ in calls] == [j for j, _ in want]
+    assert [r for _, r in calls] == pytest.approx([r for _, r in want], rel=1e-5)
+    assert d.propose(prompt, 3, greedy, np.random.default_rng(0), lambda j, r: False)[0] == []
+    assert d.propose(prompt, 3, greedy, np.random.default_rng(0))[0] == generate(draft, prompt, 3)  # no keep: all K
+
+
+class StopWhenUnsure(FixedK):
+    """K = 2; guess 2 is verified only when the draft's belief in guesses 1 and 2 reaches 0.3 (on the
+    small pair and prompt [5, 1] that drops guess 2 in about 17% of runs, depending on guess 1)."""
+
+    def __init__(self):
+        super().__init__(2)
+        self.cuts = 0
+
+    def keep(self, j, reach):
+        self.cuts += not (j == 1 or reach >= 0.3)
+        return j == 1 or reach >= 0.3
+
+
+class StopOnTheDrawnToken(DraftModel):
+    """The broken variant: judge a guess by the probability of the token already drawn (drop unlikely
+    draws). The guesses left are then not distributed as the q handed to the rule."""
+
+    def propose(self, tokens, k, warp, rng, keep=None):
+        self.ensure_cache(len(tokens) + k)
+        logits = self.feed(tokens)
+        draft_tokens, draft_probs, reach = [], [], 1.0
+        for i in range(k):
+            probs = warp(logits)
+            x = sample(probs, rng)
+            reach *= probs[x]
+            if not keep(i + 1, reach):
+                break
+            draft_tokens.append(x)
+            draft_probs.append(probs)
+            if i < k - 1:
+                logits = self.pad(self.model.forward([x], self.cache))[0]
+                self.fed.append(x)
+        return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
+
+
+def early_stop_counts(target, drafter, runs, prompt):
+    counts, cuts = np.zeros(V * V), 0
+    for seed in range(runs):
+        pol = StopWhenUnsure()
+        toks = speculative_generate(target, drafter, prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
+        counts[toks[0] * V + toks[1]] += 1
+        cuts += pol.cuts
+    assert cuts >= runs // 10, cuts  # the stop really happened
+    return counts
+
+
+def test_level3_with_early_stop(pair):
+    target, draft = pair
+    counts = early_stop_counts(target, DraftModel(draft), 20_000, [5, 1])
+    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, [5, 1], temperature=1.0))
+    assert p > 1e-3, (chi2, dof, p)
+
+
+def test_level3_catches_an_early_stop_that_looks_at_the_drawn_token(pair):
+    target, draft = pair
+    counts = early_stop_counts(target, StopOnTheDrawnToken(draft), 20_000, [5, 1])
+    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, [5, 1], temperature=1.0))
+    assert p < 1e-6, (chi2, dof, p)
+
+
+def test_greedy_with_early_stop_equals_plain(big_pair):
+    target, draft = big_pair
+
+    class StopBelow(FixedK):
+        def keep(self, j, reach):
+            return reach >= 0.01
+
+    for prompt in ([5, 6, 7], [9] * 12):
+        res = speculative_generate(target, DraftModel(draft), prompt, 40, k=StopBelow(6))
+        assert res.tokens == generate(target, prompt, 40)
+        assert {d for d, _ in res.stats.rounds_log} >= {0, 1, 2, 3}  # K = 6 asked, chains cut to 0..3
