@@ -316,6 +316,22 @@ class AutoK:
             self.estimate.update_probe(*probed)
 
 
+class StoppedK(AutoK):
+    """The textbook K every round, cut by AutoK's early stop (``keep``), and no probes: to measure the
+    stop on its own (``minispec bench stop``). The opportunity cost of a row is the better of plain
+    decoding and the modelled rate of K."""
+
+    def __init__(self, k: int, verify_time: dict[int, float], draft_time: float = 0.0, **kw):
+        super().__init__(verify_time, draft_time, k_max=max(k, 1), probe_share=0.0, **kw)
+        self.k = k
+
+    def next_k(self, unseen: int = 1, context: int = 0) -> int:
+        self.unseen, self.context = unseen, context
+        self.planned = max(self.rate(self.k), 1.0 / self.verify_time[1])
+        self.history.append(self.k)
+        return self.k
+
+
 def drafter_costs(drafter) -> tuple[float, float]:
     """(seconds per guess, seconds per token fed when catching up) of a drafter with a model; zeros
     otherwise (prompt lookup costs microseconds: rounds then measure it)."""
@@ -330,3 +346,9 @@ def auto_k(target, drafter, k_max: int = 8) -> AutoK:
     """An AutoK calibrated for this target and drafter."""
     draft_time, feed_time = drafter_costs(drafter)
     return AutoK(calibrate_verify(target, k_max + 1), draft_time, k_max, feed_time)
+
+
+def stopped_k(target, drafter, k: int) -> StoppedK:
+    """A StoppedK calibrated for this target and drafter."""
+    draft_time, feed_time = drafter_costs(drafter)
+    return StoppedK(k, calibrate_verify(target, max(k, 8) + 1), draft_time, feed_time=feed_time)

@@ -1,7 +1,8 @@
 """Benchmarks. ``minispec bench``: the latency study (see ``study.py``);
 ``minispec bench forward``: the cost of a target pass over n tokens;
 ``minispec bench draft``: acceptance and cost of a draft model;
-``minispec bench decode``: plain decoding against transformers' generate.
+``minispec bench decode``: plain decoding against transformers' generate;
+``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``).
 
 Every figure is a median over repeats, and ratios are taken inside one run.
 """
@@ -101,7 +102,8 @@ def bench_study(argv) -> int:
         description="The latency study: acceptance, speedup (measured and predicted), verify cost r(n), cost ratio c "
                     "and memory, per drafter and K, greedy and T=1, with plain decoding interleaved; transformers side "
                     "by side when installed. Writes report.md, study.json and PNG plots to --out. "
-                    "`minispec bench forward --help` for the verify-cost curve alone.")
+                    "Subcommands, each with --help: `forward` (the verify-cost curve alone), `draft` (a draft's acceptance), "
+                    "`decode` (plain decoding against transformers), `stop` (the early stop on the draft's confidence).")
     p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
@@ -206,6 +208,10 @@ def main(argv=None) -> int:
         from .draft_eval import main as draft_main
 
         return draft_main(argv[1:])
+    if argv and argv[0] == "stop":
+        from .stop_eval import main as stop_main
+
+        return stop_main(argv[1:])
     if argv and argv[0] == "study":
         argv = argv[1:]
     return bench_study(argv)

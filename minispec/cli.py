@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", help="also write the figures to this JSON file")
     k.set_defaults(func=cmd_check)
 
-    b = sub.add_parser("bench", help="the latency study (`minispec bench --help`; `minispec bench forward --help`)",
+    b = sub.add_parser("bench", help="the latency study (`minispec bench --help`); subcommands forward, draft, decode, stop "
+                            "(`minispec bench stop --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(func=cmd_bench)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from minispec import generate, load_model, rejection
-from minispec.adaptive import Acceptance, AutoK, FixedK, calibrate_verify, expected_tokens
+from minispec.adaptive import Acceptance, AutoK, FixedK, StoppedK, calibrate_verify, expected_tokens
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.equivalence import chisquare_gof
 from minispec.sampling import sample, top_probability, warp
@@ -429,3 +429,26 @@ def test_greedy_with_early_stop_equals_plain(big_pair):
         res = speculative_generate(target, DraftModel(draft), prompt, 40, k=StopBelow(6))
         assert res.tokens == generate(target, prompt, 40)
         assert {d for d, _ in res.stats.rounds_log} >= {0, 1, 2, 3}  # K = 6 asked, chains cut to 0..3
+
+
+def test_stopped_k_is_the_textbook_k_cut_by_the_stop():
+    p = StoppedK(4, MEASURED, 0.001, learn_costs=False, acceptance=Acceptance(0.2))
+    assert [p.next_k() for _ in range(3)] == [4, 4, 4] and not p.probe()
+    assert p.planned == 1 / MEASURED[1]  # K = 4 cannot beat plain at a = 0.2: a row is priced at plain's rate
+    assert not p.keep(2, 0.3) and p.keep(2, 0.4)  # r(3) - r(2) = 0.37
+    rich = StoppedK(4, MEASURED, 0.001, learn_costs=False, acceptance=Acceptance(0.95))
+    rich.next_k()
+    assert rich.planned == pytest.approx(rich.rate(4)) and rich.planned > 1 / MEASURED[1]
+
+
+def test_bench_stop_runs_on_tiny_models(big_pair):
+    from minispec.stop_eval import run
+
+    target, draft = big_pair
+    prompts = {"a": [[5, 6, 7], [9] * 12], "b": [[3, 4, 5, 6, 3, 4]]}
+    res = run(target, DraftModel(draft), prompts, 4, [0.0, 1.0], 12)  # greedy: each config equals plain, or it raises
+    for temp, rows in res.items():
+        assert set(rows) == {"K=1", "K=4", "K=4 + stop", "auto", "auto, no stop"}
+        for name, r in rows.items():
+            assert [x[0] for x in r] == ["a", "a", "b"] and all(x[1] > 0 for x in r), (temp, name)
+        assert all(x[3] <= 1 for x in rows["K=1"]) and max(x[3] for x in rows["K=4 + stop"]) <= 4
