@@ -6,9 +6,10 @@ probabilities to sample from (the same warp the target gets), and ``draft_probs`
 exactly the distributions the ``k' <= k`` guesses were drawn from (one-hot for a deterministic
 drafter). ``keep(j, reach) -> bool``, if given, may stop drafting before guess j: ``reach`` is the
 drafter's own probability that guesses 1..j would all be right (see adaptive.AutoK.keep); a drafter
-without such a belief ignores it. ``forwards`` counts the drafter's model passes. ``context(tokens) -> int`` labels the
-next round cheaply, before any drafting (0: nothing to say; a higher label: more reason to expect
-its guesses accepted); the cost model keeps one acceptance estimate per label (see adaptive.py).
+without such a belief ignores it. ``forwards`` counts the drafter's model passes.
+``context(tokens) -> int`` labels the next round cheaply, before any drafting (0: nothing to say; a
+higher label: more reason to expect its guesses accepted); the cost model keeps one acceptance
+estimate per label (see adaptive.py).
 """
 
 from __future__ import annotations
