@@ -85,7 +85,9 @@ class DraftModel:
         verifying it; and before even computing guess j when the belief in 1..j-1 would not (a guess
         cannot raise it). The belief in guess j is read from its distribution *before* drawing from it: a
         rule that looked at the drawn token (drop unlikely draws) would leave kept guesses that are not
-        distributed as q, and the rejection rule would no longer be lossless (tests/test_adaptive.py)."""
+        distributed as q, and the rejection rule would no longer be lossless. One position, q = (0.9, 0.1),
+        p = (0.5, 0.5), draws of the second token dropped (the target then samples p itself): the output
+        is (0.5 + 0.05, 0.4 + 0.05) = (0.55, 0.45), not p (tests/test_adaptive.py catches this variant)."""
         if k == 0:
             return [], np.zeros((0, self.vocab))
         self.ensure_cache(len(tokens) + k)
