@@ -21,6 +21,12 @@ def test_01_rejection_rule():
     assert "BROKEN rule, exact   [0.35  0.35  0.225 0.075]" in out
 
 
+def test_04_early_stop():
+    out = run("examples/04_early_stop.py", "--draws", "20000")
+    assert "before the draw, exact   [0.5  0.3  0.15 0.05]" in out
+    assert "after the draw , exact   [0.55  0.19  0.195 0.065]" in out
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     pytest.importorskip("gguf")
