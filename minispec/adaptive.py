@@ -248,7 +248,7 @@ class AutoK:
         self.unseen = 1  # tokens the drafter has not seen at this round's start
         self.history: list[int] = []  # K of every round
         self.probes = 0  # plain rounds that probed
-        self.planned = 1.0 / self.verify_time[1]  # tokens per second this round expects (``rate`` of its K)
+        self.planned = 1.0 / self.verify_time[1]  # tokens per second this round expects (``rate`` of its K, >= plain)
 
     @property
     def estimate(self) -> Acceptance:
@@ -272,10 +272,14 @@ class AutoK:
         """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first);
         ``context``: the drafter's label for this round."""
         self.unseen, self.context = unseen, context
-        k = max(range(self.k_max + 1), key=self.rate)
-        self.planned = self.rate(k)
+        k = self.choose()
+        self.planned = max(self.rate(k), 1.0 / self.verify_time[1])  # at least plain decoding's rate
         self.history.append(k)
         return k
+
+    def choose(self) -> int:
+        """The K with the highest expected rate (K = 0 is plain decoding, so ``planned`` is never below it)."""
+        return max(range(self.k_max + 1), key=self.rate)
 
     def keep(self, j: int, reach: float) -> bool:
         """Early stop: is guess j (2 <= j <= K) worth its row in the verification pass? It adds a token only
@@ -325,10 +329,7 @@ class StoppedK(AutoK):
         super().__init__(verify_time, draft_time, k_max=max(k, 1), probe_share=0.0, **kw)
         self.k = k
 
-    def next_k(self, unseen: int = 1, context: int = 0) -> int:
-        self.unseen, self.context = unseen, context
-        self.planned = max(self.rate(self.k), 1.0 / self.verify_time[1])
-        self.history.append(self.k)
+    def choose(self) -> int:
         return self.k
 
 
