@@ -3,16 +3,19 @@
     python examples/03_drafters.py [--prompts 3] [--max-new-tokens 64]
 
 Greedy, K = 4. Prints acceptance, tokens per target pass and tokens/s for each, next to plain
-decoding measured in the same run, and checks the outputs are identical.
+decoding measured in the same run, checks the outputs are identical, and explains each speedup
+with the cost model: a round of K guesses yields E = 1 + a + a^2 + ... + a^K tokens (a: acceptance)
+and costs K c + r(K + 1) target steps (c: a guess's cost, r(n): a pass over n tokens), both
+measured here.
 """
 
 import argparse
 import time
 
-from minispec import generate, load_model, load_tokenizer
-from minispec.cli import make_drafter, resolve_model, shipped_draft
-from minispec.prompts import PROMPT_SETS, load_prompts
-from minispec.speculative import speculative_generate
+from minispec import generate, load_model, load_tokenizer, make_drafter, resolve_model, shipped_draft, speculative_generate
+from minispec.harness.prompts import PROMPT_SETS, load_prompts
+from minispec.policy import expected_tokens, forward_times
+from minispec.policy.costs import guess_time
 
 
 def main():
@@ -27,7 +30,7 @@ def main():
     specs = ["layer-skip", "prompt-lookup"]
     if shipped_draft():
         specs.insert(0, shipped_draft())
-    drafters = [make_drafter(s, target, target_dir) for s in specs]
+    drafters = [make_drafter(s, target) for s in specs]
     prompts = [p for name in PROMPT_SETS for p in load_prompts(name, tok, args.prompts)]
 
     total = {"plain": 0.0, **{d.name: 0.0 for d in drafters}}
@@ -48,13 +51,31 @@ def main():
             a[1] += res.stats.drafted
             a[2] += len(res.tokens)
             a[3] += res.stats.rounds
+    t = forward_times(target, (1, args.k + 1), context=128, repeats=10)
+    r = t[args.k + 1] / t[1]
     print(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, greedy, k={args.k}; outputs identical: {identical}")
-    print(f"{'drafter':<34} {'accept':>7} {'tok/pass':>9} {'tok/s':>7} {'speedup':>8}")
+    print(f"{'drafter':<34} {'accept':>7} {'tok/pass':>9} {'tok/s':>7} {'speedup':>8} {'c':>6} {'predicted':>10}")
     print(f"{'plain decoding':<34} {'':>7} {1.0:>9.2f} {n_tokens / total['plain']:>7.1f} {1.0:>8.2f}")
+    verdicts = []
     for d in drafters:
         a = accepted[d.name]
-        print(f"{d.name:<34} {a[0] / max(a[1], 1):>7.2f} {a[2] / a[3]:>9.2f} {n_tokens / total[d.name]:>7.1f} "
-              f"{total['plain'] / total[d.name]:>8.2f}")
+        acc = a[0] / max(a[1], 1)
+        c = guess_time(d, prompts[0] * 4, repeats=5) / t[1]
+        predicted = expected_tokens(acc, args.k) / (args.k * c + r)
+        speedup = total["plain"] / total[d.name]
+        print(f"{d.name:<34} {acc:>7.2f} {a[2] / a[3]:>9.2f} {n_tokens / total[d.name]:>7.1f} {speedup:>8.2f} {c:>6.3f} "
+              f"{predicted:>9.2f}x")
+        why = "pays" if speedup > 1 else "is slower than plain decoding"
+        verdicts.append(f"- {d.name} {why} ({speedup:.2f}x): a round of {args.k} guesses yields "
+                        f"{expected_tokens(acc, args.k):.2f} tokens at acceptance {acc:.2f} and costs "
+                        f"{args.k} x {c:.3f} + {r:.2f} = {args.k * c + r:.2f} target steps.")
+    print()
+    print(f"Why (the cost model; a target step is {1e3 * t[1]:.1f} ms here, and a pass over {args.k + 1} tokens "
+          f"costs r({args.k + 1}) = {r:.2f} steps, not 1: this CPU does not verify {args.k} guesses for free):")
+    print("\n".join(verdicts))
+    print("- take away: speculation pays only when E / (K c + r(K + 1)) > 1. Here that needs a cheap drafter "
+          "(small c) whose guesses are accepted far more often than these; prompt lookup gets there when the "
+          "output copies the prompt (`--k auto` also chooses K = 0 when nothing pays).")
 
 
 if __name__ == "__main__":

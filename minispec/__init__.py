@@ -1,11 +1,24 @@
-"""minispec: speculative decoding in NumPy, small enough to read, tested for losslessness."""
+"""minispec: speculative decoding in NumPy, small enough to read, tested for losslessness.
 
-from .config import ModelConfig, ModelFormatError
+Read in this order: ``rejection.py`` (the rule), ``speculative.py`` (the loop), ``drafters.py``
+(who guesses), ``model/transformer.py`` (the target). The parts:
+
+    the rule       sampling.py, rejection.py, tree.py (the tree rule)     pure functions
+    the loops      generate.py (plain), speculative.py (chain and tree), rounds.py (their bookkeeping)
+    drafters       drafters.py
+    the policy     policy/: choosing K or a tree per round, the early stop, the cost model
+    the model      model/: transformer, KV cache, config, weights, formats, backend
+    the harness    harness/: check, study, bench, statistics of losslessness
+    the CLI        cli.py (nothing imports it)
+"""
+
+from .drafters import DraftModel, LayerSkip, PromptLookup, make_drafter
 from .generate import generate
-from .kvcache import KVCache
-from .model import Model, load_model
-from .tokenizer import Tokenizer, load_tokenizer
+from .model import KVCache, Model, ModelConfig, ModelFormatError, Tokenizer, load_model, load_tokenizer
+from .model.fetch import resolve_model, shipped_draft
+from .speculative import speculative_generate, tree_speculative_generate
 
-__all__ = ["ModelConfig", "ModelFormatError", "KVCache", "Model", "Tokenizer", "generate", "load_model",
-           "load_tokenizer"]
+__all__ = ["DraftModel", "KVCache", "LayerSkip", "Model", "ModelConfig", "ModelFormatError", "PromptLookup", "Tokenizer",
+           "generate", "load_model", "load_tokenizer", "make_drafter", "resolve_model", "shipped_draft",
+           "speculative_generate", "tree_speculative_generate"]
 __version__ = "0.1.0"

@@ -5,31 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-from .config import ModelFormatError
+import numpy as np
 
-
-def default_model_dir() -> Path:
-    from .convert import SMOLLM2, default_weights_dir
-
-    return default_weights_dir() / SMOLLM2["dirname"]
-
-
-def resolve_model(path: str | None, auto_fetch: bool = True) -> Path:
-    """The --model directory, or the default SmolLM2 (fetched and converted on first use)."""
-    if path:
-        return Path(path)
-    d = default_model_dir()
-    if not (d / "model.safetensors").exists():
-        if not auto_fetch:
-            raise SystemExit(f"error: default model not found at {d}; run `minispec fetch smollm2` first")
-        from .convert import fetch_smollm2
-
-        print(f"default model not found at {d}: fetching SmolLM2-135M-Instruct once (minispec fetch smollm2)",
-              file=sys.stderr)
-        fetch_smollm2(d, log=lambda m: print(m, file=sys.stderr))
-    return d
+from .drafters import make_drafter
+from .generate import generate
+from .harness.measure import timed
+from .model import ModelFormatError, backend, load_model, load_tokenizer
+from .model.convert import convert_gguf
+from .model.fetch import DEFAULT_DRAFT, fetch_smollm2, resolve_model
+from .policy import k_policy, tree_policy
+from .speculative import speculative_generate, tree_speculative_generate
 
 
 class TextStream:
@@ -79,53 +65,34 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
 
 
-DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.train_draft, shipped in weights/
+DEFAULT_DRAFTER = "prompt-lookup"  # the only drafter measured to pay on a 2-core CPU (docs/study/report.md)
 
 
-def shipped_draft() -> str | None:
-    """The trained draft in weights/, when present."""
-    from .convert import default_weights_dir
-
-    d = default_weights_dir() / DEFAULT_DRAFT
-    return str(d) if (d / "model.safetensors").exists() else None
+SHORT_RUN_S = 3.0  # a speculative run shorter than this is timed again, alternating with plain decoding
 
 
-def default_drafter_spec() -> str:
-    """The drafter `minispec generate` uses: prompt lookup with K chosen per round. Measured on a 2-core CPU
-    (docs/study/report.md), it is the only drafter that pays there; the shipped draft accepts too little."""
-    return "prompt-lookup"
-
-
-def make_drafter(spec: str, target, target_dir, layers: int | None = None):
-    """--draft DIR | prompt-lookup | layer-skip | none -> a drafter object (None for plain decoding)."""
-    from .drafters import DraftModel, LayerSkip, PromptLookup, check_same_tokenizer
-    from .model import load_model
-
-    if spec == "none":
-        return None
-    if spec == "prompt-lookup":
-        return PromptLookup(target.cfg.vocab_size)
-    if spec == "layer-skip":
-        return LayerSkip(target, layers=layers or max(1, target.cfg.num_layers * 4 // 5))
-    if not Path(spec).is_dir():
-        raise ValueError(f"--draft {spec!r}: not a model directory, nor prompt-lookup, layer-skip or none")
-    check_same_tokenizer(target_dir, spec)
-    return DraftModel(load_model(spec), target.cfg.vocab_size)
+def verdict(stats, policy, drafter) -> str:
+    """What a run's statistics mean, in words: never a bare nan."""
+    if stats.drafted:
+        plain = f", {stats.plain_rounds} plain (the policy judged drafting would not pay)" if stats.plain_rounds else ""
+        return (f"{stats.accepted} of {stats.drafted} guesses accepted ({stats.acceptance_rate:.2f}), "
+                f"{stats.mean_tokens_per_pass:.2f} tokens per target pass; {stats.rounds} rounds{plain}")
+    if hasattr(policy, "best_drafting") and getattr(policy, "auto", True):
+        plain_rate = 1.0 / policy.verify_time[1]
+        best, rate = policy.best_drafting()
+        return (f"no guess was drafted: the cost model chose plain rounds in all {stats.rounds} rounds, expecting "
+                f"{plain_rate:.0f} tokens/s from plain decoding against at most {rate:.0f} from drafting "
+                f"(best: {best}) with {drafter.name}'s measured acceptance and costs")
+    return f"no guess was drafted in {stats.rounds} rounds: {drafter.name} had nothing to propose (no earlier match to copy)"
 
 
 def cmd_generate(args) -> int:
-    from . import backend
-    from .generate import generate
-    from .model import load_model
-    from .speculative import speculative_generate
-    from .tokenizer import load_tokenizer
-
     backend.use_device(args.device)
     model_dir = resolve_model(args.model)
     t0 = time.perf_counter()
     model = load_model(model_dir)
     tok = load_tokenizer(model_dir)
-    drafter = make_drafter(args.draft or default_drafter_spec(), model, model_dir, args.layers)
+    drafter = make_drafter(args.draft or DEFAULT_DRAFTER, model, args.layers)
     how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
     what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
     print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
@@ -136,38 +103,45 @@ def cmd_generate(args) -> int:
     stream = TextStream(tok)
     if not args.chat:
         sys.stdout.write(args.prompt)
-    t0 = time.perf_counter()
     if drafter is None:
-        out = generate(model, prompt_ids, args.max_new_tokens, on_token=stream, **sampling)
-        dt = time.perf_counter() - t0
+        out, dt = timed(lambda: generate(model, prompt_ids, args.max_new_tokens, on_token=stream, **sampling))
         print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
         return 0
-    if args.tree:
-        from .tree import tree_speculative_generate
 
-        res = tree_speculative_generate(model, drafter, prompt_ids, args.max_new_tokens, shape=args.tree, on_token=stream,
-                                        **sampling)
-    else:
-        res = speculative_generate(model, drafter, prompt_ids, args.max_new_tokens, k=args.k, on_token=stream, **sampling)
-    dt = time.perf_counter() - t0
+    def policy():  # the one-time calibration of the cost model happens here, outside every timed run
+        return tree_policy(args.tree, model, drafter) if args.tree else k_policy(args.k, model, drafter)
+
+    def speculative(on_token=None):
+        loop = tree_speculative_generate if args.tree else speculative_generate
+        kw = dict(shape=pol) if args.tree else dict(k=pol)
+        return loop(model, drafter, prompt_ids, args.max_new_tokens, on_token=on_token, **kw, **sampling)
+
+    pol, t_setup = timed(policy)
+    if t_setup > 0.05:
+        print(f"[calibrated the cost model in {t_setup:.1f}s, once: cached for later runs, and not in any figure below]",
+              file=sys.stderr)
+    res, dt = timed(lambda: speculative(stream))
     sys.stdout.write("\n")
-    s = res.stats
-    line = (f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; acceptance "
-            f"{s.acceptance_rate:.2f}, {s.mean_tokens_per_pass:.2f} tokens per target pass")
+    line = f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; {verdict(res.stats, pol, drafter)}"
     if args.compare:
-        t0 = time.perf_counter()
-        plain = generate(model, prompt_ids, args.max_new_tokens, **sampling)
-        dp = time.perf_counter() - t0
+        ratios, plain = [], None
+        for i in range(3):  # alternate with plain decoding; a short run is repeated (greedy repeats are the same text)
+            if i:
+                pol = policy()
+                res, dt = timed(speculative)
+            plain, dp = timed(lambda: generate(model, prompt_ids, args.max_new_tokens, **sampling))
+            ratios.append((len(res.tokens) / dt) / (len(plain) / dp))
+            if dt >= SHORT_RUN_S:
+                break
         same = "identical output" if plain == res.tokens else "same distribution, different sample"
-        line += (f"; plain decoding {len(plain) / dp:.1f} tokens/s in the same run: speedup "
-                 f"{(len(res.tokens) / dt) / (len(plain) / dp):.2f}x ({same})")
+        line += f"; plain decoding in the same run: speedup {np.median(ratios):.2f}x ({same}"
+        line += (f"; median of {len(ratios)} alternating runs, each under {SHORT_RUN_S:.0f}s: a short run's speed "
+                 f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 1 else ")")
     print(line + "]", file=sys.stderr)
     return 0
 
 
 def cmd_fetch(args) -> int:
-    from .convert import fetch_smollm2
-
     if args.name != "smollm2":
         raise SystemExit(f"error: unknown model {args.name!r}; available: smollm2")
     fetch_smollm2(args.out)
@@ -175,21 +149,19 @@ def cmd_fetch(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from .convert import convert_gguf
-
     out = convert_gguf(args.gguf, args.outdir)
     print(f"wrote {out}")
     return 0
 
 
 def cmd_check(args) -> int:
-    from .check import main_check
+    from .harness.check import main_check  # the harness (and scipy) only when asked for
 
     return main_check(args)
 
 
 def cmd_bench(args) -> int:
-    from .bench import main as bench_main
+    from .harness.bench import main as bench_main
 
     return bench_main(args.bench_args)
 
@@ -231,8 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="level-4 losslessness check on the real target (minutes; --quick for ~1 min)")
     k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     k.add_argument("--draft", help="drafter for the T=1 test (default: the shipped draft, else layer-skip)")
-    k.add_argument("--tokens", type=int, default=9200, help="tokens per sample in the T=1 test (default 9200)")
-    k.add_argument("--quick", action="store_true", help="1000 tokens, 3 greedy prompts, no broken-rule run")
+    k.add_argument("--runs", type=int, default=192, help="paired runs of 48 tokens in the T=1 test (default 192: ~9,200 tokens)")
+    k.add_argument("--quick", action="store_true", help="24 paired runs, 3 greedy prompts, no calibration")
     k.add_argument("--json", help="also write the figures to this JSON file")
     k.set_defaults(func=cmd_check)
 

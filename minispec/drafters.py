@@ -5,11 +5,11 @@ A drafter implements ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens
 probabilities to sample from (the same warp the target gets), and ``draft_probs`` [k', V] must be
 exactly the distributions the ``k' <= k`` guesses were drawn from (one-hot for a deterministic
 drafter). ``keep(j, reach) -> bool``, if given, may stop drafting before guess j: ``reach`` is the
-drafter's own probability that guesses 1..j would all be right (see adaptive.AutoK.keep); a drafter
+drafter's own probability that guesses 1..j would all be right (see policy/auto_k.py: the early stop); a drafter
 without such a belief ignores it. ``forwards`` counts the drafter's model passes.
 ``context(tokens) -> int`` labels the next round cheaply, before any drafting (0: nothing to say; a
 higher label: more reason to expect its guesses accepted); the cost model keeps one acceptance
-estimate per label (see adaptive.py).
+estimate per label (see policy/acceptance.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .model import Model
+from .model import Model, load_model
 from .sampling import sample, top_probability
 
 Warp = Callable[[np.ndarray], np.ndarray]
@@ -112,20 +112,27 @@ class DraftModel:
 
 
 class LayerSkip(DraftModel):
-    """Self-speculation: the target's first ``layers`` layers, its final norm and head; no weight copy."""
+    """Self-speculation: the target's first ``layers`` layers (default 4/5 of them: 24 of SmolLM2's 30), its
+    final norm and head; no weight copy."""
 
-    def __init__(self, target: Model, layers: int):
+    def __init__(self, target: Model, layers: int | None = None):
+        layers = self.default_layers(target) if layers is None else layers
         super().__init__(target.truncated(layers), name=f"layer-skip:{layers}")
+
+    @staticmethod
+    def default_layers(target: Model) -> int:
+        return max(1, target.cfg.num_layers * 4 // 5)
 
 
 class PromptLookup:
     """Prompt lookup decoding: find the most recent earlier occurrence of the last n-gram
     (n = max_ngram down to min_ngram) and propose what followed it. Deterministic: one-hot q."""
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, *, vocab_size: int | None = None):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
-        self.vocab, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
+        self.vocab = vocab_size  # q rows are [V]: the loop sets the target's V (as_drafter) when None
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.name, self.forwards = f"prompt-lookup:{max_ngram}", 0
 
     def matches(self, seq: np.ndarray):
@@ -173,13 +180,32 @@ class PromptLookup:
 
 
 def as_drafter(drafter, target: Model) -> Drafter:
-    """A Model becomes a DraftModel; a drafter object passes through."""
+    """A Model becomes a DraftModel; a drafter object passes through, and a drafter without a vocabulary
+    (prompt lookup) takes the target's."""
     if isinstance(drafter, Model):
         return DraftModel(drafter, target.cfg.vocab_size)
     if not (hasattr(drafter, "propose") and hasattr(drafter, "context")):
         raise TypeError("drafter must be a Model or have propose(tokens, k, warp, rng) and context(tokens), "
                         f"got {type(drafter).__name__}")
+    if getattr(drafter, "vocab", 0) is None:
+        drafter.vocab = target.cfg.vocab_size
     return drafter
+
+
+def make_drafter(spec: str, target: Model, layers: int | None = None):
+    """The CLI's drafter spec -> a drafter (None for plain decoding): ``prompt-lookup``, ``layer-skip`` (the
+    target's first ``layers`` layers), ``none``, or a draft model directory with the target's tokenizer."""
+    if spec == "none":
+        return None
+    if spec == "prompt-lookup":
+        return PromptLookup()
+    if spec == "layer-skip":
+        return LayerSkip(target, layers)
+    if not Path(spec).is_dir():
+        raise ValueError(f"drafter {spec!r}: not a model directory, nor prompt-lookup, layer-skip or none")
+    if target.path is not None:
+        check_same_tokenizer(target.path, spec)
+    return DraftModel(load_model(spec), target.cfg.vocab_size)
 
 
 def check_same_tokenizer(target_dir, draft_dir) -> None:

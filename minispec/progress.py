@@ -15,7 +15,7 @@ class Progress:
         if not self.enabled and not quiet and desc:
             print(f"{desc} ...", file=self.stream, flush=True)
 
-    def update(self, n: int = 1, note: str = "") -> None:
+    def update(self, n: int = 1) -> None:
         self.n += n
         now = time.perf_counter()
         if self.enabled and (now - self.last > 0.1 or self.n >= self.total):
@@ -23,7 +23,7 @@ class Progress:
             frac = min(self.n / self.total, 1.0)
             eta = (now - self.start) / frac * (1 - frac) if frac > 0 else 0
             bar = "#" * int(30 * frac)
-            self.stream.write(f"\r{self.desc} [{bar:<30}] {self.n}/{self.total} eta {eta:4.0f}s {note}   ")
+            self.stream.write(f"\r{self.desc} [{bar:<30}] {self.n}/{self.total} eta {eta:4.0f}s   ")
             self.stream.flush()
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
 """Tree verification: verify several candidate continuations in ONE target pass.
 
-On a CPU the first extra row of a pass is expensive (OpenBLAS's gemm for 2 rows costs ~2x its gemv)
-but the next ones are nearly free (16 rows cost little more than 2). A chain of K guesses pays for
-a batch and uses little of it; a tree fills the batch with alternatives.
+Why: a pass over n tokens costs t_verify(n) = t_verify(1) r(n), and where r(n) rises steeply for
+the first extra rows and slowly after (a CPU: model/blas.py), a chain of K guesses pays for a batch
+and uses little of it; a tree fills the batch with alternatives, so one wrong first guess no longer
+ends the round.
 
 A tree: node 0 is the root (the last emitted token, not yet in the cache); node i > 0 holds
 ``tokens[i]``, a child of ``parents[i]``, drawn from ``draft_probs[i]`` (a [V] row). One target pass
@@ -21,6 +22,8 @@ candidate):
 Each step is the one-candidate rule of ``rejection.py`` with target p and proposal q_j, applied
 given everything drawn before, so the emitted tokens are distributed exactly as the target's.
 Greedy decoding is the one-hot case: descend into the child equal to the target's argmax.
+
+The loop is ``speculative.tree_speculative_generate``; the shape per round, ``policy/tree_shape.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .adaptive import Acceptance, PerContext, ProbeBudget, calibrate_verify, drafter_costs, probe_cost, run_length
 from .sampling import sample
 
 
@@ -79,11 +81,13 @@ def tree_mask(parents: list[int], prefix: int) -> np.ndarray:  # -> [N+1, prefix
     return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def verify_tree(target, cache, root_token: int, tree: Tree, fresh=()) -> np.ndarray:
-    """One target pass over the root and every node -> logits [N+1, V]. ``fresh``: prompt tokens not yet
-    cached, run first in the same pass (causal among themselves, seen by every node)."""
+def verify_tree(target, cache, head: list[int], tree: Tree) -> np.ndarray:
+    """One target pass over ``head`` (prompt tokens not yet cached, then the root: the last emitted
+    token) and every node -> logits [N+1, V] of the root and the nodes. The uncached prompt tokens are
+    causal among themselves and seen by every node."""
+    *fresh, root = head
     F, L = len(fresh), cache.length
-    ids = np.array(list(fresh) + [root_token] + tree.tokens[1:], dtype=np.int64)
+    ids = np.array(list(fresh) + [root] + tree.tokens[1:], dtype=np.int64)
     positions = np.concatenate([L + np.arange(F), L + F + tree.depths()])
     causal = np.where(np.arange(L + F + len(tree) + 1)[None, :] <= (L + np.arange(F))[:, None], 0.0, -np.inf)  # [F, S]
     mask = np.concatenate([causal.astype(np.float32), tree_mask(tree.parents, L + F)])  # [F + N+1, S]
@@ -170,111 +174,3 @@ def propose_tree(drafter, tokens, width: int, depth: int, warp, rng) -> Tree:
     if hasattr(drafter, "continuations"):
         return prompt_lookup_tree(drafter, tokens, width, depth)
     return draft_model_tree(drafter, tokens, width, depth, warp, rng)
-
-
-class TreeShape:
-    """Choose (width, depth) per round from the cost model, as AutoK chooses K (see adaptive.py).
-
-    Expected tokens of a ``width`` x ``depth`` tree with first-guess acceptance a and later-guess
-    acceptance b (adaptive.Acceptance; the first level tried ``width`` times, independently):
-    E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b).
-    Time: depth draft passes over ``width`` rows plus one target pass over width * depth + 1 nodes.
-    When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (adaptive.py).
-    A fixed shape is ``TreeShape.fixed(width, depth)``.
-    """
-
-    def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
-                 shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.01):
-        self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
-        self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
-        self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
-
-    @classmethod
-    def fixed(cls, width: int, depth: int) -> "TreeShape":
-        return cls({}, {}, auto=False, shape=(width, depth))
-
-    def expected(self, w: int, d: int) -> float:
-        e = self.acc[self.context]
-        if w == 0 or d == 0:
-            return 1.0
-        return 1.0 + (1 - (1 - e.first) ** w) * run_length(e.next, d)
-
-    def cost(self, w: int, d: int) -> float:
-        if w == 0 or d == 0:
-            return self.verify_time[1]
-        return d * self.draft_time.get(w, self.draft_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
-
-    def next_shape(self, unseen: int = 1, context: int = 0) -> tuple[int, int]:
-        """``unseen``, ``context``: as for AutoK.next_k."""
-        self.context = context
-        if not self.auto:
-            return self.shape
-        shapes = [(0, 0)] + [(w, d) for w in range(1, 5) for d in range(1, 9) if w * d <= self.max_nodes]
-        self.unseen = unseen
-        best = max(shapes, key=lambda s: self.expected(*s) / self.cost(*s))
-        self.history.append(best)
-        return best
-
-    def probe(self) -> bool:
-        """As AutoK.probe: a plain round drafts one unverified guess when the budget pays for it."""
-        return self.auto and self.budget.afford(probe_cost(self.unseen, self.feed_time, self.draft_time.get(1, 0.0)))
-
-    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, n_nodes: int,
-                probed: tuple[float, bool] | None = None) -> None:
-        if t_verify is not None and self.learn and n_nodes + 1 in self.verify_time:
-            self.verify_time[n_nodes + 1] = 0.8 * self.verify_time[n_nodes + 1] + 0.2 * t_verify
-        if depth:
-            self.acc[self.context].update(depth, accepted)
-        elif self.auto:
-            self.budget.earn(self.verify_time[1])
-            if probed is not None:
-                self.acc[self.context].update_probe(*probed)
-
-
-def auto_tree_shape(target, drafter, max_nodes: int = 16) -> TreeShape:
-    verify = calibrate_verify(target, max_nodes + 1)
-    model = getattr(drafter, "model", None)
-    draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
-    return TreeShape(verify, draft, max_nodes, feed_time=drafter_costs(drafter)[1])
-
-
-def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, shape=(2, 4),
-                              temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None,
-                              on_token=None):
-    """Like ``speculative_generate`` but each round verifies a token tree in one target pass.
-    ``shape``: (width, depth), "auto" (chosen per round by the cost model), or a TreeShape."""
-    import time
-
-    from .drafters import as_drafter
-    from .speculative import SpecResult, draft_probe, emit, measure_probe, start_run
-
-    run = start_run(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids,
-                    cache_room=4 * 16 + 1)  # room for a full tree past the end
-    drafter = as_drafter(drafter, target)
-    policy = (auto_tree_shape(target, drafter) if shape == "auto" else
-              shape if isinstance(shape, TreeShape) else TreeShape.fixed(*shape))
-    tokens, cache, stats = run.tokens, run.cache, run.stats
-    forwards0 = getattr(drafter, "forwards", 0)
-    while not run.done:
-        width, depth = policy.next_shape(len(tokens) - run.seen, drafter.context(tokens))
-        depth = min(depth, max_new_tokens - len(run.out) - 1)
-        t0 = time.perf_counter()
-        tree = propose_tree(drafter, tokens, width, depth, run.warp, run.rng)
-        run.seen = len(tokens) if len(tree) else run.seen
-        draft_probe(policy, drafter, run, len(tree))
-        t1 = time.perf_counter()
-        logits = verify_tree(target, cache, tokens[-1], tree, run.fresh)  # [N+1, V]
-        t2 = time.perf_counter()
-        target_probs = run.warp(logits)  # [N+1, V]
-        path, next_token = accept_tree(target_probs, tree, run.rng)
-        cache.keep(len(tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted; siblings dropped
-        probed = measure_probe(run, target_probs[0], next_token)
-        t3 = time.perf_counter()
-        emitted = emit([tree.tokens[n] for n in path] + [next_token], tokens, run.out, run.stop, max_new_tokens, on_token)
-        tree_depth = int(tree.depths().max()) if len(tree) else 0
-        stats.record(tree_depth, len(path), emitted)
-        stats.add_times(t0, t1, t2, t3, prefill=bool(run.fresh))
-        policy.observe(tree_depth, len(path), t1 - t0, None if run.fresh else t3 - t1, len(tree), probed)
-        run.fresh = []
-    stats.draft_forwards = getattr(drafter, "forwards", 0) - forwards0
-    return SpecResult(run.out, stats)

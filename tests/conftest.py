@@ -1,21 +1,15 @@
+import os
+
 import numpy as np
 import pytest
 
+# Tests never write the calibration cache to the user's home (the one test of that cache sets its own).
+os.environ["MINISPEC_NO_CALIBRATION_CACHE"] = "1"
+
 from minispec import load_model
-from minispec.tiny import tiny_config, write_random_model
+from minispec.model.tiny import tiny_config, write_random_model
 
-# name -> config overrides; covers Llama (MHA and GQA), Qwen2 (q/k/v bias), Mistral, tied and untied
-CONFIGS = {
-    "llama-gqa": dict(arch="LlamaForCausalLM"),
-    "llama-mha-tied": dict(arch="LlamaForCausalLM", num_key_value_heads=4, tie_word_embeddings=True),
-    "qwen2-bias": dict(arch="Qwen2ForCausalLM", num_attention_heads=4, num_key_value_heads=1),
-    "mistral": dict(arch="MistralForCausalLM", sliding_window=None, num_hidden_layers=3),
-}
-
-
-def make_config(name):
-    kw = dict(CONFIGS[name])
-    return tiny_config(kw.pop("arch"), **kw)
+from .helpers import CONFIGS, SMALL_V, make_config
 
 
 @pytest.fixture(scope="session", params=list(CONFIGS))
@@ -33,9 +27,6 @@ def rng():
     return np.random.default_rng(1234)
 
 
-SMALL_V = 6  # level 3 needs a vocabulary small enough to enumerate every 2-token continuation
-
-
 @pytest.fixture(scope="session")
 def small_pair(tmp_path_factory):
     """A tiny target and draft with a 6-token vocabulary, for sequence-level statistics."""
@@ -44,6 +35,12 @@ def small_pair(tmp_path_factory):
     target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=10, scale=2.0))
     draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=20, scale=2.0))
     return target, draft
+
+
+@pytest.fixture(scope="session")
+def pair(small_pair):
+    """The small pair under the name the level-3 tests use."""
+    return small_pair
 
 
 @pytest.fixture(scope="session")

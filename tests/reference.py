@@ -6,7 +6,7 @@ minispec.model, so agreeing with it checks the fused, cached implementation.
 
 import numpy as np
 
-from minispec.config import ModelConfig
+from minispec.model.config import ModelConfig
 
 
 def naive_forward(t: dict, cfg: ModelConfig, ids) -> np.ndarray:  # -> logits [T, V] float64

@@ -1,17 +1,19 @@
 """Cost-aware adaptive K: the choice follows the cost model, and losslessness is unchanged."""
 
+import json
+
 import numpy as np
 import pytest
 
 from minispec import generate, load_model, rejection
-from minispec.adaptive import Acceptance, AutoK, FixedK, StoppedK, calibrate_verify, expected_tokens
 from minispec.drafters import DraftModel, PromptLookup
-from minispec.equivalence import chisquare_gof
+from minispec.harness.equivalence import chisquare_gof
+from minispec.model.tiny import tiny_config, write_random_model
+from minispec.policy import Acceptance, AutoK, FixedK, StoppedK, calibrate_verify, expected_tokens
 from minispec.sampling import sample, top_probability, warp
 from minispec.speculative import speculative_generate
-from minispec.tiny import tiny_config, write_random_model
 
-from .test_speculative import V, exact_two_tokens  # noqa: F401  (fixtures below reuse the same models)
+from .helpers import V, broken_residual, exact_two_tokens
 
 CPU_LIKE = {n: 0.010 * (1.0 if n == 1 else 2.2 + 0.02 * n) for n in range(1, 10)}  # r(2) = 2.2, flat after
 FLAT = {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}  # verification nearly free
@@ -149,7 +151,7 @@ def test_a_new_context_starts_from_the_best_lower_one():
 
 
 def test_prompt_lookup_context_is_the_matched_ngram_length():
-    pl = PromptLookup(20, max_ngram=3)
+    pl = PromptLookup(max_ngram=3, vocab_size=20)
     assert pl.context([1, 2, 3, 4]) == 0
     assert pl.context([1, 2, 3, 9, 3]) == 1
     assert pl.context([1, 2, 3, 9, 2, 3]) == 2
@@ -158,15 +160,32 @@ def test_prompt_lookup_context_is_the_matched_ngram_length():
         assert bool(pl.context(seq)) == bool(pl.continuation(seq, 4))
 
 
-def test_calibration_is_cached(tmp_path):
-    m = load_model(write_random_model(tmp_path / "m"))
+def test_calibration_is_cached_in_memory_and_on_disk(tmp_path, monkeypatch):
+    from minispec.policy import costs
+
+    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MINISPEC_NO_CALIBRATION_CACHE", raising=False)
+    monkeypatch.setattr(costs, "_CALIBRATION", {})  # a fresh process: nothing in memory
+    d = write_random_model(tmp_path / "m")
+    m = load_model(d)
     a = calibrate_verify(m, 4)
-    assert set(a) == {1, 2, 3, 4} and calibrate_verify(m, 4) == a
+    assert set(a) == {1, 2, 3, 4} and all(t > 0 for t in a.values())
+    stored = json.loads((tmp_path / "cache" / "calibration.json").read_text())
+    assert [{int(n): t for n, t in v.items()} for v in stored.values()] == [a]
 
+    def no_forward(*args, **kwargs):
+        raise AssertionError("calibration ran the model instead of reading its cache")
 
-@pytest.fixture(scope="module")
-def pair(small_pair):
-    return small_pair
+    monkeypatch.setattr(m, "forward", no_forward)
+    assert calibrate_verify(m, 4) == a  # from memory
+    monkeypatch.setattr(costs, "_CALIBRATION", {})  # as a second process would: memory empty, same disk
+    again = load_model(d)
+    monkeypatch.setattr(again, "forward", no_forward)
+    assert calibrate_verify(again, 4) == a  # read back from disk, the model never run
+    monkeypatch.setattr(costs, "_CALIBRATION", {})
+    monkeypatch.setenv("MINISPEC_NO_CALIBRATION_CACHE", "1")  # the control: without the disk it must measure
+    with pytest.raises(AssertionError, match="instead of reading its cache"):
+        calibrate_verify(again, 4)
 
 
 # K in 0..3 varies from round to round with these costs and acceptances around 0.5-0.8
@@ -235,14 +254,14 @@ def test_level3_with_probes_between_rounds(pair):
 
 def test_level3_with_probes_catches_broken_rule(pair, monkeypatch):
     target, draft = pair
-    monkeypatch.setattr(rejection, "residual", lambda p, q: p / p.sum())
+    monkeypatch.setattr(rejection, "residual", broken_residual)
     chi2, dof, p = chisquare_gof(probe_counts(target, draft, 20_000, [1, 4, 2]), exact_tokens_2_3(target, [1, 4, 2]))
     assert p < 1e-6, (chi2, dof, p)
 
 
 def test_level3_with_auto_k_catches_broken_rule(pair, monkeypatch):
     target, draft = pair
-    monkeypatch.setattr(rejection, "residual", lambda p, q: p / p.sum())
+    monkeypatch.setattr(rejection, "residual", broken_residual)
     counts, _ = auto_counts(target, draft, 20_000, [1, 4, 2])
     chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, [1, 4, 2], temperature=1.0))
     assert p < 1e-6, (chi2, dof, p)
@@ -253,7 +272,7 @@ def test_auto_greedy_equals_plain(tmp_path):
     draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2))
     for prompt in ([5, 6, 7], [9] * 12):
         want = generate(target, prompt, 40)
-        for d in (DraftModel(draft), PromptLookup(64), DraftModel(target)):
+        for d in (DraftModel(draft), PromptLookup(), DraftModel(target)):
             assert speculative_generate(target, d, prompt, 40, k="auto").tokens == want
     with pytest.raises(ValueError, match="auto"):
         speculative_generate(target, draft, [1], 3, k="fast")
@@ -269,7 +288,7 @@ class ProbeEveryRound(FixedK):
     def probe(self) -> bool:
         return True
 
-    def observe(self, drafted, accepted, t_draft, t_verify, probed=None) -> None:
+    def observe(self, drafted, accepted, t_draft, t_verify, probed=None, nodes=None) -> None:
         self.probed.append(probed)
 
 
@@ -282,7 +301,7 @@ def test_a_plain_rounds_probe_is_the_acceptance_probability_of_the_guess(big_pai
     def p_next(model, seq):
         return warp(model.forward(seq, model.new_cache(len(seq)))[-1], 1.0)
 
-    for d in (PromptLookup(target.cfg.vocab_size), DraftModel(draft)):
+    for d in (PromptLookup(), DraftModel(draft)):
         pol = ProbeEveryRound()
         out = speculative_generate(target, d, prompt, 12, k=pol, temperature=1.0, seed=4).tokens
         assert len(pol.probed) == 12
@@ -295,13 +314,13 @@ def test_a_plain_rounds_probe_is_the_acceptance_probability_of_the_guess(big_pai
                 want = rejection.overlap(p_next(target, seq), p_next(draft, seq))
             assert (got is None) == (want is None) and (got is None or got[0] == pytest.approx(want, abs=1e-6)), i
     plain = generate(target, prompt, 12, temperature=1.0, seed=4)  # prompt lookup draws nothing from rng
-    assert speculative_generate(target, PromptLookup(64), prompt, 12, k=ProbeEveryRound(), temperature=1.0, seed=4).tokens == plain
+    assert speculative_generate(target, PromptLookup(), prompt, 12, k=ProbeEveryRound(), temperature=1.0, seed=4).tokens == plain
 
 
 def test_a_probe_after_a_certain_guess_came_true_is_a_later_guess(big_pair):
     target, draft = big_pair
     prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
-    pl, pol = PromptLookup(64), ProbeEveryRound()
+    pl, pol = PromptLookup(), ProbeEveryRound()
     out = speculative_generate(target, pl, prompt, 30, k=pol).tokens  # greedy: a random model falls into loops
     for i in range(1, 30):
         guess = pl.continuation(prompt + out[:i - 1], 1)  # the previous round's probe
@@ -442,7 +461,7 @@ def test_stopped_k_is_the_textbook_k_cut_by_the_stop():
 
 
 def test_bench_stop_runs_on_tiny_models(big_pair):
-    from minispec.stop_eval import run
+    from minispec.harness.stop_eval import run
 
     target, draft = big_pair
     prompts = {"a": [[5, 6, 7], [9] * 12], "b": [[3, 4, 5, 6, 3, 4]]}

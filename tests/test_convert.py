@@ -8,10 +8,10 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from minispec import ModelFormatError, load_model, load_tokenizer  # noqa: E402
-from minispec.config import ModelConfig  # noqa: E402
-from minispec.convert import GGUF_TO_HF, convert_gguf, permute_qk, unpermute_qk  # noqa: E402
-from minispec.safetensors_io import read_safetensors  # noqa: E402
-from minispec.tiny import random_tensors, tiny_config  # noqa: E402
+from minispec.model.config import ModelConfig  # noqa: E402
+from minispec.model.convert import GGUF_TO_HF, convert_gguf, permute_qk, unpermute_qk  # noqa: E402
+from minispec.model.safetensors_io import read_safetensors  # noqa: E402
+from minispec.model.tiny import random_tensors, tiny_config  # noqa: E402
 
 HF_TO_GGUF = {v: k for k, v in GGUF_TO_HF.items()}
 TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [chr(c) for c in range(ord("a"), ord("a") + 26)] + ["ab", "abc"]
@@ -88,7 +88,7 @@ def test_tiny_gguf_converts_to_the_same_model(tmp_path):
 
 
 def _write_hf(path, cfg, tensors):
-    from minispec.safetensors_io import write_safetensors
+    from minispec.model.safetensors_io import write_safetensors
 
     path.mkdir()
     (path / "config.json").write_text(json.dumps(cfg))

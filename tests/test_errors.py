@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from minispec import ModelFormatError, backend, generate, load_model
-from minispec.safetensors_io import read_safetensors, write_safetensors
-from minispec.tiny import tiny_config, write_random_model
+from minispec import ModelFormatError, generate, load_model
+from minispec.model import backend
+from minispec.model.safetensors_io import read_safetensors, write_safetensors
+from minispec.model.tiny import tiny_config, write_random_model
 
 
 @pytest.fixture

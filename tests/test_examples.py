@@ -17,20 +17,22 @@ def run(*args):
 
 def test_01_rejection_rule():
     out = run("examples/01_rejection_rule.py", "--draws", "20000")
-    assert "exact output         [0.5  0.3  0.15 0.05]" in out
+    assert "real rule  , exact   [0.5  0.3  0.15 0.05]" in out
     assert "BROKEN rule, exact   [0.35  0.35  0.225 0.075]" in out
+    assert ": PASS against the threshold 0.001" in out and ": caught (below 0.001)" in out
 
 
 def test_04_early_stop():
     out = run("examples/04_early_stop.py", "--draws", "20000")
     assert "before the draw, exact   [0.5  0.3  0.15 0.05]" in out
     assert "after the draw , exact   [0.55  0.19  0.195 0.065]" in out
+    assert "(largest difference" in out and ": PASS (a failure needs p below 1e-3)" in out and ": caught." in out
 
 
 @pytest.fixture(scope="module")
 def smollm2():
     pytest.importorskip("gguf")
-    from minispec.convert import fetch_smollm2
+    from minispec.model.fetch import fetch_smollm2
 
     return fetch_smollm2(log=lambda m: None)
 
@@ -38,8 +40,10 @@ def smollm2():
 def test_02_speculative_generate(smollm2):
     out = run("examples/02_speculative_generate.py", "--max-new-tokens", "12", "--draft", "prompt-lookup")
     assert "identical to plain greedy decoding: True" in out and "speedup" in out
+    assert "What this showed: greedy speculative output is identical" in out and "nan" not in out
 
 
 def test_03_drafters(smollm2):
     out = run("examples/03_drafters.py", "--prompts", "1", "--max-new-tokens", "8")
     assert "outputs identical: True" in out and "prompt-lookup" in out and "layer-skip" in out
+    assert "target steps" in out and "take away" in out and "nan" not in out

@@ -5,10 +5,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import minispec.model as model_mod
+import minispec.model.transformer as model_mod
 from minispec import ModelConfig, generate, load_model
-from minispec.tiny import random_tensors, tiny_config, write_random_model
-from minispec.weights import load_weights
+from minispec.model import blas
+from minispec.model.tiny import random_tensors, tiny_config, write_random_model
+from minispec.model.weights import load_weights
 
 from .reference import naive_forward
 
@@ -64,32 +65,91 @@ def test_rollback_rejects_growing():
         c.rollback(-1)
 
 
-def test_every_activation_is_float32(tiny_model, monkeypatch, rng):
-    seen = []
+class NotFloat32(AssertionError):
+    """An activation that is not float32: raised where it first appears, before any later cast can hide it."""
 
-    def checked(fn):
-        def wrapper(*args):
-            out = fn(*args)
-            for a in (*args, out):
-                if isinstance(a, np.ndarray) and a.dtype.kind == "f":
-                    seen.append((fn.__name__, a.dtype))
+
+DTYPE_CHECKED = ("linear", "rms_norm", "rope", "attention", "swiglu", "transformer_block")
+
+
+def check_float32(monkeypatch) -> set[str]:
+    """Wrap the layer functions (module globals that the model calls) and the skinny matmul so that each
+    raises NotFloat32 on a floating input or output that is not float32. Returns the set of wrapped
+    names that were called, filled in as they are."""
+    called = set()
+
+    def checked(fn, name):
+        def wrapper(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            arrays = [*args, *kwargs.values(), out]
+            arrays += [w for a in args if isinstance(a, model_mod.LayerWeights) for w in vars(a).values()]
+            for i, a in enumerate(arrays):
+                if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.dtype != np.float32:
+                    raise NotFloat32(f"{name}: {'output' if a is out else f'input {i}'} is {a.dtype}, shape {a.shape}")
+            called.add(name)
             return out
         return wrapper
 
-    for name in ("rms_norm", "rope", "attention", "swiglu", "transformer_block"):
-        monkeypatch.setattr(model_mod, name, checked(getattr(model_mod, name)))
-    logits = tiny_model.forward(rng.integers(0, tiny_model.cfg.vocab_size, 6), tiny_model.new_cache(8))
-    assert logits.dtype == np.float32
-    assert seen and {d for _, d in seen} == {np.dtype(np.float32)}, sorted(set(seen))
+    for name in DTYPE_CHECKED:
+        monkeypatch.setattr(model_mod, name, checked(getattr(model_mod, name), name))
+    # linear calls the name it imported from blas; blas's own attribute is wrapped too for any other caller
+    monkeypatch.setattr(model_mod, "skinny_matmul", checked(model_mod.skinny_matmul, "skinny_matmul"))
+    monkeypatch.setattr(blas, "skinny_matmul", checked(blas.skinny_matmul, "skinny_matmul"))
+    return called
+
+
+def run_every_path(model, rng):
+    """Forward passes over 1, 2, 3, 4 and 6 new tokens after a cached prefix (the 1-row product, the
+    per-row products of skinny_matmul and its padded gemm), then a token tree through forward_masked
+    with a float64 mask."""
+    from minispec.tree import tree_mask
+
+    V = model.cfg.vocab_size
+    outs = []
+    for T in (1, 2, 3, 4, 6):
+        cache = model.new_cache(16)
+        model.forward(rng.integers(0, V, 5), cache)
+        outs.append(model.forward(rng.integers(0, V, T), cache))
+        assert outs[-1].shape == (T, V)
+    parents = [-1, 0, 0, 1, 2]  # the root, two children, a grandchild under each
+    cache = model.new_cache(16)
+    model.forward(rng.integers(0, V, 5), cache)
+    mask = tree_mask(parents, prefix=5).astype(np.float64)
+    depth = np.array([0, 1, 1, 2, 2])
+    outs.append(model.forward_masked(rng.integers(0, V, 5), cache, 5 + depth, mask))
+    return outs
+
+
+def test_every_activation_is_float32(tiny_model, monkeypatch, rng):
+    called = check_float32(monkeypatch)
+    for logits in run_every_path(tiny_model, rng):
+        assert logits.dtype == np.float32
+    assert called == {*DTYPE_CHECKED, "skinny_matmul"}, called  # every wrapped function really ran
     assert all(w.dtype == np.float32 for L in tiny_model.layers for w in vars(L).values() if w is not None)
 
 
-def test_cache_is_preallocated_and_reused(tiny_model):
+def test_the_float32_check_catches_a_float64_table(tiny_model, monkeypatch, rng):
+    check_float32(monkeypatch)
+    monkeypatch.setattr(tiny_model, "cos", tiny_model.cos.astype(np.float64))  # a table left in float64
+    with pytest.raises(NotFloat32, match="float64"):
+        run_every_path(tiny_model, rng)
+
+
+def test_cache_is_preallocated_and_written_in_place(tiny_model):
     cache = tiny_model.new_cache(16)
-    k_id = id(cache.k)
-    for t in range(10):
+    k, v = cache.k, cache.v  # the arrays allocated up front
+    ids = list(range(10))
+    for t in ids:
         tiny_model.forward([t], cache)
-    assert id(cache.k) == k_id and cache.k.shape[2] == 16
+    assert cache.k is k and cache.v is v and k.shape[2] == 16
+    # the keys and values were written into those arrays, at positions 0..9 and nowhere else
+    ref = tiny_model.new_cache(10)
+    tiny_model.forward(ids, ref)
+    np.testing.assert_allclose(k[:, :, :10], ref.k, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(v[:, :, :10], ref.v, atol=1e-5, rtol=0)
+    assert np.abs(k[:, :, :10]).sum(axis=-1).min() > 0 and not k[:, :, 10:].any() and not v[:, :, 10:].any()
+    with pytest.raises(ValueError, match="do not fit"):  # a full cache refuses instead of growing
+        tiny_model.forward(list(range(7)), cache)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -136,8 +196,6 @@ def test_sharded_and_half_precision_files_load(tmp_path):
 
 
 def test_truncated_model_shares_weights(tiny_model):
-    if tiny_model.cfg.num_layers < 2:
-        pytest.skip("needs 2 layers")
     t = tiny_model.truncated(1)
     assert t.layers[0].w_qkv is tiny_model.layers[0].w_qkv and t.lm_head is tiny_model.lm_head
     assert t.cfg.num_layers == 1 and tiny_model.cfg.num_layers >= 2
@@ -174,15 +232,12 @@ def test_random_tensors_cover_config():
 
 
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17])
-def test_linear_equals_matmul_for_every_row_count(T):
+def test_linear_equals_matmul_for_every_row_count(T, monkeypatch):
     rng = np.random.default_rng(T)
     x = rng.standard_normal((T, 48)).astype(np.float32)
     w = rng.standard_normal((48, 5000)).astype(np.float32)  # wide enough for several column blocks
-    model_mod.CACHE_BYTES, saved = 48 * 4 * 700, model_mod.CACHE_BYTES
-    try:
-        got = model_mod.linear(x, w)
-    finally:
-        model_mod.CACHE_BYTES = saved
+    monkeypatch.setattr(blas, "CACHE_BYTES", 48 * 4 * 700)
+    got = model_mod.linear(x, w)
     assert got.dtype == np.float32 and got.shape == (T, 5000)
     np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(model_mod.linear(x, w.T.copy().T), x @ w, rtol=1e-5, atol=1e-4)  # transposed view

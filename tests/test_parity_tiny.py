@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from minispec.safetensors_io import read_safetensors  # noqa: E402
+from minispec.model.safetensors_io import read_safetensors  # noqa: E402
 
 
 def test_logits_match_transformers(tiny_model_dir, tiny_model):
@@ -32,7 +32,7 @@ def test_bf16_file_is_read_like_torch(tmp_path):
 def test_bf16_writer_rounds_like_torch(tmp_path):
     from safetensors.torch import load_file
 
-    from minispec.safetensors_io import write_safetensors
+    from minispec.model.safetensors_io import write_safetensors
 
     x = np.random.default_rng(0).standard_normal((9, 4)).astype(np.float32)
     write_safetensors(tmp_path / "t.safetensors", {"x": x}, "BF16")

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minispec import rejection
-from minispec.equivalence import chisquare_gof, exact_first_token_distribution
+from minispec.harness.equivalence import chisquare_gof, exact_first_token_distribution
 from minispec.rejection import accept_greedy, accept_reject, residual
 from minispec.sampling import sample
 

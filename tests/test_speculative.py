@@ -5,27 +5,11 @@ import pytest
 
 from minispec import generate, load_model, rejection
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup, check_same_tokenizer
-from minispec.equivalence import chisquare_gof
-from minispec.sampling import warp
+from minispec.harness.equivalence import chisquare_gof
+from minispec.model.tiny import tiny_config, write_random_model
 from minispec.speculative import speculative_generate
-from minispec.tiny import tiny_config, write_random_model
 
-from .conftest import SMALL_V as V
-
-
-@pytest.fixture(scope="module")
-def pair(small_pair):
-    return small_pair
-
-
-def exact_two_tokens(target, prompt, **w):
-    """P(t1, t2) from the target's own conditionals, warped as plain generate warps them."""
-    p1 = warp(target.forward(prompt, target.new_cache(len(prompt)))[-1], **w)
-    out = np.zeros((V, V))
-    for t1 in range(V):
-        seq = prompt + [t1]
-        out[t1] = p1[t1] * warp(target.forward(seq, target.new_cache(len(seq)))[-1], **w)
-    return out.ravel()
+from .helpers import V, broken_residual, exact_two_tokens
 
 
 def spec_two_token_counts(target, drafter, prompt, runs, **w):
@@ -52,7 +36,7 @@ def test_level3_sequence_distribution_matches_target(pair, w):
 def test_level3_catches_broken_rule(pair, monkeypatch):
     target, draft = pair
     prompt = [1, 4, 2]
-    monkeypatch.setattr(rejection, "residual", lambda p, q: p / p.sum())  # resample from p: the bug
+    monkeypatch.setattr(rejection, "residual", broken_residual)
     exact = exact_two_tokens(target, prompt, temperature=1.0)
     counts = spec_two_token_counts(target, DraftModel(draft), prompt, 20_000, temperature=1.0)
     chi2, dof, p = chisquare_gof(counts, exact)
@@ -60,7 +44,7 @@ def test_level3_catches_broken_rule(pair, monkeypatch):
 
 
 def drafters_for(target, draft):
-    return [DraftModel(draft), LayerSkip(target, layers=1), PromptLookup(target.cfg.vocab_size), DraftModel(target)]
+    return [DraftModel(draft), LayerSkip(target, layers=1), PromptLookup(), DraftModel(target)]
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
@@ -117,7 +101,7 @@ def test_sampling_is_reproducible_and_stats_add_up(big_pair):
 
 
 def test_one_target_pass_per_round_the_prompt_riding_on_the_first(big_pair, monkeypatch):
-    from minispec.tree import tree_speculative_generate
+    from minispec import tree_speculative_generate
 
     target, draft = big_pair
     passes = []  # tokens in each target pass
@@ -134,7 +118,7 @@ def test_one_target_pass_per_round_the_prompt_riding_on_the_first(big_pair, monk
 
 
 def test_prompt_lookup_proposals():
-    pl = PromptLookup(vocab_size=20, max_ngram=3)
+    pl = PromptLookup(max_ngram=3, vocab_size=20)
     # the last 3-gram (1, 2, 3) occurred before, followed by 4, 5, 6
     assert pl.continuation([1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 3) == [4, 5, 6]
     assert pl.continuation([1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 2) == [4, 5]
@@ -176,7 +160,17 @@ def test_bad_k_and_bad_drafter(big_pair):
         speculative_generate(target, object(), [1], 3)
 
 
-def test_exact_two_token_table_sums_to_one(pair):
+@pytest.mark.parametrize("w", WARPS[1:], ids=["T=0.7,top_k=4", "T=1.3,top_p=0.8"])
+def test_level3_plain_generate_matches_the_exact_table(pair, w):
+    """Plain sampling (cached prefill + one decode step, warp, sample) draws the two-token table that the
+    level-3 tests compare speculation against, computed here from uncached full forwards."""
     target, _ = pair
-    for w in WARPS:
-        assert abs(exact_two_tokens(target, [1, 4, 2], **w).sum() - 1) < 1e-9
+    prompt = [1, 4, 2]
+    exact = exact_two_tokens(target, prompt, **w)
+    assert exact.sum() == pytest.approx(1, abs=1e-9) and (exact == 0).sum() > 0  # the warps cut some pairs out
+    counts = np.zeros(V * V)
+    for seed in range(10_000):
+        toks = generate(target, prompt, 2, seed=seed, **w)
+        counts[toks[0] * V + toks[1]] += 1
+    chi2, dof, p = chisquare_gof(counts, exact)  # a draw the warp forbids gives p = 0
+    assert p > 1e-3, (chi2, dof, p)

@@ -7,8 +7,8 @@ import pytest
 
 from minispec import load_model
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
-from minispec.study import expected_tokens, predicted_speedup, run_study, write_report
-from minispec.tiny import tiny_config, write_random_model
+from minispec.harness.study import expected_tokens, predicted_speedup, run_study, write_report
+from minispec.model.tiny import tiny_config, write_random_model
 
 
 class ToyTokenizer:
@@ -31,7 +31,7 @@ def test_cost_model():
 
 
 def test_first_and_next_rates_from_per_position_counts():
-    from minispec.study import first_and_next
+    from minispec.harness.study import first_and_next
 
     # 10 rounds at K = 3: position 1 accepted 4 times, position 2 in 3 of those, position 3 in 3 of those
     assert first_and_next([4, 3, 3], [10, 10, 10]) == (0.4, pytest.approx(6 / 7))
@@ -41,7 +41,7 @@ def test_first_and_next_rates_from_per_position_counts():
 def test_study_end_to_end(tmp_path):
     target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2), seed=1))
     draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2))
-    drafters = {"draft": DraftModel(draft), "prompt-lookup": PromptLookup(64), "layer-skip:1": LayerSkip(target, 1),
+    drafters = {"draft": DraftModel(draft), "prompt-lookup": PromptLookup(), "layer-skip:1": LayerSkip(target, 1),
                 "self": DraftModel(target, name="self")}
     res = run_study(target, drafters, ToyTokenizer(), ks=(1, 2), slow_ks=(2,), prompts_per_set=1, max_new_tokens=8,
                     forward_ns=(1, 2, 3), progress=False, log=lambda m: None)
@@ -64,7 +64,7 @@ def test_study_end_to_end(tmp_path):
 
 
 def test_acceptance_by_k_reads_rounds_at_k8():
-    from minispec.draft_eval import acceptance_by_k
+    from minispec.harness.draft_eval import acceptance_by_k
 
     log = [(8, 0), (8, 3), (8, 8), (2, 1), (0, 0)]  # (drafted, accepted) per round
     acc = acceptance_by_k(log)
@@ -75,7 +75,7 @@ def test_acceptance_by_k_reads_rounds_at_k8():
 
 def test_acceptance_by_confidence(big_pair):
     from minispec import generate
-    from minispec.draft_eval import by_confidence, confidence_rows
+    from minispec.harness.draft_eval import by_confidence, confidence_rows
 
     target, draft = big_pair
     prompt = [3, 1, 4, 1, 5]

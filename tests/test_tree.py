@@ -6,17 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minispec import generate, rejection
-from minispec.adaptive import Acceptance
 from minispec.drafters import DraftModel, PromptLookup
-from minispec.equivalence import chisquare_gof, exact_tree_first_token_distribution
+from minispec.harness.equivalence import chisquare_gof, exact_tree_first_token_distribution
+from minispec.policy import Acceptance, TreeShape
 from minispec.sampling import sample, warp
-from minispec.tree import Tree, TreeShape, accept_tree, tree_mask, tree_speculative_generate, verify_tree, without
+from minispec.speculative import tree_speculative_generate
+from minispec.tree import Tree, accept_tree, tree_mask, verify_tree, without
 
-from .test_speculative import V, exact_two_tokens
-
-
-def broken(p, q):
-    return p / p.sum()
+from .helpers import V, exact_two_tokens
+from .helpers import broken_residual as broken
 
 
 def test_tree_mask_sees_context_and_ancestors_only():
@@ -40,8 +38,8 @@ def pq(draw):
 
 @settings(max_examples=25, deadline=None)
 @given(pq(), st.booleans())
-def test_level1_tree_rule_is_exact(pair, deterministic):
-    p, q = pair
+def test_level1_tree_rule_is_exact(dists, deterministic):
+    p, q = dists
     out = exact_tree_first_token_distribution(accept_tree, p, q, deterministic)
     np.testing.assert_allclose(out, p, atol=1e-9)
 
@@ -88,11 +86,6 @@ def test_level2_tree_monte_carlo(monkeypatch):
     assert p < 1e-6, (chi2, dof, p)
 
 
-@pytest.fixture(scope="module")
-def pair(small_pair):
-    return small_pair
-
-
 def tree_counts(target, draft, runs, **w):
     counts = np.zeros(V * V)
     for seed in range(runs):
@@ -127,7 +120,7 @@ def test_tree_greedy_equals_plain(models, shape):
     target, draft = models
     for prompt in ([5, 6, 7], [9] * 12, list(range(20)) + list(range(10))):
         want = generate(target, prompt, 40)
-        for d in (DraftModel(draft), PromptLookup(64), DraftModel(target)):
+        for d in (DraftModel(draft), PromptLookup(), DraftModel(target)):
             got = []
             res = tree_speculative_generate(target, d, prompt, 40, shape=shape, on_token=got.append)
             assert res.tokens == want == got, (d.name, shape)
@@ -159,7 +152,7 @@ def test_cache_keep_compacts_accepted_path(models):
     a, b = tree.add(0, 11, None), tree.add(0, 12, None)  # two children of the root
     a1, b1 = tree.add(a, 13, None), tree.add(b, 14, None)
     b2 = tree.add(b1, 15, None)
-    logits = verify_tree(target, cache, ids[-1], tree)
+    logits = verify_tree(target, cache, [ids[-1]], tree)
     for node in (a, b, a1, b1, b2):  # each node's logits equal a plain forward of its own path
         seq = ids + [tree.tokens[n] for n in tree.path(node)]
         np.testing.assert_allclose(logits[node], target.forward(seq, target.new_cache(40))[-1], atol=1e-5)
@@ -194,11 +187,13 @@ def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
         def probe(self):
             return True
 
-        def observe(self, depth, accepted, t_draft, t_verify, n_nodes, probed=None):
+        def observe(self, depth, accepted, t_draft, t_verify, probed=None, nodes=0):
             self.probed.append(probed)
 
-    pl, prompt, pol = PromptLookup(64), [3, 4, 5, 6, 3, 4, 5, 6, 3, 4], ProbeEveryRound()
+    pl, prompt, pol = PromptLookup(), [3, 4, 5, 6, 3, 4, 5, 6, 3, 4], ProbeEveryRound()
     out = tree_speculative_generate(target, pl, prompt, 10, shape=pol, temperature=1.0, seed=2).tokens
+    assert len(pol.probed) == 10  # ten plain rounds, each observed once
+    assert any(got is not None for got in pol.probed), pol.probed  # and the loop really probed (4 of them here)
     for i, got in enumerate(pol.probed):
         seq = prompt + out[:i]
         guess = pl.continuation(seq, 1)
@@ -209,5 +204,5 @@ def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
     auto.acc[0] = Acceptance(prior=0.0)
     assert auto.next_shape() == (0, 0) and auto.probe()
     for _ in range(10):
-        auto.observe(0, 0, 0.0, 0.01, 0, probed=(1.0, False))
+        auto.observe(0, 0, 0.0, 0.01, probed=(1.0, False))
     assert auto.next_shape() != (0, 0)

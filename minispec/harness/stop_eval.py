@@ -1,4 +1,4 @@
-"""``minispec bench stop``: the early stop on the draft's confidence (adaptive.AutoK.keep), measured.
+"""``minispec bench stop``: the early stop on the draft's confidence (policy/auto_k.py: AutoK.keep), measured.
 
 Per prompt, side by side in one run: plain decoding (before and after), fixed K = 1 and K, the
 same K cut by the early stop (``StoppedK``), and K = auto with and without the stop. Speedup is
@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
+
+from ..drafters import make_drafter
+from ..generate import generate
+from ..model import load_model, load_tokenizer
+from ..model.fetch import resolve_model, shipped_draft
+from ..policy import auto_k, stopped_k
+from ..progress import Progress
+from ..speculative import speculative_generate
+from .measure import side_by_side
+from .prompts import PROMPT_SETS, load_prompts
 
 
 def configs(target, k: int) -> dict:
     """name -> (drafter -> what speculative_generate takes as k)."""
-    from .adaptive import auto_k, stopped_k
-
     def auto_without_stop(d):
         policy = auto_k(target, d)
         policy.keep = None
@@ -30,28 +37,24 @@ def configs(target, k: int) -> dict:
 
 def run(target, drafter, prompts: dict, k: int, temperatures, max_new_tokens: int, stop_ids=(), bar=None) -> dict:
     """temperature -> config name -> [(prompt set, speedup over plain, tokens per pass, guesses per round)]."""
-    from .generate import generate
-    from .speculative import speculative_generate
-
     cfgs, out = configs(target, k), {}
     for temp in temperatures:
         rows = out[temp] = {name: [] for name in cfgs}
         for pset, plist in prompts.items():
             for i, ids in enumerate(plist):
                 w = dict(temperature=temp, seed=7 + i, stop_ids=stop_ids)
-                t0 = time.perf_counter()
-                plain = generate(target, ids, max_new_tokens, **w)
-                t_plain = time.perf_counter() - t0
+                names = list(cfgs)
+
+                def spec(name, ids=ids, w=w):
+                    return speculative_generate(target, drafter, ids, max_new_tokens, k=cfgs[name](drafter), **w)
+
+                plain, plain_tok_s, results = side_by_side(lambda ids=ids, w=w: generate(target, ids, max_new_tokens, **w),
+                                                           [lambda n=n: spec(n) for n in names])
                 got = {}
-                for name, make in cfgs.items():
-                    t0 = time.perf_counter()
-                    res = speculative_generate(target, drafter, ids, max_new_tokens, k=make(drafter), **w)
-                    got[name] = (len(res.tokens) / (time.perf_counter() - t0), res.stats)
+                for name, (res, dt) in zip(names, results):
+                    got[name] = (len(res.tokens) / dt, res.stats)
                     if temp == 0 and res.tokens != plain:
                         raise AssertionError(f"{name}: greedy output differs from plain decoding")
-                t0 = time.perf_counter()
-                generate(target, ids, max_new_tokens, **w)
-                plain_tok_s = len(plain) / ((t_plain + time.perf_counter() - t0) / 2)
                 for name, (tok_s, st) in got.items():
                     rows[name].append((pset, tok_s / plain_tok_s, st.mean_tokens_per_pass, st.drafted / st.rounds))
                 if bar is not None:
@@ -60,13 +63,6 @@ def run(target, drafter, prompts: dict, k: int, temperatures, max_new_tokens: in
 
 
 def main(argv=None) -> int:
-    from .cli import make_drafter, resolve_model, shipped_draft
-    from .generate import generate
-    from .model import load_model
-    from .progress import Progress
-    from .prompts import PROMPT_SETS, load_prompts
-    from .tokenizer import load_tokenizer
-
     p = argparse.ArgumentParser(prog="minispec bench stop",
                                 description="early stop on the draft's confidence: fixed K with and without it, "
                                             "K = auto with and without it, against plain decoding, side by side")
@@ -84,7 +80,7 @@ def main(argv=None) -> int:
         p.error("no draft model: pass --draft DIR (the early stop needs a drafter with its own probabilities)")
     target_dir = resolve_model(a.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
-    drafter = make_drafter(spec, target, target_dir)
+    drafter = make_drafter(spec, target)
     if getattr(drafter, "model", None) is None:
         p.error(f"{spec}: the early stop needs a draft model (prompt lookup's guesses are certain)")
     temps = [float(t) for t in a.temperatures.split(",")]

@@ -13,21 +13,20 @@ probability a and each later one with b given the one before (b = a in the paper
 from __future__ import annotations
 
 import json
-import resource
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .adaptive import expected_tokens
-from .bench import forward_times
-from .generate import generate
-from .progress import Progress
+from ..drafters import as_drafter
+from ..generate import generate
+from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
+from ..policy.costs import guess_time
+from ..progress import Progress
+from ..speculative import speculative_generate, tree_speculative_generate
+from .measure import SETTINGS, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
-from .speculative import speculative_generate
-from .tree import tree_speculative_generate
 
 
 def predicted_speedup(a: float, c: float, r_k1: float, k: int, b: float | None = None) -> float:
@@ -43,29 +42,6 @@ def first_and_next(accepted: list, drafted: list) -> tuple[float, float | None]:
     a = accepted[0] / drafted[0] if drafted and drafted[0] else 0.0
     tried = sum(accepted[j - 1] * drafted[j] / drafted[j - 1] for j in range(1, len(drafted)) if drafted[j - 1])
     return a, (sum(accepted[1:]) / tried if tried else None)
-
-
-def draft_step_time(drafter, tokens: list[int], repeats: int = 20) -> float:
-    """Median seconds per drafted token: propose(k=4) on a fixed context, divided by 4."""
-    from .sampling import warp
-
-    rng = np.random.default_rng(0)
-    ts = []
-    for _ in range(repeats + 2):
-        t0 = time.perf_counter()
-        drafter.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
-        ts.append((time.perf_counter() - t0) / 4)  # a draft model re-feeds the last token: 4 forwards each time
-    return float(np.median(ts[2:]))
-
-
-def kv_bytes_per_token(model) -> int:
-    c = model.cfg
-    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
-
-
-def peak_rss_bytes() -> int:
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r if sys.platform == "darwin" else r * 1024)
 
 
 @dataclass
@@ -84,15 +60,13 @@ class Config:
     prompt_sets: dict = field(default_factory=dict)  # set -> [accepted, drafted, speedups, tokens, rounds]
 
 
-SETTINGS = {"greedy": dict(temperature=0.0), "T=1": dict(temperature=1.0)}
-
-
 def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("greedy", "T=1"), prompts_per_set=4,
               max_new_tokens=96, prompt_sets=PROMPT_SETS, slow_ks=None, progress=True, peer=None,
               forward_ns=tuple(range(1, 17)), auto=True, tree=True, log=print) -> dict:
     """The whole study; returns a JSON-able dict. ``drafters``: name -> drafter. ``slow_ks`` limits the K
     values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip)."""
     t_start = time.perf_counter()
+    drafters = {name: as_drafter(d, target) for name, d in drafters.items()}
     prompts = {s: load_prompts(s, tok, prompts_per_set) for s in prompt_sets}
     stop = tok.eos_ids
     # 1. the verify-cost curve and the draft step costs, at a fixed context
@@ -101,15 +75,12 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     t = forward_times(target, forward_ns, context=context, repeats=10)
     r = {n: t[n] / t[1] for n in forward_ns}
     fixed_ctx = list(np.resize(np.asarray(ctx), context))
-    step = {name: draft_step_time(d, fixed_ctx) for name, d in drafters.items()}
+    step = {name: guess_time(d, fixed_ctx) for name, d in drafters.items()}
     if auto:  # calibrate once, outside the timed runs (the cost model caches it per model)
-        from .adaptive import calibrate_verify
-
         calibrate_verify(target, max(k for k in ks) + 1)
         calibrate_verify(target, 17)
         for d in drafters.values():
-            if getattr(d, "model", None) is not None:
-                calibrate_verify(d.model, 1)
+            drafter_costs(d)
     c = {name: s / t[1] for name, s in step.items()}
     log(f"target step {1e3 * t[1]:.2f} ms; r(2) = {r[2]:.2f}, r(5) = {r.get(5, float('nan')):.2f}; c = "
         + ", ".join(f"{n} {v:.3f}" for n, v in c.items()))
@@ -129,32 +100,24 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     bar = Progress(n_runs, "study", quiet=not progress)
     baseline = {s: [] for s in settings}
     for setting in settings:
-        w = SETTINGS[setting]
+        w = dict(temperature=SETTINGS[setting])
         for pset, plist in prompts.items():
             for i, p in enumerate(plist):
                 seed = 1000 * i + 7
-                t0 = time.perf_counter()
-                plain = generate(target, p, max_new_tokens, seed=seed, stop_ids=stop, **w)
-                t_plain = [time.perf_counter() - t0]
-                bar.update()
-                runs = []
-                for cfg in (c_ for c_ in configs if c_.setting == setting):
-                    t0 = time.perf_counter()
+                todo = [c_ for c_ in configs if c_.setting == setting]
+
+                def run(cfg, p=p, seed=seed, w=w):
                     if cfg.k == "tree":
-                        res = tree_speculative_generate(target, cfg.drafter, p, max_new_tokens, shape="auto", seed=seed,
-                                                        stop_ids=stop, **w)
-                    else:
-                        res = speculative_generate(target, cfg.drafter, p, max_new_tokens, k=cfg.k, seed=seed,
-                                                   stop_ids=stop, **w)
-                    runs.append((cfg, res, time.perf_counter() - t0))
-                    bar.update()
-                t0 = time.perf_counter()
-                generate(target, p, max_new_tokens, seed=seed, stop_ids=stop, **w)
-                t_plain.append(time.perf_counter() - t0)
-                bar.update()
-                plain_rate = len(plain) / np.mean(t_plain)
+                        return tree_speculative_generate(target, cfg.drafter, p, max_new_tokens, shape="auto", seed=seed,
+                                                         stop_ids=stop, **w)
+                    return speculative_generate(target, cfg.drafter, p, max_new_tokens, k=cfg.k, seed=seed, stop_ids=stop, **w)
+
+                _, plain_rate, results = side_by_side(
+                    lambda p=p, seed=seed, w=w: generate(target, p, max_new_tokens, seed=seed, stop_ids=stop, **w),
+                    [lambda cfg=cfg: run(cfg) for cfg in todo])
+                bar.update(len(todo) + 2)
                 baseline[setting].append(plain_rate)
-                for cfg, res, dt in runs:
+                for cfg, (res, dt) in zip(todo, results):
                     s = res.stats
                     rate = len(res.tokens) / dt
                     cfg.speedups.append(rate / plain_rate)

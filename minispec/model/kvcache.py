@@ -22,10 +22,6 @@ class KVCache:
     def max_len(self) -> int:
         return self.k.shape[2]
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.k.nbytes + self.v.nbytes)
-
     def rollback(self, length: int) -> None:
         """Forget every position >= length."""
         if not 0 <= length <= self.length:

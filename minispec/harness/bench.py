@@ -18,45 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-
-def forward_times(model, ns=(1, 2, 4, 8, 16), context: int = 256, repeats: int = 20, warmup: int = 3) -> dict:
-    """Median seconds of ``model.forward`` over n new tokens after ``context`` cached tokens.
-
-    The n values are interleaved inside each repeat so that machine noise hits them alike.
-    """
-    rng = np.random.default_rng(0)
-    cache = model.new_cache(context + max(ns))
-    model.forward(rng.integers(0, model.cfg.vocab_size, context), cache)
-    times = {n: [] for n in ns}
-    for r in range(warmup + repeats):
-        for n in ns:
-            ids = rng.integers(0, model.cfg.vocab_size, n)
-            cache.rollback(context)
-            t0 = time.perf_counter()
-            model.forward(ids, cache)
-            if r >= warmup:
-                times[n].append(time.perf_counter() - t0)
-    return {n: float(np.median(t)) for n, t in times.items()}
-
-
-def stream_time(nbytes: int, repeats: int = 7) -> float:
-    """Seconds for BLAS to stream ``nbytes`` of float32 weights once: one vector times a matrix that
-    size (too big for any cache). A 1-token decode step cannot beat it."""
-    w = np.ones((max(nbytes // 4 // 1536, 1), 1536), dtype=np.float32)  # [rows, 1536]
-    x = np.ones((1, w.shape[0]), dtype=np.float32)
-    x @ w
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x @ w
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+from ..drafters import DraftModel, make_drafter
+from ..generate import generate
+from ..model import load_model, load_tokenizer
+from ..model.fetch import resolve_model, shipped_draft
+from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
+from ..policy import forward_times
+from . import draft_eval, stop_eval
+from .measure import stream_time
+from .study import run_study, transformers_peer, write_report
 
 
 def bench_forward(argv) -> int:
-    from .model import load_model
-    from .tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
-
     p = argparse.ArgumentParser(prog="minispec bench forward",
                                 description="median ms of a target pass over n tokens, and r(n) = t(n)/t(1)")
     p.add_argument("--model", help="model directory (default: random weights of SmolLM2-135M's shape)")
@@ -91,12 +64,6 @@ def bench_forward(argv) -> int:
 
 
 def bench_study(argv) -> int:
-    from .cli import make_drafter, resolve_model, shipped_draft
-    from .drafters import DraftModel
-    from .model import load_model
-    from .study import run_study, transformers_peer, write_report
-    from .tokenizer import load_tokenizer
-
     p = argparse.ArgumentParser(
         prog="minispec bench",
         description="The latency study: acceptance, speedup (measured and predicted), verify cost r(n), cost ratio c "
@@ -112,7 +79,7 @@ def bench_study(argv) -> int:
     p.add_argument("--slow-ks", help="K values for the slow drafters layer-skip and self (default 1,4,8; quick 4)")
     p.add_argument("--prompts-per-set", type=int, help="prompts from each of code, chat, grounded (default 3; quick 1)")
     p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 64; quick 32)")
-    p.add_argument("--layers", type=int, default=24, help="layers of the layer-skip drafter (default 24)")
+    p.add_argument("--layers", type=int, help="layers of the layer-skip drafter (default 4/5 of the target's: 24 of 30)")
     p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
     a = p.parse_args(argv)
     q = a.quick
@@ -123,11 +90,11 @@ def bench_study(argv) -> int:
     drafters, draft_dir = {}, None
     spec = a.draft or shipped_draft() or "prompt-lookup"
     if spec != "prompt-lookup":
-        d = make_drafter(spec, target, target_dir)
+        d = make_drafter(spec, target)
         drafters[d.name] = d
         draft_dir = spec
     for s in ("prompt-lookup", "layer-skip"):
-        d = make_drafter(s, target, target_dir, a.layers)
+        d = make_drafter(s, target, a.layers)
         drafters[d.name] = d
     drafters["self"] = DraftModel(target, name="self")
     peer = transformers_peer(target_dir, draft_dir) if a.peer and not q else None
@@ -144,11 +111,6 @@ def bench_decode(argv) -> int:
     """minispec's plain decoding vs transformers' generate on the same target, side by side."""
     import resource
     import subprocess
-
-    from .cli import resolve_model
-    from .generate import generate
-    from .model import load_model
-    from .tokenizer import load_tokenizer
 
     p = argparse.ArgumentParser(prog="minispec bench decode",
                                 description="decode tokens/s of minispec and of transformers' generate (greedy), "
@@ -205,15 +167,9 @@ def main(argv=None) -> int:
     if argv and argv[0] == "decode":
         return bench_decode(argv[1:])
     if argv and argv[0] == "draft":
-        from .draft_eval import main as draft_main
-
-        return draft_main(argv[1:])
+        return draft_eval.main(argv[1:])
     if argv and argv[0] == "stop":
-        from .stop_eval import main as stop_main
-
-        return stop_main(argv[1:])
-    if argv and argv[0] == "study":
-        argv = argv[1:]
+        return stop_eval.main(argv[1:])
     return bench_study(argv)
 
 

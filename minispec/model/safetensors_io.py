@@ -21,7 +21,9 @@ DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.flo
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+    wide = bits.astype(np.uint32)
+    wide <<= 16  # in place: no third array
+    return wide.view(np.float32)
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
@@ -79,6 +81,24 @@ def read_safetensors(path, names=None) -> dict[str, np.ndarray]:
                 arr = arr.astype(np.float32, copy=False)
             out[name] = arr
     return out
+
+
+def read_rows_into(fh, info: dict, data_start: int, first: int, out: np.ndarray) -> None:
+    """Fill ``out`` (float32, C-contiguous) with rows ``first .. first + len(out)`` of one tensor (its header
+    entry ``info``) from the open file ``fh``, widened to float32. F32 bytes go straight into ``out``; other
+    dtypes pass through a buffer of these rows only. Rows are along the first axis (elements of a 1-D tensor)."""
+    dtype = np.dtype(DTYPES[info["dtype"]])
+    row_bytes = int(np.prod(info["shape"][1:], dtype=np.int64)) * dtype.itemsize
+    fh.seek(data_start + info["data_offsets"][0] + first * row_bytes)
+    raw = out if info["dtype"] == "F32" else np.empty(out.shape, dtype)
+    if fh.readinto(raw) != raw.nbytes:
+        raise ModelFormatError(f"{fh.name}: truncated safetensors file: tensor data ends early")
+    if info["dtype"] == "BF16":
+        bits = out.view(np.uint32)
+        bits[...] = raw
+        bits <<= 16  # a bf16 is the top half of a float32
+    elif raw is not out:
+        out[...] = raw
 
 
 def write_safetensors(path, tensors: dict[str, np.ndarray], dtype: str = "F32", metadata: dict | None = None):

@@ -16,36 +16,18 @@ from pathlib import Path
 import numpy as np
 
 from . import backend
+from .blas import skinny_matmul
 from .config import ModelConfig
 from .kvcache import KVCache
 from .weights import load_weights
 
-SMALL_BATCH = 4  # up to this many rows, one gemv per row beats OpenBLAS's gemm (see `minispec bench forward`)
-ROW_MULTIPLE = 8  # OpenBLAS's gemm is fastest for a multiple of 8 rows: 8 rows cost less than 6
-CACHE_BYTES = 8 << 20  # weight column blocks of about this size stay in the last-level cache
-
 
 def linear(x, w):  # [T, in], [in, out] -> [T, out]
-    """x @ w, shaped for the CPU's BLAS. Measured with OpenBLAS on 2 cores (SmolLM2, `bench forward`):
-    a gemm over 2 rows costs ~2.4x one gemv, over 6 rows 3.6x, over 8 rows 2.3x. So for 2..SMALL_BATCH
-    rows we run one gemv per row, column block by column block, so that the block is still in cache
-    for the next row (each extra row then costs ~0.35x); above that we pad the rows to a multiple of 8.
-    This is what makes verifying K guesses cheap on a CPU; the result is the same product."""
-    T = x.shape[0]
-    if T == 1 or backend.xp is not np:
+    """x @ w. On a CPU, a product of 2 or more rows goes through ``blas.skinny_matmul``: the same
+    product, shaped so that verifying K guesses costs little more than one token (see blas.py)."""
+    if x.shape[0] == 1 or backend.xp is not np:
         return x @ w
-    if T > SMALL_BATCH:
-        pad = -T % ROW_MULTIPLE
-        if pad == 0:
-            return x @ w
-        return (np.concatenate([x, np.zeros((pad, x.shape[1]), dtype=x.dtype)]) @ w)[:T]
-    out = np.empty((T, w.shape[1]), dtype=np.float32)
-    block = max(256, CACHE_BYTES // (4 * w.shape[0]))
-    for j in range(0, w.shape[1], block):
-        wb = w[:, j: j + block]  # [in, block], a view
-        for t in range(T):
-            np.matmul(x[t], wb, out=out[t, j: j + block])
-    return out
+    return skinny_matmul(x, w)
 
 
 def rms_norm(x, w, eps: float):  # [T, D], [D] -> [T, D]
@@ -126,33 +108,53 @@ class Model:
 
     def __init__(self, cfg: ModelConfig, embed, layers: list[LayerWeights], final_norm, lm_head, name: str = "model"):
         self.cfg, self.embed, self.layers, self.final_norm, self.lm_head = cfg, embed, layers, final_norm, lm_head
-        self.name = name
+        self.name, self.path = name, None  # path: the directory it was loaded from, if any
         self.cos, self.sin = rope_tables(cfg, cfg.max_position_embeddings)
 
     @classmethod
-    def from_hf(cls, cfg: ModelConfig, t: dict, name: str = "model") -> "Model":
-        """Build from Hugging Face tensors ([out, in] matrices): fuse and transpose once. Consumes ``t``:
-        each tensor is dropped once fused, so loading peaks near one copy of the weights, not two."""
+    def from_hf(cls, cfg: ModelConfig, t, name: str = "model") -> "Model":
+        """Build from Hugging Face tensors ([out, in] matrices): fuse Q/K/V and gate/up, transpose to [in, out].
+
+        ``t`` maps names to tensors and is consumed. Each fused matrix is allocated once and every tensor
+        is written into its column block: from a ``weights.Checkpoint`` (what ``load_model`` passes) straight
+        from the file, a block of rows at a time, so loading holds one copy of the weights, not two.
+        A dict of arrays works too. On CuPy each finished host array moves to the device, then is freed."""
         xp = backend.xp
+        D, F = cfg.hidden_size, cfg.intermediate_size
+        q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
 
         def dev(a):
             return xp.asarray(np.ascontiguousarray(a, dtype=np.float32))
 
+        def transposed_into(tensor_name, out):  # out[...] = t.pop(tensor_name).T
+            if isinstance(t, dict):
+                out[...] = t.pop(tensor_name).T
+            else:
+                t.pop_transposed_into(tensor_name, out)
+
+        def fused(in_dim, *parts):  # parts: (name, out_dim) of [out_dim, in_dim] tensors -> [in_dim, sum out_dim]
+            w = np.empty((in_dim, sum(n for _, n in parts)), np.float32)
+            col = 0
+            for tensor_name, out_dim in parts:
+                transposed_into(tensor_name, w[:, col: col + out_dim])
+                col += out_dim
+            return dev(w)
+
         layers = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
-            qkv = [t.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"]
             layers.append(LayerWeights(
                 attn_norm=dev(t.pop(p + "input_layernorm.weight")),
-                w_qkv=dev(np.concatenate(qkv, axis=0).T),
+                w_qkv=fused(D, (p + "self_attn.q_proj.weight", q), (p + "self_attn.k_proj.weight", kv),
+                            (p + "self_attn.v_proj.weight", kv)),
                 b_qkv=dev(np.concatenate([t.pop(p + f"self_attn.{n}_proj.bias") for n in "qkv"])) if cfg.attention_bias else None,
-                w_o=dev(t.pop(p + "self_attn.o_proj.weight").T),
+                w_o=fused(q, (p + "self_attn.o_proj.weight", D)),
                 mlp_norm=dev(t.pop(p + "post_attention_layernorm.weight")),
-                w_gate_up=dev(np.concatenate([t.pop(p + "mlp.gate_proj.weight"), t.pop(p + "mlp.up_proj.weight")], axis=0).T),
-                w_down=dev(t.pop(p + "mlp.down_proj.weight").T),
+                w_gate_up=fused(D, (p + "mlp.gate_proj.weight", F), (p + "mlp.up_proj.weight", F)),
+                w_down=fused(F, (p + "mlp.down_proj.weight", D)),
             ))
-        embed = dev(t.pop("model.embed_tokens.weight"))  # [V, D]
-        lm_head = embed.T if cfg.tie_word_embeddings else dev(t.pop("lm_head.weight").T)  # [D, V]
+        embed = dev(t.pop("model.embed_tokens.weight"))  # [V, D]: the file's layout already
+        lm_head = embed.T if cfg.tie_word_embeddings else fused(D, ("lm_head.weight", cfg.vocab_size))  # [D, V]
         return cls(cfg, embed, layers, dev(t.pop("model.norm.weight")), lm_head, name)
 
     def truncated(self, num_layers: int) -> "Model":
@@ -212,7 +214,7 @@ class Model:
         xp = backend.xp
         pos = backend.asarray(positions)
         cos, sin = self.cos[pos], self.sin[pos]  # [T, HD/2]
-        mask = backend.asarray(mask)  # [T, S]
+        mask = backend.asarray(np.asarray(mask, dtype=np.float32))  # [T, S]; a float64 mask would promote x
         x = self.embed[backend.asarray(ids)]  # [T, D]
         for i, w in enumerate(self.layers):
             x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
@@ -224,6 +226,9 @@ class Model:
 
 
 def load_model(path, name: str | None = None) -> Model:
-    """Load a Hugging Face-format Llama-family directory (config.json + safetensors)."""
+    """Load a Hugging Face-format Llama-family directory (config.json + safetensors). ``load_weights`` only
+    locates and checks the tensors; ``from_hf`` reads each one into its place (one copy of the weights)."""
     cfg = ModelConfig.from_dir(path)
-    return Model.from_hf(cfg, load_weights(path, cfg), name or Path(path).name)
+    model = Model.from_hf(cfg, load_weights(path, cfg), name or Path(path).name)
+    model.path = Path(path)
+    return model

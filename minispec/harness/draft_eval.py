@@ -16,17 +16,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 
-from .generate import generate
-from .progress import Progress
+from ..drafters import make_drafter
+from ..generate import generate
+from ..model import load_model, load_tokenizer
+from ..model.fetch import resolve_model, shipped_draft
+from ..policy import forward_times
+from ..policy.costs import guess_time
+from ..progress import Progress
+from ..sampling import warp
+from ..speculative import speculative_generate
+from .measure import SETTINGS, side_by_side
 from .prompts import load_prompts
-from .sampling import warp
-from .speculative import speculative_generate
-
-SETTINGS = {"greedy": 0.0, "T=1": 1.0}
+from .study import predicted_speedup
 
 
 def acceptance_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:
@@ -91,25 +95,13 @@ def speed_at(target, drafter, tok, k: int, sets=("code", "chat"), n_prompts=10, 
     for name in sets:
         for i, p in enumerate(load_prompts(name, tok, n_prompts)):
             kw = dict(temperature=temperature, seed=i, stop_ids=tok.eos_ids)
-            t0 = time.perf_counter()
-            a = generate(target, p, max_new_tokens, **kw)
-            t1 = time.perf_counter()
-            b = speculative_generate(target, drafter, p, max_new_tokens, k=k, **kw).tokens
-            t2 = time.perf_counter()
-            generate(target, p, max_new_tokens, **kw)
-            t3 = time.perf_counter()
-            plain = len(a) / ((t1 - t0 + t3 - t2) / 2)
-            ratios.append((len(b) / (t2 - t1)) / plain)
+            _, plain_rate, [(res, dt)] = side_by_side(lambda p=p, kw=kw: generate(target, p, max_new_tokens, **kw),
+                                                      [lambda p=p, kw=kw: speculative_generate(target, drafter, p, max_new_tokens, k=k, **kw)])
+            ratios.append((len(res.tokens) / dt) / plain_rate)
     return float(np.median(ratios)), float(np.quantile(ratios, 0.25)), float(np.quantile(ratios, 0.75))
 
 
 def main(argv=None) -> int:
-    from .bench import forward_times
-    from .cli import make_drafter, resolve_model, shipped_draft
-    from .model import load_model
-    from .study import draft_step_time
-    from .tokenizer import load_tokenizer
-
     p = argparse.ArgumentParser(prog="minispec bench draft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
@@ -124,10 +116,10 @@ def main(argv=None) -> int:
     spec = a.draft or shipped_draft()
     if spec is None:
         raise SystemExit("error: no draft model: pass --draft DIR")
-    drafter = make_drafter(spec, target, target_dir)
+    drafter = make_drafter(spec, target)
     t = forward_times(target, (1,), context=128, repeats=20)[1]
     ctx = load_prompts("code", tok, 1)[0] * 4
-    c = draft_step_time(drafter, ctx) / t
+    c = guess_time(drafter, ctx) / t
     acc = evaluate_draft(target, drafter, tok, n_prompts=a.prompts, max_new_tokens=a.max_new_tokens)
     print(f"draft {drafter.name}: c = {c:.3f} (draft step / target step of {1e3 * t:.2f} ms)")
     print(f"{'':14}" + "".join(f"{'K=' + str(k):>7}" for k in range(1, 9)) + "   direct K=1, K=4")
@@ -142,8 +134,6 @@ def main(argv=None) -> int:
     speeds = {}
     for setting, temp in SETTINGS.items():
         code = acc[f"code {setting}"]["acceptance"]
-        from .study import predicted_speedup
-
         r = {n: v / t for n, v in forward_times(target, tuple(range(1, 10)), context=128, repeats=5).items()}
         best = max(range(1, 9), key=lambda k: predicted_speedup(code[k], c, r[k + 1], k))
         speeds[setting] = dict(k=best, speedup=speed_at(target, drafter, tok, best, n_prompts=a.speed_prompts,

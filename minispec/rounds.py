@@ -1,0 +1,152 @@
+"""What the speculative loops keep besides the algorithm: the sequence, the cache, the policy, the clock.
+
+``speculative.py`` makes the algorithm's calls itself (one target pass, the rule, the rollback).
+Everything else sits behind the three calls a loop makes on its ``Run``, once each per round:
+
+    run = start_run(...)   check the arguments like ``generate``, wrap the drafter, choose the policy
+                           (policy/), size the cache; the prompt rides on the first round's pass
+    run.draft()            ask the policy for K, let the drafter catch up on the tokens it has not
+                           seen and propose; in a plain round (K = 0) the policy may ask for one
+                           unverified *probe* guess (policy/auto_k.py). ``run.draft_tree()`` likewise
+    run.emit(...)          append the round's tokens (never past a stop token or max_new_tokens), and
+                           tell the statistics (stats.py) and the policy what happened and how long it took
+
+A reader of the algorithm can skip this file.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .drafters import as_drafter
+from .generate import check_generate_args
+from .model import Model
+from .policy import k_policy, tree_policy
+from .rejection import overlap
+from .sampling import warp
+from .stats import SpecStats
+from .tree import Tree, propose_tree
+
+
+@dataclass
+class SpecResult:
+    tokens: list[int]
+    stats: SpecStats
+
+
+@dataclass
+class Run:
+    target: Model
+    drafter: object
+    policy: object
+    tokens: list  # prompt + everything emitted so far
+    out: list  # what was emitted
+    cache: object  # the target's KV cache
+    unfed: list  # prompt tokens not yet in the cache: they ride on the next target pass
+    stop: set
+    max_new_tokens: int
+    warp: Callable  # logits -> the probabilities to sample from (the same warp for draft and target)
+    rng: np.random.Generator
+    on_token: Callable | None
+    stats: SpecStats
+    seen: int = 0  # len(tokens) when the drafter last proposed: it has the rest to catch up on
+    drafted: int = 0  # this round's guesses (a tree: its depth)
+    nodes: int = 0  # this round's draft tokens in the target pass
+    probe: np.ndarray | None = None  # this round's unverified guess: the [V] row it was drawn from
+    probe_came_true: bool = False  # the last round probed a certain guess and emitted that very token
+    forwards0: int = 0  # the drafter's pass count at the start
+    clock: tuple = ()  # (start of drafting, end of drafting)
+
+    @property
+    def done(self) -> bool:
+        return len(self.out) == self.max_new_tokens or (bool(self.out) and self.out[-1] in self.stop)
+
+    @property
+    def last(self) -> list[int]:
+        """What the next target pass starts with: the prompt tokens not yet cached and the last token."""
+        return self.unfed + [self.tokens[-1]]
+
+    def draft(self) -> tuple[list[int], np.ndarray]:
+        """This round's guesses x_1..x_K and the [K, V] rows q_1..q_K they were drawn from."""
+        t0 = time.perf_counter()
+        k = self.policy.next_k(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
+        k = min(k, self.max_new_tokens - len(self.out) - 1)  # never more than the tokens still wanted
+        draft_tokens, draft_probs = self.drafter.propose(self.tokens, k, self.warp, self.rng, self.policy.keep)
+        self.drafted_now(k, len(draft_tokens), len(draft_tokens), t0)
+        return [int(t) for t in draft_tokens], draft_probs
+
+    def draft_tree(self) -> Tree:
+        """This round's token tree (tree.py), of the shape the policy chose and that fits the cache."""
+        t0 = time.perf_counter()
+        width, depth = self.policy.next_shape(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
+        room = self.cache.max_len - self.cache.length - len(self.last)
+        depth = min(depth, self.max_new_tokens - len(self.out) - 1, room // width if width else 0)
+        tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
+        self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, len(tree), t0)
+        return tree
+
+    def drafted_now(self, asked: int, drafted: int, nodes: int, t0: float) -> None:
+        """After proposing: ``asked`` guesses were asked for (0: a plain round), ``drafted`` made (a tree: its
+        depth), ``nodes`` draft tokens go into the target pass."""
+        self.drafted, self.nodes = drafted, nodes
+        if asked:
+            self.seen = len(self.tokens)
+        self.probe = None
+        if asked == 0 and self.policy.probe():  # a plain round: one guess, never verified, only measured
+            _, draft_probs = self.drafter.propose(self.tokens, 1, self.warp, self.rng)
+            self.seen = len(self.tokens)
+            self.probe = draft_probs[0] if len(draft_probs) else None
+        self.clock = (t0, time.perf_counter())
+
+    def measure_probe(self, target_row: np.ndarray, emitted: int) -> tuple[float, bool] | None:
+        """-> (P(the rule accepts the probe's guess) = sum min(p, q), whether it stands for a later guess of a
+        chain), or None when the round did not probe. A certain guess (one-hot q) that the plain round emitted
+        is as good as accepted: then the next probe is a later guess."""
+        if self.probe is None:
+            self.probe_came_true = False
+            return None
+        measured = (overlap(target_row, self.probe), self.probe_came_true)
+        self.probe_came_true = bool(self.probe[emitted] == 1.0)
+        return measured
+
+    def emit(self, new_tokens: list[int], accepted: int, target_probs: np.ndarray) -> None:
+        """Append the round's tokens (the accepted guesses and the rule's next token) and record the round.
+        ``target_probs[0]`` is p for the first new position: what a probe is measured against."""
+        t_draft, t_verify = self.clock[1] - self.clock[0], time.perf_counter() - self.clock[1]
+        probed = self.measure_probe(target_probs[0], new_tokens[accepted])
+        emitted = 0
+        for t in new_tokens:
+            self.tokens.append(int(t))
+            self.out.append(int(t))
+            emitted += 1
+            if self.on_token:
+                self.on_token(int(t))
+            if self.done:
+                break
+        prefill = bool(self.unfed)
+        self.unfed = []
+        self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, prefill)
+        self.policy.observe(self.drafted, accepted, t_draft, None if prefill else t_verify, probed, nodes=self.nodes)
+
+    def result(self) -> SpecResult:
+        self.stats.draft_forwards = getattr(self.drafter, "forwards", 0) - self.forwards0
+        return SpecResult(self.out, self.stats)
+
+
+def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None, shape=None, temperature: float = 0.0,
+              top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None) -> Run:
+    """Check the arguments like ``generate`` and set up a run: a chain of ``k`` guesses per round, or a
+    tree of ``shape``. The cache has room for the prompt, the output and the largest tree."""
+    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    drafter = as_drafter(drafter, target)
+    policy = k_policy(k, target, drafter) if shape is None else tree_policy(shape, target, drafter)
+    room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
+    cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
+    return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
+               unfed=[int(t) for t in ids[:-1]], stop=set(stop_ids or ()), max_new_tokens=max_new_tokens,
+               warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
+               on_token=on_token, stats=SpecStats(), forwards0=getattr(drafter, "forwards", 0))

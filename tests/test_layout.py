@@ -1,0 +1,169 @@
+"""The package's layout, as an import graph: no cycles, nothing imports the CLI, the library never reaches into
+the harness, and the model knows nothing of speculation.
+
+Every ``import`` in every module counts, function-local ones and ``if TYPE_CHECKING:`` ones included; relative
+imports are resolved. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``.
+Importing a module also runs its packages' ``__init__``; those implicit edges are not drawn (``from . import x``
+inside a package whose ``__init__`` imports the module would otherwise be a cycle in every package).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import minispec
+
+# (d): what the model must not import: the speculation side of the package
+SPECULATION = ("rejection", "speculative", "rounds", "drafters", "tree", "policy", "stats", "harness")
+
+
+def module_names(root: Path, package: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py under the package directory ``root``."""
+    out = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = [package, *f.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = f
+    return out
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that module ``name`` (file ``path``) imports, anywhere in its body."""
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if is_pkg else name.split(".")[:-1]  # the package a relative import starts from
+    found = set()
+
+    def add(target: str) -> None:  # the longest known module that ``target`` names (a.b.func -> a.b)
+        parts = target.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        if parts:
+            found.add(".".join(parts))
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if node.level - 1 > len(here) - 1:
+                    raise ValueError(f"{path}: relative import beyond the top-level package")
+                base = here[: len(here) - (node.level - 1)]
+                src = ".".join(base + ([node.module] if node.module else []))
+            else:
+                src = node.module
+            for a in node.names:
+                sub = f"{src}.{a.name}"
+                add(sub if sub in modules else src)
+    return found
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    modules = module_names(root, package)
+    return {m: imports_of(m, f, modules) for m, f in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module, or a module importing itself (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layout_problems(root: Path, package: str = "minispec") -> list[str]:
+    """Every breach of the layout rules in the package at ``root``, one line each (empty: all kept)."""
+    graph = import_graph(root, package)
+    cli, main, harness, model = (f"{package}.{n}" for n in ("cli", "__main__", "harness", "model"))
+    problems = [f"import cycle among {', '.join(c)}" for c in cycles(graph)]
+    for src, targets in sorted(graph.items()):
+        for dst in sorted(targets):
+            if src not in (cli, main) and dst in (cli, main):
+                problems.append(f"{src} imports the CLI ({dst})")
+            if not (under(src, harness) or src in (cli, main)) and under(dst, harness):
+                problems.append(f"{src} imports the harness ({dst})")
+            if under(src, model) and any(under(dst, f"{package}.{s}") for s in SPECULATION):
+                problems.append(f"{src} (the model) imports speculation ({dst})")
+    return problems
+
+
+def test_the_package_layout_holds():
+    root = Path(minispec.__file__).parent
+    graph = import_graph(root, "minispec")
+    # the walk really sees the package: its subpackages, relative imports, and function-local imports
+    assert {"minispec.cli", "minispec.harness.check", "minispec.model.transformer", "minispec.policy.costs"} <= set(graph)
+    assert "minispec.speculative" in graph["minispec.harness.check"]  # `from ..speculative import ...`
+    assert "minispec.model.blas" in graph["minispec.model.transformer"]  # `from .blas import ...`
+    assert layout_problems(root) == []
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return root
+
+
+def test_the_checker_reports_cycles_cli_harness_and_model_breaches(tmp_path):
+    pkg = write_package(tmp_path / "minispec", {
+        "__init__.py": "from .speculative import speculative_generate\n",
+        "cli.py": "from . import speculative\nfrom .harness import check\n",  # allowed: the CLI imports anything
+        "__main__.py": "from .cli import main\n",  # allowed
+        "rejection.py": "import numpy as np\n",
+        "speculative.py": ("from .rejection import accept\n"
+                           "def run():\n"
+                           "    from .rounds import Run  # function-local: still an edge\n"),
+        "rounds.py": "from . import speculative\n",  # the cycle speculative -> rounds -> speculative
+        "drafters.py": "def main():\n    import minispec.cli\n",  # a library module importing the CLI
+        "harness/__init__.py": "",
+        "harness/check.py": "from .. import speculative\nfrom ..model import transformer\n",  # allowed
+        "policy/__init__.py": "",
+        "policy/costs.py": "from ..harness.check import x\n",  # the library reaching into the harness
+        "model/__init__.py": "from .transformer import Model\n",
+        "model/transformer.py": "from . import blas\nfrom ..tree import tree_mask\n",  # the model importing speculation
+        "model/blas.py": "",
+        "tree.py": "",
+    })
+    problems = layout_problems(pkg)
+    assert "import cycle among minispec.rounds, minispec.speculative" in problems, problems
+    assert "minispec.drafters imports the CLI (minispec.cli)" in problems, problems
+    assert "minispec.policy.costs imports the harness (minispec.harness.check)" in problems, problems
+    assert "minispec.model.transformer (the model) imports speculation (minispec.tree)" in problems, problems
+    assert len(problems) == 4, problems  # and nothing else: the allowed imports above are not reported
+    # a three-module cycle through a package __init__, and a self-import
+    write_package(pkg, {"model/blas.py": "from minispec.model import kvcache\n",
+                        "model/kvcache.py": "import minispec.model\n", "stats.py": "from . import stats\n"})
+    problems = layout_problems(pkg)
+    assert ("import cycle among minispec.model, minispec.model.blas, minispec.model.kvcache, minispec.model.transformer"
+            in problems), problems
+    assert "import cycle among minispec.stats" in problems, problems
