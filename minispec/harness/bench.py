@@ -98,6 +98,9 @@ def bench_study(argv) -> int:
         drafters[d.name] = d
     drafters["self"] = DraftModel(target, name="self")
     peer = transformers_peer(target_dir, draft_dir) if a.peer and not q else None
+    if peer is None:
+        why = "--quick" if q else "--no-peer" if not a.peer else "torch or transformers is not installed"
+        print(f"transformers peer: skipped ({why})", file=sys.stderr)
     res = run_study(target, drafters, tok, ks=ks, slow_ks=slow, prompts_per_set=a.prompts_per_set or (1 if q else 3),
                     max_new_tokens=a.max_new_tokens or (32 if q else 64), peer=peer,
                     forward_ns=tuple(range(1, 9 if q else 17)), log=lambda m: print(m, file=sys.stderr))

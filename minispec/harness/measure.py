@@ -19,13 +19,16 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def side_by_side(plain, runs: list) -> tuple[list[int], float, list]:
+def side_by_side(plain, runs: list, done=lambda: None) -> tuple[list[int], float, list]:
     """Run ``plain()`` (plain decoding -> tokens), then each of ``runs``, then ``plain()`` again, so that
-    machine noise hits both sides alike. -> (plain tokens, plain tokens/s over both runs, [(result, seconds)])."""
-    tokens, t_before = timed(plain)
-    results = [timed(run) for run in runs]
-    _, t_after = timed(plain)
-    return tokens, len(tokens) / ((t_before + t_after) / 2), results
+    machine noise hits both sides alike; ``done()`` after each (a progress bar), outside the timings.
+    -> (plain tokens, plain tokens/s over both runs, [(result, seconds)])."""
+    results = []
+    for run in [plain, *runs, plain]:
+        results.append(timed(run))
+        done()
+    (tokens, t_before), (_, t_after) = results[0], results[-1]
+    return tokens, len(tokens) / ((t_before + t_after) / 2), results[1:-1]
 
 
 def stream_time(nbytes: int, repeats: int = 7) -> float:

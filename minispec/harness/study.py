@@ -77,7 +77,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     fixed_ctx = list(np.resize(np.asarray(ctx), context))
     step = {name: guess_time(d, fixed_ctx) for name, d in drafters.items()}
     if auto:  # calibrate once, outside the timed runs (the cost model caches it per model)
-        calibrate_verify(target, max(k for k in ks) + 1)
+        calibrate_verify(target, max(list(ks) + list(slow_ks or ())) + 1)
         calibrate_verify(target, 17)
         for d in drafters.values():
             drafter_costs(d)
@@ -88,9 +88,8 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     configs = []
     for setting in settings:
         for name, d in drafters.items():
-            for k in ks:
-                if (name == "self" or name.startswith("layer-skip")) and slow_ks is not None and k not in slow_ks:
-                    continue
+            slow = name == "self" or name.startswith("layer-skip")
+            for k in (slow_ks if slow and slow_ks is not None else ks):
                 configs.append(Config(d, k, setting))
             if auto:
                 configs.append(Config(d, "auto", setting))
@@ -114,8 +113,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
 
                 _, plain_rate, results = side_by_side(
                     lambda p=p, seed=seed, w=w: generate(target, p, max_new_tokens, seed=seed, stop_ids=stop, **w),
-                    [lambda cfg=cfg: run(cfg) for cfg in todo])
-                bar.update(len(todo) + 2)
+                    [lambda cfg=cfg: run(cfg) for cfg in todo], done=bar.update)
                 baseline[setting].append(plain_rate)
                 for cfg, (res, dt) in zip(todo, results):
                     s = res.stats
@@ -295,8 +293,13 @@ def by_set_table(rows: list[dict]) -> list[str]:
     return L
 
 
-def fmt(x, p=2):
-    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{p}f}"
+def fmt(x, p=2, unit=""):
+    """A number for the report, or "-" (no unit) when there is none."""
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{p}f}{unit}"
+
+
+def fmtx(x):
+    return fmt(x, unit="x")
 
 
 def format_report(res: dict, plots: list[str]) -> str:
@@ -312,9 +315,9 @@ def format_report(res: dict, plots: list[str]) -> str:
          "| r(K+1) | c | K=auto speedup | tree speedup (tokens/pass) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for b in res["best"]:
         L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
-                 f"{fmt(b['tokens_per_pass'])} | {fmt(b['speedup'])}x | {fmt(b['predicted'])}x | "
-                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {fmt(b.get('auto_speedup'))}x | "
-                 f"{fmt(b.get('tree_speedup'))}x ({fmt(b.get('tree_tokens_per_pass'))}) |")
+                 f"{fmt(b['tokens_per_pass'])} | {fmtx(b['speedup'])} | {fmtx(b['predicted'])} | "
+                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {fmtx(b.get('auto_speedup'))} | "
+                 f"{fmtx(b.get('tree_speedup'))} ({fmt(b.get('tree_tokens_per_pass'))}) |")
     L += ["", f"Plain decoding: {', '.join(f'{s} {v:.1f} tok/s' for s, v in res['baseline_tok_s'].items())} "
           f"(median over prompts).", "", "## Verify cost", "",
           f"Target forward over n new tokens after {res['context_for_costs']} cached ones "
@@ -331,12 +334,12 @@ def format_report(res: dict, plots: list[str]) -> str:
           "| by prompt set (acceptance / tokens per pass / speedup) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         per = " ".join(fmt(x) for x in r["per_position"])
-        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v.get('tokens_per_pass'))} / {fmt(v['speedup'])}x"
+        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v.get('tokens_per_pass'))} / {fmtx(v['speedup'])}"
                         for k, v in r["by_prompt_set"].items())
         L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | "
                  + (f"{fmt(r.get('a_first'))}, {fmt(r.get('a_next'))}" if isinstance(r["k"], int) else "-") + f" | {per} | "
-                 f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmt(r['speedup'])}x "
-                 f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmt(r['predicted'])}x | {bys} |")
+                 f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmtx(r['speedup'])} "
+                 f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmtx(r['predicted'])} | {bys} |")
     L += [""] + by_set_table(res["rows"])
     mem = res["memory"]
     L += ["", "## Memory", "", f"KV cache at the used context of {mem['used_context']} tokens.", "",
@@ -368,17 +371,27 @@ def make_plots(res: dict, out: Path) -> list[str]:
     except ImportError:
         return []
     files = []
+    all_ks = sorted({r["k"] for r in res["rows"] if isinstance(r["k"], int)})
+    at = {"auto": max(all_ks) + 1.5, "tree": max(all_ks) + 2.5}  # K = auto and trees: points right of the K axis
     for setting in res["settings"]:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
         for name in dict.fromkeys(r["drafter"] for r in res["rows"]):
-            rows = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting and isinstance(r["k"], int)]
+            mine = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting]
+            rows = [r for r in mine if isinstance(r["k"], int)]
             ks = [r["k"] for r in rows]
             ax1.plot(ks, [r["acceptance"] for r in rows], "o-", label=name)
             line = ax2.plot(ks, [r["speedup"] for r in rows], "o-", label=f"{name} measured")[0]
             ax2.plot(ks, [r["predicted"] for r in rows], "x--", color=line.get_color(), label=f"{name} predicted")
+            for r in mine:
+                if r["k"] in at:
+                    ax2.plot([at[r["k"]]], [r["speedup"]], "*" if r["k"] == "auto" else "s", color=line.get_color(), ms=9)
         ax1.set(xlabel="K", ylabel="acceptance rate", title=f"acceptance vs K ({setting})", ylim=(0, 1.05))
+        ax1.set_xticks(all_ks)
         ax2.axhline(1.0, color="gray", lw=0.8)
-        ax2.set(xlabel="K", ylabel="speedup over plain decoding", title=f"speedup vs K ({setting})")
+        ax2.set_xticks(all_ks + [at["auto"], at["tree"]], [str(k) for k in all_ks] + ["auto", "tree"])
+        ax2.axvline(max(all_ks) + 0.75, color="gray", lw=0.5, ls=":")
+        ax2.set(xlabel="K (and the adaptive policies: auto K, a tree per round)", ylabel="speedup over plain decoding",
+                title=f"speedup vs K ({setting})")
         ax1.legend(fontsize=7)
         ax2.legend(fontsize=6)
         fig.tight_layout()
@@ -391,6 +404,7 @@ def make_plots(res: dict, out: Path) -> list[str]:
     ax1.plot(ns, list(res["r"].values()), "o-", label="measured r(n)")
     ax1.plot(ns, ns, ":", color="gray", label="n (no batching benefit)")
     ax1.plot(ns, [1] * len(ns), "--", color="gray", label="1 (free batching)")
+    ax1.set_xticks([n for n in ns if n == 1 or n % 2 == 0])
     ax1.set(xlabel="tokens in the pass n", ylabel="r(n) = t(n) / t(1)", title="verify cost", ylim=(0, max(ns) + 1))
     ax1.legend(fontsize=7)
     mem = res["memory"]["models"]
