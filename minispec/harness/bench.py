@@ -2,7 +2,9 @@
 ``minispec bench forward``: the cost of a target pass over n tokens;
 ``minispec bench draft``: acceptance and cost of a draft model;
 ``minispec bench decode``: plain decoding against transformers' generate;
-``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``).
+``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``);
+``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``).
+``--device cuda`` runs ``forward``, ``decode`` and the study on CuPy (timings synchronise the device).
 
 Every figure is a median over repeats, and ratios are taken inside one run.
 """
@@ -20,12 +22,12 @@ import numpy as np
 
 from ..drafters import DraftModel, make_drafter
 from ..generate import generate
-from ..model import load_model, load_tokenizer
+from ..model import backend, load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
-from . import draft_eval, stop_eval
-from .measure import stream_time
+from . import draft_eval, gpu, stop_eval
+from .measure import stream_time, timed
 from .study import run_study, transformers_peer, write_report
 
 
@@ -37,7 +39,9 @@ def bench_forward(argv) -> int:
     p.add_argument("--context", type=int, default=256, help="cached tokens before the pass (default 256)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_device(p)
     a = p.parse_args(argv)
+    backend.use_device(a.device)
     ns = tuple(int(x) for x in a.ns.split(","))
     if a.model:
         model = load_model(a.model)
@@ -47,14 +51,14 @@ def bench_forward(argv) -> int:
         model = load_model(tmp, name="random SmolLM2-135M shape")
     t = forward_times(model, ns, a.context, a.repeats)
     floor = stream_time(model.weight_bytes)
-    res = {"model": model.name, "weight_bytes": model.weight_bytes, "context": a.context,
+    res = {"model": model.name, "device": backend.device_name(), "weight_bytes": model.weight_bytes, "context": a.context,
            "ms": {n: 1e3 * t[n] for n in ns}, "r": {n: t[n] / t[ns[0]] for n in ns},
            "weight_stream_ms": 1e3 * floor, "decode_over_stream": t[1] / floor if 1 in t else None}
     if a.json:
         print(json.dumps(res, indent=2))
         return 0
     print(f"{model.name}: {model.weight_bytes / 1e6:.0f} MB of float32 weights, context {a.context}, "
-          f"median of {a.repeats}")
+          f"median of {a.repeats}, on {res['device']}")
     print(f"{'n':>4} {'ms':>8} {'r(n)':>6}")
     for n in ns:
         print(f"{n:>4} {res['ms'][n]:8.2f} {res['r'][n]:6.2f}")
@@ -81,7 +85,9 @@ def bench_study(argv) -> int:
     p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 64; quick 32)")
     p.add_argument("--layers", type=int, help="layers of the layer-skip drafter (default 4/5 of the target's: 24 of 30)")
     p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
+    add_device(p)
     a = p.parse_args(argv)
+    backend.use_device(a.device)
     q = a.quick
     ks = tuple(int(x) for x in (a.ks or ("1,2,4" if q else "1,2,3,4,5,6,7,8")).split(","))
     slow = tuple(int(x) for x in (a.slow_ks or ("4" if q else "1,4,8")).split(","))
@@ -97,9 +103,10 @@ def bench_study(argv) -> int:
         d = make_drafter(s, target, a.layers)
         drafters[d.name] = d
     drafters["self"] = DraftModel(target, name="self")
-    peer = transformers_peer(target_dir, draft_dir) if a.peer and not q else None
+    peer = transformers_peer(target_dir, draft_dir) if a.peer and not q and a.device == "cpu" else None
     if peer is None:
-        why = "--quick" if q else "--no-peer" if not a.peer else "torch or transformers is not installed"
+        why = ("--quick" if q else "--no-peer" if not a.peer else "transformers runs on the CPU: no peer for --device cuda"
+               if a.device != "cpu" else "torch or transformers is not installed")
         print(f"transformers peer: skipped ({why})", file=sys.stderr)
     res = run_study(target, drafters, tok, ks=ks, slow_ks=slow, prompts_per_set=a.prompts_per_set or (1 if q else 3),
                     max_new_tokens=a.max_new_tokens or (32 if q else 64), peer=peer,
@@ -122,11 +129,15 @@ def bench_decode(argv) -> int:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--prompt", default="Write a short story about a robot who learns to paint.")
+    add_device(p)
     a = p.parse_args(argv)
+    backend.use_device(a.device)
     d = resolve_model(a.model)
     model, tok = load_model(d), load_tokenizer(d)
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": a.prompt}]))
     try:
+        if a.device != "cpu":
+            raise ImportError("transformers runs on the CPU here: no side-by-side for --device cuda")
         import torch
         import transformers
 
@@ -136,9 +147,8 @@ def bench_decode(argv) -> int:
         hf = None
     ours, theirs, same = [], [], None
     for _ in range(a.repeats):
-        t0 = time.perf_counter()
-        out = generate(model, ids, a.max_new_tokens)
-        ours.append(len(out) / (time.perf_counter() - t0))
+        out, dt = timed(lambda: generate(model, ids, a.max_new_tokens))
+        ours.append(len(out) / dt)
         if hf is not None:
             x = torch.tensor([ids])
             t0 = time.perf_counter()
@@ -147,20 +157,25 @@ def bench_decode(argv) -> int:
                                 min_new_tokens=a.max_new_tokens, do_sample=False, pad_token_id=0)
             theirs.append((y.shape[1] - len(ids)) / (time.perf_counter() - t0))
             same = y[0, len(ids):].tolist() == out
-    print(f"{a.max_new_tokens} new tokens, greedy, median of {a.repeats}, side by side:")
+    print(f"{a.max_new_tokens} new tokens, greedy, median of {a.repeats}, side by side, on {backend.device_name()}:")
     print(f"  minispec      {np.median(ours):6.1f} tok/s  ({1e3 / np.median(ours):.1f} ms/token)")
     if theirs:
         print(f"  transformers  {np.median(theirs):6.1f} tok/s  ({1e3 / np.median(theirs):.1f} ms/token), "
               f"torch {torch.__version__}; same tokens: {same}")
         print(f"  ratio minispec / transformers: {np.median(ours) / np.median(theirs):.2f}")
     cmd = [sys.executable, "-m", "minispec", "generate", "--model", str(d), "--draft", "none", "--chat",
-           "--prompt", a.prompt, "--max-new-tokens", str(a.max_new_tokens)]
+           "--prompt", a.prompt, "--max-new-tokens", str(a.max_new_tokens), "--device", a.device]
     subprocess.run(cmd, capture_output=True, check=True)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     size = sum(f.stat().st_size for f in Path(d).iterdir() if f.is_file())
-    print(f"peak resident memory of `minispec generate` (plain, {a.max_new_tokens} tokens): {peak / 1e6:.0f} MB; "
+    print(f"peak resident memory (host) of `minispec generate --device {a.device}` (plain, {a.max_new_tokens} tokens): "
+          f"{peak / 1e6:.0f} MB; "
           f"model directory on disk: {size / 1e6:.0f} MB")
     return 0
+
+
+def add_device(p) -> None:
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cpu (NumPy) or cuda (CuPy); default cpu")
 
 
 def main(argv=None) -> int:
@@ -173,6 +188,8 @@ def main(argv=None) -> int:
         return draft_eval.main(argv[1:])
     if argv and argv[0] == "stop":
         return stop_eval.main(argv[1:])
+    if argv and argv[0] == "gpu-predict":
+        return gpu.main(argv[1:])
     return bench_study(argv)
 
 

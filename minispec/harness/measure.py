@@ -9,13 +9,17 @@ import time
 
 import numpy as np
 
+from ..model import backend
+
 SETTINGS = {"greedy": 0.0, "T=1": 1.0}  # setting -> temperature
 
 
 def timed(fn):
-    """-> (fn(), seconds)."""
+    """-> (fn(), seconds), the device synchronised before each clock read (a no-op on NumPy)."""
+    backend.synchronize()
     t0 = time.perf_counter()
     out = fn()
+    backend.synchronize()
     return out, time.perf_counter() - t0
 
 
@@ -32,10 +36,11 @@ def side_by_side(plain, runs: list, done=lambda: None) -> tuple[list[int], float
 
 
 def stream_time(nbytes: int, repeats: int = 7) -> float:
-    """Seconds for BLAS to stream ``nbytes`` of float32 weights once: one vector times a matrix that
-    size (too big for any cache). A 1-token decode step cannot beat it."""
-    w = np.ones((max(nbytes // 4 // 1536, 1), 1536), dtype=np.float32)  # [rows, 1536]
-    x = np.ones((1, w.shape[0]), dtype=np.float32)
+    """Seconds for BLAS (on the active device: NumPy or CuPy) to stream ``nbytes`` of float32 weights once:
+    one vector times a matrix that size (too big for any cache). A 1-token decode step cannot beat it."""
+    xp = backend.xp
+    w = xp.ones((max(nbytes // 4 // 1536, 1), 1536), dtype=np.float32)  # [rows, 1536]
+    x = xp.ones((1, w.shape[0]), dtype=np.float32)
     x @ w
     return float(np.median([timed(lambda: x @ w)[1] for _ in range(repeats)]))
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..drafters import as_drafter
 from ..generate import generate
+from ..model import backend
 from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
 from ..policy.costs import guess_time
 from ..progress import Progress
@@ -198,7 +199,7 @@ def machine_info() -> dict:
     import platform
 
     info = dict(python=platform.python_version(), numpy=np.__version__, cpus=os.cpu_count(),
-                processor=platform.processor() or platform.machine())
+                processor=platform.processor() or platform.machine(), device=backend.device_name())
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):

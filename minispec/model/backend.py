@@ -46,3 +46,20 @@ def asarray(a):
 def to_host(a) -> np.ndarray:
     """Array on any device -> NumPy array."""
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def synchronize() -> None:
+    """Wait until the device has finished the work queued so far: CuPy launches kernels asynchronously, so
+    a clock read without it times the launches, not the work. A no-op on NumPy. Timing code calls it before
+    reading the clock; the loops never do (their ``to_host`` of the logits waits anyway)."""
+    if DEVICE == "cuda":
+        xp.cuda.get_current_stream().synchronize()
+
+
+def device_name() -> str:
+    """"cpu", or the GPU's name and CuPy's version."""
+    if DEVICE != "cuda":
+        return "cpu"
+    props = xp.cuda.runtime.getDeviceProperties(xp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"{name} (CuPy {xp.__version__}, CUDA runtime {xp.cuda.runtime.runtimeGetVersion()})"
