@@ -9,12 +9,13 @@ import time
 import numpy as np
 
 from .drafters import make_drafter
-from .generate import generate
+from .generate import check_generate_args, generate
 from .harness.measure import timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
 from .model.fetch import DEFAULT_DRAFT, fetch_smollm2, resolve_model
 from .policy import k_policy, tree_policy
+from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
 
 
@@ -57,12 +58,27 @@ def tree_arg(text: str):
     return (w, d)
 
 
+def int_arg(minimum: int):
+    """An argparse type: an integer >= ``minimum`` (argparse names the option in its error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+    return parse
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
+    p.add_argument("--max-new-tokens", type=int_arg(1), default=128, help="tokens to generate (default 128)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), >0 samples")
     p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="keep the smallest set with this much mass")
-    p.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
+    p.add_argument("--seed", type=int_arg(0), default=0,
+                   help="random seed for sampling (default 0); the same seed gives the same output on this machine, "
+                        "with any --k or --tree (docs in minispec/policy/__init__.py)")
 
 
 DEFAULT_DRAFTER = "prompt-lookup"  # the only drafter measured to pay on a 2-core CPU (docs/study/report.md)
@@ -87,29 +103,35 @@ def verdict(stats, policy, drafter) -> str:
 
 
 def cmd_generate(args) -> int:
+    """Everything is checked (arguments, model, tokenizer, drafter, policy) before the first output."""
+    if args.layers is not None and args.draft != "layer-skip":
+        raise ValueError(f"--layers {args.layers} applies only to --draft layer-skip (got --draft {args.draft or DEFAULT_DRAFTER})")
+    check_warp_args(args.temperature, args.top_k, args.top_p)
     backend.use_device(args.device)
     model_dir = resolve_model(args.model)
     t0 = time.perf_counter()
     model = load_model(model_dir)
     tok = load_tokenizer(model_dir)
     drafter = make_drafter(args.draft or DEFAULT_DRAFTER, model, args.layers)
+    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    prompt_ids = tok.encode(text)
+    stop = [] if args.no_stop else tok.eos_ids  # --no-stop wins, with or without --chat
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_ids=stop)
+    check_generate_args(model, prompt_ids, args.max_new_tokens, **sampling)
     how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
     what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
     print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
-    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-    prompt_ids = tok.encode(text)
-    stop = tok.eos_ids if args.chat or not args.no_stop else []
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_ids=stop)
     stream = TextStream(tok)
-    if not args.chat:
-        sys.stdout.write(args.prompt)
     if drafter is None:
+        if not args.chat:
+            sys.stdout.write(args.prompt)
         out, dt = timed(lambda: generate(model, prompt_ids, args.max_new_tokens, on_token=stream, **sampling))
         print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
         return 0
 
     def policy():  # the one-time calibration of the cost model happens here, outside every timed run
-        return tree_policy(args.tree, model, drafter) if args.tree else k_policy(args.k, model, drafter)
+        learn = args.seed is None  # seeded (the default): choices from the cached calibration only, so a seed repeats
+        return tree_policy(args.tree, model, drafter, learn) if args.tree else k_policy(args.k, model, drafter, learn)
 
     def speculative(on_token=None):
         loop = tree_speculative_generate if args.tree else speculative_generate
@@ -120,6 +142,8 @@ def cmd_generate(args) -> int:
     if t_setup > 0.05:
         print(f"[calibrated the cost model in {t_setup:.1f}s, once: cached for later runs, and not in any figure below]",
               file=sys.stderr)
+    if not args.chat:
+        sys.stdout.write(args.prompt)
     res, dt = timed(lambda: speculative(stream))
     sys.stdout.write("\n")
     line = f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; {verdict(res.stats, pol, drafter)}"
@@ -184,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "K = 0 when speculation does not pay (default auto)")
     g.add_argument("--tree", type=tree_arg, help="verify a token tree per round instead of a chain: WIDTHxDEPTH "
                                                  "(e.g. 3x4) or auto (shape chosen per round by the cost model)")
-    g.add_argument("--layers", type=int, help="layers kept by --draft layer-skip (default 4/5 of the target's)")
+    g.add_argument("--layers", type=int_arg(1), help="layers kept by --draft layer-skip (default 4/5 of the target's)")
     g.add_argument("--no-compare", dest="compare", action="store_false",
                    help="skip the plain-decoding run that measures the speedup")
     add_sampling_args(g)
@@ -223,7 +247,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ModelFormatError, ValueError, RuntimeError, FileNotFoundError) as e:
+    except (ModelFormatError, ValueError, TypeError, RuntimeError, OSError) as e:  # OSError: FileExistsError and the like
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,18 +9,20 @@ drafter's own probability that guesses 1..j would all be right (see policy/auto_
 without such a belief ignores it. ``forwards`` counts the drafter's model passes.
 ``context(tokens) -> int`` labels the next round cheaply, before any drafting (0: nothing to say; a
 higher label: more reason to expect its guesses accepted); the cost model keeps one acceptance
-estimate per label (see policy/acceptance.py).
+estimate per label (see policy/acceptance.py). An optional ``room(tokens) -> int`` says how many draft
+tokens still fit in the drafter's context (a draft model with fewer positions than the target's); at
+0 the run goes on with plain rounds (rounds.Run.drafter_room).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
 
-from .model import Model, load_model
+from .model import Model, ModelFormatError, load_model
+from .model.config import read_json
 from .sampling import sample, top_probability
 
 Warp = Callable[[np.ndarray], np.ndarray]
@@ -45,21 +47,33 @@ class DraftModel:
     """
 
     def __init__(self, model: Model, target_vocab_size: int | None = None, name: str | None = None):
+        """``target_vocab_size``: the target's V (default: the draft's own). The draft's vocabulary may be larger
+        (padding rows, never proposed) but not smaller: the target may emit any of its V ids, and the draft
+        must read each one when it catches up."""
+        if not isinstance(model, Model):
+            raise TypeError(f"DraftModel needs a Model, got {type(model).__name__}")
         self.model, self.name = model, name or f"draft:{model.name}"
         self.vocab = target_vocab_size or model.cfg.vocab_size
-        if abs(model.cfg.vocab_size - self.vocab) > 1024:
+        if model.cfg.vocab_size - self.vocab > 1024:
             raise ValueError(f"draft vocabulary ({model.cfg.vocab_size}) and target vocabulary ({self.vocab}) differ by "
                              "more than padding: the draft needs the target's tokenizer")
+        if model.cfg.vocab_size < self.vocab:
+            raise ValueError(f"draft vocabulary ({model.cfg.vocab_size}) is smaller than the target's ({self.vocab}): "
+                             "the target may emit a token the draft cannot read; the draft needs the target's tokenizer "
+                             "and at least its vocabulary size")
         self.cache, self.fed, self.forwards = None, [], 0
 
     def context(self, tokens) -> int:
         return 0  # knowing more would cost a draft pass
 
+    def room(self, tokens) -> int:
+        """How many draft tokens fit after ``tokens`` in the draft's context (0: the draft is full; the run then
+        goes on with plain rounds, rounds.Run.drafter_room)."""
+        return self.model.cfg.max_position_embeddings - len(tokens)
+
     def pad(self, rows: np.ndarray) -> np.ndarray:  # [T, V_draft] -> [T, V_target]
-        """Padding rows of a larger draft vocabulary are never proposed; a smaller one proposes nothing above it."""
-        if rows.shape[-1] >= self.vocab:
-            return rows[..., : self.vocab]
-        return np.concatenate([rows, np.full((*rows.shape[:-1], self.vocab - rows.shape[-1]), -np.inf, np.float32)], -1)
+        """Padding rows of a larger draft vocabulary are never proposed."""
+        return rows[..., : self.vocab]
 
     def ensure_cache(self, length: int) -> None:
         if self.cache is None or self.cache.max_len < length:
@@ -117,6 +131,10 @@ class LayerSkip(DraftModel):
 
     def __init__(self, target: Model, layers: int | None = None):
         layers = self.default_layers(target) if layers is None else layers
+        if not (isinstance(layers, (int, np.integer)) and not isinstance(layers, bool)
+                and 1 <= layers <= target.cfg.num_layers):
+            raise ValueError(f"layer-skip layers must be an integer in 1..{target.cfg.num_layers} (the target's "
+                             f"layers), got {layers!r}")
         super().__init__(target.truncated(layers), name=f"layer-skip:{layers}")
 
     @staticmethod
@@ -129,7 +147,8 @@ class PromptLookup:
     (n = max_ngram down to min_ngram) and propose what followed it. Deterministic: one-hot q."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, *, vocab_size: int | None = None):
-        if not 1 <= min_ngram <= max_ngram:
+        ints = all(isinstance(n, int) and not isinstance(n, bool) for n in (max_ngram, min_ngram))
+        if not (ints and 1 <= min_ngram <= max_ngram):
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.vocab = vocab_size  # q rows are [V]: the loop sets the target's V (as_drafter) when None
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
@@ -181,7 +200,8 @@ class PromptLookup:
 
 def as_drafter(drafter, target: Model) -> Drafter:
     """A Model becomes a DraftModel; a drafter object passes through, and a drafter without a vocabulary
-    (prompt lookup) takes the target's."""
+    (prompt lookup) takes the target's. A drafter's vocabulary must be the target's: its q rows are compared
+    with the target's p rows, entry by entry."""
     if isinstance(drafter, Model):
         return DraftModel(drafter, target.cfg.vocab_size)
     if not (hasattr(drafter, "propose") and hasattr(drafter, "context")):
@@ -189,12 +209,21 @@ def as_drafter(drafter, target: Model) -> Drafter:
                         f"got {type(drafter).__name__}")
     if getattr(drafter, "vocab", 0) is None:
         drafter.vocab = target.cfg.vocab_size
+    vocab = getattr(drafter, "vocab", target.cfg.vocab_size)
+    if vocab != target.cfg.vocab_size:
+        raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} has vocabulary size {vocab}, "
+                         f"expected the target's {target.cfg.vocab_size}")
     return drafter
 
 
 def make_drafter(spec: str, target: Model, layers: int | None = None):
     """The CLI's drafter spec -> a drafter (None for plain decoding): ``prompt-lookup``, ``layer-skip`` (the
-    target's first ``layers`` layers), ``none``, or a draft model directory with the target's tokenizer."""
+    target's first ``layers`` layers), ``none``, or a draft model directory with the target's tokenizer.
+    ``layers`` belongs to layer-skip only: given with another drafter it is refused, not ignored."""
+    if not isinstance(spec, str):
+        raise TypeError(f"drafter spec must be a string, got {type(spec).__name__}")
+    if layers is not None and spec != "layer-skip":
+        raise ValueError(f"layers ({layers}) applies only to the layer-skip drafter, not to {spec!r}")
     if spec == "none":
         return None
     if spec == "prompt-lookup":
@@ -208,18 +237,25 @@ def make_drafter(spec: str, target: Model, layers: int | None = None):
     return DraftModel(load_model(spec), target.cfg.vocab_size)
 
 
+def tokenizer_vocab(model_dir, role: str) -> dict[str, int]:
+    """token -> id from a model directory's tokenizer.json (its BPE vocabulary and added tokens). ``role``
+    ("target" or "draft") says in an error which of the two lacks one."""
+    f = Path(model_dir) / "tokenizer.json"
+    if not f.is_file():
+        raise ModelFormatError(f"{model_dir}: no tokenizer.json; the {role} needs one to prove that the draft shares "
+                               "the target's tokenizer (copy the target's tokenizer files into the draft directory)")
+    tj = read_json(f)
+    vocab, added = (tj.get("model") or {}).get("vocab"), tj.get("added_tokens", [])
+    if not isinstance(vocab, dict) or not isinstance(added, list):
+        raise ModelFormatError(f"{f}: expected a \"model\" with a \"vocab\" object and an \"added_tokens\" list")
+    v = dict(vocab)
+    v.update({t["content"]: t["id"] for t in added if isinstance(t, dict) and "content" in t and "id" in t})
+    return v
+
+
 def check_same_tokenizer(target_dir, draft_dir) -> None:
-    """Refuse a draft whose tokenizer.json maps tokens to different ids than the target's."""
-    vocabs = []
-    for d in (target_dir, draft_dir):
-        f = Path(d) / "tokenizer.json"
-        if not f.exists():
-            return
-        tj = json.loads(f.read_text())
-        v = dict(tj["model"]["vocab"])
-        v.update({t["content"]: t["id"] for t in tj.get("added_tokens", [])})
-        vocabs.append(v)
-    target, draft = vocabs
+    """Refuse a draft whose tokenizer.json maps tokens to different ids than the target's, or that has none."""
+    target, draft = tokenizer_vocab(target_dir, "target"), tokenizer_vocab(draft_dir, "draft")
     shared = set(target) & set(draft)
     differ = [t for t in shared if target[t] != draft[t]]
     if len(shared) < 0.99 * min(len(target), len(draft)) or differ:

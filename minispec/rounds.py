@@ -75,6 +75,7 @@ class Run:
         t0 = time.perf_counter()
         k = self.policy.next_k(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
         k = min(k, self.max_new_tokens - len(self.out) - 1)  # never more than the tokens still wanted
+        k = min(k, self.drafter_room())  # a draft model whose context is full: plain rounds from here on
         draft_tokens, draft_probs = self.drafter.propose(self.tokens, k, self.warp, self.rng, self.policy.keep)
         self.drafted_now(k, len(draft_tokens), len(draft_tokens), t0)
         return [int(t) for t in draft_tokens], draft_probs
@@ -83,11 +84,17 @@ class Run:
         """This round's token tree (tree.py), of the shape the policy chose and that fits the cache."""
         t0 = time.perf_counter()
         width, depth = self.policy.next_shape(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
-        room = self.cache.max_len - self.cache.length - len(self.last)
+        room = min(self.cache.max_len - self.cache.length - len(self.last), self.drafter_room())
         depth = min(depth, self.max_new_tokens - len(self.out) - 1, room // width if width else 0)
         tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
         self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, len(tree), t0)
         return tree
+
+    def drafter_room(self) -> int:
+        """How many draft tokens the drafter can still make after ``tokens`` (``Drafter.room``): a draft model
+        with a shorter context than the target's runs out before the target does. Unbounded without ``room``."""
+        room = getattr(self.drafter, "room", None)
+        return self.max_new_tokens if room is None else max(0, room(self.tokens))
 
     def drafted_now(self, asked: int, drafted: int, nodes: int, t0: float) -> None:
         """After proposing: ``asked`` guesses were asked for (0: a plain round), ``drafted`` made (a tree: its
@@ -96,7 +103,7 @@ class Run:
         if asked:
             self.seen = len(self.tokens)
         self.probe = None
-        if asked == 0 and self.policy.probe():  # a plain round: one guess, never verified, only measured
+        if asked == 0 and self.drafter_room() >= 1 and self.policy.probe():  # a plain round: one guess, never verified, only measured
             _, draft_probs = self.drafter.propose(self.tokens, 1, self.warp, self.rng)
             self.seen = len(self.tokens)
             self.probe = draft_probs[0] if len(draft_probs) else None
@@ -137,16 +144,27 @@ class Run:
         return SpecResult(self.out, self.stats)
 
 
-def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None, shape=None, temperature: float = 0.0,
-              top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None) -> Run:
+NOT_A_TREE = object()  # start_run's default ``shape``: a chain of ``k`` guesses (``shape=None`` is a bad tree shape)
+
+
+def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None, shape=NOT_A_TREE,
+              temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None) -> Run:
     """Check the arguments like ``generate`` and set up a run: a chain of ``k`` guesses per round, or a
-    tree of ``shape``. The cache has room for the prompt, the output and the largest tree."""
-    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    tree of ``shape``. The cache has room for the prompt, the output and the largest tree. With a
+    ``seed``, an automatic policy keeps its calibrated costs (``learn=False``), so that the run's choices,
+    and with them its random draws, repeat: see "Seeds" in policy/__init__.py."""
+    ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
+    if on_token is not None and not callable(on_token):
+        raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
     drafter = as_drafter(drafter, target)
-    policy = k_policy(k, target, drafter) if shape is None else tree_policy(shape, target, drafter)
+    learn = seed is None
+    if shape is NOT_A_TREE:
+        policy = k_policy(k, target, drafter, learn=learn)
+    else:
+        policy = tree_policy(shape, target, drafter, learn=learn)
     room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
-               unfed=[int(t) for t in ids[:-1]], stop=set(stop_ids or ()), max_new_tokens=max_new_tokens,
+               unfed=[int(t) for t in ids[:-1]], stop=set() if stop_ids is None else {int(t) for t in stop_ids}, max_new_tokens=max_new_tokens,
                warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
                on_token=on_token, stats=SpecStats(), forwards0=getattr(drafter, "forwards", 0))

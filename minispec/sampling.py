@@ -11,13 +11,23 @@ from __future__ import annotations
 import numpy as np
 
 
+def is_number(x) -> bool:
+    """A real number, not a bool (True would silently mean 1) and not a string ("0.8" must not pass)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def is_integer(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def check_warp_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if temperature is None or not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+    """temperature a finite number >= 0, top_k None or an integer >= 1, top_p None or a number in (0, 1]."""
+    if not (is_number(temperature) and 0 <= temperature < np.inf):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
+    if top_k is not None and not (is_integer(top_k) and top_k >= 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and not (is_number(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
 
 
 def warp(logits, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> np.ndarray:

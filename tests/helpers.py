@@ -1,8 +1,15 @@
 """Helpers shared by the test modules (import them from here, never from another test file)."""
 
+import contextlib
+import io
+import json
+import shutil
+import struct
+from pathlib import Path
+
 import numpy as np
 
-from minispec.model.tiny import tiny_config
+from minispec.model.tiny import tiny_config, write_random_model
 from minispec.sampling import warp
 
 SMALL_V = 6  # level 3 needs a vocabulary small enough to enumerate every 2-token continuation
@@ -37,3 +44,83 @@ CONFIGS = {
 def make_config(name):
     kw = dict(CONFIGS[name])
     return tiny_config(kw.pop("arch"), **kw)
+
+
+def spec_two_token_counts(target, make_drafter, prompt, runs, k=2, tree_shape=None, **w):
+    """Level 3: counts of the first two tokens of ``runs`` speculative runs (seeds 0..runs-1), a chain of ``k``
+    guesses or a tree of ``tree_shape``, as a flat [V * V] table to compare with ``exact_two_tokens``.
+    ``make_drafter()`` gives each run a fresh drafter."""
+    from minispec.speculative import speculative_generate, tree_speculative_generate
+
+    counts = np.zeros(V * V)
+    for seed in range(runs):
+        if tree_shape is None:
+            toks = speculative_generate(target, make_drafter(), prompt, 2, k=k, seed=seed, **w).tokens
+        else:
+            toks = tree_speculative_generate(target, make_drafter(), prompt, 2, shape=tree_shape, seed=seed, **w).tokens
+        counts[toks[0] * V + toks[1]] += 1
+    return counts
+
+
+# --- untrusted input: files to corrupt and a CLI to call (tests/test_untrusted.py, test_safetensors_fuzz.py, test_seeds.py)
+
+
+TARGET_DIR = Path(__file__).resolve().parent.parent / "weights" / "smollm2-135m-instruct"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
+
+
+def split_safetensors(data: bytes) -> tuple[dict, bytes]:
+    """A safetensors file's bytes -> (its header as a dict, the data section)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8: 8 + n]), data[8 + n:]
+
+
+def join_safetensors(header, body: bytes) -> bytes:
+    """(a header: a dict, or raw JSON bytes; a data section) -> a safetensors file's bytes."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + body
+
+
+def edit_header(path: Path, edit) -> None:
+    """Rewrite a safetensors file's header with ``edit(header)`` (in place), keeping its data."""
+    header, body = split_safetensors(path.read_bytes())
+    edit(header)
+    path.write_bytes(join_safetensors(header, body))
+
+
+def edit_config(model_dir: Path, **changes) -> None:
+    """Set (or, with a value of ``...``, delete) fields of a model directory's config.json."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    for key, value in changes.items():
+        if value is ...:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    (model_dir / "config.json").write_text(json.dumps(cfg))
+
+
+def chat_model_dir(path: Path, **config) -> Path:
+    """A tiny random model with SmolLM2's vocabulary and tokenizer files: a directory ``minispec generate``
+    accepts (skips the test when the converted target is absent)."""
+    import pytest
+
+    if not (TARGET_DIR / "tokenizer.json").exists():
+        pytest.skip("needs weights/smollm2-135m-instruct (minispec fetch smollm2)")
+    cfg = tiny_config(vocab_size=49152, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, **config)
+    write_random_model(path, cfg, seed=3)
+    for name in TOKENIZER_FILES:
+        shutil.copy(TARGET_DIR / name, path / name)
+    return path
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """``minispec.cli.main(argv)`` -> (exit code, stdout, stderr); argparse's own exit (SystemExit) included."""
+    from minispec.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+    return code, out.getvalue(), err.getvalue()

@@ -66,8 +66,10 @@ def convert_gguf(gguf_path, out_dir, progress: bool = True) -> Path:
     except ImportError as e:
         raise RuntimeError("converting GGUF needs the gguf package: pip install 'minispec[gguf]'") from e
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
-    if not gguf_path.exists():
-        raise FileNotFoundError(f"{gguf_path}: no such file")
+    if not gguf_path.is_file():
+        raise FileNotFoundError(f"{gguf_path}: no such file (expected a .gguf file)")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"output directory {out_dir}: exists and is not a directory (expected a new or existing directory)")
     try:
         reader = gguf.GGUFReader(str(gguf_path))
     except Exception as e:

@@ -9,6 +9,7 @@ float32) and narrowed back when writing.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -33,33 +34,99 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16)
 
 
+MAX_HEADER_BYTES = 100_000_000  # the reference library's limit: a larger header is refused unread
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
 def read_header(path) -> tuple[dict, int]:
-    """-> (header without __metadata__, byte offset where the data starts)."""
+    """-> (header without __metadata__, byte offset where the data starts), checked as the reference
+    ``safetensors`` library checks it, so that a corrupt file is refused instead of loading as garbage:
+
+    * the header length fits the file and the 100 MB limit, and the header is a UTF-8 JSON object
+      (no name twice) whose ``__metadata__``, if any, maps strings to strings;
+    * each tensor has a known ``dtype``, a ``shape`` of non-negative integers and ``data_offsets``
+      [begin, end] of integers whose span is exactly dtype size x number of elements;
+    * sorted by offset, the tensors tile the data section from byte 0 with no gap and no overlap,
+      and the last one ends exactly at the end of the file.
+    """
     path = Path(path)
+    if not path.is_file():
+        raise ModelFormatError(f"{path}: not a file (expected a safetensors file)")
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
             raise ModelFormatError(f"{path}: truncated safetensors file ({size} bytes, no header)")
         (n,) = struct.unpack("<Q", head)
+        if n > MAX_HEADER_BYTES:
+            raise ModelFormatError(f"{path}: safetensors header of {n} bytes is over the {MAX_HEADER_BYTES}-byte limit")
         if n > size - 8:
             raise ModelFormatError(f"{path}: truncated safetensors file (header says {n} bytes, file has {size})")
-        try:
-            header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ModelFormatError(f"{path}: corrupt safetensors header ({e})") from None
-    header.pop("__metadata__", None)
+        header = parse_header_json(path, f.read(n))
     data_start = 8 + n
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        if data_start + end > size:
-            raise ModelFormatError(
-                f"{path}: truncated safetensors file: tensor {name!r} needs bytes {begin}..{end} "
-                f"of the data section but the file holds only {size - data_start}"
-            )
-        if info["dtype"] not in DTYPES:
-            raise ModelFormatError(f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}")
+    entries = sorted(((check_entry(path, name, info), name) for name, info in header.items()))
+    offset = 0
+    for (begin, end), name in entries:
+        if begin != offset:
+            what = "overlaps the tensor before it" if begin < offset else "leaves a gap after the tensor before it"
+            raise ModelFormatError(f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] {what} "
+                                   f"(expected it to start at byte {offset} of the data section)")
+        offset = end
+    last = entries[-1][1] if entries else None
+    if data_start + offset > size:
+        raise ModelFormatError(f"{path}: truncated safetensors file: tensor {last!r} needs bytes up to {offset} "
+                               f"of the data section but the file holds only {size - data_start}")
+    if data_start + offset < size:
+        raise ModelFormatError(f"{path}: {size - data_start - offset} bytes after the data of the last tensor, {last!r} "
+                               f"(expected the file to end at byte {offset} of the data section)")
     return header, data_start
+
+
+def parse_header_json(path: Path, raw: bytes) -> dict:
+    """The header's JSON object, ``__metadata__`` checked and removed."""
+    def no_duplicates(pairs):
+        names = [k for k, _ in pairs]
+        twice = sorted({k for k in names if names.count(k) > 1})
+        if twice:
+            raise ModelFormatError(f"{path}: safetensors header names {twice[0]!r} twice")
+        return dict(pairs)
+
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ModelFormatError(f"{path}: corrupt safetensors header (expected UTF-8 JSON: {e})") from None
+    if not isinstance(header, dict):
+        raise ModelFormatError(f"{path}: corrupt safetensors header (expected a JSON object, got {type(header).__name__})")
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise ModelFormatError(f"{path}: safetensors __metadata__ must map strings to strings, got {meta!r:.80}")
+    return header
+
+
+def is_count(x) -> bool:
+    """A non-negative JSON integer (not a bool, not a float)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def check_entry(path: Path, name: str, info) -> tuple[int, int]:
+    """One header entry's dtype, shape and data_offsets -> (begin, end)."""
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise ModelFormatError(f"{path}: tensor {name!r}: expected an object with dtype, shape and data_offsets, "
+                               f"got {info!r:.80}")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ModelFormatError(f"{path}: tensor {name!r} has unsupported dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+    if not (isinstance(shape, list) and all(is_count(d) for d in shape)):
+        raise ModelFormatError(f"{path}: tensor {name!r}: shape {shape!r} is not a list of non-negative integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(is_count(o) for o in offsets)):
+        raise ModelFormatError(f"{path}: tensor {name!r}: data_offsets {offsets!r} is not [begin, end] with "
+                               "non-negative integers")
+    begin, end = offsets
+    nbytes = math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize
+    if end - begin != nbytes:
+        raise ModelFormatError(f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] span {end - begin} bytes, "
+                               f"expected {nbytes} for {dtype} of shape {tuple(shape)}")
+    return begin, end
 
 
 def read_safetensors(path, names=None) -> dict[str, np.ndarray]:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .config import ModelFormatError
+from .config import ModelFormatError, read_json
 
 
 class Tokenizer:
@@ -16,16 +15,29 @@ class Tokenizer:
         f = path / "tokenizer.json"
         if not f.exists():
             raise ModelFormatError(f"{path}: no tokenizer.json")
-        self.tok = HFTokenizer.from_file(str(f))
+        spec = read_json(f)  # names the file if it is not JSON
+        if not isinstance(spec.get("model"), dict):
+            raise ModelFormatError(f"{f}: no \"model\" object (expected a Hugging Face tokenizers file)")
+        try:
+            self.tok = HFTokenizer.from_file(str(f))
+        except Exception as e:  # the tokenizers library raises a plain Exception for a file it cannot read
+            raise ModelFormatError(f"{f}: the tokenizers library cannot read it ({e})") from None
         self.vocab_size = self.tok.get_vocab_size()
         tcfg = _read_json(path / "tokenizer_config.json")
         self.chat_template = tcfg.get("chat_template")
-        added = [t for t in tcfg.get("added_tokens_decoder", {}).values() if t.get("special")]
-        self.special_tokens = sorted({t["content"] for t in added})
+        if not isinstance(self.chat_template, (str, type(None))):
+            raise ModelFormatError(f"{path / 'tokenizer_config.json'}: chat_template must be a string, "
+                                   f"got {type(self.chat_template).__name__}")
+        decoder = tcfg.get("added_tokens_decoder", {})
+        added = [t for t in decoder.values() if isinstance(t, dict) and t.get("special")] if isinstance(decoder, dict) else []
+        self.special_tokens = sorted({str(t.get("content")) for t in added})
         eos = []
-        for src in (_read_json(path / "generation_config.json"), _read_json(path / "config.json")):
-            e = src.get("eos_token_id")
-            eos += e if isinstance(e, list) else [] if e is None else [e]
+        for name in ("generation_config.json", "config.json"):
+            e = _read_json(path / name).get("eos_token_id")
+            ids = e if isinstance(e, list) else [] if e is None else [e]
+            if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+                raise ModelFormatError(f"{path / name}: eos_token_id must be a token id or a list of them, got {e!r}")
+            eos += ids
         if isinstance(tcfg.get("eos_token"), str) and self.tok.token_to_id(tcfg["eos_token"]) is not None:
             eos.append(self.tok.token_to_id(tcfg["eos_token"]))
         self.eos_ids = sorted(set(int(e) for e in eos))
@@ -69,7 +81,8 @@ def _default_system_prompt(template: str) -> str | None:
 
 
 def _read_json(f: Path) -> dict:
-    return json.loads(f.read_text()) if f.exists() else {}
+    """An optional JSON object file: {} when absent; errors name the file."""
+    return read_json(f) if f.exists() else {}
 
 
 def load_tokenizer(path) -> Tokenizer:

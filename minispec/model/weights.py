@@ -2,7 +2,8 @@
 
 ``GLOBAL_TENSORS`` and ``LAYER_TENSORS`` list every tensor a Llama-family checkpoint holds, with the
 shape it must have. ``load_weights`` finds them (one file or shards) and checks every shape with an
-error that names the tensor, the file, and both shapes, but reads no data yet: it returns a
+error that names the tensor, the file, and both shapes (the safetensors header itself is checked by
+``safetensors_io.read_header``; a weight must have a float dtype), but reads no data yet: it returns a
 ``Checkpoint``, a mapping by Hugging Face name that reads a tensor, as float32, when it is asked for.
 
 Why not read them all at once: the model fuses Q/K/V and gate/up and transposes each matrix into
@@ -14,14 +15,13 @@ into its place in the fused matrix, so loading holds one copy of the weights plu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
-from .config import ModelConfig, ModelFormatError
-from .safetensors_io import read_header, read_rows_into
+from .config import ModelConfig, ModelFormatError, read_json
+from .safetensors_io import FLOAT_DTYPES, read_header, read_rows_into
 
 # Shapes use ModelConfig fields: D hidden, F intermediate, V vocab, H/KVH heads, HD head dim.
 GLOBAL_TENSORS = {
@@ -61,14 +61,22 @@ def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def weight_files(path: Path) -> list[Path]:
+    """The safetensors files of a model directory: the shards an index names, or model.safetensors."""
     index = path / "model.safetensors.index.json"
     if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        missing = [s for s in shards if not (path / s).exists()]
+        weight_map = read_json(index).get("weight_map")
+        if not (isinstance(weight_map, dict) and weight_map
+                and all(isinstance(v, str) and v for v in weight_map.values())):
+            raise ModelFormatError(f"{index}: expected a \"weight_map\" object mapping tensor names to shard files, "
+                                   f"got {weight_map!r:.80}")
+        shards = sorted(set(weight_map.values()))
+        missing = [s for s in shards if not (path / s).is_file()]
         if missing:
-            raise ModelFormatError(f"{index}: shard file(s) missing: {', '.join(missing)}")
+            raise ModelFormatError(f"{index}: shard file(s) missing (or not files): {', '.join(missing)}")
         return [path / s for s in shards]
     single = path / "model.safetensors"
+    if single.exists() and not single.is_file():
+        raise ModelFormatError(f"{single}: not a file (expected the model's safetensors file)")
     if single.exists():
         return [single]
     raise ModelFormatError(f"{path}: no model.safetensors and no model.safetensors.index.json")
@@ -80,12 +88,17 @@ BLOCK_BYTES = 8 << 20  # a transposed tensor is read this many bytes at a time
 def locate_tensors(path: Path, need: dict[str, tuple[int, ...]]) -> dict[str, tuple[Path, dict, int]]:
     """name -> (file, its header entry, where that file's data starts), for every tensor in ``need``;
     shapes checked against ``need``."""
-    where = {}
-    for f in weight_files(path):
+    where, files = {}, weight_files(path)
+    for f in files:
         header, data_start = read_header(f)
         for name, info in header.items():
             if name not in need:
                 continue
+            if name in where:
+                raise ModelFormatError(f"{f}: tensor {name!r} is also in {where[name][0]} (expected it in one file)")
+            if info["dtype"] not in FLOAT_DTYPES:
+                raise ModelFormatError(f"{f}: tensor {name!r} has dtype {info['dtype']}, expected a float weight "
+                                       f"({', '.join(FLOAT_DTYPES)})")
             if tuple(info["shape"]) != need[name]:
                 raise ModelFormatError(
                     f"{f}: tensor {name!r} has shape {tuple(info['shape'])}, expected {need[name]} from config.json"
@@ -94,14 +107,21 @@ def locate_tensors(path: Path, need: dict[str, tuple[int, ...]]) -> dict[str, tu
     missing = [n for n in need if n not in where]
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
-        raise ModelFormatError(f"{path}: tensor(s) missing from the safetensors files: {', '.join(missing[:3])}{more}")
+        where_from = files[0] if len(files) == 1 else f"{path} (shards {', '.join(f.name for f in files)})"
+        raise ModelFormatError(f"{where_from}: tensor(s) missing, expected by config.json: {', '.join(missing[:3])}{more}")
     return where
+
+
+def check_finite(values: np.ndarray, name: str, f: Path) -> None:
+    """Refuse NaN or infinite weights: the model would still run and quietly emit token 0 forever."""
+    if not np.isfinite(values).all():
+        raise ModelFormatError(f"{f}: tensor {name!r} holds NaN or infinite values (expected finite weights)")
 
 
 class Checkpoint(Mapping):
     """The tensors a config needs, by Hugging Face name, read from the files only when asked for.
 
-    ``ckpt[name]`` reads a whole tensor as float32; ``pop`` reads it and forgets it;
+    ``ckpt[name]`` reads a whole tensor as float32 and refuses NaN or infinite values; ``pop`` reads it and forgets it;
     ``pop_transposed_into(name, out)`` writes its transpose into ``out`` a block of rows at a time,
     so no full-size copy of the tensor ever exists besides ``out`` (see the module docstring).
     """
@@ -115,6 +135,7 @@ class Checkpoint(Mapping):
         out = np.empty(info["shape"], np.float32)
         with open(f, "rb") as fh:
             read_rows_into(fh, info, data_start, 0, out)
+        check_finite(out, name, f)
         return out
 
     def __iter__(self) -> Iterator[str]:
@@ -138,6 +159,7 @@ class Checkpoint(Mapping):
             for first in range(0, rows, step):
                 part = block[: min(step, rows - first)]
                 read_rows_into(fh, info, data_start, first, part)
+                check_finite(part, name, f)
                 out[:, first: first + len(part)] = part.T
 
 

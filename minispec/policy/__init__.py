@@ -10,6 +10,17 @@ The loops never look inside a policy; their ``Run`` (rounds.py) asks it four thi
 ``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``) and ``TreeShape`` (``tree="auto"``)
 choose from a cost model fed by measured costs (costs.py) and acceptance estimates (acceptance.py).
 None of them changes the output distribution: every token still comes from the rejection rule.
+
+Seeds. The policy decides how many random numbers a round draws (one per guess drafted, one per
+check), so a seeded run reproduces its output only if its policy makes the same choices. With a
+``seed``, ``start_run`` (rounds.py) therefore builds the automatic policies with ``learn=False``:
+they choose from the calibrated costs and the acceptances they observe, never from this run's
+clock. The calibration itself is measured once per model and machine and cached (costs.py: in
+memory, and on disk in ``$MINISPEC_CACHE/calibration.json``). What can still change a seeded run's
+output with ``k="auto"`` or ``tree="auto"``: another machine (other timings, another choice of K), a
+cleared or disabled disk cache (``MINISPEC_NO_CALIBRATION_CACHE=1``: each process measures afresh),
+another NumPy or device, and a policy object passed in by the caller (used as it is). Fixed K and
+fixed trees never depend on timings. Greedy output (temperature 0) never depends on K at all.
 """
 
 from __future__ import annotations
@@ -26,27 +37,28 @@ __all__ = ["Acceptance", "AutoK", "FixedK", "PerContext", "ProbeBudget", "Stoppe
            "run_length", "stopped_k", "tree_policy"]
 
 
-def k_policy(k, target, drafter):
-    """k: an int (fixed K), "auto" (AutoK, calibrated for this pair), or a policy object."""
+def k_policy(k, target, drafter, learn: bool = True):
+    """k: an int (fixed K), "auto" (AutoK, calibrated for this pair), or a policy object. ``learn=False``:
+    an automatic policy keeps its calibrated costs instead of following this run's timings (seeded runs)."""
     if isinstance(k, str) and k == "auto":
-        return auto_k(target, drafter)
+        return auto_k(target, drafter, learn=learn)
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
         if k < 0:
             raise ValueError(f"k must be a non-negative integer or 'auto', got {k}")
         return FixedK(int(k))
     if all(hasattr(k, m) for m in ("next_k", "observe", "probe", "keep")):
         return k
-    raise ValueError(f"k must be a non-negative integer or 'auto', got {k!r}")
+    raise ValueError(f"k must be a non-negative integer, 'auto' or a policy object, got {k!r}")
 
 
-def tree_policy(shape, target, drafter) -> TreeShape:
-    """shape: (width, depth), "auto" (TreeShape chosen per round, calibrated for this pair), or a TreeShape."""
+def tree_policy(shape, target, drafter, learn: bool = True) -> TreeShape:
+    """shape: (width, depth), "auto" (TreeShape chosen per round, calibrated for this pair), or a TreeShape.
+    ``learn``: as for ``k_policy``."""
     if isinstance(shape, TreeShape):
         return shape
     if isinstance(shape, str) and shape == "auto":
-        return auto_tree_shape(target, drafter)
-    ok = (isinstance(shape, (tuple, list)) and len(shape) == 2
-          and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in shape))
-    if not ok:
-        raise ValueError(f"shape must be (width, depth) with non-negative integers, 'auto' or a TreeShape, got {shape!r}")
-    return TreeShape.fixed(int(shape[0]), int(shape[1]))
+        return auto_tree_shape(target, drafter, learn=learn)
+    if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
+        raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a TreeShape, "
+                         f"got {shape!r}")
+    return TreeShape.fixed(shape[0], shape[1])

@@ -183,10 +183,12 @@ class StoppedK(AutoK):
         return self.k
 
 
-def auto_k(target, drafter, k_max: int = 8) -> AutoK:
-    """An AutoK calibrated for this target and drafter."""
+def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
+    """An AutoK calibrated for this target and drafter; ``learn=False``: it keeps the calibrated costs (a
+    seeded run), else it refines them with each round's timings. K stays below the target's context."""
+    k_max = max(1, min(k_max, target.cfg.max_position_embeddings - 1))
     draft_time, feed_time = drafter_costs(drafter)
-    return AutoK(calibrate_verify(target, k_max + 1), draft_time, k_max, feed_time)
+    return AutoK(calibrate_verify(target, k_max + 1), draft_time, k_max, feed_time, learn_costs=learn)
 
 
 def stopped_k(target, drafter, k: int) -> StoppedK:

@@ -22,7 +22,7 @@ from ..model import backend
 from ..model.fetch import cache_dir
 from ..sampling import warp
 
-_CALIBRATION: dict = {}  # (id(model), ns) -> {n: seconds}
+_CALIBRATION: dict = {}  # _disk_key(model, ns) -> {n: seconds}, or seconds per guess
 
 
 def forward_times(model, ns=(1, 2, 4, 8, 16), context: int = 256, repeats: int = 20, warmup: int = 3) -> dict[int, float]:
@@ -41,17 +41,48 @@ def forward_times(model, ns=(1, 2, 4, 8, 16), context: int = 256, repeats: int =
         for n in ns:
             ids = rng.integers(0, model.cfg.vocab_size, n)
             cache.rollback(context)
+            backend.synchronize()
             t0 = time.perf_counter()
             model.forward(ids, cache)
+            backend.synchronize()
             if r >= warmup:
                 times[n].append(time.perf_counter() - t0)
     return {n: float(np.median(t)) for n, t in times.items()}
 
 
-def _disk_key(model, ns: tuple) -> str:
+def _disk_key(model, ns) -> str:
+    """What a measurement depends on: the model (name, size, shape), the device and the machine. It keys
+    the cache in memory too, so that a model loaded again (or a new drafter around the same model) finds
+    the same figures: a seeded run then chooses the same K (see ``policy/__init__.py``)."""
     c = model.cfg
     return (f"{model.name}|{model.weight_bytes}|{c.num_layers}x{c.hidden_size}|{backend.DEVICE}|{','.join(map(str, ns))}|"
             f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
+
+
+def cached(key: str, measure):
+    """``measure()``, once per key: kept in memory, and on disk in ``$MINISPEC_CACHE/calibration.json``
+    unless ``MINISPEC_NO_CALIBRATION_CACHE`` is set. A JSON round trip turns dict keys into strings; the
+    caller converts them back."""
+    disk = os.environ.get("MINISPEC_NO_CALIBRATION_CACHE") is None
+    f = cache_dir() / "calibration.json"
+    if key not in _CALIBRATION and disk:
+        try:
+            stored = json.loads(f.read_text()).get(key)
+            if stored is not None:
+                _CALIBRATION[key] = stored
+        except (OSError, ValueError, AttributeError):
+            pass
+    if key not in _CALIBRATION:
+        _CALIBRATION[key] = measure()
+        if disk:
+            try:
+                data = json.loads(f.read_text()) if f.exists() else {}
+                data[key] = _CALIBRATION[key]
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(json.dumps(data, indent=1))
+            except (OSError, ValueError, AttributeError, TypeError):
+                pass
+    return _CALIBRATION[key]
 
 
 def calibrate(model, ns) -> dict[int, float]:
@@ -59,26 +90,8 @@ def calibrate(model, ns) -> dict[int, float]:
     ``forward_times`` (about a second for SmolLM2), cached per model in memory and on disk
     (``$MINISPEC_CACHE/calibration.json``; ``MINISPEC_NO_CALIBRATION_CACHE=1`` skips the disk)."""
     ns = tuple(ns)
-    key, disk = (id(model), ns), os.environ.get("MINISPEC_NO_CALIBRATION_CACHE") is None
-    f = cache_dir() / "calibration.json"
-    if key not in _CALIBRATION and disk:
-        try:
-            stored = json.loads(f.read_text()).get(_disk_key(model, ns))
-            if stored:
-                _CALIBRATION[key] = {int(n): float(t) for n, t in stored.items()}
-        except (OSError, ValueError, AttributeError):
-            pass
-    if key not in _CALIBRATION:
-        _CALIBRATION[key] = forward_times(model, ns, context=64, repeats=2, warmup=1)
-        if disk:
-            try:
-                data = json.loads(f.read_text()) if f.exists() else {}
-                data[_disk_key(model, ns)] = _CALIBRATION[key]
-                f.parent.mkdir(parents=True, exist_ok=True)
-                f.write_text(json.dumps(data, indent=1))
-            except (OSError, ValueError, AttributeError):
-                pass
-    return dict(_CALIBRATION[key])
+    times = cached(_disk_key(model, ns), lambda: forward_times(model, ns, context=64, repeats=2, warmup=1))
+    return {int(n): float(t) for n, t in times.items()}
 
 
 def calibrate_verify(target, n_max: int) -> dict[int, float]:
@@ -100,12 +113,18 @@ def guess_time(drafter, tokens: list[int], repeats: int = 20, warmup: int = 2) -
 
 def drafter_costs(drafter) -> tuple[float, float]:
     """(seconds per guess, seconds per token fed when catching up) of a drafter with a model, measured once
-    and cached; zeros otherwise (prompt lookup costs microseconds: rounds then measure it)."""
+    and cached like ``calibrate`` (keyed by the drafter's model, not by the drafter object, so that a new
+    drafter around the same model reuses the figure); zeros otherwise (prompt lookup costs microseconds:
+    rounds then measure it)."""
     model = getattr(drafter, "model", None)
     if model is None:
         return 0.0, 0.0
-    key = (id(drafter), "guess")
-    if key not in _CALIBRATION:
-        context = list(np.random.default_rng(0).integers(0, model.cfg.vocab_size, min(64, model.cfg.max_position_embeddings // 2)))
-        _CALIBRATION[key] = guess_time(drafter, context, repeats=3, warmup=1)
-    return _CALIBRATION[key], calibrate(model, (32,))[32] / 32
+
+    def measure():
+        n = min(64, model.cfg.max_position_embeddings // 2)
+        context = [int(t) for t in np.random.default_rng(0).integers(0, model.cfg.vocab_size, n)]
+        return guess_time(drafter, context, repeats=3, warmup=1)
+
+    per_guess = float(cached(_disk_key(model, ("guess",)), measure))
+    n = min(32, model.cfg.max_position_embeddings)  # a pass over n tokens, per token
+    return per_guess, calibrate(model, (n,))[n] / n

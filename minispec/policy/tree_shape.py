@@ -12,6 +12,8 @@ When no tree pays, (0, 0): a plain round, which may probe the drafter's first gu
 
 from __future__ import annotations
 
+import numpy as np
+
 from .acceptance import Acceptance, PerContext, run_length
 from .auto_k import ProbeBudget, probe_cost
 from .costs import calibrate_verify, drafter_costs
@@ -29,7 +31,11 @@ class TreeShape:
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreeShape":
-        return cls({}, {}, auto=False, shape=(width, depth))
+        """Always (width, depth); (0, d) or (w, 0) is plain decoding."""
+        for name, x in (("width", width), ("depth", depth)):
+            if not (isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0):
+                raise ValueError(f"tree {name} must be a non-negative integer, got {x!r}")
+        return cls({}, {}, auto=False, shape=(int(width), int(depth)))
 
     def expected(self, w: int, d: int) -> float:
         e = self.acc[self.context]
@@ -83,8 +89,11 @@ class TreeShape:
                 self.acc[self.context].update_probe(*probed)
 
 
-def auto_tree_shape(target, drafter, max_nodes: int = 16) -> TreeShape:
+def auto_tree_shape(target, drafter, max_nodes: int = 16, learn: bool = True) -> TreeShape:
+    """A TreeShape calibrated for this target and drafter; ``learn=False`` keeps the calibrated costs (a
+    seeded run). A tree stays below the target's context."""
+    max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
     verify = calibrate_verify(target, max_nodes + 1)
     model = getattr(drafter, "model", None)
     draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
-    return TreeShape(verify, draft, max_nodes, feed_time=drafter_costs(drafter)[1])
+    return TreeShape(verify, draft, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
