@@ -160,8 +160,8 @@ class PromptLookup:
         same = seq[:-1] == seq[-1]  # [L-1] same[i]: the n-gram ending at i equals the last n-gram (n = 1 here)
         for n in range(1, min(self.max_ngram, L - 1) + 1):
             if n > 1:  # extend every match one token to the left
-                same[n - 1:] &= seq[: L - n] == seq[L - n]
-                same[n - 2] = False
+                same[n - 1:] &= seq[: L - n] == seq[L - n]  # the n-gram ending at i starts like the last one
+                same[n - 2] = False  # an n-gram ending at n - 2 would start before position 0
             ends = np.flatnonzero(same)
             if not ends.size:
                 break

@@ -35,7 +35,7 @@ def acceptance_probability(target_p: float, draft_q: float) -> float:
 def overlap(target_row: np.ndarray, draft_row: np.ndarray) -> float:
     """sum_x min(p(x), q(x)) = 1 - TV(p, q): the probability that the rule accepts one guess drawn from q
     (beta in Leviathan et al., section 3.5). A plain round knows p for the next token, so it can measure
-    a guess it never verifies (adaptive.py: probes)."""
+    a guess it never verifies (rounds.py: Run.measure_probe)."""
     return float(np.minimum(target_row, draft_row).sum())
 
 

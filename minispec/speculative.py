@@ -41,10 +41,11 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     while not run.done:
         draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]
         K = len(draft_tokens)
-        target_logits = target.forward(run.last + draft_tokens, run.cache, last=K + 1)  # [K+1, V]: one pass
+        target_logits = target.forward(run.last + draft_tokens, run.cache, last=K + 1)  # [K+1, V]: ONE pass
+        # (run.last is the last emitted token; in round 1 the prompt comes before it)
         target_probs = run.warp(target_logits)  # p_1..p_{K+1}: [K+1, V], warped like q
         n, next_token = accept_reject(target_probs, draft_probs, draft_tokens, run.rng)
-        run.cache.rollback(len(run.tokens) + n)  # keep the last token and x_1..x_n
+        run.cache.rollback(len(run.tokens) + n)  # cache length := the last token and x_1..x_n; x_{n+1}.. drop
         run.emit(draft_tokens[:n] + [next_token], n, target_probs)
     return run.result()
 

@@ -1,7 +1,7 @@
 """A preallocated key/value cache: fixed arrays plus one integer, as in llama2.c.
 
-Positions ``0 .. length-1`` hold valid keys and values. Going back is O(1): ``rollback(m)`` only
-moves ``length``; the stale entries past it are overwritten by the next forward.
+Positions ``0 .. length-1`` hold valid keys and values. Going back is O(1): ``rollback(length)``
+only moves ``length``; the stale entries past it are overwritten by the next forward.
 """
 
 from __future__ import annotations
