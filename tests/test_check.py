@@ -19,6 +19,7 @@ def setup():
     return target, tok, make_drafter(shipped_draft() or "layer-skip", target)
 
 
+@pytest.mark.slow
 def test_level4_reduced_passes_the_real_rule_and_catches_the_broken_one(setup):
     target, tok, main = setup
     res = run_check(target, tok, main, [main, PromptLookup()], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32,
