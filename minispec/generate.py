@@ -27,6 +27,11 @@ def check_generate_args(model: Model, prompt_ids, max_new_tokens: int, temperatu
     return ids
 
 
+def stop_set(stop_ids) -> set[int]:
+    """The checked ``stop_ids`` (``check_stop_ids``) as a set of ints; None: no stop token."""
+    return set() if stop_ids is None else {int(t) for t in stop_ids}
+
+
 def check_stop_ids(model: Model, stop_ids) -> None:
     """None, or a list/tuple/set of token ids of the model's vocabulary (a bare int or a string is refused)."""
     if stop_ids is None:
@@ -44,7 +49,7 @@ def generate(model: Model, prompt_ids, max_new_tokens: int, *, temperature: floa
     """New token ids after ``prompt_ids``; stops after a token in ``stop_ids`` (which is included)."""
     ids = check_generate_args(model, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
     rng = np.random.default_rng(seed)
-    stop = set() if stop_ids is None else {int(t) for t in stop_ids}
+    stop = stop_set(stop_ids)
     out: list[int] = []
     if max_new_tokens == 0:
         return out

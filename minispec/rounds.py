@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .drafters import as_drafter
-from .generate import check_generate_args
+from .generate import check_generate_args, stop_set
 from .model import Model
 from .policy import k_policy, tree_policy
 from .rejection import overlap
@@ -165,6 +165,6 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
-               unfed=[int(t) for t in ids[:-1]], stop=set() if stop_ids is None else {int(t) for t in stop_ids}, max_new_tokens=max_new_tokens,
+               unfed=[int(t) for t in ids[:-1]], stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
                warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
                on_token=on_token, stats=SpecStats(), forwards0=getattr(drafter, "forwards", 0))
