@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from .eagle import is_eagle_dir, load_eagle
 from .model import Model, ModelFormatError, load_model
 from .model.config import read_json
 from .sampling import sample, top_probability
@@ -218,7 +219,8 @@ def as_drafter(drafter, target: Model) -> Drafter:
 
 def make_drafter(spec: str, target: Model, layers: int | None = None):
     """The CLI's drafter spec -> a drafter (None for plain decoding): ``prompt-lookup``, ``layer-skip`` (the
-    target's first ``layers`` layers), ``none``, or a draft model directory with the target's tokenizer.
+    target's first ``layers`` layers), ``none``, an EAGLE head directory (eagle.py), or a draft model
+    directory with the target's tokenizer.
     ``layers`` belongs to layer-skip only: given with another drafter it is refused, not ignored."""
     if not isinstance(spec, str):
         raise TypeError(f"drafter spec must be a string, got {type(spec).__name__}")
@@ -232,6 +234,8 @@ def make_drafter(spec: str, target: Model, layers: int | None = None):
         return LayerSkip(target, layers)
     if not Path(spec).is_dir():
         raise ValueError(f"drafter {spec!r}: not a model directory, nor prompt-lookup, layer-skip or none")
+    if is_eagle_dir(spec):  # a feature head for this target (eagle.py), not a model
+        return load_eagle(spec, target)
     if target.path is not None:
         check_same_tokenizer(target.path, spec)
     return DraftModel(load_model(spec), target.cfg.vocab_size)

@@ -120,9 +120,10 @@ class Run:
         self.probe_came_true = bool(self.probe[emitted] == 1.0)
         return measured
 
-    def emit(self, new_tokens: list[int], accepted: int, target_probs: np.ndarray) -> None:
+    def emit(self, new_tokens: list[int], accepted: int, target_probs: np.ndarray, features=None) -> None:
         """Append the round's tokens (the accepted guesses and the rule's next token) and record the round.
-        ``target_probs[0]`` is p for the first new position: what a probe is measured against."""
+        ``target_probs[0]`` is p for the first new position: what a probe is measured against. ``features``
+        [n, D]: the target's features of the last n tokens in its cache, for a feature drafter (eagle.py)."""
         t_draft, t_verify = self.clock[1] - self.clock[0], time.perf_counter() - self.clock[1]
         probed = self.measure_probe(target_probs[0], new_tokens[accepted])
         emitted = 0
@@ -134,6 +135,8 @@ class Run:
                 self.on_token(int(t))
             if self.done:
                 break
+        if features is not None and hasattr(self.drafter, "see_features"):
+            self.drafter.see_features(self.tokens[: self.cache.length], features)
         prefill = bool(self.unfed)
         self.unfed = []
         self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, prefill)

@@ -8,6 +8,9 @@ Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1, one round per i
     forget the rejected guesses              cache.rollback(...)    (model/kvcache.py: an integer)
     emit x_1..x_n, t                         run.emit(...)
 
+The target pass also returns its top-layer features; ``run.emit`` hands those of the tokens the cache
+keeps to a drafter that drafts from them (eagle.py) and ignores them otherwise.
+
 With K = 0 a round is one plain autoregressive step. The prompt rides on the first round's pass (its
 rows come first and only the last K + 1 rows are kept), so a run makes exactly one target pass per
 round. Everything that is not the algorithm (choosing K, timing, statistics, probes, the drafter
@@ -24,7 +27,7 @@ from typing import Callable
 from .model import Model
 from .rejection import accept_reject
 from .rounds import SpecResult, start_run
-from .tree import accept_tree, verify_tree
+from .tree import accept_tree, kept_rows, verify_tree
 
 
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
@@ -41,12 +44,12 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     while not run.done:
         draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]
         K = len(draft_tokens)
-        target_logits = target.forward(run.last + draft_tokens, run.cache, last=K + 1)  # [K+1, V]: ONE pass
-        # (run.last is the last emitted token; in round 1 the prompt comes before it)
+        target_logits, features = target.forward(run.last + draft_tokens, run.cache, last=K + 1, hidden=True)  # ONE pass
+        # [K+1, V] and [T, D]. run.last is the last emitted token; in round 1 the prompt comes before it
         target_probs = run.warp(target_logits)  # p_1..p_{K+1}: [K+1, V], warped like q
         n, next_token = accept_reject(target_probs, draft_probs, draft_tokens, run.rng)
         run.cache.rollback(len(run.tokens) + n)  # cache length := the last token and x_1..x_n; x_{n+1}.. drop
-        run.emit(draft_tokens[:n] + [next_token], n, target_probs)
+        run.emit(draft_tokens[:n] + [next_token], n, target_probs, features[: len(features) - K + n])  # f of the kept
     return run.result()
 
 
@@ -61,9 +64,10 @@ def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token)
     while not run.done:
         tree = run.draft_tree()  # N nodes, each drawn from its q
-        target_logits = verify_tree(target, run.cache, run.last, tree)  # [N+1, V]: one pass
+        target_logits, features = verify_tree(target, run.cache, run.last, tree, hidden=True)  # [N+1, V], [T, D]: one pass
         target_probs = run.warp(target_logits)  # [N+1, V]
         path, next_token = accept_tree(target_probs, tree, run.rng)  # the accepted nodes, root to deepest
         run.cache.keep(len(run.tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted
-        run.emit([tree.tokens[node] for node in path] + [next_token], len(path), target_probs)
+        run.emit([tree.tokens[node] for node in path] + [next_token], len(path), target_probs,
+                 features[kept_rows(len(run.last), path)])
     return run.result()

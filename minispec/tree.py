@@ -81,17 +81,23 @@ def tree_mask(parents: list[int], prefix: int) -> np.ndarray:  # -> [N+1, prefix
     return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def verify_tree(target, cache, head: list[int], tree: Tree) -> np.ndarray:
+def verify_tree(target, cache, head: list[int], tree: Tree, hidden: bool = False):
     """One target pass over ``head`` (prompt tokens not yet cached, then the root: the last emitted
     token) and every node -> logits [N+1, V] of the root and the nodes. The uncached prompt tokens are
-    causal among themselves and seen by every node."""
+    causal among themselves and seen by every node. ``hidden=True``: (logits, features of every row)."""
     *fresh, root = head
     F, L = len(fresh), cache.length
     ids = np.array(list(fresh) + [root] + tree.tokens[1:], dtype=np.int64)
     positions = np.concatenate([L + np.arange(F), L + F + tree.depths()])
     causal = np.where(np.arange(L + F + len(tree) + 1)[None, :] <= (L + np.arange(F))[:, None], 0.0, -np.inf)  # [F, S]
     mask = np.concatenate([causal.astype(np.float32), tree_mask(tree.parents, L + F)])  # [F + N+1, S]
-    return target.forward_masked(target.check_tokens(ids), cache, positions, mask, last=len(tree) + 1)
+    return target.forward_masked(target.check_tokens(ids), cache, positions, mask, last=len(tree) + 1, hidden=hidden)
+
+
+def kept_rows(head: int, path: list[int]) -> list[int]:
+    """The rows of ``verify_tree``'s features whose tokens stay in the cache: the ``head`` tokens (uncached prompt
+    and root) and the accepted nodes (node i is row head - 1 + i)."""
+    return list(range(head)) + [head - 1 + node for node in path]
 
 
 def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) -> tuple[list[int], int]:
@@ -171,6 +177,8 @@ def prompt_lookup_tree(pl, tokens: list[int], width: int, depth: int) -> Tree:
 def propose_tree(drafter, tokens, width: int, depth: int, warp, rng) -> Tree:
     if width == 0 or depth == 0:
         return Tree()
+    if hasattr(drafter, "propose_tree"):  # a drafter with its own way (eagle.py)
+        return drafter.propose_tree(tokens, width, depth, warp, rng)
     if hasattr(drafter, "continuations"):
         return prompt_lookup_tree(drafter, tokens, width, depth)
     return draft_model_tree(drafter, tokens, width, depth, warp, rng)

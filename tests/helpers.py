@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from minispec.eagle import head_shapes
+from minispec.model.config import ModelConfig
+from minispec.model.safetensors_io import write_safetensors
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.sampling import warp
 
@@ -60,6 +63,24 @@ def spec_two_token_counts(target, make_drafter, prompt, runs, k=2, tree_shape=No
             toks = tree_speculative_generate(target, make_drafter(), prompt, 2, shape=tree_shape, seed=seed, **w).tokens
         counts[toks[0] * V + toks[1]] += 1
     return counts
+
+
+def write_random_eagle(path, cfg: ModelConfig, frequent_tokens, seed: int = 0, scale: float = 1.0) -> Path:
+    """An EAGLE head directory (eagle.py) with random weights for a target of config ``cfg``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    tensors = {name: ((1.0 + 0.1 * rng.standard_normal(shape)) if name.endswith("norm.weight")
+                      else scale * rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+               for name, shape in head_shapes(cfg).items()}
+    write_safetensors(path / "eagle.safetensors", tensors, "F32")
+    tokens = sorted(int(t) for t in frequent_tokens)
+    (path / "frequent_tokens.json").write_text(json.dumps(tokens))
+    conf = dict(minispec_drafter="eagle", hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_heads,
+                num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
+                target_vocab_size=cfg.vocab_size, reduced_vocab_size=len(tokens))
+    (path / "config.json").write_text(json.dumps(conf, indent=2))
+    return path
 
 
 # --- untrusted input: files to corrupt and a CLI to call (tests/test_untrusted.py, test_safetensors_fuzz.py, test_seeds.py)

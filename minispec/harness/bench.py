@@ -23,7 +23,7 @@ import numpy as np
 from ..drafters import DraftModel, make_drafter
 from ..generate import generate
 from ..model import backend, load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_draft
+from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from . import draft_eval, gpu, stop_eval
@@ -77,6 +77,10 @@ def bench_study(argv) -> int:
                     "`decode` (plain decoding against transformers), `stop` (the early stop on the draft's confidence).")
     p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
+    p.add_argument("--eagle", help="EAGLE head directory (default: the shipped head, when present)")
+    p.add_argument("--drafters", default="draft,eagle,prompt-lookup,layer-skip,self",
+                   help="which drafters to study, comma-separated (default: all of "
+                        "draft,eagle,prompt-lookup,layer-skip,self)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
     p.add_argument("--quick", action="store_true", help="a small study (2.4 min measured here)")
     p.add_argument("--ks", help="comma-separated K values (default 1..8; quick 1,2,4)")
@@ -93,16 +97,28 @@ def bench_study(argv) -> int:
     slow = tuple(int(x) for x in (a.slow_ks or ("4" if q else "1,4,8")).split(","))
     target_dir = resolve_model(a.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    want = a.drafters.split(",")
+    unknown = set(want) - {"draft", "eagle", "prompt-lookup", "layer-skip", "self"}
+    if unknown:
+        p.error(f"--drafters: unknown {', '.join(sorted(unknown))}; choose from draft,eagle,prompt-lookup,layer-skip,self")
     drafters, draft_dir = {}, None
-    spec = a.draft or shipped_draft() or "prompt-lookup"
-    if spec != "prompt-lookup":
+    spec = a.draft or shipped_draft()
+    if spec and "draft" in want:
         d = make_drafter(spec, target)
         drafters[d.name] = d
         draft_dir = spec
-    for s in ("prompt-lookup", "layer-skip"):
-        d = make_drafter(s, target, a.layers)
+    eagle = a.eagle or shipped_eagle()
+    if eagle and "eagle" in want:
+        d = make_drafter(eagle, target)
         drafters[d.name] = d
-    drafters["self"] = DraftModel(target, name="self")
+    for s in ("prompt-lookup", "layer-skip"):
+        if s in want:
+            d = make_drafter(s, target, a.layers if s == "layer-skip" else None)
+            drafters[d.name] = d
+    if "self" in want:
+        drafters["self"] = DraftModel(target, name="self")
+    if not drafters:
+        p.error("no drafter to study: --drafters names none that is available")
     peer = transformers_peer(target_dir, draft_dir) if a.peer and not q and a.device == "cpu" else None
     if peer is None:
         why = ("--quick" if q else "--no-peer" if not a.peer else "transformers runs on the CPU: no peer for --device cuda"

@@ -42,7 +42,7 @@ from ..model.fetch import resolve_model, shipped_draft
 from ..progress import Progress
 from ..rejection import accept_reject
 from ..sampling import warp
-from ..speculative import speculative_generate
+from ..speculative import speculative_generate, tree_speculative_generate
 from .equivalence import broken_accept_reject, mean_test, token_test
 from .prompts import PROMPT_SETS, load_prompts
 
@@ -79,8 +79,12 @@ def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len
     draft proposed it. One teacher-forced pass of the target and of the draft over prompt + run."""
     seq = list(prompt) + list(run)
     rows = slice(len(prompt) - 1, len(seq) - 1)  # the rows that predict the run's tokens
-    p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
-    q = warp(drafter.pad(drafter.model.forward(seq, drafter.model.new_cache(len(seq))))[rows], 1.0)  # [n, V]
+    if hasattr(drafter, "first_guess_logits"):  # a feature head (eagle.py): its first guess at every position
+        logits, features = target.forward(seq, target.new_cache(len(seq)), hidden=True)
+        p, q = warp(logits[rows], 1.0), warp(drafter.first_guess_logits(seq, features)[rows], 1.0)  # [n, V] each
+    else:
+        p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
+        q = warp(drafter.pad(drafter.model.forward(seq, drafter.model.new_cache(len(seq))))[rows], 1.0)  # [n, V]
     idx = np.arange(len(run))
     return np.minimum(1.0, q[idx, run] / p[idx, run])
 
@@ -88,7 +92,7 @@ def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len
 def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000) -> dict:
     """Both statistics (module docstring) for paired runs, and the verdict at ALPHA."""
     res = dict(tokens=token_test(runs_a, runs_b, seed=seed, permutations=permutations))
-    if getattr(drafter, "model", None) is not None:
+    if getattr(drafter, "model", None) is not None or hasattr(drafter, "first_guess_logits"):
         values = [[acceptance_of_tokens(target, drafter, prompts[i % len(prompts)], r) for i, r in enumerate(runs)]
                   for runs in (runs_a, runs_b)]
         res["acceptance"] = mean_test(*values, seed=seed, permutations=permutations)
@@ -129,17 +133,20 @@ def calibration_check(target, drafter, tok, seeds: int = 20, n_runs: int = 24, r
                 passed=all(v > ALPHA for v in ks.values()))
 
 
-def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress=True) -> list[dict]:
+def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress=True, trees=()) -> list[dict]:
+    """Each drafter with a chain of ``k`` guesses, and each drafter in ``trees`` with a 3x3 tree as well."""
     prompts = all_prompts(tok)[:n_prompts]
-    bar = Progress(n_prompts * (1 + len(drafters)), "level 4, greedy", quiet=not progress)
-    rows = {d.name: dict(drafter=d.name, prompts=n_prompts, tokens=0, identical=0, mismatches=[]) for d in drafters}
+    runs = [(d.name, d, None) for d in drafters] + [(f"{d.name}, tree 3x3", d, (3, 3)) for d in trees]
+    bar = Progress(n_prompts * (1 + len(runs)), "level 4, greedy", quiet=not progress)
+    rows = {name: dict(drafter=name, prompts=n_prompts, tokens=0, identical=0, mismatches=[]) for name, _, _ in runs}
     for i, p in enumerate(prompts):
         want = generate(target, p, n_tokens)
         bar.update()
-        for d in drafters:
-            got = speculative_generate(target, d, p, n_tokens, k=k).tokens
+        for name, d, shape in runs:
+            got = (speculative_generate(target, d, p, n_tokens, k=k) if shape is None
+                   else tree_speculative_generate(target, d, p, n_tokens, shape=shape)).tokens
             bar.update()
-            r = rows[d.name]
+            r = rows[name]
             r["tokens"] += len(got)
             if got == want:
                 r["identical"] += 1
@@ -155,7 +162,7 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
 
 
 def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192, greedy_prompts: int = 20,
-              greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True) -> dict:
+              greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=()) -> dict:
     """The whole level-4 check (module docstring); ``calibration_seeds`` 0 skips the calibration."""
     t0 = time.perf_counter()
     bar = Progress(n_runs, "level 4, T=1 plain", quiet=not progress)
@@ -166,7 +173,8 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
                sampling_broken_rule=sampling_check(target, sampling_drafter, tok, plain, broken=True, progress=progress))
     if calibration_seeds:
         res["calibration"] = calibration_check(target, sampling_drafter, tok, calibration_seeds, progress=progress)
-    res["greedy"] = greedy_check(target, greedy_drafters, tok, greedy_prompts, greedy_tokens, progress=progress)
+    res["greedy"] = greedy_check(target, greedy_drafters, tok, greedy_prompts, greedy_tokens, progress=progress,
+                                 trees=trees)
     res["seconds"] = time.perf_counter() - t0
     res["passed"] = verdicts(res)
     return res
@@ -228,14 +236,17 @@ def main_check(args) -> int:
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     spec = args.draft or shipped_draft() or "layer-skip"
     main = make_drafter(spec, target)
-    if getattr(main, "model", None) is None:
-        raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with its own distribution (a draft model or "
-                         "layer-skip); prompt lookup is checked greedily")
+    if getattr(main, "model", None) is None and not hasattr(main, "first_guess_logits"):
+        raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with its own distribution (a draft model, "
+                         "an EAGLE head or layer-skip); prompt lookup is checked greedily")
     greedy = [main, PromptLookup()] + ([] if isinstance(main, LayerSkip) else [LayerSkip(target)])
+    trees = [main] if hasattr(main, "see_features") else []  # a feature head: its trees too
     if args.quick:
-        res = run_check(target, tok, main, greedy, n_runs=24, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0)
+        res = run_check(target, tok, main, greedy, n_runs=24, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0,
+                        trees=trees)
     else:
-        res = run_check(target, tok, main, greedy, n_runs=args.runs)
+        res = run_check(target, tok, main, greedy, n_runs=args.runs, calibration_seeds=0 if args.no_calibration else 20,
+                        trees=trees)
     print(format_check(res))
     if args.json:
         with open(args.json, "w") as f:

@@ -180,6 +180,11 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     memory = [dict(model=n, weight_bytes=(0 if n.startswith("layer-skip") else m.weight_bytes),
                    kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
               for n, m in models.items()]
+    for n, d in drafters.items():  # a feature head (eagle.py): its weights, one layer's cache and the features it keeps
+        if hasattr(d, "see_features"):
+            per_token = 2 * d.cfg.num_kv_heads * d.cfg.head_dim * 4 + d.cfg.hidden_size * 4
+            memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=per_token,
+                               kv_bytes_at_context=per_token * used_ctx))
     result = dict(
         machine=machine_info(), target=target.name, context_for_costs=context, max_new_tokens=max_new_tokens,
         prompts_per_set=prompts_per_set, prompt_sets=list(prompt_sets), ks=list(ks), settings=list(settings),
@@ -357,6 +362,9 @@ def format_report(res: dict, plots: list[str]) -> str:
         for k, v in p.items():
             if isinstance(v, dict):
                 L.append(f"| {k} | {v['tok_s']:.1f} | {v['speedup']:.2f}x |")
+    if any(b["drafter"].startswith("eagle") for b in res["best"]):
+        L += ["", "transformers has no peer for the EAGLE head: its assisted generation takes a draft model (or prompt "
+              "lookup), not a feature head that reads the target's hidden states."]
     if plots:
         L += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     L += ["", f"Study time: {res['seconds'] / 60:.1f} min."]

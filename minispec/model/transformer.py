@@ -189,18 +189,20 @@ class Model:
             raise ValueError(f"token id {int(bad[0])} is out of range for vocabulary size {self.cfg.vocab_size}")
         return ids.astype(np.int64)
 
-    def forward(self, token_ids, cache: KVCache, last: int | None = None) -> np.ndarray:
+    def forward(self, token_ids, cache: KVCache, last: int | None = None, hidden: bool = False):
         """Run T new tokens at positions cache.length .. cache.length+T-1; return logits [T, V] (host, float32),
-        or of the last ``last`` tokens only (a prefill needs one row: the head is 1/5 of this model's FLOPs)."""
+        or of the last ``last`` tokens only (a prefill needs one row: the head is 1/5 of this model's FLOPs).
+        ``hidden=True``: return (logits, features), features [T, D] the top layer's output after the final
+        norm for all T rows (what the head reads; a feature drafter, eagle.py, drafts from them)."""
         ids = self.check_tokens(token_ids)
         T, pos0 = len(ids), cache.length
         positions = np.arange(pos0, pos0 + T)
         # causal: the token at pos0 + t sees keys 0 .. pos0 + t
         mask = np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)  # [T, S]
-        return self.forward_masked(ids, cache, positions, mask, last)
+        return self.forward_masked(ids, cache, positions, mask, last, hidden)
 
     def forward_masked(self, ids: np.ndarray, cache: KVCache, positions: np.ndarray, mask: np.ndarray,
-                       last: int | None = None) -> np.ndarray:
+                       last: int | None = None, hidden: bool = False):
         """General form: token t sits at RoPE position ``positions[t]`` and attends where ``mask[t]`` is 0.
 
         The new tokens' keys are written at cache slots cache.length .. +T-1 whatever their
@@ -219,6 +221,10 @@ class Model:
         for i, w in enumerate(self.layers):
             x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
         cache.length = pos0 + T
+        if hidden:  # every row's features: the norm over T rows costs little next to the head
+            features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D]
+            logits = linear(features if last is None else features[T - last:], self.lm_head)  # [T', V]
+            return backend.to_host(logits), backend.to_host(features)
         x = x if last is None else x[T - last:]  # [T', D]
         logits = linear(rms_norm(x, self.final_norm, self.cfg.rms_norm_eps), self.lm_head)  # [T', V]
         assert logits.dtype == xp.float32, logits.dtype

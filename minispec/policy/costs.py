@@ -102,6 +102,8 @@ def calibrate_verify(target, n_max: int) -> dict[int, float]:
 def guess_time(drafter, tokens: list[int], repeats: int = 20, warmup: int = 2) -> float:
     """Median seconds per guess of ``drafter``: propose(k=4) after ``tokens``, greedy, divided by 4 (a draft
     model re-feeds the last token, so that is 4 draft passes and 4 samplings)."""
+    if hasattr(drafter, "measure_costs"):  # a feature drafter cannot guess before the target gives features
+        return drafter.measure_costs(n=len(tokens), repeats=repeats)[0]
     rng = np.random.default_rng(0)
     ts = []
     for _ in range(warmup + repeats):
@@ -116,6 +118,8 @@ def drafter_costs(drafter) -> tuple[float, float]:
     and cached like ``calibrate`` (keyed by the drafter's model, not by the drafter object, so that a new
     drafter around the same model reuses the figure); zeros otherwise (prompt lookup costs microseconds:
     rounds then measure it)."""
+    if hasattr(drafter, "measure_costs"):  # a drafter that times itself (eagle.py), keyed like a model
+        return tuple(float(t) for t in cached(_disk_key(drafter, ("guess", "fed")), drafter.measure_costs))
     model = getattr(drafter, "model", None)
     if model is None:
         return 0.0, 0.0

@@ -1,0 +1,297 @@
+"""EAGLE: draft in the target's own feature space, with a head restricted to frequent tokens.
+
+EAGLE, Li et al. 2024 (arXiv 2401.15077); its trees, EAGLE-2 (arXiv 2406.16858); the reduced head,
+FR-Spec, Zhao et al. 2025 (arXiv 2502.14856). Paper -> code:
+
+    f_j            the target's top-layer feature at position j, after its final norm: what its LM
+                   head reads (``Model.forward(..., hidden=True)``). The verification pass computes it
+                   anyway; the loop hands the rows it keeps to ``see_features``
+    e_{j+1}        the target's embedding of token x_{j+1} (shared, not copied)
+    f^_{j+1}       = Head(e_{j+1}, f_j) = Block(fc([e_{j+1}; f_j])): one Llama decoder layer of the
+                   target's widths, with its own small KV cache (``head``)
+    q(x_{j+2})     = softmax(f^_{j+1} W_r) over the frequent tokens only; W_r [D, V_r] are the
+                   target's LM-head columns of those tokens (``logits``). Every other token has q = 0
+
+A round after x_0..x_n, whose true features f_0..f_{n-1} the target has given (x_n, the last token,
+is not in its cache yet):
+
+    catch up    one head pass over the entries (f_j, x_{j+1}) it has not seen; the last gives f^_n
+    guess 1     x^_{n+1} ~ q(. | f^_n)
+    guess i     f^_{n+i-1} = Head(e(x^_{n+i-1}), f^_{n+i-2}); x^_{n+i} ~ q(. | f^_{n+i-1}): the head's
+                own prediction stands in for the feature the target has not computed
+    after       the entries made from predicted features are rolled back (an integer); the next catch-up
+                feeds the true features of the tokens the target kept
+
+A tree (EAGLE-2's top-W candidates, in the (width, depth) shape of tree.py): the W most likely first
+tokens (sampled without replacement at T > 0), each followed by a chain, one masked head pass per level.
+
+Lossless: every guess is drawn from q, a full [V] row (zeros outside the frequent tokens) that the
+drafter returns as it is; the rule of rejection.py accepts x with min(1, p(x) / q(x)) and resamples
+from norm(max(0, p - q)), which needs nothing of q but that it is the distribution x was drawn from.
+A token the head never proposes still comes out at its target probability through the residual.
+
+Cheap: one layer and a D x V_r head against the target's L layers and D x V head. The features cost
+nothing extra; the catch-up is one small pass per round. Measurements: docs/eagle.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .model import Model, ModelFormatError, backend
+from .model.config import read_json
+from .model.kvcache import KVCache
+from .model.safetensors_io import read_safetensors
+from .model.transformer import LayerWeights, linear, transformer_block
+from .sampling import sample, top_probability
+from .tree import Tree, add_children, tree_mask
+
+HEAD_TENSORS = ("fc.weight", "fc.bias", "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+
+
+def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
+    D, F, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    return {"fc.weight": (D, 2 * D), "fc.bias": (D,), "input_layernorm.weight": (D,), "self_attn.q_proj.weight": (q, D),
+            "self_attn.k_proj.weight": (kv, D), "self_attn.v_proj.weight": (kv, D), "self_attn.o_proj.weight": (D, q),
+            "post_attention_layernorm.weight": (D,), "mlp.gate_proj.weight": (F, D), "mlp.up_proj.weight": (F, D),
+            "mlp.down_proj.weight": (D, F)}
+
+
+def common_prefix(a, b) -> int:
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+class Eagle:
+    """A feature drafter: the drafter protocol of drafters.py, plus ``see_features`` (the loop's feed)."""
+
+    def __init__(self, target: Model, tensors: dict[str, np.ndarray], frequent_tokens, name: str = "eagle"):
+        """``tensors``: the head's weights in Hugging Face layout ([out, in]), names ``HEAD_TENSORS``;
+        ``frequent_tokens``: the ids the head may propose (FR-Spec)."""
+        cfg = replace(target.cfg, num_layers=1)
+        for t, shape in head_shapes(cfg).items():
+            if t not in tensors:
+                raise ModelFormatError(f"{name}: missing tensor {t!r}")
+            if tuple(tensors[t].shape) != shape:
+                raise ModelFormatError(f"{name}: tensor {t!r} has shape {tuple(tensors[t].shape)}, expected {shape} "
+                                       f"(the target's widths)")
+        ids = np.asarray(frequent_tokens)
+        V = target.cfg.vocab_size
+        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= V \
+                or np.unique(ids).size != ids.size:
+            raise ModelFormatError(f"{name}: frequent tokens must be distinct token ids in 0..{V - 1}")
+        dev = lambda a: backend.asarray(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+        self.target, self.cfg, self.name, self.vocab, self.forwards = target, cfg, name, V, 0
+        self.w_fc, self.b_fc = dev(tensors["fc.weight"].T), dev(tensors["fc.bias"])  # [2D, D], [D]
+        self.layer = LayerWeights(
+            attn_norm=dev(tensors["input_layernorm.weight"]),
+            w_qkv=dev(np.concatenate([tensors[f"self_attn.{n}_proj.weight"] for n in "qkv"]).T), b_qkv=None,
+            w_o=dev(tensors["self_attn.o_proj.weight"].T), mlp_norm=dev(tensors["post_attention_layernorm.weight"]),
+            w_gate_up=dev(np.concatenate([tensors["mlp.gate_proj.weight"], tensors["mlp.up_proj.weight"]]).T),
+            w_down=dev(tensors["mlp.down_proj.weight"].T))
+        self.tokens_r = np.sort(ids).astype(np.int64)  # [V_r] the frequent tokens
+        self.w_r = backend.xp.ascontiguousarray(target.lm_head[:, backend.asarray(self.tokens_r)])  # [D, V_r]
+        self.cache = KVCache(1, cfg.num_kv_heads, 256, cfg.head_dim)  # entries j = (f_j, x_{j+1}); grows
+        self.feats = np.zeros((256, cfg.hidden_size), np.float32)  # [capacity, D] the target's f_0..f_{n-1}
+        self.ftokens: list[int] = []  # x_0..x_{n-1}: the tokens those features belong to
+        self.htokens: list[int] = []  # x_0..x_{m}: the tokens the head's m cached entries have read
+        self.f_next, self.f_at = None, -1  # f^_n: the head's output at entry f_at = n - 1, its last true entry
+
+    @property
+    def weight_bytes(self) -> int:
+        """What the head adds to the target's memory: its layer, fc and the reduced head."""
+        arrays = [self.w_fc, self.b_fc, self.w_r] + [a for a in vars(self.layer).values() if a is not None]
+        return int(sum(a.nbytes for a in arrays))
+
+    # -- the drafter protocol ------------------------------------------------------------------------
+    def context(self, tokens) -> int:
+        return 0
+
+    def room(self, tokens) -> int:
+        return self.cfg.max_position_embeddings - len(tokens)
+
+    def see_features(self, tokens, features) -> None:
+        """The target has cached ``tokens``; ``features`` [n, D] are those of its last n, from the pass it just
+        ran. Features of an earlier sequence that ``tokens`` does not extend are dropped."""
+        start = len(tokens) - len(features)
+        if start > 0 and common_prefix(self.ftokens, tokens[:start]) < start:
+            self.ftokens = []  # no features for the tokens before these: wait for a fresh run's prefill
+            return
+        if len(tokens) > len(self.feats):
+            grown = np.zeros((max(2 * len(self.feats), len(tokens)), self.cfg.hidden_size), np.float32)
+            grown[: len(self.feats)] = self.feats
+            self.feats = grown
+        self.feats[start: len(tokens)] = features
+        self.ftokens = [int(t) for t in tokens]
+
+    def propose(self, tokens, k, warp, rng, keep=None):
+        """Up to k guesses, each from q over the frequent tokens; none before the target has run the prefix.
+        ``keep``: the early stop of policy/auto_k.py, on the head's own top probability (as DraftModel)."""
+        f = self.catch_up(tokens) if k > 0 else None
+        draft_tokens, draft_probs, reach = [], [], 1.0
+        if f is None:
+            return [], np.zeros((0, self.vocab))
+        n = len(tokens) - 1
+        self.ensure_room(n + k)
+        for i in range(k):
+            logits = self.logits(f[None])[0]  # [V]
+            if keep is not None:
+                reach *= top_probability(logits)
+                if not keep(i + 1, reach):
+                    break
+            probs = warp(logits)  # [V], zero outside the frequent tokens
+            x = sample(probs, rng)
+            draft_tokens.append(x)
+            draft_probs.append(probs)
+            if i < k - 1:
+                if keep is not None and not keep(i + 2, reach):
+                    break
+                f = self.head([x], f[None], n + i)[0]  # f^_{n+i+1} from the guess and the predicted feature
+        self.cache.rollback(n)  # forget the entries made from predicted features
+        return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
+
+    def propose_tree(self, tokens, width: int, depth: int, warp, rng) -> Tree:
+        """``width`` first guesses (the top W at T = 0), each followed by a chain of ``depth - 1``: one masked
+        head pass per level, each node reading its parent's predicted feature. Entries rolled back after."""
+        tree = Tree()
+        f = self.catch_up(tokens)
+        if f is None or width == 0 or depth == 0:
+            return tree
+        base = len(tokens) - 1  # the head's true entries: the root's is slot base - 1
+        self.ensure_room(base + width * depth)
+        level = add_children(tree, 0, self.logits(f[None])[0], width, warp, rng)
+        parent_f = np.repeat(f[None], len(level), axis=0)  # [W, D] the feature each level node reads
+        for _ in range(depth - 1):
+            ids = [tree.tokens[node] for node in level]
+            mask = tree_mask(tree.parents, base - 1)[level[0]: level[-1] + 1, : base + level[-1]]  # node n: slot base-1+n
+            positions = base - 1 + tree.depths()[level]
+            parent_f = self.head(ids, parent_f, self.cache.length, positions, mask)  # [W, D]
+            logits = self.logits(parent_f)  # [W, V]
+            level = [add_children(tree, node, logits[i], 1, warp, rng)[0] for i, node in enumerate(level)]
+        self.cache.rollback(base)
+        return tree
+
+    # -- the head ----------------------------------------------------------------------------------
+    def head(self, ids, feats, pos0: int, positions=None, mask=None) -> np.ndarray:
+        """Head(e, f) for T entries written at cache slots pos0..pos0+T-1 -> f^ [T, D] (host). Causal at
+        positions pos0.. unless a tree's ``positions`` and ``mask`` are given."""
+        T = len(ids)
+        self.cache.rollback(min(self.cache.length, pos0))
+        if positions is None:
+            positions = np.arange(pos0, pos0 + T)
+            mask = np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf)
+        pos = backend.asarray(positions)
+        mask = backend.asarray(np.asarray(mask, dtype=np.float32))  # [T, S]
+        x = backend.xp.concatenate([self.target.embed[backend.asarray(np.asarray(ids, np.int64))],
+                                    backend.asarray(np.asarray(feats, np.float32))], axis=1)  # [T, 2D]: [e; f]
+        x = linear(x, self.w_fc) + self.b_fc  # [T, D]
+        x = transformer_block(x, self.layer, self.cfg, self.cache.k[0], self.cache.v[0], pos0,
+                              self.target.cos[pos], self.target.sin[pos], mask)  # [T, D]
+        self.cache.length = pos0 + T
+        self.forwards += 1
+        return backend.to_host(x)
+
+    def logits(self, f) -> np.ndarray:  # [T, D] -> [T, V], -inf outside the frequent tokens
+        reduced = backend.to_host(linear(backend.asarray(np.asarray(f, np.float32)), self.w_r))  # [T, V_r]
+        out = np.full((len(reduced), self.vocab), -np.inf, dtype=np.float32)  # [T, V]
+        out[:, self.tokens_r] = reduced
+        return out
+
+    def catch_up(self, tokens):
+        """Feed the entries (f_j, x_{j+1}) the head has not read -> f^_n [D], or None when the target has not
+        given the features of tokens[:-1] (the first round: the prompt rides on its pass)."""
+        n = len(tokens) - 1
+        if n < 1 or len(self.ftokens) < n or common_prefix(self.ftokens, tokens) < n:
+            return None
+        done = min(self.cache.length, common_prefix(self.htokens, tokens) - 1)  # entries j that read the same x_{j+1}
+        if done < n or self.f_at != n - 1:
+            done = max(0, min(done, n - 1))
+            self.f_next = self.head(tokens[done + 1: n + 1], self.feats[done:n], done)[-1]  # the last entry's f^
+            self.f_at = n - 1
+        self.htokens = [int(t) for t in tokens]
+        return self.f_next
+
+    def first_guess_logits(self, tokens, features) -> np.ndarray:
+        """Teacher-forced: row j [V] is the head's first guess for x_{j+1} after x_0..x_j, from the target's
+        ``features`` [len(tokens), D] (row 0, with no feature before it, is uniform over the frequent tokens).
+        One head pass in a cache of its own; the drafter's state is untouched (``minispec check``)."""
+        own, self.cache = self.cache, KVCache(1, self.cfg.num_kv_heads, max(1, len(tokens) - 1), self.cfg.head_dim)
+        try:
+            out = self.head(tokens[1:], features[: len(tokens) - 1], 0)  # [n-1, D]: f^_1 .. f^_{n-1}
+        finally:
+            self.cache = own
+        first = np.full((1, self.vocab), -np.inf, np.float32)
+        first[0, self.tokens_r] = 0.0
+        return np.concatenate([first, self.logits(out)])  # [n, V]
+
+    def ensure_room(self, length: int) -> None:
+        if length > self.cache.max_len:
+            grown = KVCache(1, self.cfg.num_kv_heads, min(self.cfg.max_position_embeddings,
+                                                          max(2 * self.cache.max_len, length)), self.cfg.head_dim)
+            grown.k[:, :, : self.cache.length] = self.cache.k[:, :, : self.cache.length]
+            grown.v[:, :, : self.cache.length] = self.cache.v[:, :, : self.cache.length]
+            grown.length = self.cache.length
+            self.cache = grown
+
+    def measure_costs(self, n: int = 64, repeats: int = 5) -> tuple[float, float]:
+        """(seconds per guess, seconds per entry caught up), on random tokens and features; leaves no state."""
+        import time
+
+        from .sampling import warp
+        rng = np.random.default_rng(0)
+        tokens = [int(t) for t in rng.integers(0, self.vocab, n + 1)]
+        feats = rng.standard_normal((n, self.cfg.hidden_size)).astype(np.float32)
+        per_guess, per_fed = [], []
+        for _ in range(repeats + 1):
+            self.ftokens, self.htokens, self.f_at = [], [], -1
+            self.cache.rollback(0)
+            self.see_features(tokens[:n], feats)
+            t0 = time.perf_counter()
+            self.catch_up(tokens)
+            t1 = time.perf_counter()
+            self.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
+            t2 = time.perf_counter()
+            per_fed.append((t1 - t0) / n)
+            per_guess.append((t2 - t1) / 4)
+        self.ftokens, self.htokens, self.f_at = [], [], -1
+        self.cache.rollback(0)
+        return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))
+
+
+def is_eagle_dir(path) -> bool:
+    f = Path(path) / "config.json"
+    try:
+        return f.is_file() and json.loads(f.read_text()).get("minispec_drafter") == "eagle"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def load_eagle(path, target: Model) -> Eagle:
+    """An EAGLE head directory: config.json ("minispec_drafter": "eagle" and the target's widths),
+    eagle.safetensors (``HEAD_TENSORS``) and frequent_tokens.json (a list of token ids)."""
+    path = Path(path)
+    cfg = read_json(path / "config.json")
+    for key, want in (("hidden_size", target.cfg.hidden_size), ("num_attention_heads", target.cfg.num_heads),
+                      ("num_key_value_heads", target.cfg.num_kv_heads), ("head_dim", target.cfg.head_dim),
+                      ("intermediate_size", target.cfg.intermediate_size), ("target_vocab_size", target.cfg.vocab_size)):
+        if cfg.get(key) != want:
+            raise ModelFormatError(f"{path / 'config.json'}: {key} is {cfg.get(key)!r}, but the target has {want}: "
+                                   "this head was trained for another target")
+    tokens = read_json(path / "frequent_tokens.json", expect=list)
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise ModelFormatError(f"{path / 'frequent_tokens.json'}: expected a list of integer token ids")
+    if cfg.get("reduced_vocab_size") != len(tokens):
+        raise ModelFormatError(f"{path / 'config.json'}: reduced_vocab_size is {cfg.get('reduced_vocab_size')!r}, but "
+                               f"frequent_tokens.json lists {len(tokens)} tokens")
+    tensors = read_safetensors(path / "eagle.safetensors")
+    for t, a in tensors.items():
+        if not np.all(np.isfinite(a)):
+            raise ModelFormatError(f"{path / 'eagle.safetensors'}: tensor {t!r} has non-finite values")
+    return Eagle(target, tensors, tokens, name=f"eagle:{path.name}")

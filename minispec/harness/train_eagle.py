@@ -1,0 +1,361 @@
+"""Train an EAGLE feature head for SmolLM2-135M-Instruct on data made on this machine (see eagle.py).
+
+    python -m minispec.harness.train_eagle --out weights/eagle-smollm2-135m [--vocab 8192 --epochs 4]
+
+Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
+
+Recipe (every count fixed, so a seed gives the same head on the same software):
+1. Data (cached under ``$MINISPEC_CACHE/eagle-data-*``, so a second run or a second variant skips it):
+   the target's own generations (greedy and T=1) for prompts built here, code cut from the Python
+   standard library and chat instructions from templates x topics (``train_draft.py``, seed 1, so not
+   the shipped draft's prompts either), plus standard-library source chunks. The evaluation prompts in
+   ``minispec/data/`` are hand-written and never used. For every sequence the target's top-layer
+   features f_0..f_{n-1} (after its final norm: what its LM head reads) come from one forward pass.
+2. The frequent-token list (FR-Spec): the ``--vocab`` most frequent ids of the target's generations and
+   the standard-library tokens, the end-of-sequence tokens always included.
+3. Head: fc([e(x_{j+1}); f_j]) -> one Llama decoder layer (the target's widths) -> f^_{j+1}; trained
+   with teacher forcing on true features plus uniform noise (EAGLE's augmentation), loss
+   smooth-L1(f^_{j+1}, f_{j+1}) + 0.1 CE(softmax(f_{j+1} W_r), softmax(f^_{j+1} W_r)) over the reduced
+   head W_r (``--loss ce``: the second term alone); AdamW, cosine schedule.
+4. Evaluation on held-out generated sequences (the last 5%): how often the head's top token equals the
+   target's greedy token (first-guess greedy acceptance) and the mean sum(min(p, q)) at T = 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def target_features(target, seqs, batch_tokens: int, log, what: str):
+    """[sum len, D] float16 post-norm top-layer features of each sequence (one causal pass each batch)."""
+    import torch
+    out, done, t0 = [None] * len(seqs), 0, time.perf_counter()
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    i = 0
+    while i < len(order):
+        L = len(seqs[order[i]])
+        n = max(1, batch_tokens // max(L, 1))
+        group = order[i: i + n]
+        width = max(len(seqs[j]) for j in group)
+        ids = torch.tensor([seqs[j] + [0] * (width - len(seqs[j])) for j in group])  # right padding: causal
+        with torch.no_grad():
+            h = target.model(input_ids=ids).last_hidden_state.float().numpy()  # [B, width, D], after final norm
+        for row, j in enumerate(group):
+            out[j] = h[row, : len(seqs[j])].astype(np.float16)
+        done += sum(len(seqs[j]) for j in group)
+        i += n
+        if (i // n) % 10 == 0 or i >= len(order):
+            log(f"features ({what}): {done} tokens, {done / (time.perf_counter() - t0):.0f} tok/s")
+    return out
+
+
+def make_data(args, log) -> dict:
+    import torch
+    import transformers
+
+    from ..model.fetch import resolve_model
+    from ..model.tokenizer import load_tokenizer
+    from .train_draft import generate_data, stdlib_files
+
+    target_dir = resolve_model(args.target)
+    tok = load_tokenizer(target_dir)
+    target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    files = stdlib_files()
+    t0 = time.perf_counter()
+    gen = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed + 1, log)
+    gen = [s[: args.seq] for s in gen]
+    gen_s = time.perf_counter() - t0
+    rng = np.random.default_rng(args.seed + 1)
+    text: list[int] = []
+    for i in rng.permutation(len(files)):
+        text += tok.encode(files[i].read_text(errors="ignore")) + [0]
+        if len(text) >= args.stdlib_tokens:
+            break
+    n = len(text) // args.seq
+    code = [text[j * args.seq: (j + 1) * args.seq] for j in range(n)]
+    t1 = time.perf_counter()
+    feats = target_features(target, gen + code, 8192, log, "all")
+    data = dict(tokens=[np.array(s, np.int32) for s in gen + code], feats=feats, generated=len(gen),
+                eos=[int(t) for t in tok.eos_ids], embed=target.model.embed_tokens.weight.detach().numpy().copy(),
+                generation_minutes=gen_s / 60,
+                feature_minutes=(time.perf_counter() - t1) / 60)
+    return data
+
+
+def load_or_make_data(args, log) -> dict:
+    from ..model.fetch import cache_dir
+    key = f"eagle-data-s{args.seed}-g{args.gen_batches}x{args.gen_batch}x{args.gen_tokens}-t{args.stdlib_tokens}-q{args.seq}"
+    d = Path(args.data_dir) if args.data_dir else cache_dir() / key
+    if (d / "done").exists():
+        log(f"data: reusing {d}")
+        meta = json.loads((d / "meta.json").read_text())
+        toks, feats = np.load(d / "tokens.npy"), np.load(d / "feats.npy", mmap_mode="r")
+        starts = np.load(d / "starts.npy")
+        return dict(meta, tokens=[toks[a:b] for a, b in zip(starts[:-1], starts[1:])],
+                    feats=[feats[a:b] for a, b in zip(starts[:-1], starts[1:])], embed=np.load(d / "embed.npy"))
+    data = make_data(args, log)
+    d.mkdir(parents=True, exist_ok=True)
+    starts = np.cumsum([0] + [len(t) for t in data["tokens"]])
+    np.save(d / "tokens.npy", np.concatenate(data["tokens"]))
+    np.save(d / "feats.npy", np.concatenate(data["feats"]))
+    np.save(d / "starts.npy", starts)
+    np.save(d / "embed.npy", data["embed"])
+    (d / "meta.json").write_text(json.dumps({k: v for k, v in data.items() if k not in ("tokens", "feats", "embed")}))
+    (d / "done").write_text("ok\n")
+    log(f"data saved to {d}")
+    return data
+
+
+def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
+    counts = np.bincount(np.concatenate(tokens), minlength=V).astype(np.float64)
+    counts[list(eos)] = np.inf  # always proposable
+    top = np.argsort(-counts, kind="stable")[:vocab]
+    return np.sort(top).astype(np.int64)
+
+
+def build_head(D, H, KVH, HD, F, theta, eps):
+    import torch
+    from torch import nn
+
+    class Head(nn.Module):
+        """The same computation as eagle.py's NumPy head (tests/test_eagle.py checks the two agree)."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2 * D, D, bias=True)
+            self.attn_norm = nn.Parameter(torch.ones(D))
+            self.q, self.k = nn.Linear(D, H * HD, bias=False), nn.Linear(D, KVH * HD, bias=False)
+            self.v, self.o = nn.Linear(D, KVH * HD, bias=False), nn.Linear(H * HD, D, bias=False)
+            self.mlp_norm = nn.Parameter(torch.ones(D))
+            self.gate, self.up = nn.Linear(D, F, bias=False), nn.Linear(D, F, bias=False)
+            self.down = nn.Linear(F, D, bias=False)
+            inv = 1.0 / theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+            ang = torch.outer(torch.arange(4096, dtype=torch.float64), inv)
+            self.register_buffer("cos", ang.cos().float(), persistent=False)
+            self.register_buffer("sin", ang.sin().float(), persistent=False)
+
+        def norm(self, x, w):
+            return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+        def rope(self, x, L):  # [B, n, L, HD]
+            c, s = self.cos[:L], self.sin[:L]
+            x1, x2 = x[..., : HD // 2], x[..., HD // 2:]
+            return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+        def forward(self, emb, feat):  # [B, L, D] each -> [B, L, D]
+            B, L, _ = emb.shape
+            x = self.fc(torch.cat([emb, feat], -1))
+            h = self.norm(x, self.attn_norm)
+            q = self.rope(self.q(h).view(B, L, H, HD).transpose(1, 2), L)
+            k = self.rope(self.k(h).view(B, L, KVH, HD).transpose(1, 2), L)
+            v = self.v(h).view(B, L, KVH, HD).transpose(1, 2)
+            k, v = k.repeat_interleave(H // KVH, 1), v.repeat_interleave(H // KVH, 1)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.o(a.transpose(1, 2).reshape(B, L, H * HD))
+            h = self.norm(x, self.mlp_norm)
+            return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+    return Head()
+
+
+def head_tensors(head) -> dict:
+    """The head's weights under eagle.py's names (Hugging Face layout, [out, in])."""
+    s = head.state_dict()
+    return {"fc.weight": s["fc.weight"], "fc.bias": s["fc.bias"], "input_layernorm.weight": s["attn_norm"],
+            "self_attn.q_proj.weight": s["q.weight"], "self_attn.k_proj.weight": s["k.weight"],
+            "self_attn.v_proj.weight": s["v.weight"], "self_attn.o_proj.weight": s["o.weight"],
+            "post_attention_layernorm.weight": s["mlp_norm"], "mlp.gate_proj.weight": s["gate.weight"],
+            "mlp.up_proj.weight": s["up.weight"], "mlp.down_proj.weight": s["down.weight"]}
+
+
+def batches(data, rows, batch, seq, rng):
+    """Right-padded rows: tokens [B, seq], features [B, seq, D] float32, lengths [B]."""
+    pick = rows[rng.integers(0, len(rows), batch)]
+    D = data["feats"][0].shape[1]
+    toks = np.zeros((batch, seq), np.int64)
+    feats = np.zeros((batch, seq, D), np.float32)
+    lens = np.zeros(batch, np.int64)
+    for b, r in enumerate(pick):
+        t = data["tokens"][r][:seq]
+        toks[b, : len(t)], feats[b, : len(t)], lens[b] = t, data["feats"][r][: len(t)], len(t)
+    return toks, feats, lens
+
+
+def losses(head, E, W_r, toks, feats, lens, noise, rms, loss_kind, torch, train=True):
+    """-> (regression loss, CE loss, top-1 agreement with the target's full-vocabulary argmax, mean sum
+    min(p, q)); position j predicts f_{j+1} from e(x_{j+1}) and f_j."""
+    toks, feats = torch.from_numpy(toks), torch.from_numpy(feats)
+    L = feats.shape[1]
+    valid = (torch.arange(L - 1)[None, :] < torch.from_numpy(lens)[:, None] - 1).float()  # [B, L-1]
+    f_in = feats[:, :-1]
+    if train and noise > 0:
+        f_in = f_in + (torch.rand_like(f_in) - 0.5) * (noise * rms)
+    pred = head(E[toks[:, 1:]], f_in)  # [B, L-1, D]
+    true = feats[:, 1:]
+    reg = (torch.nn.functional.smooth_l1_loss(pred, true, reduction="none").mean(-1) * valid).sum() / valid.sum()
+    logq = torch.log_softmax(pred @ W_r.T, -1)
+    with torch.no_grad():
+        p_r = torch.softmax(true @ W_r.T, -1)
+    ce = (-(p_r * logq).sum(-1) * valid).sum() / valid.sum()
+    loss = ce if loss_kind == "ce" else reg + 0.1 * ce
+    return loss, reg, ce, valid
+
+
+def evaluate(head, E, W_r, freq, data, rows, seq, torch):
+    """First-guess greedy acceptance (the head's top reduced token == the target's argmax over all V) and
+    T = 1 acceptance (mean sum min(p, q), p over all V, q over the reduced head) on held-out rows."""
+    hits = n = 0
+    overlap = 0.0
+    with torch.no_grad():
+        for i in range(0, len(rows), 8):
+            r = rows[i: i + 8]
+            toks, feats, lens = _rows(data, r, seq)
+            tt, ff = torch.from_numpy(toks), torch.from_numpy(feats)
+            pred = head(E[tt[:, 1:]], ff[:, :-1])
+            valid = (torch.arange(seq - 1)[None, :] < torch.from_numpy(lens)[:, None] - 1)
+            p = torch.softmax(ff[:, 1:] @ E.T, -1)  # [B, L-1, V] the target's p
+            q_r = torch.softmax(pred @ W_r.T, -1)
+            q_top = freq[q_r.argmax(-1)]
+            hits += int(((q_top == p.argmax(-1)) & valid).sum())
+            overlap += float((torch.minimum(p[..., freq], q_r).sum(-1) * valid).sum())
+            n += int(valid.sum())
+    return hits / n, overlap / n
+
+
+def _rows(data, rows, seq):
+    D = data["feats"][0].shape[1]
+    toks = np.zeros((len(rows), seq), np.int64)
+    feats = np.zeros((len(rows), seq, D), np.float32)
+    lens = np.zeros(len(rows), np.int64)
+    for b, r in enumerate(rows):
+        t = data["tokens"][r][:seq]
+        toks[b, : len(t)], feats[b, : len(t)], lens[b] = t, data["feats"][r][: len(t)], len(t)
+    return toks, feats, lens
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m minispec.harness.train_eagle", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
+    p.add_argument("--out", required=True, help="output directory for the head")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gen-batches", type=int, default=40, help="batches of target generations (default 40)")
+    p.add_argument("--gen-batch", type=int, default=48)
+    p.add_argument("--gen-tokens", type=int, default=128, help="new tokens per generated sequence")
+    p.add_argument("--stdlib-tokens", type=int, default=400_000, help="standard-library tokens (default 400k)")
+    p.add_argument("--data-dir", default=None, help="where the data is cached (default: $MINISPEC_CACHE/eagle-data-...)")
+    p.add_argument("--data-only", action="store_true", help="make (or check) the data and stop")
+    p.add_argument("--vocab", type=int, default=8192, help="reduced-head size: frequent tokens (default 8192)")
+    p.add_argument("--loss", choices=("reg+ce", "ce"), default="reg+ce")
+    p.add_argument("--epochs", type=float, default=4.0)
+    p.add_argument("--batch", type=int, default=16, help="sequences per step")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--noise", type=float, default=0.2, help="uniform input-feature noise, times the feature RMS")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    if not (0 < args.vocab <= 49152):
+        p.error(f"--vocab must be in 1..49152, got {args.vocab}")
+    try:
+        import torch
+    except ImportError:
+        print("error: training needs torch and transformers: pip install torch==2.13.0 -e '.[train,parity]'",
+              file=sys.stderr)
+        return 2
+    from ..model.config import ModelConfig
+    from ..model.fetch import resolve_model
+    from ..model.safetensors_io import write_safetensors
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logf = open(out / "train_log.txt", "w")
+
+    def log(msg):
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, file=sys.stderr, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    t_start = time.perf_counter()
+    log(f"args {vars(args)}")
+    data = load_or_make_data(args, log)
+    if args.data_only:
+        return 0
+    cfg = ModelConfig.from_dir(resolve_model(args.target))
+    D, V = cfg.hidden_size, cfg.vocab_size
+    n_gen = data["generated"]
+    held = np.arange(int(n_gen * 0.95), n_gen)  # the last 5% of the generations: held out
+    rows = np.setdiff1d(np.arange(len(data["tokens"])), held)
+    freq = frequent_tokens([data["tokens"][r] for r in rows], args.vocab, data["eos"], V)
+    E = torch.from_numpy(np.asarray(data["embed"], np.float32))
+    W_r = E[torch.from_numpy(freq)]
+    sample_feats = np.concatenate([np.asarray(data["feats"][r], np.float32) for r in rows[:200]])
+    rms = float(np.sqrt((sample_feats ** 2).mean()))
+    n_tokens = sum(len(data["tokens"][r]) for r in rows)
+    steps = int(args.epochs * n_tokens / (args.batch * args.seq * 0.85))
+    log(f"data: {n_gen} generated + {len(data['tokens']) - n_gen} standard-library sequences, {n_tokens} training "
+        f"tokens, {len(held)} held-out sequences; feature RMS {rms:.3f}; {steps} steps")
+
+    head = build_head(D, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size, cfg.rope_theta,
+                      cfg.rms_norm_eps)
+    n_params = sum(p.numel() for p in head.parameters())
+    log(f"head: {n_params / 1e6:.2f}M parameters, reduced head {len(freq)} tokens")
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+    rng = np.random.default_rng(args.seed)
+    curve, t0 = [], time.perf_counter()
+    for step in range(steps):
+        toks, feats, lens = batches(data, rows, args.batch, args.seq, rng)
+        loss, reg, ce, _ = losses(head, E, W_r, toks, feats, lens, args.noise, rms, args.loss, torch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        curve.append((reg.item(), ce.item()))
+        if step % 25 == 0 or step == steps - 1:
+            el = time.perf_counter() - t0
+            r_, c_ = np.mean(curve[-25:], axis=0)
+            log(f"step {step}/{steps} reg {r_:.4f} ce {c_:.3f} lr {sched.get_last_lr()[0]:.2e} "
+                f"{(step + 1) * args.batch * args.seq / el:.0f} tok/s")
+    train_s = time.perf_counter() - t0
+    head.eval()
+    greedy, t1 = evaluate(head, E, W_r, torch.from_numpy(freq), data, held, args.seq, torch)
+    log(f"held out: first guess greedy acceptance {greedy:.3f}, T=1 acceptance {t1:.3f}")
+
+    write_safetensors(out / "eagle.safetensors", {k: v.detach().float().numpy() for k, v in head_tensors(head).items()}, "F32",
+                      metadata={"recipe": "minispec.harness.train_eagle"})
+    (out / "frequent_tokens.json").write_text(json.dumps([int(t) for t in freq]))
+    econf = dict(minispec_drafter="eagle", target="SmolLM2-135M-Instruct", hidden_size=D, num_attention_heads=cfg.num_heads,
+                 num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
+                 rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta, target_vocab_size=V,
+                 reduced_vocab_size=len(freq))
+    (out / "config.json").write_text(json.dumps(econf, indent=2))
+    summary = dict(parameters=n_params, reduced_vocab=len(freq), loss=args.loss, generated_sequences=n_gen,
+                   sequences=len(data["tokens"]), training_tokens=n_tokens, steps=steps,
+                   generation_minutes=data.get("generation_minutes"), feature_minutes=data.get("feature_minutes"),
+                   training_minutes=train_s / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
+                   held_out_first_guess_greedy=greedy, held_out_t1_acceptance=t1,
+                   loss_curve={st: [float(v) for v in np.mean(curve[max(0, st - 25): st + 1], axis=0)]
+                               for st in range(0, steps, 50)},
+                   args=vars(args), torch=torch.__version__)
+    (out / "training.json").write_text(json.dumps(summary, indent=2))
+    sums = "".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n"
+                   for f in ("config.json", "eagle.safetensors", "frequent_tokens.json"))
+    (out / "SHA256SUMS").write_text(sums)
+    log(f"done: {summary['total_minutes_this_run']:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

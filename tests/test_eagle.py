@@ -1,0 +1,205 @@
+"""The EAGLE feature drafter (eagle.py) on tiny models: level 3 for chain and tree with broken twins,
+greedy identity, the catch-up over rounds, the features the target gives, loading, and parity with the
+training recipe's torch head."""
+
+import json
+
+import numpy as np
+import pytest
+
+from minispec import generate, rejection
+from minispec.drafters import make_drafter
+from minispec.eagle import Eagle, load_eagle
+from minispec.harness.equivalence import chisquare_gof
+from minispec.model import ModelFormatError
+from minispec.model.safetensors_io import read_safetensors
+from minispec.sampling import warp
+from minispec.speculative import speculative_generate, tree_speculative_generate
+
+from .helpers import V, broken_residual, write_random_eagle
+
+FREQUENT = [0, 2, 3, 5]  # of the small pair's 6 tokens: 1 and 4 are never proposed, only reached via the residual
+
+
+@pytest.fixture(scope="session")
+def small_eagle_dir(tmp_path_factory, small_pair):
+    return write_random_eagle(tmp_path_factory.mktemp("eagle"), small_pair[0].cfg, FREQUENT, seed=3, scale=3.0)
+
+
+@pytest.fixture(scope="session")
+def small_eagle(small_pair, small_eagle_dir):
+    """A fresh head per run, from weights read once (20,000 runs)."""
+    tensors = read_safetensors(small_eagle_dir / "eagle.safetensors")
+    return lambda cls=Eagle: cls(small_pair[0], tensors, FREQUENT)
+
+
+@pytest.fixture(scope="session")
+def big_eagle_dir(tmp_path_factory, big_pair):
+    return write_random_eagle(tmp_path_factory.mktemp("eagle_big"), big_pair[0].cfg, range(40), seed=4, scale=3.0)
+
+
+def exact_three_tokens(target, prompt, **w):
+    """P(t1, t2, t3) from the target's own conditionals (full forwards, no cache reuse) as a flat [V^3] table."""
+    def p_next(seq):
+        return warp(target.forward(seq, target.new_cache(len(seq)))[-1], **w)
+    out = np.zeros((V, V, V))
+    p1 = p_next(prompt)
+    for a in range(V):
+        p2 = p_next(prompt + [a])
+        for b in range(V):
+            out[a, b] = p1[a] * p2[b] * p_next(prompt + [a, b])
+    return out.ravel()
+
+
+def three_token_counts(target, make, prompt, runs, tree_shape=None, **w):
+    """Counts of (t1, t2, t3) over ``runs`` seeded runs of 4 tokens: round 1 is the prefill (the head has no
+    features yet), round 2 drafts 2 guesses (a chain of k=2 or a tree of ``tree_shape``) for t2 and t3."""
+    counts = np.zeros(V ** 3)
+    for seed in range(runs):
+        if tree_shape is None:
+            toks = speculative_generate(target, make(), prompt, 4, k=2, seed=seed, **w).tokens
+        else:
+            toks = tree_speculative_generate(target, make(), prompt, 4, shape=tree_shape, seed=seed, **w).tokens
+        counts[(toks[0] * V + toks[1]) * V + toks[2]] += 1
+    return counts
+
+
+class SmoothedEagle(Eagle):
+    """A plausible bug: q smoothed with a floor (say, to avoid dividing by zero) while the guesses are still drawn
+    from the unsmoothed q. The reported q is no longer the distribution the guess came from."""
+
+    def propose(self, tokens, k, warp, rng, keep=None):
+        toks, probs = super().propose(tokens, k, warp, rng, keep)
+        return toks, 0.7 * probs + 0.3 / probs.shape[-1]
+
+
+RUNS = 20_000
+CASES = [pytest.param(None, dict(temperature=1.0), id="chain-T=1"),
+         pytest.param(None, dict(temperature=0.7, top_k=4), id="chain-T=0.7,top_k=4", marks=pytest.mark.slow),
+         pytest.param((2, 2), dict(temperature=1.0), id="tree-T=1", marks=pytest.mark.slow),
+         pytest.param((2, 2), dict(temperature=1.3, top_p=0.8), id="tree-T=1.3,top_p=0.8", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("shape, w", CASES)
+def test_level3_eagle_matches_target(small_pair, small_eagle, shape, w):
+    target = small_pair[0]
+    prompt = [1, 4, 2]
+    counts = three_token_counts(target, small_eagle, prompt, RUNS, shape, **w)
+    chi2, dof, p = chisquare_gof(counts, exact_three_tokens(target, prompt, **w))
+    assert p > 1e-3, (chi2, dof, p)
+
+
+@pytest.mark.parametrize("shape", [None, pytest.param((2, 2), marks=pytest.mark.slow)], ids=["chain", "tree"])
+def test_level3_catches_broken_rule_with_eagle(small_pair, small_eagle, shape, monkeypatch):
+    target = small_pair[0]
+    prompt = [1, 4, 2]
+    monkeypatch.setattr(rejection, "residual", broken_residual)
+    counts = three_token_counts(target, small_eagle, prompt, RUNS, shape, temperature=1.0)
+    chi2, dof, p = chisquare_gof(counts, exact_three_tokens(target, prompt, temperature=1.0))
+    assert p < 1e-6, (chi2, dof, p)
+
+
+def test_level3_catches_a_q_that_is_not_the_one_sampled(small_pair, small_eagle):
+    target = small_pair[0]
+    prompt = [1, 4, 2]
+    counts = three_token_counts(target, lambda: small_eagle(SmoothedEagle), prompt, RUNS, temperature=1.0)
+    chi2, dof, p = chisquare_gof(counts, exact_three_tokens(target, prompt, temperature=1.0))
+    assert p < 1e-6, (chi2, dof, p)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, "auto"])
+def test_greedy_chain_equals_plain(big_pair, big_eagle_dir, k):
+    target = big_pair[0]
+    prompt = [3, 17, 5, 9]
+    plain = generate(target, prompt, 40)
+    eagle = load_eagle(big_eagle_dir, target)
+    res = speculative_generate(target, eagle, prompt, 40, k=k)
+    assert res.tokens == plain
+    assert res.stats.drafted > 0 and eagle.forwards > 0  # it did draft
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (3, 2), "auto"])
+def test_greedy_tree_equals_plain(big_pair, big_eagle_dir, shape):
+    target = big_pair[0]
+    prompt = [3, 17, 5, 9]
+    assert tree_speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 40, shape=shape).tokens \
+        == generate(target, prompt, 40)
+
+
+def test_first_round_is_the_prefill_and_never_a_rare_token(big_pair, big_eagle_dir):
+    """No features before the target has run the prompt: round 1 drafts nothing. Later guesses are frequent tokens."""
+    target = big_pair[0]
+    eagle = load_eagle(big_eagle_dir, target)
+    assert eagle.propose([3, 17, 5, 9], 3, lambda z: warp(z, 1.0), np.random.default_rng(0))[0] == []
+    seen = []
+    orig = eagle.propose
+
+    def spy(tokens, k, warp_, rng, keep=None):
+        toks, probs = orig(tokens, k, warp_, rng, keep)
+        seen.append((len(toks), probs))
+        return toks, probs
+    eagle.propose = spy
+    speculative_generate(target, eagle, [3, 17, 5, 9], 30, k=3, temperature=1.0, seed=0)
+    assert seen[0][0] == 0 and sum(n for n, _ in seen) > 0
+    for _, probs in seen:
+        assert np.all(probs[:, 40:] == 0) and np.allclose(probs.sum(-1), 1.0)
+
+
+def test_catch_up_over_rounds_equals_one_pass(big_pair, big_eagle_dir):
+    """After a run of rounds (drafted entries rolled back, true features fed) the head's state equals a fresh
+    head fed the whole sequence's features in one pass."""
+    target = big_pair[0]
+    eagle = load_eagle(big_eagle_dir, target)
+    toks = [3, 17, 5, 9] + speculative_generate(target, eagle, [3, 17, 5, 9], 25, k=3, temperature=1.0, seed=1).tokens
+    _, feats = target.forward(toks[:-1], target.new_cache(len(toks)), hidden=True)
+    fresh = load_eagle(big_eagle_dir, target)
+    fresh.see_features(toks[:-1], feats)
+    assert np.allclose(eagle.catch_up(toks), fresh.catch_up(toks), atol=1e-4)
+    assert np.allclose(eagle.feats[: len(toks) - 1], feats, atol=1e-5)
+
+
+def test_forward_hidden_returns_the_features_the_head_reads(big_pair):
+    target = big_pair[0]
+    ids = [3, 17, 5, 9, 11]
+    logits = target.forward(ids, target.new_cache(8))
+    logits2, feats = target.forward(ids, target.new_cache(8), last=2, hidden=True)
+    assert feats.shape == (5, target.cfg.hidden_size) and feats.dtype == np.float32
+    assert np.allclose(logits2, logits[-2:], atol=1e-5)
+    assert np.allclose(feats @ np.asarray(target.lm_head), logits, atol=1e-4)
+
+
+def test_make_drafter_loads_an_eagle_dir_and_refuses_bad_ones(big_pair, big_eagle_dir, small_pair, tmp_path):
+    target = big_pair[0]
+    assert isinstance(make_drafter(str(big_eagle_dir), target), Eagle)
+    with pytest.raises(ModelFormatError, match="hidden_size.*another target"):
+        load_eagle(big_eagle_dir, small_pair[0])
+    bad = write_random_eagle(tmp_path / "bad", target.cfg, range(40))
+    (bad / "frequent_tokens.json").write_text(json.dumps([0, 1, 64] + list(range(2, 39))))
+    with pytest.raises(ModelFormatError, match="frequent tokens must be distinct token ids in 0..63"):
+        load_eagle(bad, target)
+    (bad / "frequent_tokens.json").write_text(json.dumps(list(range(10))))
+    with pytest.raises(ModelFormatError, match="reduced_vocab_size is 40.*lists 10"):
+        load_eagle(bad, target)
+
+
+def test_numpy_head_matches_the_training_head():
+    """The torch head that train_eagle.py trains and the NumPy head that drafts compute the same f^."""
+    torch = pytest.importorskip("torch")
+    import tempfile
+
+    from minispec.harness.train_eagle import build_head, head_tensors
+    from minispec.model import load_model
+    from minispec.model.tiny import tiny_config, write_random_model
+    with tempfile.TemporaryDirectory() as d:
+        target = load_model(write_random_model(d, tiny_config(num_hidden_layers=1), seed=5))
+    c = target.cfg
+    torch.manual_seed(0)
+    head = build_head(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rope_theta,
+                      c.rms_norm_eps)
+    eagle = Eagle(target, {k: v.detach().numpy() for k, v in head_tensors(head).items()}, list(range(c.vocab_size)))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, c.vocab_size, 12)
+    feats = rng.standard_normal((12, c.hidden_size)).astype(np.float32)
+    with torch.no_grad():
+        want = head(torch.from_numpy(np.asarray(target.embed)[ids][None]), torch.from_numpy(feats[None]))[0].numpy()
+    assert np.allclose(eagle.head(ids, feats, 0), want, atol=1e-4)
