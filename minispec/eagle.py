@@ -265,6 +265,23 @@ class Eagle:
         return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))
 
 
+    def pass_times(self, widths, n: int = 64, repeats: int = 5) -> dict[int, float]:
+        """Seconds of one tree level: a head pass over w entries and their reduced logits, after n entries."""
+        import time
+        rng = np.random.default_rng(0)
+        self.ensure_room(n + max(widths))
+        self.head(rng.integers(0, self.vocab, n), rng.standard_normal((n, self.cfg.hidden_size)), 0)
+        times = {w: [] for w in widths}
+        for _ in range(repeats + 1):
+            for w in widths:
+                t0 = time.perf_counter()
+                self.logits(self.head(rng.integers(0, self.vocab, w), rng.standard_normal((w, self.cfg.hidden_size)), n))
+                times[w].append(time.perf_counter() - t0)
+        self.ftokens, self.htokens, self.f_at = [], [], -1
+        self.cache.rollback(0)
+        return {w: float(np.median(t[1:])) for w, t in times.items()}
+
+
 def is_eagle_dir(path) -> bool:
     f = Path(path) / "config.json"
     try:

@@ -22,7 +22,7 @@ from ..model import backend
 from ..model.fetch import cache_dir
 from ..sampling import warp
 
-_CALIBRATION: dict = {}  # _disk_key(model, ns) -> {n: seconds}, or seconds per guess
+_CALIBRATION: dict = {}  # calibration_key(model, ns) -> {n: seconds}, or seconds per guess
 
 
 def forward_times(model, ns=(1, 2, 4, 8, 16), context: int = 256, repeats: int = 20, warmup: int = 3) -> dict[int, float]:
@@ -50,7 +50,7 @@ def forward_times(model, ns=(1, 2, 4, 8, 16), context: int = 256, repeats: int =
     return {n: float(np.median(t)) for n, t in times.items()}
 
 
-def _disk_key(model, ns) -> str:
+def calibration_key(model, ns) -> str:
     """What a measurement depends on: the model (name, size, shape), the device and the machine. It keys
     the cache in memory too, so that a model loaded again (or a new drafter around the same model) finds
     the same figures: a seeded run then chooses the same K (see ``policy/__init__.py``)."""
@@ -90,7 +90,7 @@ def calibrate(model, ns) -> dict[int, float]:
     ``forward_times`` (about a second for SmolLM2), cached per model in memory and on disk
     (``$MINISPEC_CACHE/calibration.json``; ``MINISPEC_NO_CALIBRATION_CACHE=1`` skips the disk)."""
     ns = tuple(ns)
-    times = cached(_disk_key(model, ns), lambda: forward_times(model, ns, context=64, repeats=2, warmup=1))
+    times = cached(calibration_key(model, ns), lambda: forward_times(model, ns, context=64, repeats=2, warmup=1))
     return {int(n): float(t) for n, t in times.items()}
 
 
@@ -119,7 +119,7 @@ def drafter_costs(drafter) -> tuple[float, float]:
     drafter around the same model reuses the figure); zeros otherwise (prompt lookup costs microseconds:
     rounds then measure it)."""
     if hasattr(drafter, "measure_costs"):  # a drafter that times itself (eagle.py), keyed like a model
-        return tuple(float(t) for t in cached(_disk_key(drafter, ("guess", "fed")), drafter.measure_costs))
+        return tuple(float(t) for t in cached(calibration_key(drafter, ("guess", "fed")), drafter.measure_costs))
     model = getattr(drafter, "model", None)
     if model is None:
         return 0.0, 0.0
@@ -129,6 +129,6 @@ def drafter_costs(drafter) -> tuple[float, float]:
         context = [int(t) for t in np.random.default_rng(0).integers(0, model.cfg.vocab_size, n)]
         return guess_time(drafter, context, repeats=3, warmup=1)
 
-    per_guess = float(cached(_disk_key(model, ("guess",)), measure))
+    per_guess = float(cached(calibration_key(model, ("guess",)), measure))
     n = min(32, model.cfg.max_position_embeddings)  # a pass over n tokens, per token
     return per_guess, calibrate(model, (n,))[n] / n

@@ -16,7 +16,7 @@ import numpy as np
 
 from .acceptance import Acceptance, PerContext, run_length
 from .auto_k import ProbeBudget, probe_cost
-from .costs import calibrate_verify, drafter_costs
+from .costs import calibration_key, cached, calibrate_verify, drafter_costs
 
 
 class TreeShape:
@@ -95,5 +95,9 @@ def auto_tree_shape(target, drafter, max_nodes: int = 16, learn: bool = True) ->
     max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
     verify = calibrate_verify(target, max_nodes + 1)
     model = getattr(drafter, "model", None)
-    draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
+    if hasattr(drafter, "pass_times"):  # a drafter that times its own levels (eagle.py)
+        times = cached(calibration_key(drafter, ("level", 1, 2, 3, 4)), lambda: drafter.pass_times(range(1, 5)))
+        draft = {int(w): float(t) for w, t in times.items()}
+    else:
+        draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
     return TreeShape(verify, draft, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
