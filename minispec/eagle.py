@@ -50,17 +50,12 @@ from .model.transformer import LayerWeights, linear, transformer_block
 from .sampling import sample, top_probability
 from .tree import Tree, add_children, tree_mask
 
-HEAD_TENSORS = ("fc.weight", "fc.bias", "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-                "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
-
-
 def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
+    """The head's arrays as eagle.safetensors stores them: already in the layout ``x @ w`` wants ([in, out]) and
+    fused like the target's layers (transformer.LayerWeights), so that loading copies nothing."""
     D, F, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return {"fc.weight": (D, 2 * D), "fc.bias": (D,), "input_layernorm.weight": (D,), "self_attn.q_proj.weight": (q, D),
-            "self_attn.k_proj.weight": (kv, D), "self_attn.v_proj.weight": (kv, D), "self_attn.o_proj.weight": (D, q),
-            "post_attention_layernorm.weight": (D,), "mlp.gate_proj.weight": (F, D), "mlp.up_proj.weight": (F, D),
-            "mlp.down_proj.weight": (D, F)}
+    return {"w_fc": (2 * D, D), "b_fc": (D,), "attn_norm": (D,), "w_qkv": (D, q + 2 * kv), "w_o": (q, D),
+            "mlp_norm": (D,), "w_gate_up": (D, 2 * F), "w_down": (F, D)}
 
 
 def common_prefix(a, b) -> int:
@@ -73,8 +68,8 @@ class Eagle:
     """A feature drafter: the drafter protocol of drafters.py, plus ``see_features`` (the loop's feed)."""
 
     def __init__(self, target: Model, tensors: dict[str, np.ndarray], frequent_tokens, name: str = "eagle"):
-        """``tensors``: the head's weights in Hugging Face layout ([out, in]), names ``HEAD_TENSORS``;
-        ``frequent_tokens``: the ids the head may propose (FR-Spec)."""
+        """``tensors``: the head's arrays named and shaped as ``head_shapes`` says; ``frequent_tokens``: the ids
+        the head may propose (FR-Spec)."""
         cfg = replace(target.cfg, num_layers=1)
         for t, shape in head_shapes(cfg).items():
             if t not in tensors:
@@ -87,17 +82,15 @@ class Eagle:
         if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= V \
                 or np.unique(ids).size != ids.size:
             raise ModelFormatError(f"{name}: frequent tokens must be distinct token ids in 0..{V - 1}")
-        dev = lambda a: backend.asarray(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+        dev = lambda a: backend.asarray(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731  (no copy on NumPy)
         self.target, self.cfg, self.name, self.vocab, self.forwards = target, cfg, name, V, 0
-        self.w_fc, self.b_fc = dev(tensors["fc.weight"].T), dev(tensors["fc.bias"])  # [2D, D], [D]
-        self.layer = LayerWeights(
-            attn_norm=dev(tensors["input_layernorm.weight"]),
-            w_qkv=dev(np.concatenate([tensors[f"self_attn.{n}_proj.weight"] for n in "qkv"]).T), b_qkv=None,
-            w_o=dev(tensors["self_attn.o_proj.weight"].T), mlp_norm=dev(tensors["post_attention_layernorm.weight"]),
-            w_gate_up=dev(np.concatenate([tensors["mlp.gate_proj.weight"], tensors["mlp.up_proj.weight"]]).T),
-            w_down=dev(tensors["mlp.down_proj.weight"].T))
+        self.w_fc, self.b_fc = dev(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
+        self.layer = LayerWeights(attn_norm=dev(tensors["attn_norm"]), w_qkv=dev(tensors["w_qkv"]), b_qkv=None,
+                                  w_o=dev(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),
+                                  w_gate_up=dev(tensors["w_gate_up"]), w_down=dev(tensors["w_down"]))
         self.tokens_r = np.sort(ids).astype(np.int64)  # [V_r] the frequent tokens
-        self.w_r = backend.xp.ascontiguousarray(target.lm_head[:, backend.asarray(self.tokens_r)])  # [D, V_r]
+        self.w_r = backend.xp.empty((cfg.hidden_size, len(ids)), dtype=np.float32)  # [D, V_r]: W_r, gathered in place
+        backend.xp.take(target.lm_head, backend.asarray(self.tokens_r), axis=1, out=self.w_r, mode="clip")
         self.cache = KVCache(1, cfg.num_kv_heads, 256, cfg.head_dim)  # entries j = (f_j, x_{j+1}); grows
         self.feats = np.zeros((256, cfg.hidden_size), np.float32)  # [capacity, D] the target's f_0..f_{n-1}
         self.ftokens: list[int] = []  # x_0..x_{n-1}: the tokens those features belong to
@@ -292,7 +285,7 @@ def is_eagle_dir(path) -> bool:
 
 def load_eagle(path, target: Model) -> Eagle:
     """An EAGLE head directory: config.json ("minispec_drafter": "eagle" and the target's widths),
-    eagle.safetensors (``HEAD_TENSORS``) and frequent_tokens.json (a list of token ids)."""
+    eagle.safetensors (``head_shapes``) and frequent_tokens.json (a list of token ids)."""
     path = Path(path)
     cfg = read_json(path / "config.json")
     for key, want in (("hidden_size", target.cfg.hidden_size), ("num_attention_heads", target.cfg.num_heads),

@@ -70,7 +70,7 @@ def write_random_eagle(path, cfg: ModelConfig, frequent_tokens, seed: int = 0, s
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    tensors = {name: ((1.0 + 0.1 * rng.standard_normal(shape)) if name.endswith("norm.weight")
+    tensors = {name: ((1.0 + 0.1 * rng.standard_normal(shape)) if name.endswith("norm")
                       else scale * rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
                for name, shape in head_shapes(cfg).items()}
     write_safetensors(path / "eagle.safetensors", tensors, "F32")

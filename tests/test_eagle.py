@@ -196,7 +196,7 @@ def test_numpy_head_matches_the_training_head():
     torch.manual_seed(0)
     head = build_head(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rope_theta,
                       c.rms_norm_eps)
-    eagle = Eagle(target, {k: v.detach().numpy() for k, v in head_tensors(head).items()}, list(range(c.vocab_size)))
+    eagle = Eagle(target, {k: v.numpy() for k, v in head_tensors(head).items()}, list(range(c.vocab_size)))
     rng = np.random.default_rng(0)
     ids = rng.integers(0, c.vocab_size, 12)
     feats = rng.standard_normal((12, c.hidden_size)).astype(np.float32)

@@ -1,6 +1,7 @@
 """Benchmarks. ``minispec bench``: the latency study (see ``study.py``);
 ``minispec bench forward``: the cost of a target pass over n tokens;
 ``minispec bench draft``: acceptance and cost of a draft model;
+``minispec bench eagle``: the EAGLE head's reduced-head sizes, acceptance by position, c and memory;
 ``minispec bench decode``: plain decoding against transformers' generate;
 ``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``);
 ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``).
@@ -26,7 +27,7 @@ from ..model import backend, load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
-from . import draft_eval, gpu, stop_eval
+from . import draft_eval, eagle_eval, gpu, stop_eval
 from .measure import stream_time, timed
 from .study import run_study, transformers_peer, write_report
 
@@ -202,6 +203,8 @@ def main(argv=None) -> int:
         return bench_decode(argv[1:])
     if argv and argv[0] == "draft":
         return draft_eval.main(argv[1:])
+    if argv and argv[0] == "eagle":
+        return eagle_eval.main(argv[1:])
     if argv and argv[0] == "stop":
         return stop_eval.main(argv[1:])
     if argv and argv[0] == "gpu-predict":

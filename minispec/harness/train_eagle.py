@@ -113,11 +113,15 @@ def load_or_make_data(args, log) -> dict:
     return data
 
 
-def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
+def frequency_order(tokens, eos, V: int) -> np.ndarray:
+    """Every token id, most frequent first (the end-of-sequence ids first of all: always proposable)."""
     counts = np.bincount(np.concatenate(tokens), minlength=V).astype(np.float64)
-    counts[list(eos)] = np.inf  # always proposable
-    top = np.argsort(-counts, kind="stable")[:vocab]
-    return np.sort(top).astype(np.int64)
+    counts[list(eos)] = np.inf
+    return np.argsort(-counts, kind="stable").astype(np.int64)
+
+
+def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
+    return np.sort(frequency_order(tokens, eos, V)[:vocab])
 
 
 def build_head(D, H, KVH, HD, F, theta, eps):
@@ -166,13 +170,13 @@ def build_head(D, H, KVH, HD, F, theta, eps):
 
 
 def head_tensors(head) -> dict:
-    """The head's weights under eagle.py's names (Hugging Face layout, [out, in])."""
-    s = head.state_dict()
-    return {"fc.weight": s["fc.weight"], "fc.bias": s["fc.bias"], "input_layernorm.weight": s["attn_norm"],
-            "self_attn.q_proj.weight": s["q.weight"], "self_attn.k_proj.weight": s["k.weight"],
-            "self_attn.v_proj.weight": s["v.weight"], "self_attn.o_proj.weight": s["o.weight"],
-            "post_attention_layernorm.weight": s["mlp_norm"], "mlp.gate_proj.weight": s["gate.weight"],
-            "mlp.up_proj.weight": s["up.weight"], "mlp.down_proj.weight": s["down.weight"]}
+    """The head's arrays as eagle.py stores them (``eagle.head_shapes``): [in, out], Q/K/V and gate/up fused."""
+    import torch
+    s = {k: v.detach().float() for k, v in head.state_dict().items()}
+    return {"w_fc": s["fc.weight"].T, "b_fc": s["fc.bias"], "attn_norm": s["attn_norm"],
+            "w_qkv": torch.cat([s["q.weight"], s["k.weight"], s["v.weight"]]).T, "w_o": s["o.weight"].T,
+            "mlp_norm": s["mlp_norm"], "w_gate_up": torch.cat([s["gate.weight"], s["up.weight"]]).T,
+            "w_down": s["down.weight"].T}
 
 
 def batches(data, rows, batch, seq, rng):
@@ -278,7 +282,8 @@ Made on this machine by `python -m minispec.harness.train_eagle --out {a['out']}
   {first['first_greedy']:.3f}; T=1 acceptance sum min(p, q) {first['first_t1']:.3f}. Full log: `train_log.txt`,
   figures: `training.json`. Measured speedups: `docs/eagle.md`.
 
-`SHA256SUMS` lists the checksums of config.json, eagle.safetensors and frequent_tokens.json.
+`token_frequency_order.json` lists every token id, most frequent first: `minispec bench eagle` loads the
+head with other reduced-head sizes from it. `SHA256SUMS` lists the checksums of the four files.
 """)
 
 
@@ -380,9 +385,11 @@ def main(argv=None) -> int:
     held_out = evaluate(head, E, sets, data, held, args.seq, torch)
     for name, v in held_out.items():
         log(f"held out, reduced head {name}: " + ", ".join(f"{k} {x:.3f}" for k, x in v.items()))
-    write_safetensors(out / "eagle.safetensors", {k: v.detach().float().numpy() for k, v in head_tensors(head).items()}, "F32",
+    write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()}, "F32",
                       metadata={"recipe": "minispec.harness.train_eagle"})
     (out / "frequent_tokens.json").write_text(json.dumps([int(t) for t in freq]))
+    order = frequency_order([data["tokens"][r] for r in rows], data["eos"], V)  # to try other sizes: bench eagle
+    (out / "token_frequency_order.json").write_text(json.dumps([int(t) for t in order]))
     econf = dict(minispec_drafter="eagle", target="SmolLM2-135M-Instruct", hidden_size=D, num_attention_heads=cfg.num_heads,
                  num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
                  rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta, target_vocab_size=V,
@@ -398,7 +405,7 @@ def main(argv=None) -> int:
                    args=vars(args), torch=torch.__version__)
     (out / "training.json").write_text(json.dumps(summary, indent=2))
     sums = "".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n"
-                   for f in ("config.json", "eagle.safetensors", "frequent_tokens.json"))
+                   for f in ("config.json", "eagle.safetensors", "frequent_tokens.json", "token_frequency_order.json"))
     (out / "SHA256SUMS").write_text(sums)
     write_readme(out, summary, freq)
     log(f"done: {summary['total_minutes_this_run']:.1f} min")

@@ -1,0 +1,118 @@
+"""``minispec bench eagle``: the EAGLE head's design choices on the evaluation prompts.
+
+For each reduced-head size (the head's frequent tokens; other sizes come from its
+token_frequency_order.json): the cost ratio c (seconds per guess over seconds per target step,
+measured side by side), and acceptance by position at K = 4, greedy and T = 1, per prompt set. Then
+the resident memory the head adds: the resident set of a fresh process that loaded the target and
+generated with the head, minus that of one that generated plainly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..eagle import Eagle, load_eagle
+from ..model import load_model, load_tokenizer
+from ..model.fetch import resolve_model, shipped_eagle
+from ..model.safetensors_io import read_safetensors
+from ..policy import forward_times
+from ..progress import Progress
+from ..speculative import speculative_generate
+from .prompts import load_prompts
+
+RSS_SCRIPT = """
+import os, sys, minispec
+t = minispec.load_model(sys.argv[1])
+d = minispec.make_drafter(sys.argv[2], t)
+ids = list(range(100, 160))
+minispec.speculative_generate(t, d, ids, 32, k=4) if d else minispec.generate(t, ids, 32)
+print(int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+"""
+
+
+def resident_after_run(target_dir, spec) -> int:
+    """Resident bytes of a fresh process that loaded the target and ``spec`` and generated 32 tokens."""
+    out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(target_dir), spec], capture_output=True, text=True,
+                         check=True)
+    return int(out.stdout.split()[-1])
+
+
+def acceptance(target, eagle, prompts, k, temperature, max_new_tokens, stop, bar) -> dict:
+    acc, drafted, tokens, rounds = np.zeros(k), np.zeros(k), 0, 0
+    for i, p in enumerate(prompts):
+        res = speculative_generate(target, eagle, p, max_new_tokens, k=k, temperature=temperature, seed=i, stop_ids=stop)
+        s = res.stats
+        acc[: len(s.position_accepted)] += s.position_accepted
+        drafted[: len(s.position_drafted)] += s.position_drafted
+        tokens, rounds = tokens + len(res.tokens), rounds + s.rounds
+        bar.update()
+    return dict(per_position=[float(a / d) if d else None for a, d in zip(acc, drafted)],
+                acceptance=float(acc.sum() / drafted.sum()) if drafted.sum() else None, tokens_per_pass=tokens / rounds)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="minispec bench eagle", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--eagle", help="EAGLE head directory (default: the shipped one)")
+    p.add_argument("--sizes", default="8192,16384,49152", help="reduced-head sizes (default 8192,16384,49152)")
+    p.add_argument("--prompts-per-set", type=int, default=6)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--json", help="also write the figures to this JSON file")
+    a = p.parse_args(argv)
+    head_dir = a.eagle or shipped_eagle()
+    if head_dir is None:
+        p.error("no EAGLE head: pass --eagle DIR (the shipped one is weights/eagle-smollm2-135m)")
+    target_dir = resolve_model(a.model)
+    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    shipped = load_eagle(head_dir, target)  # checks the directory
+    tensors = read_safetensors(Path(head_dir) / "eagle.safetensors")
+    order_file = Path(head_dir) / "token_frequency_order.json"
+    order = json.loads(order_file.read_text()) if order_file.is_file() else list(shipped.tokens_r)
+    sizes = [int(s) for s in a.sizes.split(",") if int(s) <= len(order)]
+    sets = {s: load_prompts(s, tok, a.prompts_per_set) for s in ("code", "chat")}
+    res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
+    bar = Progress(len(sizes) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
+    for size in sizes:
+        eagle = Eagle(target, tensors, order[:size], name=f"eagle-{size}")
+        t_step = forward_times(target, (1,), context=64, repeats=10)[1]
+        per_guess = eagle.measure_costs(repeats=10)[0]
+        t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
+        row = dict(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step,
+                   head_mb=eagle.weight_bytes / 1e6)
+        for setting, temp in (("greedy", 0.0), ("T=1", 1.0)):
+            for name, prompts in sets.items():
+                row[f"{setting} {name}"] = acceptance(target, eagle, prompts, a.k, temp, a.max_new_tokens, tok.eos_ids,
+                                                      bar)
+        res["sizes"][size] = row
+    bar.close()
+    plain, with_head = resident_after_run(target_dir, "none"), resident_after_run(target_dir, str(head_dir))
+    res["memory"] = dict(plain_rss_mb=plain / 1e6, eagle_rss_mb=with_head / 1e6,
+                         added_mb=(with_head - plain) / 1e6, head_arrays_mb=shipped.weight_bytes / 1e6)
+    print(f"EAGLE head {head_dir}, K = {a.k}, {a.prompts_per_set} prompts per set, {a.max_new_tokens} new tokens")
+    print("| reduced head | c | head MB | setting | set | acceptance by position | tokens/pass |")
+    print("|---|---|---|---|---|---|---|")
+    for size, row in res["sizes"].items():
+        for key, v in row.items():
+            if isinstance(v, dict):
+                setting, name = key.split(" ")
+                pos = " ".join("-" if x is None else f"{x:.2f}" for x in v["per_position"])
+                print(f"| {size} | {row['c']:.3f} | {row['head_mb']:.1f} | {setting} | {name} | {pos} | "
+                      f"{v['tokens_per_pass']:.2f} |")
+    m = res["memory"]
+    print(f"resident memory after 32 tokens: plain {m['plain_rss_mb']:.0f} MB, with the head {m['eagle_rss_mb']:.0f} MB: "
+          f"+{m['added_mb']:.1f} MB (its arrays: {m['head_arrays_mb']:.1f} MB)")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
