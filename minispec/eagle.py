@@ -50,6 +50,7 @@ from .model.transformer import LayerWeights, linear, transformer_block
 from .sampling import sample, top_probability
 from .tree import Tree, add_children, tree_mask
 
+
 def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
     """The head's arrays as eagle.safetensors stores them: already in the layout ``x @ w`` wants ([in, out]) and
     fused like the target's layers (transformer.LayerWeights), so that loading copies nothing."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from .acceptance import Acceptance, PerContext, run_length
 from .auto_k import ProbeBudget, probe_cost
-from .costs import calibration_key, cached, calibrate_verify, drafter_costs
+from .costs import cached, calibrate_verify, calibration_key, drafter_costs
 
 
 class TreeShape:
