@@ -13,7 +13,7 @@ from .generate import check_generate_args, generate
 from .harness.measure import timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
-from .model.fetch import DEFAULT_DRAFT, fetch_smollm2, resolve_model
+from .model.fetch import DEFAULT_DRAFT, DEFAULT_EAGLE, fetch_smollm2, resolve_model
 from .policy import k_policy, tree_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
@@ -201,8 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--no-stop", action="store_true", help="do not stop at the end-of-sequence token")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda needs CuPy (default cpu)")
-    g.add_argument("--draft", help=f"drafter: a draft model directory (e.g. weights/{DEFAULT_DRAFT}), prompt-lookup, "
-                                   "layer-skip, or none for plain decoding (default: prompt-lookup, the measured best)")
+    g.add_argument("--draft", help=f"drafter: a draft model directory (e.g. weights/{DEFAULT_DRAFT}), an EAGLE head "
+                                   f"directory (e.g. weights/{DEFAULT_EAGLE}), prompt-lookup, layer-skip, or none for "
+                                   "plain decoding (default: prompt-lookup, the measured best)")
     g.add_argument("--k", type=k_arg, default="auto",
                    help="draft tokens per round, or auto: choose K each round from measured costs and acceptance, "
                         "K = 0 when speculation does not pay (default auto)")

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("gguf")
 
-from minispec import load_model, load_tokenizer, make_drafter, shipped_draft  # noqa: E402
+from minispec import load_model, load_tokenizer, make_drafter, shipped_draft, shipped_eagle  # noqa: E402
 from minispec.drafters import LayerSkip, PromptLookup  # noqa: E402
 from minispec.harness.check import format_check, run_check  # noqa: E402
 from minispec.model.fetch import fetch_smollm2  # noqa: E402
@@ -30,6 +30,21 @@ def test_level4_reduced_passes_the_real_rule_and_catches_the_broken_one(setup):
     assert res["passed"]["broken_rule_caught"], report  # the control: the broken rule is
     assert res["passed"]["greedy"], report  # only a genuine float tie may flip a greedy token
     assert report.rstrip().splitlines()[-1].startswith("PASS overall")
+
+
+@pytest.mark.slow
+def test_level4_reduced_with_the_eagle_head(setup):
+    """The shipped EAGLE head (weights/, so never skipped): T=1 against plain sampling with its broken-rule control,
+    and greedy chains and 3x3 trees identical to plain decoding."""
+    target, tok, _ = setup
+    eagle = make_drafter(shipped_eagle(), target)
+    res = run_check(target, tok, eagle, [eagle], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32,
+                    calibration_seeds=0, progress=False, trees=[eagle])
+    report = format_check(res)
+    assert res["sampling"]["tokens"]["tokens_b"] >= 900 and "acceptance" in res["sampling"], report
+    assert res["passed"]["sampling"], report
+    assert res["passed"]["broken_rule_caught"], report
+    assert res["passed"]["greedy"] and len(res["greedy"]) == 2, report  # the chain and the tree
 
 
 @pytest.mark.heavy
