@@ -90,8 +90,7 @@ class Eagle:
                                   w_o=dev(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),
                                   w_gate_up=dev(tensors["w_gate_up"]), w_down=dev(tensors["w_down"]))
         self.tokens_r = np.sort(ids).astype(np.int64)  # [V_r] the frequent tokens
-        self.w_r = backend.xp.empty((cfg.hidden_size, len(ids)), dtype=np.float32)  # [D, V_r]: W_r, gathered in place
-        backend.xp.take(target.lm_head, backend.asarray(self.tokens_r), axis=1, out=self.w_r, mode="clip")
+        self.w_r = backend.xp.take(target.lm_head, backend.asarray(self.tokens_r), axis=1)  # [D, V_r]: W_r, a copy
         self.cache = KVCache(1, cfg.num_kv_heads, 256, cfg.head_dim)  # entries j = (f_j, x_{j+1}); grows
         self.feats = np.zeros((256, cfg.hidden_size), np.float32)  # [capacity, D] the target's f_0..f_{n-1}
         self.ftokens: list[int] = []  # x_0..x_{n-1}: the tokens those features belong to
@@ -115,6 +114,8 @@ class Eagle:
         """The target has cached ``tokens``; ``features`` [n, D] are those of its last n, from the pass it just
         ran. Features of an earlier sequence that ``tokens`` does not extend are dropped."""
         start = len(tokens) - len(features)
+        if start < 0:
+            raise ValueError(f"see_features: {len(features)} feature rows for {len(tokens)} tokens")
         if start > 0 and common_prefix(self.ftokens, tokens[:start]) < start:
             self.ftokens = []  # no features for the tokens before these: wait for a fresh run's prefill
             return
@@ -147,7 +148,9 @@ class Eagle:
             if i < k - 1:
                 if keep is not None and not keep(i + 2, reach):
                     break
-                f = self.head([x], f[None], n + i)[0]  # f^_{n+i+1} from the guess and the predicted feature
+                # entry n+i = (f^_{n+i}, x^_{n+i+1}) at slot and position n+i -> f^_{n+i+1}: the predicted feature
+                # stands in for the target's, which does not exist yet
+                f = self.head([x], f[None], n + i)[0]
         self.cache.rollback(n)  # forget the entries made from predicted features
         return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
@@ -159,10 +162,10 @@ class Eagle:
         if f is None or width == 0 or depth == 0:
             return tree
         base = len(tokens) - 1  # the head's true entries: the root's is slot base - 1
-        self.ensure_room(base + width * depth)
+        width = min(width, len(self.tokens_r))  # the top W at T = 0 must be frequent tokens, never a -inf logit
         level = add_children(tree, 0, self.logits(f[None])[0], width, warp, rng)
         parent_f = np.repeat(f[None], len(level), axis=0)  # [W, D] the feature each level node reads
-        for _ in range(depth - 1):
+        for _ in range(depth - 1):  # below level 1 each node has one child, so a level's node ids are contiguous
             ids = [tree.tokens[node] for node in level]
             mask = tree_mask(tree.parents, base - 1)[level[0]: level[-1] + 1, : base + level[-1]]  # node n: slot base-1+n
             positions = base - 1 + tree.depths()[level]
@@ -174,9 +177,11 @@ class Eagle:
 
     # -- the head ----------------------------------------------------------------------------------
     def head(self, ids, feats, pos0: int, positions=None, mask=None) -> np.ndarray:
-        """Head(e, f) for T entries written at cache slots pos0..pos0+T-1 -> f^ [T, D] (host). Causal at
-        positions pos0.. unless a tree's ``positions`` and ``mask`` are given."""
+        """Head(e, f) for T entries written at cache slots pos0..pos0+T-1 -> f^ [T, D] (host). Entries from pos0 on
+        are forgotten first. Causal, at RoPE positions pos0.., unless a tree's ``positions`` and ``mask`` are given
+        (in a tree a node's slot is not its position: siblings share a position)."""
         T = len(ids)
+        self.ensure_room(pos0 + T)
         self.cache.rollback(min(self.cache.length, pos0))
         if positions is None:
             positions = np.arange(pos0, pos0 + T)
@@ -204,8 +209,9 @@ class Eagle:
         n = len(tokens) - 1
         if n < 1 or len(self.ftokens) < n or common_prefix(self.ftokens, tokens) < n:
             return None
-        done = min(self.cache.length, common_prefix(self.htokens, tokens) - 1)  # entries j that read the same x_{j+1}
-        if done < n or self.f_at != n - 1:
+        # entry j read x_{j+1}: the entries still valid are those whose x_0..x_{j+1} match, j < common prefix - 1
+        done = min(self.cache.length, common_prefix(self.htokens, tokens) - 1)
+        if done < n or self.f_at != n - 1:  # (all n entries valid but f^_n lost: re-run entry n - 1 to recover it)
             done = max(0, min(done, n - 1))
             self.f_next = self.head(tokens[done + 1: n + 1], self.feats[done:n], done)[-1]  # the last entry's f^
             self.f_at = n - 1
@@ -216,13 +222,15 @@ class Eagle:
         """Teacher-forced: row j [V] is the head's first guess for x_{j+1} after x_0..x_j, from the target's
         ``features`` [len(tokens), D] (row 0, with no feature before it, is uniform over the frequent tokens).
         One head pass in a cache of its own; the drafter's state is untouched (``minispec check``)."""
-        own, self.cache = self.cache, KVCache(1, self.cfg.num_kv_heads, max(1, len(tokens) - 1), self.cfg.head_dim)
+        first = np.full((1, self.vocab), -np.inf, np.float32)
+        first[0, self.tokens_r] = 0.0
+        if len(tokens) < 2:
+            return first
+        own, self.cache = self.cache, KVCache(1, self.cfg.num_kv_heads, len(tokens) - 1, self.cfg.head_dim)
         try:
             out = self.head(tokens[1:], features[: len(tokens) - 1], 0)  # [n-1, D]: f^_1 .. f^_{n-1}
         finally:
             self.cache = own
-        first = np.full((1, self.vocab), -np.inf, np.float32)
-        first[0, self.tokens_r] = 0.0
         return np.concatenate([first, self.logits(out)])  # [n, V]
 
     def ensure_room(self, length: int) -> None:

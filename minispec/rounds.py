@@ -123,7 +123,8 @@ class Run:
     def emit(self, new_tokens: list[int], accepted: int, target_probs: np.ndarray, features=None) -> None:
         """Append the round's tokens (the accepted guesses and the rule's next token) and record the round.
         ``target_probs[0]`` is p for the first new position: what a probe is measured against. ``features``
-        [n, D]: the target's features of the last n tokens in its cache, for a feature drafter (eagle.py)."""
+        [n, D]: the target's features of the last n tokens in its cache, for a feature drafter (eagle.py); not
+        passed on once the run is done (a stop token among the accepted guesses leaves rows without tokens)."""
         t_draft, t_verify = self.clock[1] - self.clock[0], time.perf_counter() - self.clock[1]
         probed = self.measure_probe(target_probs[0], new_tokens[accepted])
         emitted = 0
@@ -135,8 +136,8 @@ class Run:
                 self.on_token(int(t))
             if self.done:
                 break
-        if features is not None and hasattr(self.drafter, "see_features"):
-            self.drafter.see_features(self.tokens[: self.cache.length], features)
+        if features is not None and not self.done and hasattr(self.drafter, "see_features"):  # (done: no more drafting,
+            self.drafter.see_features(self.tokens[: self.cache.length], features)  # and a stop may have cut the rows)
         prefill = bool(self.unfed)
         self.unfed = []
         self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, prefill)

@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from minispec import generate, rejection
+from minispec import generate, load_model, rejection
 from minispec.drafters import make_drafter
 from minispec.eagle import Eagle, load_eagle
 from minispec.harness.equivalence import chisquare_gof
 from minispec.model import ModelFormatError
 from minispec.model.safetensors_io import read_safetensors
+from minispec.model.tiny import tiny_config, write_random_model
 from minispec.sampling import warp
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
@@ -145,12 +146,42 @@ def test_first_round_is_the_prefill_and_never_a_rare_token(big_pair, big_eagle_d
         assert np.all(probs[:, 40:] == 0) and np.allclose(probs.sum(-1), 1.0)
 
 
+@pytest.mark.parametrize("prompt_len", [1, 300])
+def test_short_and_long_prompts(tmp_path, prompt_len):
+    """A 1-token prompt (no feature before the last token) and one longer than the head's first cache (256)."""
+    target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=1, max_position_embeddings=512)))
+    head = write_random_eagle(tmp_path / "e", target.cfg, range(40), seed=4, scale=3.0)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, 64, prompt_len)]
+    for shape in (None, (2, 2)):
+        eagle = load_eagle(head, target)
+        res = (speculative_generate(target, eagle, prompt, 20, k=3) if shape is None
+               else tree_speculative_generate(target, eagle, prompt, 20, shape=shape))
+        assert res.tokens == generate(target, prompt, 20) and res.stats.drafted > 0
+
+
+def test_a_stop_among_accepted_guesses_and_a_reused_head(big_pair, big_eagle_dir):
+    """A stop token inside the accepted guesses ends the run with feature rows for tokens never emitted; the same
+    head then serves another run (and the first again) exactly."""
+    target = big_pair[0]
+    eagle = load_eagle(big_eagle_dir, target)
+    prompt = [3, 17, 5, 9]
+    plain = generate(target, prompt, 40)
+    res = None
+    for stop in plain[5:]:  # a stop whose position lands inside a round of accepted guesses
+        res = speculative_generate(target, eagle, prompt, 40, k=5, stop_ids=[stop])
+        assert res.tokens == generate(target, prompt, 40, stop_ids=[stop])
+    for p in ([7, 7, 1], prompt):
+        assert speculative_generate(target, eagle, p, 30, k=4).tokens == generate(target, p, 30)
+
+
 def test_catch_up_over_rounds_equals_one_pass(big_pair, big_eagle_dir):
     """After a run of rounds (drafted entries rolled back, true features fed) the head's state equals a fresh
     head fed the whole sequence's features in one pass."""
     target = big_pair[0]
     eagle = load_eagle(big_eagle_dir, target)
     toks = [3, 17, 5, 9] + speculative_generate(target, eagle, [3, 17, 5, 9], 25, k=3, temperature=1.0, seed=1).tokens
+    toks = toks[: len(eagle.ftokens) + 1]  # what the head was given: the last round's features come after it is done
+    assert len(toks) > 15
     _, feats = target.forward(toks[:-1], target.new_cache(len(toks)), hidden=True)
     fresh = load_eagle(big_eagle_dir, target)
     fresh.see_features(toks[:-1], feats)
@@ -188,8 +219,6 @@ def test_numpy_head_matches_the_training_head():
     import tempfile
 
     from minispec.harness.train_eagle import build_head, head_tensors
-    from minispec.model import load_model
-    from minispec.model.tiny import tiny_config, write_random_model
     with tempfile.TemporaryDirectory() as d:
         target = load_model(write_random_model(d, tiny_config(num_hidden_layers=1), seed=5))
     c = target.cfg

@@ -124,7 +124,7 @@ def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
     return np.sort(frequency_order(tokens, eos, V)[:vocab])
 
 
-def build_head(D, H, KVH, HD, F, theta, eps):
+def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096):
     import torch
     from torch import nn
 
@@ -141,7 +141,7 @@ def build_head(D, H, KVH, HD, F, theta, eps):
             self.gate, self.up = nn.Linear(D, F, bias=False), nn.Linear(D, F, bias=False)
             self.down = nn.Linear(F, D, bias=False)
             inv = 1.0 / theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD)
-            ang = torch.outer(torch.arange(4096, dtype=torch.float64), inv)
+            ang = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
             self.register_buffer("cos", ang.cos().float(), persistent=False)
             self.register_buffer("sin", ang.sin().float(), persistent=False)
 
@@ -193,8 +193,8 @@ def batches(data, rows, batch, seq, rng):
 
 
 def losses(head, E, W_r, toks, feats, lens, noise, rms, loss_kind, torch, train=True):
-    """-> (regression loss, CE loss, top-1 agreement with the target's full-vocabulary argmax, mean sum
-    min(p, q)); position j predicts f_{j+1} from e(x_{j+1}) and f_j."""
+    """-> (the loss to minimise, regression loss, CE loss, mask of valid positions [B, L-1]); position j predicts
+    f_{j+1} from e(x_{j+1}) and f_j."""
     toks, feats = torch.from_numpy(toks), torch.from_numpy(feats)
     L = feats.shape[1]
     valid = (torch.arange(L - 1)[None, :] < torch.from_numpy(lens)[:, None] - 1).float()  # [B, L-1]
@@ -219,7 +219,7 @@ def evaluate(head, E, token_sets: dict, data, rows, seq, torch) -> dict:
     feature is its own first-pass prediction (at drafting, only the newest entry is predicted)."""
     out = {name: dict(first_greedy=0.0, first_t1=0.0) for name in token_sets}
     first = next(iter(token_sets))
-    second = n = 0
+    second = n = n2 = 0
     with torch.no_grad():
         for i in range(0, len(rows), 4):
             toks, feats, lens = _rows(data, rows[i: i + 4], seq)
@@ -237,10 +237,11 @@ def evaluate(head, E, token_sets: dict, data, rows, seq, torch) -> dict:
             hit2 = ids[(pred2 @ E[ids].T).argmax(-1)] == top[:, 1:]
             second += int((hit2 & valid[:, 1:]).sum())
             n += int(valid.sum())
+            n2 += int(valid[:, 1:].sum())
     for v in out.values():
         v["first_greedy"] /= n
         v["first_t1"] /= n
-    out[first]["second_greedy_proxy"] = second / n
+    out[first]["second_greedy_proxy"] = second / n2
     return out
 
 
@@ -334,10 +335,15 @@ def main(argv=None) -> int:
 
     t_start = time.perf_counter()
     log(f"args {vars(args)}")
+    target_dir = resolve_model(args.target)
+    cfg = ModelConfig.from_dir(target_dir)
+    if not cfg.tie_word_embeddings:
+        log(f"error: {target_dir}: the recipe trains against the embedding matrix as the LM head, so it needs a "
+            "target with tied embeddings (SmolLM2's)")
+        return 2
     data = load_or_make_data(args, log)
     if args.data_only:
         return 0
-    cfg = ModelConfig.from_dir(resolve_model(args.target))
     D, V = cfg.hidden_size, cfg.vocab_size
     n_gen = data["generated"]
     held = np.arange(0, n_gen, 20)  # every 20th generation (code and chat, greedy and T=1): held out
@@ -353,7 +359,7 @@ def main(argv=None) -> int:
         f"tokens, {len(held)} held-out sequences; feature RMS {rms:.3f}; {steps} steps")
 
     head = build_head(D, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size, cfg.rope_theta,
-                      cfg.rms_norm_eps)
+                      cfg.rms_norm_eps, max_len=args.seq)
     n_params = sum(p.numel() for p in head.parameters())
     log(f"head: {n_params / 1e6:.2f}M parameters, reduced head {len(freq)} tokens")
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -390,7 +396,7 @@ def main(argv=None) -> int:
     (out / "frequent_tokens.json").write_text(json.dumps([int(t) for t in freq]))
     order = frequency_order([data["tokens"][r] for r in rows], data["eos"], V)  # to try other sizes: bench eagle
     (out / "token_frequency_order.json").write_text(json.dumps([int(t) for t in order]))
-    econf = dict(minispec_drafter="eagle", target="SmolLM2-135M-Instruct", hidden_size=D, num_attention_heads=cfg.num_heads,
+    econf = dict(minispec_drafter="eagle", target=Path(target_dir).name, hidden_size=D, num_attention_heads=cfg.num_heads,
                  num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
                  rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta, target_vocab_size=V,
                  reduced_vocab_size=len(freq))
