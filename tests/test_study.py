@@ -7,8 +7,11 @@ import pytest
 
 from minispec import load_model
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
+from minispec.eagle import load_eagle
 from minispec.harness.study import expected_tokens, predicted_speedup, run_study, write_report
 from minispec.model.tiny import tiny_config, write_random_model
+
+from .helpers import write_random_eagle
 
 
 class ToyTokenizer:
@@ -41,23 +44,28 @@ def test_first_and_next_rates_from_per_position_counts():
 def test_study_end_to_end(tmp_path):
     target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2), seed=1))
     draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2))
+    eagle = load_eagle(write_random_eagle(tmp_path / "e", target.cfg, range(40), seed=4), target)
     drafters = {"draft": DraftModel(draft), "prompt-lookup": PromptLookup(), "layer-skip:1": LayerSkip(target, 1),
-                "self": DraftModel(target, name="self")}
+                "self": DraftModel(target, name="self"), "eagle": eagle}
     res = run_study(target, drafters, ToyTokenizer(), ks=(1, 2), slow_ks=(2,), prompts_per_set=1, max_new_tokens=8,
                     forward_ns=(1, 2, 3), progress=False, log=lambda m: None)
     assert {(r["drafter"], r["k"]) for r in res["rows"]} == {
         ("draft", 1), ("draft", 2), ("prompt-lookup", 1), ("prompt-lookup", 2), ("layer-skip:1", 2), ("self", 2),
         ("draft", "auto"), ("prompt-lookup", "auto"), ("layer-skip:1", "auto"), ("self", "auto"),
-        ("draft", "tree"), ("prompt-lookup", "tree"), ("layer-skip:1", "tree"), ("self", "tree")}
+        ("draft", "tree"), ("prompt-lookup", "tree"), ("layer-skip:1", "tree"), ("self", "tree"),
+        ("eagle", 1), ("eagle", 2), ("eagle", "auto"), ("eagle", "tree")}
     self_greedy = next(r for r in res["rows"] if r["drafter"] == "self" and r["setting"] == "greedy")
     assert self_greedy["acceptance"] == 1.0 and self_greedy["tokens_per_pass"] > 2
     assert self_greedy["a_first"] == 1.0 and self_greedy["a_next"] == 1.0
     assert res["r"][1] == 1.0 and all(np.isfinite(list(res["c"].values())))
-    assert len(res["best"]) == 8 and res["memory"]["peak_rss_bytes"] > 0
+    assert len(res["best"]) == 10 and res["memory"]["peak_rss_bytes"] > 0
+    assert next(m for m in res["memory"]["models"] if m["model"] == "eagle")["weight_bytes"] == eagle.weight_bytes
+    assert 0 < res["c"]["eagle"] < res["c"]["self"]  # timed from its own guesses, not zero
     assert all(b["auto_speedup"] is not None and b["tree_speedup"] is not None for b in res["best"])
     report = write_report(res, tmp_path / "out")
     text = report.read_text()
     assert "Headline" in text and "| greedy | self |" in text and "K = auto and trees per prompt set" in text
+    assert "| greedy | eagle |" in text and "no peer for the EAGLE head" in text
     assert json.loads((tmp_path / "out" / "study.json").read_text())["rows"]
     pytest.importorskip("matplotlib")
     assert (tmp_path / "out" / "speedup_greedy.png").exists() and (tmp_path / "out" / "verify_cost_memory.png").exists()
