@@ -284,7 +284,7 @@ fc([e(x_{{j+1}}); f_j]) then one Llama decoder layer of the target's widths, {su
 parameters (float32), and a reduced LM head: the target's own head restricted to the {len(freq)} most frequent
 tokens of the training data (``frequent_tokens.json``; trained with a cross-entropy over the top
 {summary['trained_reduced_vocab']}, shipped with the top {len(freq)}: `minispec bench eagle` measured the same greedy
-acceptance, and the head's resident memory stays under 40 MB).
+acceptance with less memory: docs/eagle.md).
 
 Use: `minispec generate --draft weights/{out.name} --chat --prompt "..."` (the target is loaded as usual).
 
