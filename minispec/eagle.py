@@ -92,7 +92,8 @@ class Eagle:
         self.tokens_r = np.sort(ids).astype(np.int64)  # [V_r] the frequent tokens
         self.w_r = backend.xp.take(target.lm_head, backend.asarray(self.tokens_r), axis=1)  # [D, V_r]: W_r, a copy
         self.cache = KVCache(1, cfg.num_kv_heads, 256, cfg.head_dim)  # entries j = (f_j, x_{j+1}); grows
-        self.feats = np.zeros((256, cfg.hidden_size), np.float32)  # [capacity, D] the target's f_0..f_{n-1}
+        self.feats = backend.xp.zeros((256, cfg.hidden_size), np.float32)  # [capacity, D] the target's f_0..f_{n-1},
+        # kept where the target computed them (on a GPU: never downloaded)
         self.ftokens: list[int] = []  # x_0..x_{n-1}: the tokens those features belong to
         self.htokens: list[int] = []  # x_0..x_{m}: the tokens the head's m cached entries have read
         self.f_next, self.f_at = None, -1  # f^_n: the head's output at entry f_at = n - 1, its last true entry
@@ -120,7 +121,7 @@ class Eagle:
             self.ftokens = []  # no features for the tokens before these: wait for a fresh run's prefill
             return
         if len(tokens) > len(self.feats):
-            grown = np.zeros((max(2 * len(self.feats), len(tokens)), self.cfg.hidden_size), np.float32)
+            grown = backend.xp.zeros((max(2 * len(self.feats), len(tokens)), self.cfg.hidden_size), np.float32)
             grown[: len(self.feats)] = self.feats
             self.feats = grown
         self.feats[start: len(tokens)] = features
@@ -189,7 +190,7 @@ class Eagle:
         pos = backend.asarray(positions)
         mask = backend.asarray(np.asarray(mask, dtype=np.float32))  # [T, S]
         x = backend.xp.concatenate([self.target.embed[backend.asarray(np.asarray(ids, np.int64))],
-                                    backend.asarray(np.asarray(feats, np.float32))], axis=1)  # [T, 2D]: [e; f]
+                                    backend.asarray(feats).astype(np.float32, copy=False)], axis=1)  # [T, 2D]: [e; f]
         x = linear(x, self.w_fc) + self.b_fc  # [T, D]
         x = transformer_block(x, self.layer, self.cfg, self.cache.k[0], self.cache.v[0], pos0,
                               self.target.cos[pos], self.target.sin[pos], mask)  # [T, D]
@@ -198,7 +199,7 @@ class Eagle:
         return backend.to_host(x)
 
     def logits(self, f) -> np.ndarray:  # [T, D] -> [T, V], -inf outside the frequent tokens
-        reduced = backend.to_host(linear(backend.asarray(np.asarray(f, np.float32)), self.w_r))  # [T, V_r]
+        reduced = backend.to_host(linear(backend.asarray(f).astype(np.float32, copy=False), self.w_r))  # [T, V_r]
         out = np.full((len(reduced), self.vocab), -np.inf, dtype=np.float32)  # [T, V]
         out[:, self.tokens_r] = reduced
         return out

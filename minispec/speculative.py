@@ -27,7 +27,7 @@ from typing import Callable
 from .model import Model
 from .rejection import accept_reject
 from .rounds import SpecResult, start_run
-from .tree import accept_tree, kept_rows, verify_tree
+from .tree import accept_tree, kept_features, verify_tree
 
 
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
@@ -69,5 +69,5 @@ def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens
         path, next_token = accept_tree(target_probs, tree, run.rng)  # the accepted nodes, root to deepest
         run.cache.keep(len(run.tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted
         run.emit([tree.tokens[node] for node in path] + [next_token], len(path), target_probs,
-                 features[kept_rows(len(run.last), path)])
+                 kept_features(features, len(run.last), path))
     return run.result()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
+from .model import backend
 from .sampling import sample
 
 
@@ -94,10 +95,11 @@ def verify_tree(target, cache, head: list[int], tree: Tree, hidden: bool = False
     return target.forward_masked(target.check_tokens(ids), cache, positions, mask, last=len(tree) + 1, hidden=hidden)
 
 
-def kept_rows(head: int, path: list[int]) -> list[int]:
+def kept_features(features, head: int, path: list[int]):  # [F + N+1, D] -> [F + 1 + len(path), D]
     """The rows of ``verify_tree``'s features whose tokens stay in the cache: the ``head`` tokens (uncached prompt
-    and root) and the accepted nodes (node i is row head - 1 + i)."""
-    return list(range(head)) + [head - 1 + node for node in path]
+    and root) and the accepted nodes (node i is row head - 1 + i). The rows stay on the device."""
+    rows = np.array(list(range(head)) + [head - 1 + node for node in path], dtype=np.int64)
+    return features[backend.asarray(rows)]
 
 
 def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) -> tuple[list[int], int]:

@@ -193,7 +193,8 @@ class Model:
         """Run T new tokens at positions cache.length .. cache.length+T-1; return logits [T, V] (host, float32),
         or of the last ``last`` tokens only (a prefill needs one row: the head is 1/5 of this model's FLOPs).
         ``hidden=True``: return (logits, features), features [T, D] the top layer's output after the final
-        norm for all T rows (what the head reads; a feature drafter, eagle.py, drafts from them)."""
+        norm for all T rows (what the head reads; a feature drafter, eagle.py, drafts from them), left on
+        the device: a pass still downloads only its logits."""
         ids = self.check_tokens(token_ids)
         T, pos0 = len(ids), cache.length
         positions = np.arange(pos0, pos0 + T)
@@ -222,9 +223,9 @@ class Model:
             x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
         cache.length = pos0 + T
         if hidden:  # every row's features: the norm over T rows costs little next to the head
-            features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D]
+            features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
             logits = linear(features if last is None else features[T - last:], self.lm_head)  # [T', V]
-            return backend.to_host(logits), backend.to_host(features)
+            return backend.to_host(logits), features
         x = x if last is None else x[T - last:]  # [T', D]
         logits = linear(rms_norm(x, self.final_norm, self.cfg.rms_norm_eps), self.lm_head)  # [T', V]
         assert logits.dtype == xp.float32, logits.dtype
