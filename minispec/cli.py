@@ -13,7 +13,7 @@ from .generate import check_generate_args, generate
 from .harness.measure import timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
-from .model.fetch import DEFAULT_DRAFT, DEFAULT_EAGLE, fetch_smollm2, resolve_model
+from .model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT, DEFAULT_EAGLE, fetch_smollm2, resolve_model
 from .policy import k_policy, tree_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
@@ -120,6 +120,8 @@ def cmd_generate(args) -> int:
     check_generate_args(model, prompt_ids, args.max_new_tokens, **sampling)
     how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
     what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
+    if getattr(drafter, "algorithm", None) in ("SLEM", "TLI"):  # a draft with its own tokenizer (slem.py, tli.py)
+        what += f"; the draft has its own tokenizer: {drafter.summary()}"
     print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
     stream = TextStream(tok)
     if drafter is None:
@@ -203,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda needs CuPy (default cpu)")
     g.add_argument("--draft", help=f"drafter: a draft model directory (e.g. weights/{DEFAULT_DRAFT}), an EAGLE head "
                                    f"directory (e.g. weights/{DEFAULT_EAGLE}), prompt-lookup, layer-skip, or none for "
-                                   "plain decoding (default: prompt-lookup, the measured best)")
+                                   "plain decoding (default: prompt-lookup, the measured best). A draft with its own "
+                                   f"tokenizer (e.g. weights/{DEFAULT_BPE_DRAFT}) runs SLEM; tli:DIR runs TLI")
     g.add_argument("--k", type=k_arg, default="auto",
                    help="draft tokens per round, or auto: choose K each round from measured costs and acceptance, "
                         "K = 0 when speculation does not pay (default auto)")
@@ -227,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("check", help="level-4 losslessness check on the real target (64 min measured here; --quick: 3.2 min)")
     k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
-    k.add_argument("--draft", help="drafter for the T=1 test: a draft model or EAGLE head directory (default: the shipped "
-                                   "draft, else layer-skip)")
+    k.add_argument("--draft", help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR "
+                                   "(default: the shipped draft, else layer-skip)")
     k.add_argument("--runs", type=int, default=192, help="paired runs of 48 tokens in the T=1 test (default 192: ~9,200 tokens)")
     k.add_argument("--quick", action="store_true", help="24 paired runs, 3 greedy prompts, no calibration")
     k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")

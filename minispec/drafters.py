@@ -21,10 +21,13 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from .crossvocab import CrossVocab
 from .eagle import is_eagle_dir, load_eagle
 from .model import Model, ModelFormatError, load_model
 from .model.config import read_json
 from .sampling import sample, top_probability
+from .slem import SLEM
+from .tli import TLI
 
 Warp = Callable[[np.ndarray], np.ndarray]
 
@@ -217,10 +220,14 @@ def as_drafter(drafter, target: Model) -> Drafter:
     return drafter
 
 
+CROSS_VOCAB = {"slem": SLEM, "tli": TLI}  # drafts with their own tokenizer (slem.py, tli.py)
+
+
 def make_drafter(spec: str, target: Model, layers: int | None = None):
     """The CLI's drafter spec -> a drafter (None for plain decoding): ``prompt-lookup``, ``layer-skip`` (the
     target's first ``layers`` layers), ``none``, an EAGLE head directory (eagle.py), or a draft model
-    directory with the target's tokenizer.
+    directory. A draft with the target's tokenizer runs the standard rule; one with its own tokenizer runs
+    SLEM (slem.py), or TLI with ``tli:<dir>`` (tli.py; ``slem:<dir>`` names the default).
     ``layers`` belongs to layer-skip only: given with another drafter it is refused, not ignored."""
     if not isinstance(spec, str):
         raise TypeError(f"drafter spec must be a string, got {type(spec).__name__}")
@@ -232,13 +239,32 @@ def make_drafter(spec: str, target: Model, layers: int | None = None):
         return PromptLookup()
     if spec == "layer-skip":
         return LayerSkip(target, layers)
+    algorithm, _, rest = spec.partition(":")
+    if algorithm in CROSS_VOCAB and rest:
+        return cross_vocab_drafter(CROSS_VOCAB[algorithm], rest, target)
     if not Path(spec).is_dir():
-        raise ValueError(f"drafter {spec!r}: not a model directory, nor prompt-lookup, layer-skip or none")
+        raise ValueError(f"drafter {spec!r}: not a model directory, nor prompt-lookup, layer-skip, none, "
+                         "slem:<dir> or tli:<dir>")
     if is_eagle_dir(spec):  # a feature head for this target (eagle.py), not a model
         return load_eagle(spec, target)
-    if target.path is not None:
-        check_same_tokenizer(target.path, spec)
+    if target.path is not None and not same_tokenizer(target.path, spec):
+        return cross_vocab_drafter(SLEM, spec, target)
     return DraftModel(load_model(spec), target.cfg.vocab_size)
+
+
+def cross_vocab_drafter(cls, draft_dir, target: Model):
+    """SLEM or TLI around the draft model in ``draft_dir``; both tokenizers must be readable, and TLI needs
+    tokens the two vocabularies share."""
+    if not Path(draft_dir).is_dir():
+        raise ValueError(f"{cls.algorithm} drafter: {draft_dir!r} is not a model directory")
+    if target.path is None:
+        raise ValueError(f"{cls.algorithm} needs the target's tokenizer: load the target from its directory")
+    draft = load_model(draft_dir)
+    cross = CrossVocab(target.path, draft_dir, target.cfg.vocab_size, draft.cfg.vocab_size)
+    if cls is TLI and not len(cross.shared_draft):
+        raise ValueError(f"{draft_dir}: no token of the draft's vocabulary is spelled like one of the target's; "
+                         "TLI has nothing to propose (SLEM needs no shared tokens: slem:<dir>)")
+    return cls(draft, cross, target.cfg.vocab_size)
 
 
 def tokenizer_vocab(model_dir, role: str) -> dict[str, int]:
@@ -257,11 +283,10 @@ def tokenizer_vocab(model_dir, role: str) -> dict[str, int]:
     return v
 
 
-def check_same_tokenizer(target_dir, draft_dir) -> None:
-    """Refuse a draft whose tokenizer.json maps tokens to different ids than the target's, or that has none."""
+def same_tokenizer(target_dir, draft_dir) -> bool:
+    """Whether the draft's tokenizer.json maps tokens to the target's ids (the standard rule can then compare
+    their q and p rows entry by entry); both directories must have one."""
     target, draft = tokenizer_vocab(target_dir, "target"), tokenizer_vocab(draft_dir, "draft")
     shared = set(target) & set(draft)
     differ = [t for t in shared if target[t] != draft[t]]
-    if len(shared) < 0.99 * min(len(target), len(draft)) or differ:
-        raise ValueError(f"{draft_dir}: tokenizer differs from the target's ({len(differ)} tokens with other ids, "
-                         f"{len(shared)} shared of {len(target)}); a draft must use the target's tokenizer")
+    return len(shared) >= 0.99 * min(len(target), len(draft)) and not differ

@@ -165,6 +165,8 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     if shape is NOT_A_TREE:
         policy = k_policy(k, target, drafter, learn=learn)
     else:
+        if not getattr(drafter, "drafts_trees", True):
+            raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer)")
         policy = tree_policy(shape, target, drafter, learn=learn)
     room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))

@@ -30,6 +30,35 @@ def exact_two_tokens(target, prompt, **w):
     return out.ravel()
 
 
+def exact_three_tokens(target, prompt, **w):
+    """P(t1, t2, t3) from the target's own conditionals (full forwards, no cache reuse) as a flat [V^3] table."""
+    def p_next(seq):
+        return warp(target.forward(seq, target.new_cache(len(seq)))[-1], **w)
+    out = np.zeros((V, V, V))
+    p1 = p_next(prompt)
+    for a in range(V):
+        p2 = p_next(prompt + [a])
+        for b in range(V):
+            out[a, b] = p1[a] * p2[b] * p_next(prompt + [a, b])
+    return out.ravel()
+
+
+def three_token_counts(target, make, prompt, runs, tree_shape=None, **w):
+    """Counts of (t1, t2, t3) over ``runs`` seeded runs of 4 tokens, each with a fresh drafter ``make()``, a
+    chain of k=2 or a tree of ``tree_shape``. (A feature head's round 1 is the prefill, with no features yet:
+    its round 2 drafts t2 and t3.)"""
+    from minispec.speculative import speculative_generate, tree_speculative_generate
+
+    counts = np.zeros(V ** 3)
+    for seed in range(runs):
+        if tree_shape is None:
+            toks = speculative_generate(target, make(), prompt, 4, k=2, seed=seed, **w).tokens
+        else:
+            toks = tree_speculative_generate(target, make(), prompt, 4, shape=tree_shape, seed=seed, **w).tokens
+        counts[(toks[0] * V + toks[1]) * V + toks[2]] += 1
+    return counts
+
+
 def broken_residual(p, q):
     """The classic bug, planted with monkeypatch on ``rejection.residual``: resample from p, not norm(max(0, p - q))."""
     return p / p.sum()

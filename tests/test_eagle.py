@@ -17,7 +17,7 @@ from minispec.model.tiny import tiny_config, write_random_model
 from minispec.sampling import warp
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
-from .helpers import V, broken_residual, write_random_eagle
+from .helpers import broken_residual, exact_three_tokens, three_token_counts, write_random_eagle
 
 FREQUENT = [0, 2, 3, 5]  # of the small pair's 6 tokens: 1 and 4 are never proposed, only reached via the residual
 
@@ -37,32 +37,6 @@ def small_eagle(small_pair, small_eagle_dir):
 @pytest.fixture(scope="session")
 def big_eagle_dir(tmp_path_factory, big_pair):
     return write_random_eagle(tmp_path_factory.mktemp("eagle_big"), big_pair[0].cfg, range(40), seed=4, scale=3.0)
-
-
-def exact_three_tokens(target, prompt, **w):
-    """P(t1, t2, t3) from the target's own conditionals (full forwards, no cache reuse) as a flat [V^3] table."""
-    def p_next(seq):
-        return warp(target.forward(seq, target.new_cache(len(seq)))[-1], **w)
-    out = np.zeros((V, V, V))
-    p1 = p_next(prompt)
-    for a in range(V):
-        p2 = p_next(prompt + [a])
-        for b in range(V):
-            out[a, b] = p1[a] * p2[b] * p_next(prompt + [a, b])
-    return out.ravel()
-
-
-def three_token_counts(target, make, prompt, runs, tree_shape=None, **w):
-    """Counts of (t1, t2, t3) over ``runs`` seeded runs of 4 tokens: round 1 is the prefill (the head has no
-    features yet), round 2 drafts 2 guesses (a chain of k=2 or a tree of ``tree_shape``) for t2 and t3."""
-    counts = np.zeros(V ** 3)
-    for seed in range(runs):
-        if tree_shape is None:
-            toks = speculative_generate(target, make(), prompt, 4, k=2, seed=seed, **w).tokens
-        else:
-            toks = tree_speculative_generate(target, make(), prompt, 4, shape=tree_shape, seed=seed, **w).tokens
-        counts[(toks[0] * V + toks[1]) * V + toks[2]] += 1
-    return counts
 
 
 class SmoothedEagle(Eagle):

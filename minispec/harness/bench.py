@@ -2,6 +2,7 @@
 ``minispec bench forward``: the cost of a target pass over n tokens;
 ``minispec bench draft``: acceptance and cost of a draft model;
 ``minispec bench eagle``: the EAGLE head's reduced-head sizes, acceptance by position, c and memory;
+``minispec bench vocab``: a draft with its own tokenizer (SLEM, TLI) against the same-tokenizer draft;
 ``minispec bench decode``: plain decoding against transformers' generate;
 ``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``);
 ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``).
@@ -27,7 +28,7 @@ from ..model import backend, load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
-from . import draft_eval, eagle_eval, gpu, stop_eval
+from . import crossvocab_eval, draft_eval, eagle_eval, gpu, stop_eval
 from .measure import stream_time, timed
 from .study import run_study, transformers_peer, write_report
 
@@ -205,6 +206,8 @@ def main(argv=None) -> int:
         return draft_eval.main(argv[1:])
     if argv and argv[0] == "eagle":
         return eagle_eval.main(argv[1:])
+    if argv and argv[0] == "vocab":
+        return crossvocab_eval.main(argv[1:])
     if argv and argv[0] == "stop":
         return stop_eval.main(argv[1:])
     if argv and argv[0] == "gpu-predict":

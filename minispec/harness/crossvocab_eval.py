@@ -1,0 +1,206 @@
+"""``minispec bench vocab``: a draft with its own tokenizer (SLEM and TLI) next to the shipped draft that
+shares the target's, on the evaluation prompts, side by side with plain decoding in one run.
+
+Per drafter, K, setting (greedy, T = 1) and prompt set: accepted target tokens per target pass (the
+issue's yardstick: a round accepts that many guesses), the same in characters of text (comparable across
+tokenizers), the acceptance rate (accepted / drafted), and the speedup over plain decoding (median over
+prompts). The cost ratio c is seconds per guess (a target token; SLEM's includes its extra draft token and
+the re-tokenising) over seconds per target step. Then transformers' universal assisted generation with
+the same pair (greedy: string-level exact match; sampling: its TLI), over its own plain generate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..drafters import make_drafter
+from ..generate import generate
+from ..model import load_model, load_tokenizer
+from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft
+from ..policy import forward_times
+from ..policy.costs import guess_time
+from ..progress import Progress
+from ..speculative import speculative_generate
+from .measure import SETTINGS, side_by_side
+from .prompts import PROMPT_SETS, load_prompts
+
+
+def accepted_chars(tokens: list[int], rounds_log, token_bytes) -> int:
+    """Characters (bytes) of the accepted guesses: round by round, a round's first ``accepted`` tokens."""
+    at, total = 0, 0
+    for _, accepted in rounds_log:
+        total += sum(len(token_bytes[t]) for t in tokens[at: at + accepted])
+        at += accepted + 1
+    return total
+
+
+def run(target, drafters: dict, tok, token_bytes, ks, settings, prompts_per_set: int, max_new_tokens: int,
+        log=print) -> dict:
+    prompts = {s: load_prompts(s, tok, prompts_per_set) for s in PROMPT_SETS}
+    stop = tok.eos_ids
+    ctx = list(np.resize(np.asarray(prompts["code"][0]), 256))
+    t1 = forward_times(target, (1,), context=256, repeats=10)[1]
+    c = {name: guess_time(d, ctx) / t1 for name, d in drafters.items()}
+    log(f"target step {1e3 * t1:.2f} ms; c = " + ", ".join(f"{n} {v:.3f}" for n, v in c.items()))
+    cells = {}  # (drafter, k, setting, set) -> [accepted, drafted, rounds, chars, speedups]
+    n_runs = sum(len(v) for v in prompts.values()) * len(settings) * (len(drafters) * len(ks) + 2)
+    bar = Progress(n_runs, "bench vocab")
+    for setting in settings:
+        w = dict(temperature=SETTINGS[setting])
+        for pset, plist in prompts.items():
+            for i, p in enumerate(plist):
+                seed = 1000 * i + 7
+                todo = [(name, k) for name in drafters for k in ks]
+                _, plain_rate, results = side_by_side(
+                    lambda p=p, seed=seed, w=w: generate(target, p, max_new_tokens, seed=seed, stop_ids=stop, **w),
+                    [lambda name=name, k=k, p=p, seed=seed, w=w: speculative_generate(
+                        target, drafters[name], p, max_new_tokens, k=k, seed=seed, stop_ids=stop, **w)
+                     for name, k in todo], done=bar.update)
+                for (name, k), (res, dt) in zip(todo, results):
+                    s = res.stats
+                    cell = cells.setdefault((name, k, setting, pset), [0, 0, 0, 0, []])
+                    cell[0] += s.accepted
+                    cell[1] += s.drafted
+                    cell[2] += s.rounds
+                    cell[3] += accepted_chars(res.tokens, s.rounds_log, token_bytes)
+                    cell[4].append(len(res.tokens) / dt / plain_rate)
+    bar.close()
+    rows = []
+    for (name, k, setting, pset), (acc, drafted, rounds, chars, sp) in cells.items():
+        rows.append(dict(drafter=name, k=k, setting=setting, prompt_set=pset, accepted_per_pass=acc / rounds,
+                         chars_per_pass=chars / rounds, acceptance=acc / drafted if drafted else None,
+                         speedup=float(np.median(sp)), c=c[name]))
+    return dict(target_step_ms=1e3 * t1, c=c, rows=rows, ks=list(ks), settings=list(settings),
+                prompts_per_set=prompts_per_set, max_new_tokens=max_new_tokens)
+
+
+def transformers_uag(target_dir, draft_dir, prompts: dict, max_new_tokens: int, k: int) -> dict | None:
+    """transformers' generate with an assistant of another tokenizer (greedy: universal assisted generation;
+    do_sample: its TLI), each over transformers' own plain generate, median per prompt."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        return None
+    torch.set_num_threads(2)
+    load = transformers.AutoModelForCausalLM.from_pretrained
+    target = load(str(target_dir), dtype=torch.float32).eval()
+    draft = load(str(draft_dir), dtype=torch.float32).eval()
+    tt = transformers.AutoTokenizer.from_pretrained(str(target_dir))
+    dt = transformers.AutoTokenizer.from_pretrained(str(draft_dir))
+    draft.generation_config.num_assistant_tokens = k
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    out = dict(transformers=transformers.__version__, k=k)
+    for setting, sample in (("greedy", False), ("T=1", True)):
+        speed, errors = [], []
+        for plist in prompts.values():
+            for i, p in enumerate(plist):
+                ids = torch.tensor([p])
+                rates = []
+                for kw in ({}, dict(assistant_model=draft, tokenizer=tt, assistant_tokenizer=dt)):
+                    torch.manual_seed(i)
+                    t0 = time.perf_counter()
+                    try:
+                        with torch.no_grad():
+                            o = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                                do_sample=sample, temperature=1.0 if sample else None,
+                                                top_k=0 if sample else None, top_p=1.0 if sample else None,
+                                                pad_token_id=0, **kw)
+                    except Exception as e:  # noqa: BLE001  (a peer that cannot run is reported, not fatal)
+                        errors.append(f"{type(e).__name__}: {e}"[:300])
+                        break
+                    rates.append((o.shape[1] - len(p)) / (time.perf_counter() - t0))
+                if len(rates) == 2:
+                    speed.append(rates[1] / rates[0])
+        out[setting] = dict(speedup=float(np.median(speed)) if speed else None, prompts=len(speed),
+                            error=errors[0] if errors else None)
+    return out
+
+
+def format_report(res: dict) -> str:
+    lines = ["# A draft with its own tokenizer: SLEM and TLI against the shipped same-tokenizer draft", "",
+             f"Target step {res['target_step_ms']:.2f} ms. {res['prompts_per_set']} prompts per set, "
+             f"{res['max_new_tokens']} new tokens, plain decoding timed before and after each prompt's runs.", "",
+             "| drafter | c |", "|---|---|"]
+    lines += [f"| {n} | {v:.3f} |" for n, v in res["c"].items()]
+    for setting in res["settings"]:
+        lines += ["", f"## {setting}", "",
+                  "accepted target tokens per pass / characters per pass / acceptance / speedup, by prompt set", "",
+                  "| drafter | K | " + " | ".join(PROMPT_SETS) + " |", "|---|---|" + "---|" * len(PROMPT_SETS)]
+        names = list(res["c"])
+        for name in names:
+            for k in res["ks"]:
+                cells = []
+                for pset in PROMPT_SETS:
+                    r = next(x for x in res["rows"] if (x["drafter"], x["k"], x["setting"], x["prompt_set"]) ==
+                             (name, k, setting, pset))
+                    acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+                    cells.append(f"{r['accepted_per_pass']:.2f} / {r['chars_per_pass']:.1f} / {acc} / "
+                                 f"{r['speedup']:.2f}x")
+                lines.append(f"| {name} | {k} | " + " | ".join(cells) + " |")
+    peer = res.get("peer")
+    lines += ["", "## transformers, the same pair", ""]
+    if not peer:
+        lines.append(f"not run ({res.get('peer_skipped', 'torch or transformers is not installed')})")
+    else:
+        lines.append(f"transformers {peer['transformers']}, {peer['k']} assistant tokens per round, speedup over "
+                     "its own plain generate (median per prompt):")
+        lines.append("")
+        for setting in ("greedy", "T=1"):
+            v = peer[setting]
+            what = "universal assisted generation" if setting == "greedy" else "sampling (its TLI)"
+            lines.append(f"- {setting}, {what}: " + (f"{v['speedup']:.2f}x over {v['prompts']} prompts"
+                                                      if v["speedup"] is not None else f"did not run: {v['error']}"))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv) -> int:
+    p = argparse.ArgumentParser(prog="minispec bench vocab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", help="draft with its own tokenizer (default: the shipped one)")
+    p.add_argument("--same", help="draft with the target's tokenizer to compare with (default: the shipped draft)")
+    p.add_argument("--ks", default="1,2,3,4", help="comma-separated K values (default 1,2,3,4)")
+    p.add_argument("--prompts-per-set", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers")
+    p.add_argument("--out", default="bench-vocab", help="output directory for report.md and vocab.json")
+    a = p.parse_args(argv)
+    try:
+        ks = tuple(int(x) for x in a.ks.split(","))
+    except ValueError:
+        p.error(f"--ks must be comma-separated integers, got {a.ks!r}")
+    if not ks or min(ks) < 1 or a.prompts_per_set < 1 or a.max_new_tokens < 1:
+        p.error("--ks values, --prompts-per-set and --max-new-tokens must be at least 1")
+    draft_dir = a.draft or shipped_bpe_draft()
+    if draft_dir is None:
+        p.error("no draft with its own tokenizer: pass --draft")
+    target_dir = resolve_model(a.model)
+    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    drafters = {}
+    for spec in (f"slem:{draft_dir}", f"tli:{draft_dir}", a.same or shipped_draft()):
+        if spec:
+            d = make_drafter(spec, target)
+            drafters[d.name] = d
+    from ..crossvocab import token_bytes
+    res = run(target, drafters, tok, token_bytes(target_dir), ks, ("greedy", "T=1"), a.prompts_per_set,
+              a.max_new_tokens, log=lambda m: print(m, file=sys.stderr))
+    if a.peer:
+        prompts = {s: load_prompts(s, tok, a.prompts_per_set) for s in PROMPT_SETS}
+        res["peer"] = transformers_uag(target_dir, draft_dir, prompts, a.max_new_tokens, k=max(ks))
+    else:
+        res["peer_skipped"] = "--no-peer"
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.json").write_text(json.dumps(res, indent=2))
+    report = format_report(res)
+    (out / "report.md").write_text(report)
+    print(report)
+    return 0

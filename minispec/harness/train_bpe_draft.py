@@ -1,0 +1,241 @@
+"""Train a draft with its OWN tokenizer for SmolLM2-135M-Instruct: a small byte-level BPE vocabulary
+made here, and a Llama trained on it. It drafts across vocabularies (slem.py, tli.py).
+
+    python -m minispec.harness.train_bpe_draft --out weights/bpe8k-draft-4l-384 --threads 2
+
+Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
+
+Recipe (every count fixed, so a seed gives the same draft on the same software):
+1. Data: the same kind the shipped draft saw, and nothing of the evaluation prompts in ``minispec/data/``:
+   the target's own generations for prompts built here (code cut from the standard library, chat
+   instructions from templates x topics; greedy and T=1). They are the EAGLE recipe's (train_eagle.py),
+   cached under ``$MINISPEC_CACHE/eagle-data-*``: a machine without that cache makes it first (about 45
+   minutes). Every 20th generation is held out. Plus CPython standard-library source (test suites excluded).
+2. Tokenizer: byte-level BPE (``tokenizers``), ``--vocab`` tokens, trained on the training generations
+   and a share of the standard library; ``<|endoftext|>``, ``<|im_start|>`` and ``<|im_end|>`` are its
+   ids 0, 1, 2, as in the target, and digits are split one by one, as in the target. Byte-level: every
+   text has a tokenization, so the draft can read whatever the target writes.
+3. Student: Llama, ``--layers`` x ``--width`` (heads of 64, 2 kv heads), tied embeddings. A token's
+   embedding starts as the mean of the target's embeddings of the same string (re-tokenised with the
+   target's tokenizer), projected on their top principal directions.
+4. Loss: next-token cross-entropy on a 50/50 mix of generated sequences and standard-library chunks;
+   AdamW, cosine schedule. Held-out loss and the bytes per token are logged at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def eagle_data_args(seed: int):
+    """The EAGLE recipe's data settings, as shipped (weights/eagle-smollm2-135m/training.json)."""
+    return argparse.Namespace(seed=seed, gen_batches=32, gen_batch=48, gen_tokens=128, stdlib_tokens=160_000,
+                              seq=256, data_dir=None, target=None)
+
+
+def train_tokenizer(texts, vocab: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def write_tokenizer_files(out: Path, tok, target_dir: Path) -> None:
+    tok.save(str(out / "tokenizer.json"))
+    tcfg = json.loads((Path(target_dir) / "tokenizer_config.json").read_text())
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "add_prefix_space": False,
+           "clean_up_tokenization_spaces": False, "model_max_length": 8192, "bos_token": "<|im_start|>",
+           "eos_token": "<|im_end|>", "pad_token": "<|im_end|>", "unk_token": "<|endoftext|>",
+           "added_tokens_decoder": {str(i): {"content": s, "special": True, "normalized": False, "lstrip": False,
+                                             "rstrip": False, "single_word": False} for i, s in enumerate(SPECIALS)},
+           "chat_template": tcfg.get("chat_template")}
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}, indent=2))
+
+
+def student_config(args, vocab: int) -> dict:
+    return dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab, hidden_size=args.width,
+                intermediate_size=args.mlp, num_hidden_layers=args.layers, num_attention_heads=args.width // 64,
+                num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0,
+                max_position_embeddings=8192, tie_word_embeddings=True, hidden_act="silu", attention_bias=False,
+                mlp_bias=False, rope_scaling=None, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+                torch_dtype="bfloat16")
+
+
+def initial_embedding(tok, target_tok, E: np.ndarray, width: int) -> np.ndarray:
+    """[V_draft, width]: each draft token's string in the target's tokens, their mean embedding, projected on
+    the top ``width`` principal directions of those means and scaled to std 0.05."""
+    rows = np.zeros((tok.get_vocab_size(), E.shape[1]), np.float32)
+    for i in range(tok.get_vocab_size()):
+        ids = target_tok.encode(tok.decode([i], skip_special_tokens=False)) or [0]
+        rows[i] = E[ids].mean(0)
+    _, _, vt = np.linalg.svd(rows - rows.mean(0), full_matrices=False)
+    proj = rows @ vt[:width].T
+    return (proj / proj.std() * 0.05).astype(np.float32)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m minispec.harness.train_bpe_draft", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
+    p.add_argument("--out", required=True, help="output directory for the draft")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab", type=int, default=8192, help="BPE vocabulary size (default 8192)")
+    p.add_argument("--tokenizer-chars", type=int, default=6_000_000,
+                   help="standard-library characters the tokenizer is trained on, besides the generations")
+    p.add_argument("--steps", type=int, default=1100, help="optimizer steps (default 1100)")
+    p.add_argument("--batch", type=int, default=16, help="sequences per step")
+    p.add_argument("--seq", type=int, default=256, help="sequence length")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--width", type=int, default=384)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--mlp", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    if not 256 + len(SPECIALS) <= args.vocab <= 65536:
+        p.error(f"--vocab must be in {256 + len(SPECIALS)}..65536 (the 256 bytes and the special tokens), "
+                f"got {args.vocab}")
+    if args.width % 64 or args.width <= 0:
+        p.error(f"--width must be a positive multiple of 64 (heads of 64), got {args.width}")
+
+    from .training import import_torch, start
+    torch = import_torch()
+    if torch is None:
+        return 2
+    import transformers
+
+    from ..model.fetch import resolve_model
+    from ..model.safetensors_io import write_safetensors
+    from ..model.tokenizer import load_tokenizer
+    from .train_draft import stdlib_files
+    from .train_eagle import load_or_make_data
+
+    out, log = start(torch, args.out, args.seed, args.threads)
+    t_start = time.perf_counter()
+    log(f"args {vars(args)}")
+    target_dir = resolve_model(args.target)
+    target_tok = load_tokenizer(target_dir)
+    data = load_or_make_data(eagle_data_args(args.seed), log)
+    n_gen = data["generated"]
+    held = set(range(0, n_gen, 20))  # as in the EAGLE recipe
+    gen_text = [target_tok.decode(data["tokens"][i]) for i in range(n_gen) if i not in held]
+    held_text = [target_tok.decode(data["tokens"][i]) for i in sorted(held)]
+    rng = np.random.default_rng(args.seed)
+    files = stdlib_files()
+    order = rng.permutation(len(files))
+    lib_text, chars = [], 0
+    for i in order:
+        lib_text.append(files[i].read_text(errors="ignore"))
+        chars += len(lib_text[-1])
+        if chars >= args.tokenizer_chars:
+            break
+    log(f"data: {len(gen_text)} generated texts ({sum(map(len, gen_text))} chars), {len(held_text)} held out; "
+        f"{len(lib_text)} standard-library files ({chars} chars) for the tokenizer")
+
+    t0 = time.perf_counter()
+    tok = train_tokenizer(gen_text + lib_text, args.vocab)
+    write_tokenizer_files(out, tok, target_dir)
+    tok_s = time.perf_counter() - t0
+    enc = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    gen_ids = [np.array(enc(t)[: args.seq], np.int64) for t in gen_text]
+    bytes_per = {}
+    for name, texts in (("generated", gen_text[:200]), ("stdlib", lib_text[:20])):
+        n_bytes = sum(len(t.encode()) for t in texts)
+        bytes_per[name] = dict(draft=n_bytes / sum(len(enc(t)) for t in texts),
+                               target=n_bytes / sum(len(target_tok.encode(t)) for t in texts))
+    log(f"tokenizer: {tok.get_vocab_size()} tokens in {tok_s:.0f} s; bytes per token (draft, target): "
+        + ", ".join(f"{k} {v['draft']:.2f}, {v['target']:.2f}" for k, v in bytes_per.items()))
+
+    need = args.steps * (args.batch - args.batch // 2) * args.seq
+    lib_ids: list[int] = []
+    for i in order[::-1]:  # the other end of the same permutation: mostly files the tokenizer did not see
+        lib_ids += enc(files[i].read_text(errors="ignore")) + [0]
+        if len(lib_ids) >= need:
+            break
+    n = len(lib_ids) // args.seq
+    code = np.array(lib_ids[: n * args.seq], dtype=np.int64).reshape(n, args.seq)
+    log(f"training data: {sum(len(g) for g in gen_ids)} generated tokens, {code.size} standard-library tokens")
+
+    cfg = student_config(args, tok.get_vocab_size())
+    student = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{k: v for k, v in cfg.items()
+                                                                        if k not in ("architectures", "model_type")}))
+    with torch.no_grad():
+        E = np.asarray(data["embed"], np.float32)  # the target's [V, D] embedding
+        student.model.embed_tokens.weight.copy_(torch.from_numpy(initial_embedding(tok, target_tok, E, args.width)))
+    n_params = sum(q.numel() for q in student.parameters())
+    log(f"student: {n_params / 1e6:.2f}M parameters")
+
+    opt = torch.optim.AdamW(student.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + np.cos(np.pi * min(s / args.steps, 1.0))))
+    curve, t0 = [], time.perf_counter()
+    student.train()
+    for step in range(args.steps):
+        half = args.batch // 2
+        ids = np.zeros((args.batch, args.seq), dtype=np.int64)
+        labels = np.full((args.batch, args.seq), -100, dtype=np.int64)
+        for j, r in enumerate(gen_ids[i] for i in rng.integers(0, len(gen_ids), half)):
+            ids[j, : len(r)] = r
+            labels[j, : len(r)] = r
+        ids[half:] = labels[half:] = code[rng.integers(0, len(code), args.batch - half)]
+        loss = student(input_ids=torch.from_numpy(ids), labels=torch.from_numpy(labels)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        curve.append(loss.item())
+        if step % 25 == 0 or step == args.steps - 1:
+            el = time.perf_counter() - t0
+            log(f"step {step}/{args.steps} loss {np.mean(curve[-25:]):.3f} lr {sched.get_last_lr()[0]:.2e} "
+                f"{(step + 1) * args.batch * args.seq / el:.0f} tok/s")
+    train_s = time.perf_counter() - t0
+
+    student.eval()
+    with torch.no_grad():  # held-out loss per token and per byte (comparable across tokenizers)
+        total, n_tok, n_bytes = 0.0, 0, 0
+        for text in held_text:
+            ids = enc(text)[: args.seq]
+            x = torch.tensor([ids])
+            total += student(input_ids=x, labels=x).loss.item() * (len(ids) - 1)
+            n_tok += len(ids) - 1
+            n_bytes += len(tok.decode(ids[1:], skip_special_tokens=False).encode())
+    held_out = dict(loss_per_token=total / n_tok, bits_per_byte=total / n_bytes / np.log(2), sequences=len(held_text))
+    log(f"held out: loss {held_out['loss_per_token']:.3f} per token, {held_out['bits_per_byte']:.3f} bits per byte")
+
+    state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
+    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.harness.train_bpe_draft"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    summary = dict(parameters=n_params, vocab=tok.get_vocab_size(), generated_sequences=len(gen_ids),
+                   generated_tokens=int(sum(len(g) for g in gen_ids)), stdlib_tokens=int(code.size),
+                   bytes_per_token=bytes_per, steps=args.steps, tokens_seen=args.steps * args.batch * args.seq,
+                   generation_minutes=data.get("generation_minutes"), tokenizer_seconds=tok_s,
+                   training_minutes=train_s / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
+                   final_loss=float(np.mean(curve[-25:])), held_out=held_out,
+                   loss_curve={s: float(np.mean(curve[max(0, s - 25): s + 1])) for s in range(0, args.steps, 50)},
+                   args=vars(args), torch=torch.__version__, transformers=transformers.__version__)
+    (out / "training.json").write_text(json.dumps(summary, indent=2))
+    sums = "".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n"
+                   for f in ("config.json", "model.safetensors", "tokenizer.json"))
+    (out / "SHA256SUMS").write_text(sums)
+    log(f"done: {summary['total_minutes_this_run']:.1f} min, final loss {summary['final_loss']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""Drafts with their own tokenizer (crossvocab.py, slem.py, tli.py): token bytes, TLI's law exactly (level
+1), one round of each rule by Monte Carlo (level 2), tiny models with two different tiny tokenizers
+(level 3), each with its broken twin; greedy identity, and how a draft directory selects the algorithm.
+
+The tiny target spells text over {a, b, c} with 6 tokens: a, b, c, ab, ba, bc (merges a+b, b+a, b+c), so
+"abc" is ab + c, and "a" + "bc" is another split of the same text. One draft is character-level (a, b, c);
+the other has c, a, b, ca, cab, bb: "ca" and "cab" and "bb" are not target tokens (TLI cannot propose them;
+SLEM re-tokenises them: cab -> c + ab)."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minispec import generate, load_model
+from minispec.crossvocab import CrossVocab, intersection, token_bytes
+from minispec.drafters import DraftModel, make_drafter
+from minispec.harness.equivalence import chisquare_gof
+from minispec.model import ModelFormatError
+from minispec.model.tiny import tiny_config, write_random_model
+from minispec.rejection import accept_reject, overlap, residual
+from minispec.sampling import sample, warp
+from minispec.slem import SLEM, exact_match
+from minispec.speculative import speculative_generate
+from minispec.tli import TLI
+
+from .helpers import V, exact_three_tokens, three_token_counts
+
+TARGET_VOCAB = {"a": 0, "b": 1, "c": 2, "ab": 3, "ba": 4, "bc": 5}
+TARGET_MERGES = [("a", "b"), ("b", "a"), ("b", "c")]
+DRAFTS = {"chars": ({"a": 0, "b": 1, "c": 2}, []),
+          "bpe": ({"c": 0, "a": 1, "b": 2, "ca": 3, "cab": 4, "bb": 5}, [("c", "a"), ("ca", "b"), ("b", "b")])}
+PROMPT = [0, 4, 2]  # a, ba, c
+RUNS = 20_000
+
+
+def write_tokenizer(d, vocab, merges):
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.BPE(vocab=vocab, merges=merges)).save(str(d / "tokenizer.json"))
+    return d
+
+
+@pytest.fixture(scope="session")
+def cross_models(tmp_path_factory):
+    """The tiny target (6 tokens) and the two drafts, each directory with its tokenizer.json."""
+    d = tmp_path_factory.mktemp("crossvocab")
+    small = dict(hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
+    target_dir = write_random_model(d / "t", tiny_config(num_hidden_layers=2, vocab_size=V, **small), seed=10, scale=2.0)
+    write_tokenizer(target_dir, TARGET_VOCAB, TARGET_MERGES)
+    drafts = {}
+    for i, (name, (vocab, merges)) in enumerate(DRAFTS.items()):
+        dd = write_random_model(d / name, tiny_config(num_hidden_layers=1, vocab_size=len(vocab), **small),
+                                seed=20 + i, scale=2.0)
+        drafts[name] = write_tokenizer(dd, vocab, merges)
+    return load_model(target_dir), drafts
+
+
+def fresh_drafters(cross_models, name, cls):
+    """A function giving a fresh drafter per run (20,000 runs), from the draft and tokenizers read once."""
+    target, drafts = cross_models
+    model = load_model(drafts[name])
+    cross = CrossVocab(target.path, drafts[name], V, model.cfg.vocab_size)
+    return lambda: cls(model, cross, V)
+
+
+# --- token bytes -------------------------------------------------------------------------------------------
+
+def test_token_bytes_of_a_byte_level_and_a_sentencepiece_style_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = ["def f(x):\n    return x  # café", "naïve über 北京 ok", "hello world, hello there"] * 20
+    for kind in ("byte-level", "metaspace"):
+        tok = Tokenizer(models.BPE(byte_fallback=kind == "metaspace", unk_token=None))
+        if kind == "byte-level":
+            tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+            alphabet = pre_tokenizers.ByteLevel.alphabet()
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
+            tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+            alphabet = [f"<0x{b:02X}>" for b in range(256)]
+        trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|end|>"], initial_alphabet=alphabet if kind == "byte-level" else [],
+                                      show_progress=False)
+        tok.train_from_iterator(texts, trainer)
+        if kind == "metaspace":
+            tok.add_tokens(alphabet)
+        (tmp_path / kind).mkdir()
+        tok.save(str(tmp_path / kind / "tokenizer.json"))
+        table = token_bytes(tmp_path / kind)
+        for text in ("def f(x):\n    return x", "über café 北京", "hello there<|end|>"):
+            ids = tok.encode(text, add_special_tokens=False).ids
+            assert b"".join(table[i] for i in ids) == text.encode(), (kind, text)
+
+
+def test_token_bytes_refuses_what_it_cannot_read(tmp_path):
+    with pytest.raises(ModelFormatError, match="no tokenizer.json"):
+        token_bytes(tmp_path)
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {"a": 0}},
+                                                         "added_tokens": []}))
+    with pytest.raises(ModelFormatError, match="WordPiece"):
+        token_bytes(tmp_path)
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": -3}}, "added_tokens": []}))
+    with pytest.raises(ModelFormatError, match="token ids"):
+        token_bytes(tmp_path)
+
+
+def test_intersection_maps_tokens_spelled_alike():
+    shared_draft, shared_target = intersection([b"a", b"b", b"ab", b""], [b"ab", b"x", b"a", b"ba"])
+    assert shared_draft.tolist() == [0, 2] and shared_target.tolist() == [2, 0]
+
+
+# --- level 1: TLI's law, exactly ---------------------------------------------------------------------------
+
+def rule_law(target_row, draft_row):
+    """P(first emitted token = t) under Algorithm 1 with one guess x ~ draft_row: q(t) min(1, p(t)/q(t)) +
+    P(reject) residual(t) (rejection.py's own residual)."""
+    accept = np.where(draft_row > 0, np.minimum(draft_row, target_row), 0.0)
+    return accept + (1.0 - overlap(target_row, draft_row)) * residual(target_row, draft_row)
+
+
+class TLIStub(TLI):
+    """TLI's restrict and target_row without a model: the intersection of two byte tables."""
+
+    def __init__(self, target_bytes, draft_bytes):
+        from types import SimpleNamespace
+
+        self.vocab = len(target_bytes)
+        self.cross = SimpleNamespace(**dict(zip(("shared_draft", "shared_target"), intersection(target_bytes, draft_bytes))))
+
+
+spellings = st.lists(st.text("abc", min_size=1, max_size=3), min_size=2, max_size=8, unique=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spellings, spellings, st.integers(0, 2**32 - 1), st.sampled_from([{}, {"top_k": 2}, {"top_p": 0.7}]),
+       st.sampled_from([0.0, 0.5, 1.0, 2.0]))
+def test_level1_tli_law_is_the_targets(target_words, draft_words, seed, w, temperature):
+    target_bytes = [t.encode() for t in target_words]
+    draft_bytes = [t.encode() for t in draft_words]
+    tli = TLIStub(target_bytes, draft_bytes)
+    if not len(tli.cross.shared_draft):
+        return  # nothing to propose: the round is plain decoding
+    rng = np.random.default_rng(seed)
+    p = warp(rng.standard_normal(len(target_bytes)) * 2, temperature, **w)
+    q = tli.target_row(tli.restrict(rng.standard_normal(len(draft_bytes)) * 2, lambda z: warp(z, temperature, **w)))
+    assert abs(q.sum() - 1) < 1e-9 and np.all(q[np.setdiff1d(np.arange(len(p)), tli.cross.shared_target)] == 0)
+    np.testing.assert_allclose(rule_law(p, q), p, atol=1e-12)
+
+
+def test_level1_tli_without_renormalising_is_not_the_target():
+    """Draft mass 0.5 outside the intersection: the unnormalised q' = (0.4, 0.1) over the shared tokens."""
+    tli = TLIStub([b"a", b"b", b"c"], [b"a", b"b", b"zz"])
+    full = np.array([0.4, 0.1, 0.5])  # the draft's q over a, b, zz
+    p = np.array([0.2, 0.3, 0.5])
+    good = tli.target_row(full[tli.cross.shared_draft] / full[tli.cross.shared_draft].sum())
+    np.testing.assert_allclose(rule_law(p, good), p, atol=1e-12)
+    unnormalised = tli.target_row(full[tli.cross.shared_draft])  # what a forgotten renormalisation reports
+    law = good * np.minimum(1, np.divide(p, unnormalised, out=np.ones_like(p), where=unnormalised > 0))
+    law += (1 - law.sum()) * residual(p, unnormalised)  # the guess came from ``good``, the rule read ``unnormalised``
+    assert np.abs(law - p).max() > 0.05
+
+
+# --- level 2: one round of each rule, Monte Carlo ----------------------------------------------------------
+
+def unigram_rounds(propose, rule, p, runs, seed=0):
+    """Counts of the first two tokens of a text the target writes i.i.d. from ``p`` (a context-free target),
+    round after round: propose(tokens, rng) -> (guesses, q rows), then ``rule`` on p rows."""
+    counts = np.zeros(V * V)
+    rng = np.random.default_rng(seed)
+    for _ in range(runs):
+        tokens, out = list(PROMPT), []
+        while len(out) < 2:
+            guesses, rows = propose(tokens, rng)
+            n, t = rule(np.tile(p, (len(guesses) + 1, 1)), rows, guesses, rng)
+            out += guesses[:n] + [t]
+            tokens += guesses[:n] + [t]
+        counts[out[0] * V + out[1]] += 1
+    return counts
+
+
+P_UNIGRAM = np.array([0.10, 0.30, 0.15, 0.20, 0.05, 0.20])  # a, b, c, ab, ba, bc
+
+
+def slem_round(cross, keep_boundary=False):
+    """SLEM's proposal with a context-free draft: 3 characters drawn i.i.d., re-tokenised by SLEM.candidates."""
+    slem = SLEM.__new__(SLEM)
+    slem.cross = cross
+
+    def propose(tokens, rng):
+        text = bytes(rng.choice(list(b"abc"), size=3, p=[0.3, 0.5, 0.2]).astype(np.uint8))
+        guesses = slem.candidates(tokens, text, ended=keep_boundary)[:2]
+        return guesses, np.eye(V)[guesses]
+    return propose
+
+
+def prefix_match(target_bytes):
+    """The broken twin of SLEM's verification: the last guess (the boundary token) is kept when the target's own
+    token *starts with* its text, a string-level match where only a token match is valid."""
+    def rule(target_probs, draft_probs, draft_tokens, rng):
+        for i, x in enumerate(draft_tokens):
+            y = sample(target_probs[i], rng)
+            last = i == len(draft_tokens) - 1
+            if y != x and not (last and target_bytes[y].startswith(target_bytes[x])):
+                return i, y
+        return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
+    return rule
+
+
+@pytest.fixture(scope="session")
+def chars_cross(cross_models):
+    target, drafts = cross_models
+    return CrossVocab(target.path, drafts["chars"], V, 3)
+
+
+@pytest.mark.parametrize("rule", [accept_reject, exact_match], ids=["one-hot-rule", "exact-match"])
+def test_level2_slem_round(chars_cross, rule):
+    counts = unigram_rounds(slem_round(chars_cross), rule, P_UNIGRAM, RUNS)
+    chi2, dof, pv = chisquare_gof(counts, np.outer(P_UNIGRAM, P_UNIGRAM).ravel())
+    assert pv > 1e-3, (chi2, dof, pv)
+
+
+def test_level2_slem_trusting_the_boundary_token_fails(chars_cross):
+    rule = prefix_match(chars_cross.target_bytes)
+    counts = unigram_rounds(slem_round(chars_cross, keep_boundary=True), rule, P_UNIGRAM, RUNS)
+    chi2, dof, pv = chisquare_gof(counts, np.outer(P_UNIGRAM, P_UNIGRAM).ravel())
+    assert pv < 1e-6, (chi2, dof, pv)
+
+
+def tli_round(broken=None):
+    """TLI's proposal with a context-free draft over the 'bpe' draft vocabulary (c, a, b, ca, cab, bb)."""
+    draft_bytes = [b"c", b"a", b"b", b"ca", b"cab", b"bb"]
+    tli = TLIStub([t.encode() for t in TARGET_VOCAB], draft_bytes)
+    logits = np.log(np.array([0.1, 0.2, 0.25, 0.15, 0.2, 0.1]))
+    target_of_first = {d: TARGET_VOCAB[b.decode()[:1]] for d, b in enumerate(draft_bytes)}
+
+    def propose(tokens, rng):
+        q = tli.restrict(logits, lambda z: warp(z, 1.0))
+        if broken == "outside":  # drawn from the whole draft vocabulary (a token outside mapped to its first
+            d = sample(warp(logits, 1.0), rng)  # character), while the rule is told q'
+            return [target_of_first[d]], tli.target_row(q)[None]
+        j = sample(q, rng)
+        if broken == "unnormalised":
+            q = warp(logits, 1.0)[tli.cross.shared_draft]  # the full softmax's mass on the shared tokens
+        return [int(tli.cross.shared_target[j])], tli.target_row(q)[None]
+    return propose
+
+
+@pytest.mark.parametrize("broken", [None, "unnormalised", "outside"])
+def test_level2_tli_round(broken):
+    counts = unigram_rounds(tli_round(broken), accept_reject, P_UNIGRAM, RUNS)
+    chi2, dof, pv = chisquare_gof(counts, np.outer(P_UNIGRAM, P_UNIGRAM).ravel())
+    assert (pv > 1e-3) if broken is None else (pv < 1e-6), (broken, chi2, dof, pv)
+
+
+# --- level 3: tiny models, two tokenizers ------------------------------------------------------------------
+
+class TrustingSLEM(SLEM):
+    """SLEM keeping its boundary token (checked by ``prefix_match``: the broken twin)."""
+
+    def candidates(self, tokens, text, ended):
+        return super().candidates(tokens, text, True)
+
+
+class UnnormalisedTLI(TLI):
+    """TLI reporting the draft's full softmax on the shared tokens (not renormalised) while sampling from q'."""
+
+    def restrict(self, draft_logits, warp):
+        self._full = warp(draft_logits)[self.cross.shared_draft]
+        return super().restrict(draft_logits, warp)
+
+    def target_row(self, q):
+        return super().target_row(self._full)
+
+
+L3 = [pytest.param("chars", SLEM, dict(temperature=1.0), id="slem-chars-T=1"),
+      pytest.param("bpe", TLI, dict(temperature=1.0), id="tli-bpe-T=1"),
+      pytest.param("bpe", SLEM, dict(temperature=0.7, top_k=4), id="slem-bpe-T=0.7,top_k=4", marks=pytest.mark.slow),
+      pytest.param("chars", TLI, dict(temperature=1.3, top_p=0.8), id="tli-chars-T=1.3,top_p=0.8",
+                   marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("name, cls, w", L3)
+def test_level3_matches_target(cross_models, name, cls, w):
+    target = cross_models[0]
+    counts = three_token_counts(target, fresh_drafters(cross_models, name, cls), PROMPT, RUNS, **w)
+    chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, **w))
+    assert pv > 1e-3, (chi2, dof, pv)
+
+
+def test_level3_catches_a_trusted_boundary_token(cross_models):
+    target, drafts = cross_models
+    cross = CrossVocab(target.path, drafts["bpe"], V, 6)
+    make = lambda: TrustingSLEM(load_model(drafts["bpe"]), cross, V)  # noqa: E731
+    rule = prefix_match(cross.target_bytes)
+    counts = np.zeros(V ** 3)
+    for seed in range(RUNS // 4):
+        toks = speculative_generate(target, make(), PROMPT, 4, k=2, temperature=1.0, seed=seed, accept_reject=rule).tokens
+        counts[(toks[0] * V + toks[1]) * V + toks[2]] += 1
+    chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, temperature=1.0))
+    assert pv < 1e-6, (chi2, dof, pv)
+
+
+def test_level3_catches_tli_without_renormalising(cross_models):
+    target, drafts = cross_models
+    cross = CrossVocab(target.path, drafts["bpe"], V, 6)
+    model = load_model(drafts["bpe"])
+    counts = three_token_counts(target, lambda: UnnormalisedTLI(model, cross, V), PROMPT, RUNS, temperature=1.0)
+    chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, temperature=1.0))
+    assert pv < 1e-6, (chi2, dof, pv)
+
+
+# --- greedy identity, stops, selection ---------------------------------------------------------------------
+
+WORDS = ("the cat sat on the mat while the dog ran to the barn and back again because it was raining "
+         "def main(): return sorted(items, key=len) if items else None ")
+
+
+@pytest.fixture(scope="session")
+def bigger_models(tmp_path_factory):
+    """A 3-layer target and a 1-layer draft with BPE vocabularies trained on different texts (64 and 48 tokens)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    d = tmp_path_factory.mktemp("crossvocab_big")
+    dirs = []
+    for name, vocab, text, layers, seed in (("t", 64, WORDS, 3, 1), ("d", 48, WORDS[::-1], 1, 2)):
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_next")
+        tok.train_from_iterator([text] * 5, trainers.BpeTrainer(vocab_size=vocab, show_progress=False))
+        out = write_random_model(d / name, tiny_config(num_hidden_layers=layers, vocab_size=tok.get_vocab_size()), seed=seed)
+        tok.save(str(out / "tokenizer.json"))
+        dirs.append(out)
+    return load_model(dirs[0]), dirs[1]
+
+
+@pytest.mark.parametrize("algorithm", ["slem", "tli"])
+@pytest.mark.parametrize("k", [1, 3, 5, "auto"])
+def test_greedy_equals_plain(bigger_models, algorithm, k):
+    target, draft_dir = bigger_models
+    prompt = [3, 7, 1, 9]
+    want = generate(target, prompt, 40)
+    got = speculative_generate(target, make_drafter(f"{algorithm}:{draft_dir}", target), prompt, 40, k=k)
+    assert got.tokens == want
+    if k == 3:
+        assert got.stats.drafted > 0  # the drafter did propose
+
+
+@pytest.mark.parametrize("algorithm", ["slem", "tli"])
+def test_a_stop_among_accepted_guesses(bigger_models, algorithm):
+    target, draft_dir = bigger_models
+    plain = generate(target, [3, 7, 1, 9], 30)
+    stop = plain[12]
+    want = plain[: plain.index(stop) + 1]
+    got = speculative_generate(target, make_drafter(f"{algorithm}:{draft_dir}", target), [3, 7, 1, 9], 30, k=4,
+                               stop_ids=[stop]).tokens
+    assert got == want
+
+
+def test_a_draft_with_another_tokenizer_selects_slem_and_tli_on_request(cross_models, tmp_path):
+    target, drafts = cross_models
+    d = make_drafter(str(drafts["bpe"]), target)
+    assert isinstance(d, SLEM) and d.name.startswith("slem:")
+    assert isinstance(make_drafter(f"tli:{drafts['bpe']}", target), TLI)
+    with pytest.raises(ValueError, match="drafts chains only"):
+        from minispec.speculative import tree_speculative_generate
+        tree_speculative_generate(target, d, PROMPT, 4, shape=(2, 2))
+    far = write_random_model(tmp_path / "far", tiny_config(num_hidden_layers=1, vocab_size=4))
+    write_tokenizer(far, {"x": 0, "y": 1, "z": 2, "w": 3}, [])
+    with pytest.raises(ValueError, match="TLI has nothing to propose"):
+        make_drafter(f"tli:{far}", target)
+    assert isinstance(make_drafter(f"slem:{far}", target), SLEM)  # it can always try: the target checks every guess
+    with pytest.raises(ValueError, match="not a model directory"):
+        make_drafter(f"slem:{tmp_path / 'missing'}", target)
+
+
+def test_a_draft_with_the_targets_tokenizer_stays_a_draft_model(cross_models, tmp_path):
+    target, _ = cross_models
+    same = write_random_model(tmp_path / "same", tiny_config(num_hidden_layers=1, vocab_size=V))
+    write_tokenizer(same, TARGET_VOCAB, TARGET_MERGES)
+    assert isinstance(make_drafter(str(same), target), DraftModel)
