@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", help=f"drafter: a draft model directory (e.g. weights/{DEFAULT_DRAFT}), an EAGLE head "
                                    f"directory (e.g. weights/{DEFAULT_EAGLE}), prompt-lookup, layer-skip, or none for "
                                    "plain decoding (default: prompt-lookup, the measured best). A draft with its own "
-                                   f"tokenizer (e.g. weights/{DEFAULT_BPE_DRAFT}) runs SLEM; tli:DIR runs TLI")
+                                   f"tokenizer (e.g. weights/{DEFAULT_BPE_DRAFT}) runs TLI, or SLEM when fewer than half "
+                                   "of its tokens are target tokens; tli:DIR and slem:DIR choose")
     g.add_argument("--k", type=k_arg, default="auto",
                    help="draft tokens per round, or auto: choose K each round from measured costs and acceptance, "
                         "K = 0 when speculation does not pay (default auto)")

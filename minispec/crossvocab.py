@@ -8,8 +8,8 @@ character in ``tokenizer.json``; a SentencePiece-style vocabulary writes a space
 ``<0x41>``; a plain BPE or word-level vocabulary is its own text. Added tokens (``<|im_end|>``) are their
 content. From these bytes:
 
-    CrossVocab.text(target_ids)        the text the target has written so far (None while a character
-                                       is cut in the middle of its bytes)
+    CrossVocab.text(target_ids)        the text the target has written so far (None while its last
+                                       character is cut in the middle of its bytes)
     CrossVocab.draft_ids(text)         that text in the draft's tokens: what the draft reads
     CrossVocab.target_ids(text)        a text in the target's tokens
     CrossVocab.shared_draft, .shared_target    the draft ids whose bytes are also one target token, and that
@@ -60,12 +60,14 @@ def token_bytes(model_dir) -> list[bytes]:
         raise ModelFormatError(f"{model_dir}: no tokenizer.json; drafting across vocabularies needs both tokenizers")
     tj = read_json(f)
     model, added = tj.get("model"), tj.get("added_tokens", [])
-    if not isinstance(model, dict) or not isinstance(model.get("vocab"), dict) or not isinstance(added, list):
-        raise ModelFormatError(f"{f}: expected a \"model\" with a \"vocab\" object and an \"added_tokens\" list")
+    if not isinstance(model, dict) or not isinstance(added, list):
+        raise ModelFormatError(f"{f}: expected a \"model\" object and an \"added_tokens\" list")
     kinds = _kinds(tj.get("pre_tokenizer")) | _kinds(tj.get("decoder"))
     if model.get("type") not in (None, "BPE", "WordLevel") or "WordPiece" in kinds:
         raise ModelFormatError(f"{f}: a {model.get('type')} tokenizer; drafting across vocabularies reads BPE and "
                                "word-level vocabularies (byte-level, SentencePiece-style, or plain text)")
+    if not isinstance(model.get("vocab"), dict):
+        raise ModelFormatError(f"{f}: expected the model's \"vocab\" to be an object of token -> id")
     alphabet = _byte_level_alphabet()
 
     def decode(piece: str) -> bytes:
@@ -80,16 +82,16 @@ def token_bytes(model_dir) -> list[bytes]:
                 pass
         return piece.replace("▁", " ").encode() if "Metaspace" in kinds or "Replace" in kinds else piece.encode()
 
-    ids = [i for i in model["vocab"].values() if isinstance(i, int)] + [t.get("id") for t in added if isinstance(t, dict)]
-    if not ids or not all(isinstance(i, int) and 0 <= i < 10_000_000 for i in ids):
+    if not all(isinstance(t, dict) and isinstance(t.get("content"), str) for t in added):
+        raise ModelFormatError(f"{f}: every added token needs a \"content\" string and an \"id\"")
+    ids = list(model["vocab"].values()) + [t.get("id") for t in added]
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 10_000_000 for i in ids):
         raise ModelFormatError(f"{f}: token ids must be integers in 0..9,999,999")
     out = [b""] * (max(ids) + 1)
     for piece, i in model["vocab"].items():
-        if isinstance(i, int):
-            out[i] = decode(str(piece))
+        out[i] = decode(str(piece))
     for t in added:
-        if isinstance(t, dict) and isinstance(t.get("id"), int) and isinstance(t.get("content"), str):
-            out[t["id"]] = t["content"].encode()
+        out[t["id"]] = t["content"].encode()
     return out
 
 
@@ -97,6 +99,25 @@ def special_ids(model_dir) -> set[int]:
     """The ids of the added tokens marked special (``<|im_end|>``): where a draft's text ends."""
     added = read_json(Path(model_dir) / "tokenizer.json").get("added_tokens", [])
     return {t["id"] for t in added if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int)}
+
+
+def load_tokenizer_file(model_dir):
+    from tokenizers import Tokenizer
+
+    f = Path(model_dir) / "tokenizer.json"
+    try:
+        return Tokenizer.from_file(str(f))
+    except Exception as e:  # the tokenizers library raises a plain Exception for a file it cannot read
+        raise ModelFormatError(f"{f}: the tokenizers library cannot read it ({e})") from None
+
+
+def fit(table: list[bytes], vocab_size: int, role: str, model_dir) -> list[bytes]:
+    """A byte table the size of the model's vocabulary: padding rows (no token) are b"". A tokenizer with ids
+    the model has no row for is refused: the model could not read them."""
+    if len(table) > vocab_size and any(table[vocab_size:]):
+        raise ModelFormatError(f"{model_dir}: its tokenizer has ids up to {len(table) - 1}, but the {role} model's "
+                               f"vocabulary has {vocab_size} rows")
+    return table[:vocab_size] + [b""] * (vocab_size - len(table))
 
 
 def intersection(target_bytes: list[bytes], draft_bytes: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -111,21 +132,24 @@ class CrossVocab:
     """The target's and the draft's tokenizers side by side (module docstring)."""
 
     def __init__(self, target_dir, draft_dir, target_vocab_size: int, draft_vocab_size: int):
-        from tokenizers import Tokenizer
-
-        self.target_bytes = token_bytes(target_dir)[:target_vocab_size]
-        self.draft_bytes = token_bytes(draft_dir)[:draft_vocab_size]
+        self.target_bytes = fit(token_bytes(target_dir), target_vocab_size, "target", target_dir)
+        self.draft_bytes = fit(token_bytes(draft_dir), draft_vocab_size, "draft", draft_dir)
+        self.draft_blank = np.array([not b for b in self.draft_bytes])  # [V_draft] padding rows: never drafted
         self.draft_specials = special_ids(draft_dir)
-        self.target_tok = Tokenizer.from_file(str(Path(target_dir) / "tokenizer.json"))
-        self.draft_tok = Tokenizer.from_file(str(Path(draft_dir) / "tokenizer.json"))
+        self.target_tok = load_tokenizer_file(target_dir)
+        self.draft_tok = load_tokenizer_file(draft_dir)
         self.shared_draft, self.shared_target = intersection(self.target_bytes, self.draft_bytes)
 
     def text(self, target_ids) -> str | None:
-        """The text of ``target_ids``; None when it ends inside a character's bytes (nothing can follow it yet)."""
+        """The text of ``target_ids``; None when it ends inside a character's bytes (nothing can follow it yet).
+        Invalid bytes elsewhere become U+FFFD: the draft only reads this text."""
+        raw = b"".join(self.target_bytes[int(i)] for i in target_ids)
         try:
-            return b"".join(self.target_bytes[int(i)] for i in target_ids).decode()
-        except UnicodeDecodeError:
-            return None
+            return raw.decode()
+        except UnicodeDecodeError as e:
+            if e.reason == "unexpected end of data":
+                return None
+            return raw.decode(errors="replace")
 
     def draft_text(self, draft_ids) -> bytes:
         return b"".join(self.draft_bytes[int(i)] for i in draft_ids)
@@ -164,17 +188,19 @@ class OtherTokenizerDraft:
         key = tuple(tokens)
         if self._read[0] != key:
             text = self.cross.text(tokens)
-            self._read = (key, None if text is None else self.cross.draft_ids(text))
+            ids = None if text is None else self.cross.draft_ids(text)
+            self._read = (key, ids or None)  # no text, or none the draft can read: nothing to draft after
         return self._read[1]
 
     def room(self, tokens) -> int:
-        """Draft tokens that still fit in the draft's context (each guess takes at least one; SLEM one more)."""
+        """Guesses that still fit in the draft's context (a TLI guess is one draft token)."""
         ids = self.read(tokens)
         return 0 if ids is None else max(0, self.cfg.max_position_embeddings - len(ids) - 1)
 
     def feed(self, draft_ids: list[int]) -> np.ndarray:
         """Bring the cache to ``draft_ids`` (reusing the common prefix) -> the draft's logits [V_draft] for what follows."""
-        if self.cache is None or self.cache.max_len < len(draft_ids) + 64:
+        need = min(self.cfg.max_position_embeddings, len(draft_ids) + 64)
+        if self.cache is None or self.cache.max_len < need:
             self.cache = self.draft_model.new_cache(min(self.cfg.max_position_embeddings, 2 * len(draft_ids) + 256))
             self.fed = []
         common = 0
@@ -205,7 +231,7 @@ class OtherTokenizerDraft:
         import time
 
         rng = np.random.default_rng(0)
-        text = self.cross.draft_text(rng.integers(3, len(self.cross.draft_bytes), n)).decode(errors="ignore")
+        text = self.cross.draft_text(rng.integers(0, len(self.cross.draft_bytes), n)).decode(errors="ignore")
         tokens = self.cross.target_ids(text)[:n] or [0]
         per_guess, per_fed = [], []
         for _ in range(repeats + 1):

@@ -4,9 +4,10 @@ Timor et al. 2025, "Accelerating LLM Inference with Lossless Speculative Decodin
 Heterogeneous Vocabularies" (arXiv 2502.05202, ICML 2025), Section 3, Algorithm 2. The draft and the
 target share no token ids, only text. One round, names here -> the paper:
 
-    the draft samples d_1..d_m in its own vocabulary    draft_tokens   (m = K + 1: one more, below)
+    the draft samples d_1..d_m in its own vocabulary    d              (until s holds K target tokens and
+                                                                       the boundary one, below; m <= 2K + 2)
     s = decode_draft(d_1..d_m)                          text           the draft's continuation as text
-    x_1..x_K = encode_target(s)                         candidates     target tokens (look-behind, below)
+    x_1..x_K' = encode_target(s), K' <= K               candidates     target tokens (look-behind, below)
     the target samples y_i ~ p_i itself; x_i is kept    exact_match    (the target's own tokens only)
     while y_i = x_i; the first y_i != x_i ends the
     round, and it is the target's token there
@@ -26,16 +27,17 @@ far are fixed. Two places matter:
 - *The join.* Re-tokenising s alone would split its start as if the text began there. The paper
   re-tokenises with a look-behind window of the text already accepted and keeps the target tokens
   after the point where the new split agrees with the target's tokens (transformers' universal
-  assisted generation does the same, with a window of 10 tokens). ``candidates`` does that with
-  ``LOOK_BEHIND`` target tokens, and falls back to s alone when no window agrees.
+  assisted generation does the same, with a window of 10 tokens). ``candidates`` tries windows of
+  ``LOOK_BEHIND`` down to 1 target tokens, and re-tokenises s alone when none agrees.
 - *The end.* The draft stops after m tokens wherever that is, often inside a word: s = "... wor"
   gives a last target token " wor" where the target would write " world". That boundary token is
-  an artefact of where the draft stopped, not a guess: it is dropped (the draft samples one token
-  more than K to make up for it), except when the draft ended on a special token such as its
-  end-of-sequence. A boundary token must never be *trusted*: were it kept because the target's
-  sampled token " world" starts with its text " wor" (a string-level match where only a token match
-  is valid), the output would contain the draft's split, and its law would no longer be the target's
-  (the broken twin ``prefix_match`` in the tests shows it is caught).
+  an artefact of where the draft stopped, so it is dropped, except when the draft ended on a special
+  token such as its end-of-sequence. Dropping it is a matter of speed, not of correctness: verified
+  by exact match like the others, it would just be rejected most of the time.
+  What must never happen is to *trust* it: to accept it because the target's own token " world"
+  starts with its text " wor" (a string-level match where only a token match is valid). The output
+  would then contain the draft's split instead of the target's token, and its law would no longer
+  be the target's: the tests plant that rule (``prefix_match``) and catch it.
 
 What SLEM gives up: the draft's probabilities. A guess is accepted with p(x), not min(1, p(x)/q(x)),
 so at T > 0 it accepts less than the standard rule would with the same draft (tli.py keeps them,
@@ -70,15 +72,19 @@ class SLEM(OtherTokenizerDraft):
     algorithm = "SLEM"
 
     def summary(self) -> str:
-        return ("SLEM, string-level exact match (its text, re-tokenised, is checked against the target's own samples; "
-                "tli:DIR for token-level intersection)")
+        return ("SLEM, string-level exact match (its text, re-tokenised, is checked against the target's own "
+                "samples; tli:DIR for token-level intersection)")
+
+    def room(self, tokens) -> int:
+        """Guesses that fit in the draft's context: a round may step the draft 2k + 1 times for k guesses."""
+        return super().room(tokens) // 2
 
     def candidates(self, tokens: list[int], text: bytes, ended: bool) -> list[int]:
         """The target tokens of the draft's ``text`` after ``tokens``: re-tokenised with a look-behind window,
         checked byte for byte against ``text``, and without the boundary token unless the draft ``ended``."""
         cross = self.cross
-        out = None
-        for w in range(min(LOOK_BEHIND, len(tokens)), -1, -1):
+        out = []
+        for w in range(min(LOOK_BEHIND, len(tokens)), -1, -1):  # w = 0 always agrees: s alone
             behind = list(tokens[len(tokens) - w:])
             prefix = cross.text(behind)
             if prefix is None:
@@ -90,11 +96,9 @@ class SLEM(OtherTokenizerDraft):
             if ids[:w] == behind:  # the new split agrees with the target's own tokens: take what follows
                 out = ids[w:]
                 break
-        if out is None:
-            return []
         kept, at = [], 0
         for t in out:  # a tokenizer that adds or changes bytes (a prefix space, normalisation) is caught here
-            b = cross.target_bytes[t]
+            b = cross.target_bytes[t] if t < len(cross.target_bytes) else b""
             if not b or text[at: at + len(b)] != b:
                 break
             kept.append(int(t))
@@ -102,20 +106,21 @@ class SLEM(OtherTokenizerDraft):
         return kept if ended else kept[:-1]
 
     def propose(self, tokens, k, warp, rng, keep=None):
-        """Up to k target tokens from k + 1 draft tokens, one-hot rows. ``keep`` is ignored: the target checks
-        each guess against its own sample, so a guess's worth is not the draft's belief."""
+        """Up to k target tokens, one-hot rows, from k + 1 or more draft tokens. ``keep`` is ignored: the target
+        checks each guess against its own sample, so a guess's worth is not the draft's belief."""
         draft_ids = self.read(tokens) if k > 0 else None
         if draft_ids is None:
             return [], np.zeros((0, self.vocab))
         logits = self.feed(draft_ids)  # [V_draft]
-        text, ended = b"", False
-        for i in range(k + 1):
+        text, ended, guesses = b"", False, []
+        for i in range(2 * k + 2):  # until the text holds k target tokens besides the boundary one (at most 2k + 2)
+            logits[self.cross.draft_blank] = -np.inf  # padding rows of its vocabulary spell nothing
             d = sample(warp(logits), rng)  # the draft's own token, drawn as it likes
             text += self.cross.draft_bytes[d]
-            if d in self.cross.draft_specials:
-                ended = True
-                break
-            if i < k:
-                logits = self.step(d)
-        guesses = self.candidates(list(tokens), text, ended)[:k]
-        return guesses, self.one_hot_rows(guesses)
+            ended = d in self.cross.draft_specials
+            if i >= k or ended:
+                guesses = self.candidates(list(tokens), text, ended)
+                if len(guesses) >= k or ended or i == 2 * k + 1:
+                    break
+            logits = self.step(d)
+        return guesses[:k], self.one_hot_rows(guesses[:k])

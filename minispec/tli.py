@@ -4,8 +4,11 @@ Timor et al. 2025 (arXiv 2502.05202, ICML 2025), Section 4, Algorithm 4. Names h
 
     T, D                         the target's and the draft's vocabularies (token -> its bytes, crossvocab.py)
     T ∩ D                        cross.shared_draft: draft ids whose bytes are exactly one target token
-    q(x) of the draft, x in D    logits -> warp, over the draft ids in T ∩ D only (``restrict``)
-    q'(x) = q(x) / sum_{T ∩ D} q  the restricted distribution, renormalised: what the guess is drawn from
+    q(x) of the draft, x in D    its logits
+    q'(x) = q(x) / sum_{T ∩ D} q  the restricted distribution, renormalised: what the guess is drawn from.
+                                 ``restrict`` keeps the logits of T ∩ D and warps them: with a temperature
+                                 alone that is q / sum q exactly; top-k and top-p then pick among the
+                                 shared tokens (either way the rule gets the q' it sampled from)
     map(x)                       the target id of the same bytes: the guess the target sees
     Algorithm 1 on (p, q')       rejection.accept_reject, unchanged
 
@@ -37,7 +40,8 @@ class TLI(OtherTokenizerDraft):
 
     def summary(self) -> str:
         return (f"TLI, token-level intersection (it proposes only the {len(self.cross.shared_draft):,} of its "
-                f"{len(self.cross.draft_bytes):,} tokens spelled like a target token; the standard rule)")
+                f"{len(self.cross.draft_bytes):,} tokens spelled like a target token; the standard rule; slem:DIR "
+                "for string-level exact match)")
 
     def restrict(self, draft_logits: np.ndarray, warp) -> np.ndarray:
         """q' over the intersection: the draft's logits [V_draft] at the shared draft ids, warped (temperature,
@@ -46,9 +50,7 @@ class TLI(OtherTokenizerDraft):
 
     def target_row(self, q: np.ndarray) -> np.ndarray:
         """q' [S] on the target's ids -> [V_target] (two draft ids spelled alike would add up on one target id)."""
-        row = np.zeros(self.vocab)
-        np.add.at(row, self.cross.shared_target, q)
-        return row
+        return np.bincount(self.cross.shared_target, weights=q, minlength=self.vocab)
 
     def propose(self, tokens, k, warp, rng, keep=None):
         """Up to k guesses drawn from q', as target ids, with their [k', V_target] rows. ``keep`` is ignored."""

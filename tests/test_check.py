@@ -7,7 +7,7 @@ pytest.importorskip("gguf")
 from minispec import load_model, load_tokenizer, make_drafter, shipped_draft, shipped_eagle  # noqa: E402
 from minispec.drafters import LayerSkip, PromptLookup  # noqa: E402
 from minispec.harness.check import format_check, run_check  # noqa: E402
-from minispec.model.fetch import fetch_smollm2  # noqa: E402
+from minispec.model.fetch import fetch_smollm2, shipped_bpe_draft  # noqa: E402
 
 REDUCED = 24  # paired runs of 48 tokens in the CI version (`minispec check --quick`): about 1,000 tokens a side
 
@@ -45,6 +45,21 @@ def test_level4_reduced_with_the_eagle_head(setup):
     assert res["passed"]["sampling"], report
     assert res["passed"]["broken_rule_caught"], report
     assert res["passed"]["greedy"] and len(res["greedy"]) == 2, report  # the chain and the tree
+
+
+@pytest.mark.slow
+def test_level4_reduced_with_a_draft_of_its_own_tokenizer(setup):
+    """The shipped draft with its own tokenizer (weights/, so never skipped): SLEM at T=1 against plain sampling
+    with its broken-rule control, and SLEM and TLI greedy, identical to plain decoding."""
+    target, tok, _ = setup
+    slem, tli = (make_drafter(f"{a}:{shipped_bpe_draft()}", target) for a in ("slem", "tli"))
+    res = run_check(target, tok, slem, [slem, tli], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32,
+                    calibration_seeds=0, progress=False)
+    report = format_check(res)
+    assert res["sampling"]["tokens"]["tokens_b"] >= 900, report
+    assert res["passed"]["sampling"], report
+    assert res["passed"]["broken_rule_caught"], report
+    assert res["passed"]["greedy"] and [g["identical"] for g in res["greedy"]] == [3, 3], report
 
 
 @pytest.mark.heavy

@@ -11,19 +11,7 @@ from minispec.eagle import load_eagle
 from minispec.harness.study import expected_tokens, predicted_speedup, run_study, write_report
 from minispec.model.tiny import tiny_config, write_random_model
 
-from .helpers import write_random_eagle
-
-
-class ToyTokenizer:
-    """Characters -> ids modulo the vocabulary: enough to feed the shipped prompt sets to a tiny model."""
-
-    eos_ids = [1]
-
-    def encode(self, text):
-        return [3 + ord(ch) % 60 for ch in text[:40]]
-
-    def apply_chat_template(self, messages):
-        return "U:" + messages[0]["content"]
+from .helpers import ToyTokenizer, write_random_eagle
 
 
 def test_cost_model():

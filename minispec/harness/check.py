@@ -236,10 +236,18 @@ def main_check(args) -> int:
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     spec = args.draft or shipped_draft() or "layer-skip"
     main = make_drafter(spec, target)
-    if getattr(main, "model", None) is None and not hasattr(main, "first_guess_logits"):
+    cross = getattr(main, "draft_model", None) is not None  # a draft with its own tokenizer (slem.py, tli.py)
+    if getattr(main, "model", None) is None and not hasattr(main, "first_guess_logits") and not cross:
         raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with its own distribution (a draft model, "
-                         "an EAGLE head or layer-skip); prompt lookup is checked greedily")
-    greedy = [main, PromptLookup()] + ([] if isinstance(main, LayerSkip) else [LayerSkip(target)])
+                         "an EAGLE head, a draft with its own tokenizer, or layer-skip); prompt lookup is checked greedily")
+    if cross:  # greedy: both algorithms over the same draft
+        algorithm, _, draft_dir = spec.partition(":")
+        draft_dir = draft_dir if algorithm in ("slem", "tli") else spec
+        greedy = [main]
+        if main.algorithm == "TLI" or len(main.cross.shared_draft):  # TLI needs shared tokens
+            greedy.append(make_drafter(f"{'tli' if main.algorithm == 'SLEM' else 'slem'}:{draft_dir}", target))
+    else:
+        greedy = [main, PromptLookup()] + ([] if isinstance(main, LayerSkip) else [LayerSkip(target)])
     trees = [main] if hasattr(main, "see_features") else []  # a feature head: its trees too
     if args.quick:
         res = run_check(target, tok, main, greedy, n_runs=24, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0,
