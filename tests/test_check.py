@@ -49,14 +49,15 @@ def test_level4_reduced_with_the_eagle_head(setup):
 
 @pytest.mark.slow
 def test_level4_reduced_with_a_draft_of_its_own_tokenizer(setup):
-    """The shipped draft with its own tokenizer (weights/, so never skipped): SLEM at T=1 against plain sampling
-    with its broken-rule control, and SLEM and TLI greedy, identical to plain decoding."""
+    """The shipped draft with its own tokenizer (weights/, so never skipped): TLI at T=1 against plain sampling
+    with its broken-rule control (the acceptance statistic reads TLI's q'), and TLI and SLEM greedy, identical
+    to plain decoding."""
     target, tok, _ = setup
-    slem, tli = (make_drafter(f"{a}:{shipped_bpe_draft()}", target) for a in ("slem", "tli"))
-    res = run_check(target, tok, slem, [slem, tli], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32,
+    tli, slem = (make_drafter(f"{a}:{shipped_bpe_draft()}", target) for a in ("tli", "slem"))
+    res = run_check(target, tok, tli, [tli, slem], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32,
                     calibration_seeds=0, progress=False)
     report = format_check(res)
-    assert res["sampling"]["tokens"]["tokens_b"] >= 900, report
+    assert res["sampling"]["tokens"]["tokens_b"] >= 900 and "acceptance" in res["sampling"], report
     assert res["passed"]["sampling"], report
     assert res["passed"]["broken_rule_caught"], report
     assert res["passed"]["greedy"] and [g["identical"] for g in res["greedy"]] == [3, 3], report

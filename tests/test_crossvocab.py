@@ -290,7 +290,7 @@ def test_level3_matches_target(cross_models, name, cls, w):
     target = cross_models[0]
     make = fresh_drafters(cross_models, name, cls)
     runs = [speculative_generate(target, make(), PROMPT, 4, k=2, seed=s, **w).stats for s in range(200)]
-    assert sum(r.accepted for r in runs) > 0.1 * sum(r.drafted for r in runs)  # guesses are in play
+    assert sum(r.accepted for r in runs) > 0.03 * sum(r.drafted for r in runs)  # guesses are in play
     counts = three_token_counts(target, make, PROMPT, RUNS, **w)
     chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, **w))
     assert pv > 1e-3, (chi2, dof, pv)
@@ -456,3 +456,17 @@ def test_bench_vocab_end_to_end(bigger_models):
     assert set(res["c_in_runs"]) == set(drafters) and all(v > 0 for v in res["c"].values())
     report = format_report(res)
     assert "| slem:d | 2 |" in report and "not run" in report
+
+
+def test_level4_acceptance_statistic_reads_tlis_q(bigger_models, renumbered_draft):
+    """check.acceptance_of_tokens with TLI: min(1, q'(y)/p(y)) at each emitted token, from TLI's teacher-forced
+    q'. The target itself under another tokenizer gives q' = p where the two read the same split: near 1."""
+    from minispec.harness.check import acceptance_of_tokens
+
+    target, draft_dir = bigger_models
+    prompt = [3, 7, 1, 9]
+    run = generate(target, prompt, 24, temperature=1.0, seed=0)
+    same = acceptance_of_tokens(target, make_drafter(f"tli:{renumbered_draft}", target), prompt, run)
+    other = acceptance_of_tokens(target, make_drafter(f"tli:{draft_dir}", target), prompt, run)
+    assert same.shape == other.shape == (24,)
+    assert same.mean() > 0.7 and other.mean() < same.mean(), (same, other)

@@ -82,6 +82,9 @@ def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len
     if hasattr(drafter, "first_guess_logits"):  # a feature head (eagle.py): its first guess at every position
         logits, features = target.forward(seq, target.new_cache(len(seq)), hidden=True)
         p, q = warp(logits[rows], 1.0), warp(drafter.first_guess_logits(seq, features)[rows], 1.0)  # [n, V] each
+    elif hasattr(drafter, "first_guess_rows"):  # a draft with its own tokenizer (tli.py): q' over the target's ids
+        p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
+        q = drafter.first_guess_rows(seq, len(prompt), lambda z: warp(z, 1.0))  # [n, V]
     else:
         p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
         q = warp(drafter.pad(drafter.model.forward(seq, drafter.model.new_cache(len(seq))))[rows], 1.0)  # [n, V]
@@ -92,7 +95,8 @@ def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len
 def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000) -> dict:
     """Both statistics (module docstring) for paired runs, and the verdict at ALPHA."""
     res = dict(tokens=token_test(runs_a, runs_b, seed=seed, permutations=permutations))
-    if getattr(drafter, "model", None) is not None or hasattr(drafter, "first_guess_logits"):
+    if getattr(drafter, "model", None) is not None or hasattr(drafter, "first_guess_logits") or hasattr(
+            drafter, "first_guess_rows"):
         values = [[acceptance_of_tokens(target, drafter, prompts[i % len(prompts)], r) for i, r in enumerate(runs)]
                   for runs in (runs_a, runs_b)]
         res["acceptance"] = mean_test(*values, seed=seed, permutations=permutations)

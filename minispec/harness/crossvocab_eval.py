@@ -142,7 +142,8 @@ def format_report(res: dict) -> str:
              "c: seconds per guess over seconds per target step, timed apart (greedy, K = 4, a fixed code context), "
              "and in the runs (drafting and catching up, all runs).", "",
              "| drafter | c | c in the runs |", "|---|---|---|"]
-    lines += [f"| {n} | {v:.3f} | {res['c_in_runs'].get(n, float('nan')):.3f} |" for n, v in res["c"].items()]
+    in_runs = res.get("c_in_runs", {})  # (not recorded by the first version of this benchmark)
+    lines += [f"| {n} | {v:.3f} | " + (f"{in_runs[n]:.3f} |" if n in in_runs else "- |") for n, v in res["c"].items()]
     for setting in res["settings"]:
         lines += ["", f"## {setting}", "",
                   "accepted target tokens per pass / characters per pass / acceptance / speedup, by prompt set", "",
@@ -169,10 +170,11 @@ def format_report(res: dict) -> str:
         for setting in ("greedy", "T=1"):
             v = peer[setting]
             what = "universal assisted generation" if setting == "greedy" else "sampling (its TLI)"
-            nll = v["target_nll"]
+            nll = v.get("target_nll")
             lines.append(f"- {setting}, {what}: " + (
-                f"{v['speedup']:.2f}x over {v['prompts']} prompts; the target's mean negative log-likelihood of the "
-                f"generated tokens: {nll['assisted']:.3f} nats against {nll['plain']:.3f} for its plain generate"
+                f"{v['speedup']:.2f}x over {v['prompts']} prompts" + (
+                    f"; the target's mean negative log-likelihood of the generated tokens: {nll['assisted']:.3f} nats "
+                    f"against {nll['plain']:.3f} for its plain generate" if nll else "")
                 if v["speedup"] is not None else f"did not run: {v['error']}"))
         lines += ["", "At T=1 a lossless method's output has the target's own distribution, so the target's mean "
                   "log-likelihood of it matches that of plain sampling, up to sampling noise; a clearly higher "

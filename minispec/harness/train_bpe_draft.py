@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     if args.width % 64 or args.width <= 0:
         p.error(f"--width must be a positive multiple of 64 (heads of 64), got {args.width}")
 
-    from .training import import_torch, start
+    from .training import import_torch, start, train_next_token
     torch = import_torch()
     if torch is None:
         return 2
@@ -180,31 +180,8 @@ def main(argv=None) -> int:
     n_params = sum(q.numel() for q in student.parameters())
     log(f"student: {n_params / 1e6:.2f}M parameters")
 
-    opt = torch.optim.AdamW(student.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + np.cos(np.pi * min(s / args.steps, 1.0))))
-    curve, t0 = [], time.perf_counter()
-    student.train()
-    for step in range(args.steps):
-        half = args.batch // 2
-        ids = np.zeros((args.batch, args.seq), dtype=np.int64)
-        labels = np.full((args.batch, args.seq), -100, dtype=np.int64)
-        for j, r in enumerate(gen_ids[i] for i in rng.integers(0, len(gen_ids), half)):
-            ids[j, : len(r)] = r
-            labels[j, : len(r)] = r
-        ids[half:] = labels[half:] = code[rng.integers(0, len(code), args.batch - half)]
-        loss = student(input_ids=torch.from_numpy(ids), labels=torch.from_numpy(labels)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        curve.append(loss.item())
-        if step % 25 == 0 or step == args.steps - 1:
-            el = time.perf_counter() - t0
-            log(f"step {step}/{args.steps} loss {np.mean(curve[-25:]):.3f} lr {sched.get_last_lr()[0]:.2e} "
-                f"{(step + 1) * args.batch * args.seq / el:.0f} tok/s")
-    train_s = time.perf_counter() - t0
+    curve, train_s = train_next_token(torch, student, gen_ids, code, steps=args.steps, batch=args.batch, seq=args.seq,
+                                      lr=args.lr, rng=rng, log=log)
 
     student.eval()
     with torch.no_grad():  # held-out loss per token and per byte (comparable across tokenizers)

@@ -1,4 +1,5 @@
-"""What every training recipe here starts with: torch or a clear error, fixed seeds, a log file."""
+"""What the training recipes here share: torch or a clear error, fixed seeds, a log file, and the next-token
+loop of the two draft models."""
 
 from __future__ import annotations
 
@@ -36,3 +37,35 @@ def start(torch, out, seed: int, threads: int):
         logf.flush()
 
     return out, log
+
+
+def train_next_token(torch, student, generated, chunks, *, steps: int, batch: int, seq: int, lr: float, rng, log):
+    """Next-token cross-entropy on batches half of ``generated`` sequences (arrays of at most ``seq`` ids, padded
+    and masked) and half of ``chunks`` ([n, seq] ids); AdamW (betas 0.9/0.95, weight decay 0.01), 30 warm-up
+    steps, cosine decay, gradients clipped at 1. -> (loss per step, seconds)."""
+    import numpy as np
+
+    opt = torch.optim.AdamW(student.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+    curve, t0 = [], time.perf_counter()
+    student.train()
+    half = batch // 2
+    for step in range(steps):
+        ids = np.zeros((batch, seq), dtype=np.int64)
+        labels = np.full((batch, seq), -100, dtype=np.int64)  # -100: padding, no loss
+        for j, r in enumerate([generated[i] for i in rng.integers(0, len(generated), half)]):
+            ids[j, : len(r)] = labels[j, : len(r)] = r
+        ids[half:] = labels[half:] = chunks[rng.integers(0, len(chunks), batch - half)]
+        loss = student(input_ids=torch.from_numpy(ids), labels=torch.from_numpy(labels)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        curve.append(loss.item())
+        if step % 25 == 0 or step == steps - 1:
+            el = time.perf_counter() - t0
+            log(f"step {step}/{steps} loss {np.mean(curve[-25:]):.3f} lr {sched.get_last_lr()[0]:.2e} "
+                f"{(step + 1) * batch * seq / el:.0f} tok/s")
+    return curve, time.perf_counter() - t0
