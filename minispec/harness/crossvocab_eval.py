@@ -176,9 +176,10 @@ def format_report(res: dict) -> str:
                     f"; the target's mean negative log-likelihood of the generated tokens: {nll['assisted']:.3f} nats "
                     f"against {nll['plain']:.3f} for its plain generate" if nll else "")
                 if v["speedup"] is not None else f"did not run: {v['error']}"))
-        lines += ["", "At T=1 a lossless method's output has the target's own distribution, so the target's mean "
-                  "log-likelihood of it matches that of plain sampling, up to sampling noise; a clearly higher "
-                  "negative log-likelihood means the output is not the target's."]
+        if peer["T=1"].get("target_nll"):
+            lines += ["", "At T=1 a lossless method's output has the target's own distribution, so the target's mean "
+                      "log-likelihood of it matches that of plain sampling, up to sampling noise; a clearly higher "
+                      "negative log-likelihood means the output is not the target's."]
     return "\n".join(lines) + "\n"
 
 

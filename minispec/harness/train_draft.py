@@ -20,7 +20,6 @@ Recipe (every count fixed, so a seed gives the same model on the same software):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -138,7 +137,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
 
-    from .training import import_torch, start, train_next_token
+    from .training import import_torch, start, train_next_token, write_sums
     torch = import_torch()
     if torch is None:
         return 2
@@ -195,9 +194,7 @@ def main(argv=None) -> int:
                    loss_curve={s: float(np.mean(curve[max(0, s - 25): s + 1])) for s in range(0, args.steps, 50)},
                    args=vars(args), torch=torch.__version__, transformers=transformers.__version__)
     (out / "training.json").write_text(json.dumps(summary, indent=2))
-    sums = "".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n"
-                   for f in ("config.json", "model.safetensors", "tokenizer.json"))
-    (out / "SHA256SUMS").write_text(sums)
+    write_sums(out, ("config.json", "model.safetensors", "tokenizer.json"))
     log(f"done: {summary['total_minutes']:.1f} min, final loss {summary['final_loss']:.3f}")
     return 0
 

@@ -39,6 +39,13 @@ def start(torch, out, seed: int, threads: int):
     return out, log
 
 
+def write_sums(out: Path, files) -> None:
+    """``out/SHA256SUMS`` for ``files`` (``sha256sum -c SHA256SUMS`` checks them)."""
+    import hashlib
+
+    (out / "SHA256SUMS").write_text("".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n" for f in files))
+
+
 def train_next_token(torch, student, generated, chunks, *, steps: int, batch: int, seq: int, lr: float, rng, log):
     """Next-token cross-entropy on batches half of ``generated`` sequences (arrays of at most ``seq`` ids, padded
     and masked) and half of ``chunks`` ([n, seq] ids); AdamW (betas 0.9/0.95, weight decay 0.01), 30 warm-up
