@@ -28,6 +28,7 @@ import numpy as np
 
 from .model import Model
 from .model.config import ModelFormatError, read_json
+from .model.kvcache import kept_prefix
 from .sampling import warp as warp_logits
 
 
@@ -203,12 +204,7 @@ class OtherTokenizerDraft:
         if self.cache is None or self.cache.max_len < need:
             self.cache = self.draft_model.new_cache(min(self.cfg.max_position_embeddings, 2 * len(draft_ids) + 256))
             self.fed = []
-        common = 0
-        for a, b in zip(self.fed, draft_ids):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(draft_ids) - 1, self.cache.length)  # always feed at least one token
+        common = kept_prefix(self.fed, draft_ids, self.cache.length)
         self.cache.rollback(common)
         self.fed = list(draft_ids)
         self.forwards += 1

@@ -25,6 +25,7 @@ from .crossvocab import CrossVocab
 from .eagle import is_eagle_dir, load_eagle
 from .model import Model, ModelFormatError, load_model
 from .model.config import read_json
+from .model.kvcache import kept_prefix
 from .sampling import sample, top_probability
 from .slem import SLEM
 from .tli import TLI
@@ -86,12 +87,7 @@ class DraftModel:
 
     def feed(self, tokens) -> np.ndarray:
         """Bring the cache to ``tokens`` (reusing the common prefix) -> logits [V] for the next position."""
-        common = 0
-        for a, b in zip(self.fed, tokens):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(tokens) - 1, self.cache.length)  # always feed at least one token
+        common = kept_prefix(self.fed, tokens, self.cache.length)
         self.cache.rollback(common)
         self.fed = list(tokens)
         self.forwards += 1

@@ -42,3 +42,15 @@ class KVCache:
         self.k[:, :, start:start + n] = self.k[:, :, src]
         self.v[:, :, start:start + n] = self.v[:, :, src]
         self.length = start + n
+
+
+def kept_prefix(cached: list[int], tokens: list[int], cache_length: int) -> int:
+    """How many positions a cache holding ``cached`` can keep to hold ``tokens`` instead: their common prefix,
+    at most ``cache_length``, and at most len(tokens) - 1 so that at least one token is fed for its logits.
+    Then ``cache.rollback(n)`` and feed ``tokens[n:]``."""
+    n = 0
+    for a, b in zip(cached, tokens):
+        if a != b:
+            break
+        n += 1
+    return min(n, len(tokens) - 1, cache_length)
