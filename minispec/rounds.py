@@ -4,12 +4,17 @@
 Everything else sits behind the three calls a loop makes on its ``Run``, once each per round:
 
     run = start_run(...)   check the arguments like ``generate``, wrap the drafter, choose the policy
-                           (policy/), size the cache; the prompt rides on the first round's pass
+                           (policy/), size the cache
     run.draft()            ask the policy for K, let the drafter catch up on the tokens it has not
                            seen and propose; in a plain round (K = 0) the policy may ask for one
                            unverified *probe* guess (policy/auto_k.py). ``run.draft_tree()`` likewise
-    run.emit(...)          append the round's tokens (never past a stop token or max_new_tokens), and
+    run.emit(...)          append the round's tokens (never past a stop token or max_new_tokens), hand
+                           a feature drafter the target's features of the tokens its cache kept, and
                            tell the statistics (stats.py) and the policy what happened and how long it took
+
+Besides, ``run.unread`` is what the target's cache lacks (the last token; in round 1 the prompt before
+it), and ``run.on_features`` is what the target pass hands its features to: None unless the drafter
+reads them (drafters/eagle.py).
 
 A reader of the algorithm can skip this file.
 """
@@ -17,14 +22,14 @@ A reader of the algorithm can skip this file.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from .drafters import as_drafter
 from .generate import check_generate_args, stop_set
-from .model import Model
+from .model import Model, backend
 from .policy import k_policy, tree_policy
 from .rejection import overlap
 from .sampling import warp
@@ -36,6 +41,7 @@ from .tree import Tree, propose_tree
 class SpecResult:
     tokens: list[int]
     stats: SpecStats
+    calibration: list = field(default_factory=list)  # the calibrations an automatic policy chose from, described
 
 
 @dataclass
@@ -45,8 +51,7 @@ class Run:
     policy: object
     tokens: list  # prompt + everything emitted so far
     out: list  # what was emitted
-    cache: object  # the target's KV cache
-    unfed: list  # prompt tokens not yet in the cache: they ride on the next target pass
+    cache: object  # the target's KV cache: every token but the last (round 1: nothing yet)
     stop: set
     max_new_tokens: int
     warp: Callable  # logits -> the probabilities to sample from (the same warp for draft and target)
@@ -60,15 +65,29 @@ class Run:
     probe_came_true: bool = False  # the last round probed a certain guess and emitted that very token
     forwards0: int = 0  # the drafter's pass count at the start
     clock: tuple = ()  # (start of drafting, end of drafting)
+    prefill: bool = True  # this round's target pass also reads the prompt
+    features: object = None  # the last target pass's features [T, D], for a drafter that reads them
+    features_at: int = 0  # the cache position of their first row
 
     @property
     def done(self) -> bool:
         return len(self.out) == self.max_new_tokens or (bool(self.out) and self.out[-1] in self.stop)
 
     @property
-    def last(self) -> list[int]:
-        """What the next target pass starts with: the prompt tokens not yet cached and the last token."""
-        return self.unfed + [self.tokens[-1]]
+    def unread(self) -> list[int]:
+        """What the target's cache lacks, and the next target pass starts with: the last token (in round 1 the
+        prompt before it too)."""
+        return self.tokens[self.cache.length:]
+
+    @property
+    def on_features(self):
+        """The target pass's ``on_features``: None unless the drafter reads the target's features (eagle.py)."""
+        return self.keep_features if hasattr(self.drafter, "see_features") else None
+
+    def keep_features(self, features) -> None:
+        """Called by the target pass (``Model.forward``) with its features [T, D], of cache positions ending at
+        its new length; ``emit`` hands on the rows the cache keeps."""
+        self.features, self.features_at = features, self.cache.length - len(features)
 
     def draft(self) -> tuple[list[int], np.ndarray]:
         """This round's guesses x_1..x_K and the [K, V] rows q_1..q_K they were drawn from."""
@@ -84,7 +103,7 @@ class Run:
         """This round's token tree (tree.py), of the shape the policy chose and that fits the cache."""
         t0 = time.perf_counter()
         width, depth = self.policy.next_shape(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
-        room = min(self.cache.max_len - self.cache.length - len(self.last), self.drafter_room())
+        room = min(self.cache.max_len - self.cache.length - len(self.unread), self.drafter_room())
         depth = min(depth, self.max_new_tokens - len(self.out) - 1, room // width if width else 0)
         tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
         self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, len(tree), t0)
@@ -99,7 +118,7 @@ class Run:
     def drafted_now(self, asked: int, drafted: int, nodes: int, t0: float) -> None:
         """After proposing: ``asked`` guesses were asked for (0: a plain round), ``drafted`` made (a tree: its
         depth), ``nodes`` draft tokens go into the target pass."""
-        self.drafted, self.nodes = drafted, nodes
+        self.drafted, self.nodes, self.prefill = drafted, nodes, self.cache.length == 0
         if asked:
             self.seen = len(self.tokens)
         self.probe = None
@@ -120,11 +139,12 @@ class Run:
         self.probe_came_true = bool(self.probe[emitted] == 1.0)
         return measured
 
-    def emit(self, new_tokens: list[int], accepted: int, target_probs: np.ndarray, features=None) -> None:
+    def emit(self, new_tokens: list[int], accepted: int, target_probs: np.ndarray, feature_rows=None) -> None:
         """Append the round's tokens (the accepted guesses and the rule's next token) and record the round.
-        ``target_probs[0]`` is p for the first new position: what a probe is measured against. ``features``
-        [n, D]: the target's features of the last n tokens in its cache, for a feature drafter (eagle.py); not
-        passed on once the run is done (a stop token among the accepted guesses leaves rows without tokens)."""
+        ``target_probs[0]`` is p for the first new position: what a probe is measured against. A drafter that
+        reads features gets those of the tokens the cache kept: the pass's first rows up to the cache's length
+        (a chain), or ``feature_rows`` (a tree, whose kept nodes the cache compacted); not once the run is done
+        (a stop token among the accepted guesses leaves rows without tokens)."""
         t_draft, t_verify = self.clock[1] - self.clock[0], time.perf_counter() - self.clock[1]
         probed = self.measure_probe(target_probs[0], new_tokens[accepted])
         emitted = 0
@@ -136,16 +156,17 @@ class Run:
                 self.on_token(int(t))
             if self.done:
                 break
-        if features is not None and not self.done and hasattr(self.drafter, "see_features"):  # (done: no more drafting,
-            self.drafter.see_features(self.tokens[: self.cache.length], features)  # and a stop may have cut the rows)
-        prefill = bool(self.unfed)
-        self.unfed = []
-        self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, prefill)
-        self.policy.observe(self.drafted, accepted, t_draft, None if prefill else t_verify, probed, nodes=self.nodes)
+        if self.features is not None and not self.done:  # (done: no more drafting, and a stop may have cut the rows)
+            rows = slice(0, self.cache.length - self.features_at) if feature_rows is None else backend.asarray(feature_rows)
+            self.drafter.see_features(self.tokens[: self.cache.length], self.features[rows])
+        self.features = None
+        self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, self.prefill)
+        self.policy.observe(self.drafted, accepted, t_draft, None if self.prefill else t_verify, probed, nodes=self.nodes)
 
     def result(self) -> SpecResult:
         self.stats.draft_forwards = getattr(self.drafter, "forwards", 0) - self.forwards0
-        return SpecResult(self.out, self.stats)
+        used = [c.describe() for c in getattr(self.policy, "calibrations", []) if c is not None]
+        return SpecResult(self.out, self.stats, used)
 
 
 NOT_A_TREE = object()  # start_run's default ``shape``: a chain of ``k`` guesses (``shape=None`` is a bad tree shape)
@@ -155,22 +176,24 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
               temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None) -> Run:
     """Check the arguments like ``generate`` and set up a run: a chain of ``k`` guesses per round, or a
     tree of ``shape``. The cache has room for the prompt, the output and the largest tree. With a
-    ``seed``, an automatic policy keeps its calibrated costs (``learn=False``), so that the run's choices,
-    and with them its random draws, repeat: see "Seeds" in policy/__init__.py."""
+    ``seed`` at T > 0, an automatic policy keeps its calibrated costs (``learn=False``), so that the run's
+    choices, and with them its random draws, repeat: see "Seeds" in policy/__init__.py. Greedy output does
+    not depend on K, so a greedy run follows its own clock whatever its seed."""
     ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
     drafter = as_drafter(drafter, target)
-    learn = seed is None
+    learn = seed is None or temperature == 0  # greedy output does not depend on K: it may follow the clock
     if shape is NOT_A_TREE:
         policy = k_policy(k, target, drafter, learn=learn)
     else:
-        if not getattr(drafter, "drafts_trees", True):
-            raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer)")
+        if not hasattr(drafter, "propose_tree"):
+            raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} drafts chains only, not trees "
+                             "(it has no propose_tree; a draft with its own tokenizer has none)")
         policy = tree_policy(shape, target, drafter, learn=learn)
     room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
-               unfed=[int(t) for t in ids[:-1]], stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
+               stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
                warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
                on_token=on_token, stats=SpecStats(), forwards0=getattr(drafter, "forwards", 0))

@@ -66,6 +66,13 @@ def top_probability(logits) -> float:
     return float(1.0 / np.exp(z - z.max()).sum())
 
 
+def one_hot_rows(tokens, V: int) -> np.ndarray:  # [n] -> [n, V]
+    """The q of a deterministic guess: all mass on the token. One row per token."""
+    rows = np.zeros((len(tokens), V))
+    rows[np.arange(len(tokens)), np.asarray(tokens, dtype=np.int64)] = 1.0
+    return rows
+
+
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One token from a probability row, by inverting its CDF with one uniform draw."""
     cdf = np.cumsum(probs)

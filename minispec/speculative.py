@@ -1,23 +1,19 @@
-"""The speculative loop: draft K tokens, verify them in ONE target pass, keep what the rule accepts.
+"""The engine's loop: the textbook round (textbook.py), plus what a real run needs.
 
-Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1, one round per iteration:
+Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1, one round per iteration. Read
+``speculative_sampling`` in textbook.py first: this is the same round, line for line, and the same
+tokens for the same K and seed (tests/test_textbook.py). Each addition has a name and lives elsewhere:
 
-    x_1..x_K ~ q, one after another          run.draft()            (drafters.py; K from the policy)
-    p_1..p_{K+1} in ONE target pass          target.forward(...)    over the last token and x_1..x_K
-    n accepted, then one more token t        accept_reject(...)     (rejection.py)
-    forget the rejected guesses              cache.rollback(...)    (model/kvcache.py: an integer)
-    emit x_1..x_n, t                         run.emit(...)
+    choosing K          the policy asks for K each round, or "auto" from the cost model (policy/)
+    probes              a plain round (K = 0) may measure one unverified guess (policy/auto_k.py)
+    drafters            any kind (drafters/): a draft model, prompt lookup, layer skip, an EAGLE head, a draft
+                        with its own tokenizer; ``run.draft()`` lets it catch up and propose
+    features            a drafter that reads the target's features gets them from the same pass
+                        (``on_features``; ``run.emit`` hands on the rows the cache kept)
+    trees               ``tree_speculative_generate`` verifies a token tree per round (tree.py)
+    stop tokens, statistics, timing      ``run.emit`` and ``run.result()`` (rounds.py, stats.py)
 
-The target pass also returns its top-layer features; ``run.emit`` hands those of the tokens the cache
-keeps to a drafter that drafts from them (eagle.py) and ignores them otherwise.
-
-With K = 0 a round is one plain autoregressive step. The prompt rides on the first round's pass (its
-rows come first and only the last K + 1 rows are kept), so a run makes exactly one target pass per
-round. Everything that is not the algorithm (choosing K, timing, statistics, probes, the drafter
-catching up on tokens it has not seen) sits behind ``run`` (rounds.py) and can be skipped on a first
-read.
-
-``tree_speculative_generate`` is the same loop verifying a token tree per round (tree.py).
+With K = 0 a round is one plain autoregressive step.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from typing import Callable
 from .model import Model
 from .rejection import accept_reject
 from .rounds import SpecResult, start_run
-from .tree import accept_tree, kept_features, verify_tree
+from .tree import accept_tree, kept_rows, verify_tree
 
 
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
@@ -42,14 +38,14 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token)
     while not run.done:
-        draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]
+        draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]; K from the policy
         K = len(draft_tokens)
-        target_logits, features = target.forward(run.last + draft_tokens, run.cache, last=K + 1, hidden=True)  # ONE pass
-        # [K+1, V] and [T, D]. run.last is the last emitted token; in round 1 the prompt comes before it
+        # ONE target pass over the tokens its cache lacks (run.unread: the last one; round 1 the prompt too)
+        target_logits = target.forward(run.unread + draft_tokens, run.cache, last=K + 1, on_features=run.on_features)
         target_probs = run.warp(target_logits)  # p_1..p_{K+1}: [K+1, V], warped like q
         n, next_token = accept_reject(target_probs, draft_probs, draft_tokens, run.rng)
-        run.cache.rollback(len(run.tokens) + n)  # cache length := the last token and x_1..x_n; x_{n+1}.. drop
-        run.emit(draft_tokens[:n] + [next_token], n, target_probs, features[: len(features) - K + n])  # f of the kept
+        run.cache.crop(len(run.tokens) + n)  # keep the tokens and x_1..x_n: every token but the new last one
+        run.emit(draft_tokens[:n] + [next_token], n, target_probs)
     return run.result()
 
 
@@ -64,10 +60,10 @@ def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token)
     while not run.done:
         tree = run.draft_tree()  # N nodes, each drawn from its q
-        target_logits, features = verify_tree(target, run.cache, run.last, tree, hidden=True)  # [N+1, V], [T, D]: one pass
+        head = run.unread  # the root (the last token) and, in round 1, the prompt before it
+        target_logits = verify_tree(target, run.cache, head, tree, on_features=run.on_features)  # [N+1, V]: one pass
         target_probs = run.warp(target_logits)  # [N+1, V]
         path, next_token = accept_tree(target_probs, tree, run.rng)  # the accepted nodes, root to deepest
         run.cache.keep(len(run.tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted
-        run.emit([tree.tokens[node] for node in path] + [next_token], len(path), target_probs,
-                 kept_features(features, len(run.last), path))
+        run.emit([tree.tokens[node] for node in path] + [next_token], len(path), target_probs, kept_rows(len(head), path))
     return run.result()

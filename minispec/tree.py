@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .model import backend
-from .sampling import sample
+from .model.transformer import causal_mask
+from .sampling import one_hot_rows, sample
 
 
 @dataclass
@@ -82,24 +82,30 @@ def tree_mask(parents: list[int], prefix: int) -> np.ndarray:  # -> [N+1, prefix
     return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def verify_tree(target, cache, head: list[int], tree: Tree, hidden: bool = False):
-    """One target pass over ``head`` (prompt tokens not yet cached, then the root: the last emitted
-    token) and every node -> logits [N+1, V] of the root and the nodes. The uncached prompt tokens are
-    causal among themselves and seen by every node. ``hidden=True``: (logits, features of every row)."""
+def tree_mask_rows(tree: Tree, level: list[int], prefix: int) -> np.ndarray:  # -> [len(level), prefix + last+1]
+    """The rows of ``tree_mask`` for the contiguous node ids ``level``, cut after the last of them: the mask
+    of a drafter's pass over one level of its own tree, node n sitting in slot prefix + n."""
+    return tree_mask(tree.parents, prefix)[level[0]: level[-1] + 1, : prefix + level[-1] + 1]
+
+
+def verify_tree(target, cache, head: list[int], tree: Tree, on_features=None):
+    """One target pass over ``head`` (the tokens not yet cached: the prompt in round 1, then the root, the last
+    emitted token) and every node -> logits [N+1, V] of the root and the nodes. The uncached prompt tokens are
+    causal among themselves and seen by every node. ``on_features``: as for ``Model.forward``."""
     *fresh, root = head
     F, L = len(fresh), cache.length
     ids = np.array(list(fresh) + [root] + tree.tokens[1:], dtype=np.int64)
     positions = np.concatenate([L + np.arange(F), L + F + tree.depths()])
-    causal = np.where(np.arange(L + F + len(tree) + 1)[None, :] <= (L + np.arange(F))[:, None], 0.0, -np.inf)  # [F, S]
-    mask = np.concatenate([causal.astype(np.float32), tree_mask(tree.parents, L + F)])  # [F + N+1, S]
-    return target.forward_masked(target.check_tokens(ids), cache, positions, mask, last=len(tree) + 1, hidden=hidden)
+    causal = np.pad(causal_mask(L, F), ((0, 0), (0, len(tree) + 1)), constant_values=-np.inf)  # [F, S]
+    mask = np.concatenate([causal, tree_mask(tree.parents, L + F)])  # [F + N+1, S]
+    return target.forward_masked(target.check_tokens(ids), cache, positions, mask, last=len(tree) + 1,
+                                 on_features=on_features)
 
 
-def kept_features(features, head: int, path: list[int]):  # [F + N+1, D] -> [F + 1 + len(path), D]
-    """The rows of ``verify_tree``'s features whose tokens stay in the cache: the ``head`` tokens (uncached prompt
-    and root) and the accepted nodes (node i is row head - 1 + i). The rows stay on the device."""
-    rows = np.array(list(range(head)) + [head - 1 + node for node in path], dtype=np.int64)
-    return features[backend.asarray(rows)]
+def kept_rows(head: int, path: list[int]) -> np.ndarray:  # -> [head + len(path)] row indices
+    """The rows of ``verify_tree``'s pass whose tokens stay in the cache: the ``head`` tokens (uncached prompt
+    and root) and the accepted nodes (node i is row head - 1 + i)."""
+    return np.array(list(range(head)) + [head - 1 + node for node in path], dtype=np.int64)
 
 
 def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) -> tuple[list[int], int]:
@@ -126,18 +132,13 @@ def without(probs: np.ndarray, tokens) -> np.ndarray | None:
     return q / s if s > 1e-12 else None
 
 
-def one_hot(token: int, V: int) -> np.ndarray:
-    q = np.zeros(V)
-    q[token] = 1.0
-    return q
-
-
 def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, rng) -> list[int]:
     """``width`` children of ``parent``: sampled without replacement from q = warp(logits), each with the
     q it was drawn from; at temperature 0 (one-hot q) the top ``width`` logits instead, each one-hot."""
     q = warp(logits)
     if width > 1 and np.count_nonzero(q) == 1:  # greedy: deterministic candidates
-        return [tree.add(parent, int(t), one_hot(int(t), len(q))) for t in np.argsort(-logits, kind="stable")[:width]]
+        top = [int(t) for t in np.argsort(-logits, kind="stable")[:width]]
+        return [tree.add(parent, t, row) for t, row in zip(top, one_hot_rows(top, len(q)))]
     nodes = []
     while len(nodes) < width and q is not None:
         x = sample(q, rng)
@@ -146,41 +147,8 @@ def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, 
     return nodes
 
 
-def draft_model_tree(drafter, tokens: list[int], width: int, depth: int, warp, rng) -> Tree:
-    """``width`` first tokens, each followed by a chain of ``depth - 1`` draft samples. The draft runs
-    one masked pass per level over the whole level; its tree entries are scratch (rolled back)."""
-    tree = Tree()
-    drafter.ensure_cache(len(tokens) + width * depth)
-    level = add_children(tree, 0, drafter.feed(tokens), width, warp, rng)
-    base = drafter.cache.length  # the draft cache holds every committed token, the root last (slot base-1)
-    for _ in range(depth - 1):
-        ids = np.array([tree.tokens[n] for n in level], dtype=np.int64)
-        mask = tree_mask(tree.parents, base - 1)[level[0]: level[-1] + 1, : base + level[-1]]  # node n: slot base-1+n
-        positions = base - 1 + tree.depths()[level]
-        drafter.forwards += 1
-        logits = drafter.pad(drafter.model.forward_masked(ids, drafter.cache, positions, mask))  # [len(level), V]
-        level = [add_children(tree, n, logits[i], 1, warp, rng)[0] for i, n in enumerate(level)]
-    drafter.cache.rollback(base)
-    return tree
-
-
-def prompt_lookup_tree(pl, tokens: list[int], width: int, depth: int) -> Tree:
-    """Up to ``width`` continuations of distinct earlier matches of the last n-gram, merged into a trie;
-    deterministic candidates, so every node's q is one-hot."""
-    tree = Tree()
-    for cont in pl.continuations(tokens, depth, width):
-        node = 0
-        for t in cont:
-            child = next((c for c in tree.children(node) if tree.tokens[c] == t), None)
-            node = child if child is not None else tree.add(node, t, one_hot(t, pl.vocab))
-    return tree
-
-
 def propose_tree(drafter, tokens, width: int, depth: int, warp, rng) -> Tree:
+    """The drafter's tree of at most ``width`` x ``depth`` nodes (each drafter builds its own: ``propose_tree``)."""
     if width == 0 or depth == 0:
         return Tree()
-    if hasattr(drafter, "propose_tree"):  # a drafter with its own way (eagle.py)
-        return drafter.propose_tree(tokens, width, depth, warp, rng)
-    if hasattr(drafter, "continuations"):
-        return prompt_lookup_tree(drafter, tokens, width, depth)
-    return draft_model_tree(drafter, tokens, width, depth, warp, rng)
+    return drafter.propose_tree(tokens, width, depth, warp, rng)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minispec.eagle import head_shapes
+from minispec.drafters.eagle import head_shapes
+from minispec.harness.equivalence import broken_residual  # noqa: F401  (the one broken rule, for the tests)
 from minispec.model.config import ModelConfig
 from minispec.model.safetensors_io import write_safetensors
 from minispec.model.tiny import tiny_config, write_random_model
@@ -57,11 +58,6 @@ def three_token_counts(target, make, prompt, runs, tree_shape=None, **w):
             toks = tree_speculative_generate(target, make(), prompt, 4, shape=tree_shape, seed=seed, **w).tokens
         counts[(toks[0] * V + toks[1]) * V + toks[2]] += 1
     return counts
-
-
-def broken_residual(p, q):
-    """The classic bug, planted with monkeypatch on ``rejection.residual``: resample from p, not norm(max(0, p - q))."""
-    return p / p.sum()
 
 
 # name -> config overrides; covers Llama (MHA and GQA), Qwen2 (q/k/v bias), Mistral, tied and untied

@@ -1,6 +1,5 @@
 """Cost-aware adaptive K: the choice follows the cost model, and losslessness is unchanged."""
 
-import json
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ from minispec import generate, load_model, rejection
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.harness.equivalence import chisquare_gof
 from minispec.model.tiny import tiny_config, write_random_model
-from minispec.policy import Acceptance, AutoK, FixedK, StoppedK, calibrate_verify, expected_tokens
+from minispec.policy import Acceptance, AutoK, FixedK, StoppedK, expected_tokens
 from minispec.sampling import sample, top_probability, warp
 from minispec.speculative import speculative_generate
 
@@ -158,34 +157,6 @@ def test_prompt_lookup_context_is_the_matched_ngram_length():
     assert pl.context([1, 2, 3, 9, 1, 2, 3]) == 3
     for seq in ([1, 2, 3, 9, 3], [5, 5, 5, 5], [1, 2, 1, 2, 1]):
         assert bool(pl.context(seq)) == bool(pl.continuation(seq, 4))
-
-
-def test_calibration_is_cached_in_memory_and_on_disk(tmp_path, monkeypatch):
-    from minispec.policy import costs
-
-    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("MINISPEC_NO_CALIBRATION_CACHE", raising=False)
-    monkeypatch.setattr(costs, "_CALIBRATION", {})  # a fresh process: nothing in memory
-    d = write_random_model(tmp_path / "m")
-    m = load_model(d)
-    a = calibrate_verify(m, 4)
-    assert set(a) == {1, 2, 3, 4} and all(t > 0 for t in a.values())
-    stored = json.loads((tmp_path / "cache" / "calibration.json").read_text())
-    assert [{int(n): t for n, t in v.items()} for v in stored.values()] == [a]
-
-    def no_forward(*args, **kwargs):
-        raise AssertionError("calibration ran the model instead of reading its cache")
-
-    monkeypatch.setattr(m, "forward", no_forward)
-    assert calibrate_verify(m, 4) == a  # from memory
-    monkeypatch.setattr(costs, "_CALIBRATION", {})  # as a second process would: memory empty, same disk
-    again = load_model(d)
-    monkeypatch.setattr(again, "forward", no_forward)
-    assert calibrate_verify(again, 4) == a  # read back from disk, the model never run
-    monkeypatch.setattr(costs, "_CALIBRATION", {})
-    monkeypatch.setenv("MINISPEC_NO_CALIBRATION_CACHE", "1")  # the control: without the disk it must measure
-    with pytest.raises(AssertionError, match="instead of reading its cache"):
-        calibrate_verify(again, 4)
 
 
 # K in 0..3 varies from round to round with these costs and acceptances around 0.5-0.8

@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minispec import generate, load_model
-from minispec.crossvocab import CrossVocab, intersection, token_bytes
 from minispec.drafters import DraftModel, make_drafter
+from minispec.drafters.crossvocab import CrossVocab, intersection, token_bytes
+from minispec.drafters.slem import SLEM, exact_match
+from minispec.drafters.tli import TLI
 from minispec.harness.equivalence import chisquare_gof
 from minispec.model import ModelFormatError
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.rejection import accept_reject, overlap, residual
 from minispec.sampling import sample, warp
-from minispec.slem import SLEM, exact_match
 from minispec.speculative import speculative_generate
-from minispec.tli import TLI
 
 from .helpers import V, exact_three_tokens, three_token_counts
 

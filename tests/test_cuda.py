@@ -63,10 +63,10 @@ def assert_close(got, want, rel=1e-4):
 
 
 def passes(model, ids):
-    """Prefill, single steps, an n-token pass after a rollback, and a tree pass with its compaction."""
+    """Prefill, single steps, an n-token pass after a crop, and a tree pass with its compaction."""
     cache = model.new_cache(len(ids) + 8)
     out = [model.forward(ids[:-4], cache)] + [model.forward([t], cache) for t in ids[-4:-2]]
-    cache.rollback(len(ids) - 5)
+    cache.crop(len(ids) - 5)
     out.append(model.forward(ids[-5:], cache))
     positions = np.array([cache.length, cache.length, cache.length + 1])  # two siblings, a child of the first
     S = cache.length + 3

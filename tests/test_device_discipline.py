@@ -50,7 +50,7 @@ def test_model_runs_on_the_strict_device_and_matches_numpy(dirs, strict, monkeyp
     assert type(model.embed).__name__ == "DeviceArray"
     cache = model.new_cache(32)
     got = np.concatenate([model.forward(ids[:5], cache), model.forward(ids[5:], cache)])
-    cache.rollback(3)
+    cache.crop(3)
     again = model.forward(ids[3:], cache)
     cache.keep(2, [0, 2])  # the tree's compaction, on device
     monkeypatch.setattr(backend, "xp", np)

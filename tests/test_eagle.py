@@ -9,11 +9,12 @@ import pytest
 
 from minispec import generate, load_model, rejection
 from minispec.drafters import make_drafter
-from minispec.eagle import Eagle, load_eagle
+from minispec.drafters.eagle import Eagle, load_eagle
 from minispec.harness.equivalence import chisquare_gof
 from minispec.model import ModelFormatError
 from minispec.model.safetensors_io import read_safetensors
 from minispec.model.tiny import tiny_config, write_random_model
+from minispec.policy import AutoK
 from minispec.sampling import warp
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
@@ -84,10 +85,15 @@ def test_level3_catches_a_q_that_is_not_the_one_sampled(small_pair, small_eagle)
 
 @pytest.mark.parametrize("k", [1, 3, 5, "auto"])
 def test_greedy_chain_equals_plain(big_pair, big_eagle_dir, k):
+    """"auto": an AutoK whose costs are injected (drafting pays), so that it drafts whatever the machine's speed."""
     target = big_pair[0]
     prompt = [3, 17, 5, 9]
     plain = generate(target, prompt, 40)
     eagle = load_eagle(big_eagle_dir, target)
+    if k == "auto":
+        assert speculative_generate(target, eagle, prompt, 40, k="auto").tokens == plain  # calibrated here: may not draft
+        k = AutoK({n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}, 0.0005, learn_costs=False)
+        eagle = load_eagle(big_eagle_dir, target)
     res = speculative_generate(target, eagle, prompt, 40, k=k)
     assert res.tokens == plain
     assert res.stats.drafted > 0 and eagle.forwards > 0  # it did draft
@@ -156,18 +162,23 @@ def test_catch_up_over_rounds_equals_one_pass(big_pair, big_eagle_dir):
     toks = [3, 17, 5, 9] + speculative_generate(target, eagle, [3, 17, 5, 9], 25, k=3, temperature=1.0, seed=1).tokens
     toks = toks[: len(eagle.ftokens) + 1]  # what the head was given: the last round's features come after it is done
     assert len(toks) > 15
-    _, feats = target.forward(toks[:-1], target.new_cache(len(toks)), hidden=True)
+    seen = []
+    target.forward(toks[:-1], target.new_cache(len(toks)), on_features=seen.append)
+    feats = seen[0]
     fresh = load_eagle(big_eagle_dir, target)
     fresh.see_features(toks[:-1], feats)
     assert np.allclose(eagle.catch_up(toks), fresh.catch_up(toks), atol=1e-4)
     assert np.allclose(eagle.feats[: len(toks) - 1], feats, atol=1e-5)
 
 
-def test_forward_hidden_returns_the_features_the_head_reads(big_pair):
+def test_forward_hands_on_features_the_features_the_head_reads(big_pair):
+    """``on_features`` receives the features of every row; the logits are what a pass without it returns."""
     target = big_pair[0]
     ids = [3, 17, 5, 9, 11]
     logits = target.forward(ids, target.new_cache(8))
-    logits2, feats = target.forward(ids, target.new_cache(8), last=2, hidden=True)
+    seen = []
+    logits2 = target.forward(ids, target.new_cache(8), last=2, on_features=seen.append)
+    (feats,) = seen
     assert feats.shape == (5, target.cfg.hidden_size) and feats.dtype == np.float32
     assert np.allclose(logits2, logits[-2:], atol=1e-5)
     assert np.allclose(feats @ np.asarray(target.lm_head), logits, atol=1e-4)
@@ -192,7 +203,7 @@ def test_numpy_head_matches_the_training_head():
     torch = pytest.importorskip("torch")
     import tempfile
 
-    from minispec.harness.train_eagle import build_head, head_tensors
+    from minispec.recipes.train_eagle import build_head, head_tensors
     with tempfile.TemporaryDirectory() as d:
         target = load_model(write_random_model(d, tiny_config(num_hidden_layers=1), seed=5))
     c = target.cfg

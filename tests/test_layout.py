@@ -15,8 +15,13 @@ from pathlib import Path
 import minispec
 
 # (d): what the model must not import: the speculation side of the package
-SPECULATION = ("rejection", "speculative", "rounds", "drafters", "eagle", "crossvocab", "slem", "tli", "tree", "policy",
-               "stats", "harness")
+SPECULATION = ("rejection", "textbook", "speculative", "rounds", "drafters", "tree", "policy", "stats", "harness",
+               "recipes")
+# (e): the textbook round imports only the rule, sampling and the model
+TEXTBOOK_USES = ("rejection", "sampling", "model")
+# (f): what stands at the package's top level: the rule, sampling, the tree rule, the loops (and the CLI)
+TOP_LEVEL = {"__init__", "__main__", "cli", "rejection", "sampling", "tree", "textbook", "generate", "speculative",
+             "rounds", "stats"}
 
 
 def module_names(root: Path, package: str) -> dict[str, Path]:
@@ -114,6 +119,14 @@ def layout_problems(root: Path, package: str = "minispec") -> list[str]:
                 problems.append(f"{src} imports the harness ({dst})")
             if under(src, model) and any(under(dst, f"{package}.{s}") for s in SPECULATION):
                 problems.append(f"{src} (the model) imports speculation ({dst})")
+            if src == f"{package}.textbook" and not any(under(dst, f"{package}.{u}") for u in TEXTBOOK_USES):
+                problems.append(f"{src} (the textbook round) imports {dst}")
+            recipes = f"{package}.recipes"
+            if under(dst, recipes) and not (under(src, recipes) or src in (cli, main)):
+                problems.append(f"{src} imports a training recipe ({dst})")
+    for f in sorted(root.glob("*.py")):
+        if f.stem not in TOP_LEVEL:
+            problems.append(f"{package}.{f.stem} stands at the top level: give it a part (model/, drafters/, policy/, ...)")
     return problems
 
 
@@ -145,7 +158,12 @@ def test_the_checker_reports_cycles_cli_harness_and_model_breaches(tmp_path):
                            "def run():\n"
                            "    from .rounds import Run  # function-local: still an edge\n"),
         "rounds.py": "from . import speculative\n",  # the cycle speculative -> rounds -> speculative
-        "drafters.py": "def main():\n    import minispec.cli\n",  # a library module importing the CLI
+        "drafters/__init__.py": "def main():\n    import minispec.cli\n",  # a library module importing the CLI
+        "textbook.py": "from .rejection import accept\nfrom .model import Model\nfrom .policy import costs\n",  # policy: no
+        "recipes/__init__.py": "",
+        "recipes/train.py": "from ..model import transformer\n",  # allowed
+        "generate.py": "from .recipes import train\n",  # the library reaching into a recipe
+        "helpers.py": "",  # a module without a part
         "harness/__init__.py": "",
         "harness/check.py": "from .. import speculative\nfrom ..model import transformer\n",  # allowed
         "policy/__init__.py": "",
@@ -160,7 +178,10 @@ def test_the_checker_reports_cycles_cli_harness_and_model_breaches(tmp_path):
     assert "minispec.drafters imports the CLI (minispec.cli)" in problems, problems
     assert "minispec.policy.costs imports the harness (minispec.harness.check)" in problems, problems
     assert "minispec.model.transformer (the model) imports speculation (minispec.tree)" in problems, problems
-    assert len(problems) == 4, problems  # and nothing else: the allowed imports above are not reported
+    assert "minispec.textbook (the textbook round) imports minispec.policy.costs" in problems, problems
+    assert "minispec.generate imports a training recipe (minispec.recipes.train)" in problems, problems
+    assert any(p.startswith("minispec.helpers stands at the top level") for p in problems), problems
+    assert len(problems) == 7, problems  # and nothing else: the allowed imports above are not reported
     # a three-module cycle through a package __init__, and a self-import
     write_package(pkg, {"model/blas.py": "from minispec.model import kvcache\n",
                         "model/kvcache.py": "import minispec.model\n", "stats.py": "from . import stats\n"})

@@ -8,8 +8,8 @@ from scipy import stats
 from minispec import DraftModel, load_model
 from minispec.harness.check import ALPHA, compare, plain_sampler, sample_runs, speculative_sampler
 from minispec.harness.equivalence import paired_permutation_test, token_bins
+from minispec.model.progress import Progress
 from minispec.model.tiny import tiny_config, write_random_model
-from minispec.progress import Progress
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
 

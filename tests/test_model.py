@@ -1,4 +1,4 @@
-"""The engine: cached forward == full forward == an independent naive reference, rollback, dtypes."""
+"""The engine: cached forward == full forward == an independent naive reference, crop, dtypes."""
 
 import numpy as np
 import pytest
@@ -43,26 +43,26 @@ def test_n_token_pass_equals_n_single_steps(tiny_model, rng):
     np.testing.assert_allclose(verify, singles, atol=1e-5, rtol=0)
 
 
-def test_rollback_then_reforward_equals_fresh(tiny_model, rng):
+def test_crop_then_reforward_equals_fresh(tiny_model, rng):
     ids = rng.integers(0, tiny_model.cfg.vocab_size, 16)
     new = rng.integers(0, tiny_model.cfg.vocab_size, 5)
     cache = tiny_model.new_cache(32)
     tiny_model.forward(ids, cache)
-    cache.rollback(9)
+    cache.crop(9)
     assert cache.length == 9
     got = tiny_model.forward(new, cache)
     want = full(tiny_model, np.concatenate([ids[:9], new]))[9:]
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
-def test_rollback_rejects_growing():
+def test_crop_rejects_growing():
     m = load_model(write_random_model(__import__("tempfile").mkdtemp()))
     c = m.new_cache(8)
     m.forward([1, 2, 3], c)
-    with pytest.raises(ValueError, match="roll back"):
-        c.rollback(4)
-    with pytest.raises(ValueError, match="roll back"):
-        c.rollback(-1)
+    with pytest.raises(ValueError, match="cannot crop"):
+        c.crop(4)
+    with pytest.raises(ValueError, match="cannot crop"):
+        c.crop(-1)
 
 
 class NotFloat32(AssertionError):
@@ -176,9 +176,9 @@ def test_cache_identities_property(tmp_path_factory, layers, kv_heads, group, he
     c = m.new_cache(len(ids))
     m.forward(ids[:n_prefix], c)
     np.testing.assert_allclose(m.forward(ids[n_prefix:], c), ref[n_prefix:], atol=1e-5, rtol=0)
-    # roll back to m and re-forward the rest
+    # crop to m and re-forward the rest
     keep = max(1, len(ids) - back)
-    c.rollback(keep)
+    c.crop(keep)
     if keep < len(ids):
         np.testing.assert_allclose(m.forward(ids[keep:], c), ref[keep:], atol=1e-5, rtol=0)
 

@@ -6,24 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minispec import rejection
+from minispec.harness.equivalence import broken_accept_reject as accept_reject_broken
 from minispec.harness.equivalence import chisquare_gof, exact_first_token_distribution
 from minispec.rejection import accept_greedy, accept_reject, residual
 from minispec.sampling import sample
-
-
-def broken_residual(target_row, draft_row):
-    """The classic bug: resample from p instead of norm(max(0, p - q))."""
-    return target_row / target_row.sum()
-
-
-def accept_reject_broken(*args):
-    real = rejection.residual
-    rejection.residual = broken_residual
-    try:
-        return accept_reject(*args)
-    finally:
-        rejection.residual = real
-
 
 # ---- hand-built fixtures: one comment per row says what happens ----------------------------------
 
@@ -118,7 +104,7 @@ def test_level1_exact_output_distribution_is_p(pq):
 @settings(max_examples=60, deadline=None)
 @given(distribution_pairs())
 def test_overlap_is_the_probability_that_one_guess_is_accepted(pq):
-    """What a probe measures (adaptive.py): sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p(x), q(x))."""
+    """What a probe measures (policy/auto_k.py): sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p(x), q(x))."""
     target_probs, draft_probs = pq
     p, q = target_probs[0], draft_probs[0]
     by_rule = sum(q[x] * rejection.acceptance_probability(p[x], q[x]) for x in np.flatnonzero(q))

@@ -7,7 +7,7 @@ import pytest
 
 from minispec import load_model
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
-from minispec.eagle import load_eagle
+from minispec.drafters.eagle import load_eagle
 from minispec.harness.study import expected_tokens, predicted_speedup, run_study, write_report
 from minispec.model.tiny import tiny_config, write_random_model
 

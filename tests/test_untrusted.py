@@ -313,7 +313,7 @@ def test_cli_seed_repeats_with_auto_k(cli_paths):
     assert run_cli(argv)[1] == run_cli(argv)[1]
 
 
-# --- requests near the context limit must work (item 3 of the issue)
+# --- requests near the context limit must work
 
 
 @pytest.fixture(scope="module")

@@ -8,5 +8,7 @@
     stop_eval.py    ``minispec bench stop``: the early stop, measured
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
-    train_draft.py  the recipe that trained the shipped draft (PyTorch)
+    first_guess.py  a drafter's teacher-forced first guess, for level 4's acceptance statistic
+
+The recipes that trained the shipped drafters are in recipes/.
 """

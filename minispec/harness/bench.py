@@ -5,7 +5,9 @@
 ``minispec bench vocab``: a draft with its own tokenizer (SLEM, TLI) against the same-tokenizer draft;
 ``minispec bench decode``: plain decoding against transformers' generate;
 ``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``);
-``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``).
+``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``);
+``minispec bench auto``: ``k="auto"`` against plain decoding for every drafter, and the cost model's predicted
+round times next to the measured ones (see ``auto_eval.py``).
 ``--device cuda`` runs ``forward``, ``decode`` and the study on CuPy (timings synchronise the device).
 
 Every figure is a median over repeats, and ratios are taken inside one run.
@@ -28,7 +30,7 @@ from ..model import backend, load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
-from . import crossvocab_eval, draft_eval, eagle_eval, gpu, stop_eval
+from . import auto_eval, crossvocab_eval, draft_eval, eagle_eval, gpu, stop_eval
 from .measure import stream_time, timed
 from .study import run_study, transformers_peer, write_report
 
@@ -76,7 +78,10 @@ def bench_study(argv) -> int:
                     "and memory, per drafter and K, greedy and T=1, with plain decoding interleaved; transformers side "
                     "by side when installed. Writes report.md, study.json and PNG plots to --out. "
                     "Subcommands, each with --help: `forward` (the verify-cost curve alone), `draft` (a draft's acceptance), "
-                    "`decode` (plain decoding against transformers), `stop` (the early stop on the draft's confidence).")
+                    "`decode` (plain decoding against transformers), `stop` (the early stop on the draft's confidence), "
+                    "`eagle` (the EAGLE head's sizes and costs), `vocab` (drafts with their own tokenizer), `gpu-predict` "
+                    "(costs on a GPU and the speedups they predict), `auto` (k=auto against plain decoding for every "
+                    "drafter, and the cost model's predicted round times next to the measured ones).")
     p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped head, when present)")
@@ -212,6 +217,8 @@ def main(argv=None) -> int:
         return stop_eval.main(argv[1:])
     if argv and argv[0] == "gpu-predict":
         return gpu.main(argv[1:])
+    if argv and argv[0] == "auto":
+        return auto_eval.main(argv[1:])
     return bench_study(argv)
 
 

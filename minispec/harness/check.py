@@ -35,15 +35,16 @@ import time
 import numpy as np
 from scipy import stats
 
-from ..drafters import LayerSkip, PromptLookup, make_drafter
+from ..drafters import TLI, Eagle, LayerSkip, PromptLookup, make_drafter
 from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
-from ..progress import Progress
+from ..model.progress import Progress
 from ..rejection import accept_reject
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from .equivalence import broken_accept_reject, mean_test, token_test
+from .first_guess import eagle_first_guess_logits, tli_first_guess_rows
 from .prompts import PROMPT_SETS, load_prompts
 
 
@@ -79,12 +80,13 @@ def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len
     draft proposed it. One teacher-forced pass of the target and of the draft over prompt + run."""
     seq = list(prompt) + list(run)
     rows = slice(len(prompt) - 1, len(seq) - 1)  # the rows that predict the run's tokens
-    if hasattr(drafter, "first_guess_logits"):  # a feature head (eagle.py): its first guess at every position
-        logits, features = target.forward(seq, target.new_cache(len(seq)), hidden=True)
-        p, q = warp(logits[rows], 1.0), warp(drafter.first_guess_logits(seq, features)[rows], 1.0)  # [n, V] each
-    elif hasattr(drafter, "first_guess_rows"):  # a draft with its own tokenizer (tli.py): q' over the target's ids
+    if isinstance(drafter, Eagle):  # a feature head: its first guess at every position, from the target's features
+        features = []
+        logits = target.forward(seq, target.new_cache(len(seq)), on_features=features.append)
+        p, q = warp(logits[rows], 1.0), warp(eagle_first_guess_logits(drafter, seq, features[0])[rows], 1.0)  # [n, V] each
+    elif isinstance(drafter, TLI):  # a draft with its own tokenizer: q' over the target's ids
         p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
-        q = drafter.first_guess_rows(seq, len(prompt), lambda z: warp(z, 1.0))  # [n, V]
+        q = tli_first_guess_rows(drafter, seq, len(prompt), lambda z: warp(z, 1.0))  # [n, V]
     else:
         p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
         q = warp(drafter.pad(drafter.model.forward(seq, drafter.model.new_cache(len(seq))))[rows], 1.0)  # [n, V]
@@ -95,8 +97,7 @@ def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len
 def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000) -> dict:
     """Both statistics (module docstring) for paired runs, and the verdict at ALPHA."""
     res = dict(tokens=token_test(runs_a, runs_b, seed=seed, permutations=permutations))
-    if getattr(drafter, "model", None) is not None or hasattr(drafter, "first_guess_logits") or hasattr(
-            drafter, "first_guess_rows"):
+    if getattr(drafter, "model", None) is not None or isinstance(drafter, (Eagle, TLI)):
         values = [[acceptance_of_tokens(target, drafter, prompts[i % len(prompts)], r) for i, r in enumerate(runs)]
                   for runs in (runs_a, runs_b)]
         res["acceptance"] = mean_test(*values, seed=seed, permutations=permutations)
@@ -241,7 +242,7 @@ def main_check(args) -> int:
     spec = args.draft or shipped_draft() or "layer-skip"
     main = make_drafter(spec, target)
     cross = getattr(main, "draft_model", None) is not None  # a draft with its own tokenizer (slem.py, tli.py)
-    if getattr(main, "model", None) is None and not hasattr(main, "first_guess_logits") and not cross:
+    if getattr(main, "model", None) is None and not isinstance(main, Eagle) and not cross:
         raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with its own distribution (a draft model, "
                          "an EAGLE head, a draft with its own tokenizer, or layer-skip); prompt lookup is checked greedily")
     if cross:  # greedy: both algorithms over the same draft

@@ -1,8 +1,8 @@
 """``minispec bench vocab``: a draft with its own tokenizer (SLEM and TLI) next to the shipped draft that
 shares the target's, on the evaluation prompts, side by side with plain decoding in one run.
 
-Per drafter, K, setting (greedy, T = 1) and prompt set: accepted target tokens per target pass (the
-issue's yardstick: a round accepts that many guesses), the same in characters of text (comparable across
+Per drafter, K, setting (greedy, T = 1) and prompt set: accepted target tokens per target pass (what
+the comparison is made on: a round accepts that many guesses), the same in characters of text (comparable across
 tokenizers), the acceptance rate (accepted / drafted), and the speedup over plain decoding (median over
 prompts). The cost ratio c is seconds per guess (a target token; SLEM's includes its extra draft token and
 the re-tokenising) over seconds per target step. Then transformers' universal assisted generation with
@@ -23,9 +23,9 @@ from ..drafters import make_drafter
 from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft
+from ..model.progress import Progress
 from ..policy import forward_times
 from ..policy.costs import guess_time
-from ..progress import Progress
 from ..speculative import speculative_generate
 from .measure import SETTINGS, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
@@ -211,7 +211,7 @@ def main(argv) -> int:
         if spec:
             d = make_drafter(spec, target)
             drafters[d.name] = d
-    from ..crossvocab import token_bytes
+    from ..drafters.crossvocab import token_bytes
     res = run(target, drafters, tok, token_bytes(target_dir), ks, ("greedy", "T=1"), a.prompts_per_set,
               a.max_new_tokens, log=lambda m: print(m, file=sys.stderr))
     if a.peer:

@@ -23,9 +23,9 @@ from ..drafters import make_drafter
 from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
+from ..model.progress import Progress
 from ..policy import forward_times
 from ..policy.costs import guess_time
-from ..progress import Progress
 from ..sampling import warp
 from ..speculative import speculative_generate
 from .measure import SETTINGS, side_by_side

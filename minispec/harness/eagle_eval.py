@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..eagle import Eagle, load_eagle
+from ..drafters.eagle import Eagle, load_eagle
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_eagle
+from ..model.progress import Progress
 from ..model.safetensors_io import read_safetensors
 from ..policy import forward_times
-from ..progress import Progress
 from ..speculative import speculative_generate
 from .prompts import load_prompts
 

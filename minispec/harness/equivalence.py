@@ -12,18 +12,23 @@ import numpy as np
 from scipy import stats
 
 from .. import rejection
-from ..sampling import sample
-from ..tree import Tree, one_hot, without
+from ..sampling import one_hot_rows, sample
+from ..tree import Tree, without
+
+
+def broken_residual(target_row, draft_row):
+    """The classic bug, the one broken rule every level plants: resample from p, not norm(max(0, p - q)).
+    The tests put it in place of ``rejection.residual`` (monkeypatch); ``broken_accept_reject`` uses it."""
+    return target_row / target_row.sum()
 
 
 def broken_accept_reject(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
-    """A deliberately broken twin of ``rejection.accept_reject``: after a rejection it samples from p
-    instead of the residual norm(max(0, p - q)). Its output is not the target's distribution; the checks
-    run it to show they can fail."""
+    """A deliberately broken twin of ``rejection.accept_reject``: after a rejection it samples from
+    ``broken_residual``. Its output is not the target's distribution; the checks run it to show they can fail."""
     for i, x in enumerate(draft_tokens):
         if rng.random() < rejection.acceptance_probability(target_probs[i, x], draft_probs[i, x]):
             continue
-        return i, sample(target_probs[i], rng)  # the bug: p, not the residual
+        return i, sample(broken_residual(target_probs[i], draft_probs[i]), rng)  # the bug
     return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
 
 
@@ -74,14 +79,6 @@ def chisquare_gof(counts, probs, min_expected: float = 5.0) -> tuple[float, int,
     obs, exp = obs[keep], exp[keep]
     chi2, p = stats.chisquare(obs, exp * obs.sum() / exp.sum())
     return float(chi2), len(obs) - 1, float(p)
-
-
-def chisquare_two_sample(counts_a, counts_b) -> tuple[float, int, float]:
-    """Two-sample chi-square homogeneity test on two histograms over the same bins."""
-    table = np.array([counts_a, counts_b], float)
-    table = table[:, table.sum(axis=0) > 0]
-    chi2, p, dof, _ = stats.chi2_contingency(table, correction=False)
-    return float(chi2), int(dof), float(p)
 
 
 def token_bins(runs: list[list[int]], n_bins: int = 200, min_count: int = 10) -> np.ndarray:
@@ -160,7 +157,7 @@ def exact_tree_first_token_distribution(accept, p: np.ndarray, q: np.ndarray, de
     leaf = np.full(V, 1.0 / V)  # children's own distributions only matter for the bonus token
     if deterministic:
         top = np.argsort(-q, kind="stable")[:2]
-        pairs = [((int(top[0]), int(top[1])), 1.0, one_hot(int(top[0]), V), one_hot(int(top[1]), V))]
+        pairs = [((int(top[0]), int(top[1])), 1.0, *one_hot_rows([int(top[0]), int(top[1])], V))]
     else:
         pairs = []
         for x1 in np.flatnonzero(q):

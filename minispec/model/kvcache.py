@@ -1,7 +1,8 @@
 """A preallocated key/value cache: fixed arrays plus one integer, as in llama2.c.
 
-Positions ``0 .. length-1`` hold valid keys and values. Going back is O(1): ``rollback(length)``
-only moves ``length``; the stale entries past it are overwritten by the next forward.
+Positions ``0 .. length-1`` hold valid keys and values. Going back is O(1): ``crop(length)`` only
+moves ``length`` (the name of transformers' ``DynamicCache.crop``); the stale entries past it are
+overwritten by the next forward.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ class KVCache:
     def max_len(self) -> int:
         return self.k.shape[2]
 
-    def rollback(self, length: int) -> None:
-        """Forget every position >= length."""
+    def crop(self, length: int) -> None:
+        """Keep positions 0 .. length-1; forget the rest."""
         if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back a cache of length {self.length} to {length}")
+            raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
         self.length = int(length)
 
     def keep(self, start: int, offsets) -> None:
@@ -43,14 +44,28 @@ class KVCache:
         self.v[:, :, start:start + n] = self.v[:, :, src]
         self.length = start + n
 
+    def with_room(self, length: int, limit: int) -> "KVCache":
+        """This cache if it has room for ``length`` positions, else a copy with at least twice the room (at most
+        ``limit``): the valid entries move over, nothing is computed again."""
+        if length <= self.max_len:
+            return self
+        L, KVH, _, HD = self.k.shape
+        grown = KVCache(L, KVH, min(limit, max(2 * self.max_len, length)), HD)
+        grown.k[:, :, : self.length] = self.k[:, :, : self.length]
+        grown.v[:, :, : self.length] = self.v[:, :, : self.length]
+        grown.length = self.length
+        return grown
+
 
 def kept_prefix(cached: list[int], tokens: list[int], cache_length: int) -> int:
     """How many positions a cache holding ``cached`` can keep to hold ``tokens`` instead: their common prefix,
     at most ``cache_length``, and at most len(tokens) - 1 so that at least one token is fed for its logits.
-    Then ``cache.rollback(n)`` and feed ``tokens[n:]``."""
-    n = 0
-    for a, b in zip(cached, tokens):
-        if a != b:
-            break
-        n += 1
-    return min(n, len(tokens) - 1, cache_length)
+    Then ``cache.crop(n)`` and feed ``tokens[n:]``."""
+    return min(common_prefix(cached, tokens), len(tokens) - 1, cache_length)
+
+
+def common_prefix(a, b) -> int:
+    """The length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n

@@ -189,21 +189,18 @@ class Model:
             raise ValueError(f"token id {int(bad[0])} is out of range for vocabulary size {self.cfg.vocab_size}")
         return ids.astype(np.int64)
 
-    def forward(self, token_ids, cache: KVCache, last: int | None = None, hidden: bool = False):
-        """Run T new tokens at positions cache.length .. cache.length+T-1; return logits [T, V] (host, float32),
-        or of the last ``last`` tokens only (a prefill needs one row: the head is 1/5 of this model's FLOPs).
-        ``hidden=True``: return (logits, features), features [T, D] the top layer's output after the final
-        norm for all T rows (what the head reads; a feature drafter, eagle.py, drafts from them), left on
-        the device: a pass still downloads only its logits."""
+    def forward(self, token_ids, cache: KVCache, last: int | None = None, on_features=None):
+        """Run T new tokens at positions cache.length .. cache.length+T-1 -> logits [T, V] (host, float32), or of
+        the last ``last`` tokens only (a prefill needs one row: the head is 1/5 of this model's FLOPs).
+        ``on_features``, if given, is called with the top layer's output after the final norm for all T rows,
+        [T, D], left on the device: what the head reads, and what a feature drafter drafts from
+        (drafters/eagle.py). The return value is the logits either way."""
         ids = self.check_tokens(token_ids)
-        T, pos0 = len(ids), cache.length
-        positions = np.arange(pos0, pos0 + T)
-        # causal: the token at pos0 + t sees keys 0 .. pos0 + t
-        mask = np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)  # [T, S]
-        return self.forward_masked(ids, cache, positions, mask, last, hidden)
+        positions = np.arange(cache.length, cache.length + len(ids))
+        return self.forward_masked(ids, cache, positions, causal_mask(cache.length, len(ids)), last, on_features)
 
     def forward_masked(self, ids: np.ndarray, cache: KVCache, positions: np.ndarray, mask: np.ndarray,
-                       last: int | None = None, hidden: bool = False):
+                       last: int | None = None, on_features=None):
         """General form: token t sits at RoPE position ``positions[t]`` and attends where ``mask[t]`` is 0.
 
         The new tokens' keys are written at cache slots cache.length .. +T-1 whatever their
@@ -222,14 +219,21 @@ class Model:
         for i, w in enumerate(self.layers):
             x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
         cache.length = pos0 + T
-        if hidden:  # every row's features: the norm over T rows costs little next to the head
+        if on_features is not None:  # every row's features: the norm over T rows costs little next to the head
             features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
-            logits = linear(features if last is None else features[T - last:], self.lm_head)  # [T', V]
-            return backend.to_host(logits), features
-        x = x if last is None else x[T - last:]  # [T', D]
-        logits = linear(rms_norm(x, self.final_norm, self.cfg.rms_norm_eps), self.lm_head)  # [T', V]
+            on_features(features)
+            x = features if last is None else features[T - last:]  # [T', D]
+        else:
+            x = rms_norm(x if last is None else x[T - last:], self.final_norm, self.cfg.rms_norm_eps)  # [T', D]
+        logits = linear(x, self.lm_head)  # [T', V]
         assert logits.dtype == xp.float32, logits.dtype
         return backend.to_host(logits)
+
+
+def causal_mask(pos0: int, T: int) -> np.ndarray:  # -> [T, pos0 + T] additive mask
+    """T new tokens after pos0 cached ones: the token at pos0 + t sees keys 0 .. pos0 + t."""
+    positions = np.arange(pos0, pos0 + T)
+    return np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)
 
 
 def load_model(path, name: str | None = None) -> Model:

@@ -13,14 +13,21 @@ None of them changes the output distribution: every token still comes from the r
 
 Seeds. The policy decides how many random numbers a round draws (one per guess drafted, one per
 check), so a seeded run reproduces its output only if its policy makes the same choices. With a
-``seed``, ``start_run`` (rounds.py) therefore builds the automatic policies with ``learn=False``:
-they choose from the calibrated costs and the acceptances they observe, never from this run's
-clock. The calibration itself is measured once per model and machine and cached (costs.py: in
-memory, and on disk in ``$MINISPEC_CACHE/calibration.json``). What can still change a seeded run's
-output with ``k="auto"`` or ``tree="auto"``: another machine (other timings, another choice of K), a
-cleared or disabled disk cache (``MINISPEC_NO_CALIBRATION_CACHE=1``: each process measures afresh),
-another NumPy or device, and a policy object passed in by the caller (used as it is). Fixed K and
-fixed trees never depend on timings. Greedy output (temperature 0) never depends on K at all.
+``seed`` at T > 0, ``start_run`` (rounds.py) therefore builds the automatic policies with
+``learn=False``: they choose from the calibrated costs and the acceptances they observe, never from
+this run's clock. Greedy runs (T = 0) follow their clock whatever the seed: their output does not
+depend on K. Unseeded runs follow it too, and fall back to plain rounds when drafting runs slower than
+predicted (auto_k.py).
+
+The calibration a run uses is validated when its process first needs it (costs.py: the physics checks
+and a cheap probe) and may be measured afresh then; the run's result lists the calibrations it used
+(``SpecResult.calibration``). So a seeded ``k="auto"`` run repeats its tokens exactly in the same
+process, and in another process that uses the same calibration: ``MINISPEC_TRUST_CALIBRATION=1`` uses
+the stored one as it is (the physics checks still apply). What else can change them: another
+machine, a cleared or disabled disk cache (``MINISPEC_NO_CALIBRATION_CACHE=1``), another NumPy or
+device, and a policy object passed in by the caller (used as it is). Fixed K and fixed trees never
+depend on timings. The output *distribution* never depends on the calibration, nor on K at all: every
+token comes from the rejection rule.
 """
 
 from __future__ import annotations
@@ -29,12 +36,12 @@ import numpy as np
 
 from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
-from .costs import calibrate, calibrate_verify, drafter_costs, forward_times
+from .costs import Calibration, calibrate, calibrate_verify, drafter_costs, forward_times, notes_of
 from .tree_shape import TreeShape, auto_tree_shape
 
-__all__ = ["Acceptance", "AutoK", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreeShape", "auto_k", "auto_tree_shape",
-           "calibrate", "calibrate_verify", "drafter_costs", "expected_tokens", "forward_times", "k_policy", "probe_cost",
-           "run_length", "stopped_k", "tree_policy"]
+__all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreeShape", "auto_k",
+           "auto_tree_shape", "calibrate", "calibrate_verify", "drafter_costs", "expected_tokens", "forward_times",
+           "k_policy", "notes_of", "probe_cost", "run_length", "stopped_k", "tree_policy"]
 
 
 def k_policy(k, target, drafter, learn: bool = True):

@@ -26,6 +26,15 @@ from it (drafters.DraftModel.propose says why a rule that looks at the drawn tok
 lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's planned rate
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
+Runs that notice (``learn_costs``). A run that may follow its own clock (unseeded, or greedy, whose
+output does not depend on K) refines t_verify(1) from its plain rounds, and keeps ``slowdown``: how much
+slower its drafting rounds ran than the calibrated cost model predicted for them (a decaying mean of
+measured / predicted seconds). It covers what no calibration sees: re-reading the text in a
+draft's own tokens, catching up on features, a machine that got busy. Every drafting K's expected time
+is multiplied by it, so when drafting rounds run slower than predicted, plain rounds win and the run
+falls back to them: "never slower" kept at run time, not only at calibration. A seeded run at T > 0
+keeps its calibrated costs instead, so that its choices, and with them its random draws, repeat.
+
 The policy only chooses how many guesses to draft: every token still comes from the same rejection
 rule, so the output distribution is unchanged. Measurements and the history of this design:
 docs/policy.md.
@@ -34,7 +43,7 @@ docs/policy.md.
 from __future__ import annotations
 
 from .acceptance import Acceptance, PerContext, expected_tokens
-from .costs import calibrate_verify, drafter_costs
+from .costs import drafter_calibration, verify_calibration
 
 
 class FixedK:
@@ -94,16 +103,23 @@ class AutoK:
         self.history: list[int] = []  # K of every round
         self.probes = 0  # plain rounds that probed
         self.planned = 1.0 / self.verify_time[1]  # tokens per second this round expects (``rate`` of its K, >= plain)
+        self.slowdown = 1.0  # measured / predicted seconds of this run's drafting rounds (learning only)
+        self.timed: list[tuple[int, float, float]] = []  # (K, predicted, measured seconds) of every timed round
+        self.calibrations: list = []  # the Calibration records its costs came from (costs.py), if any
 
     @property
     def estimate(self) -> Acceptance:
         """The estimate for the current context."""
         return self.acc[self.context]
 
+    def round_time(self, k: int) -> float:
+        """Predicted seconds of a round with K guesses, once the drafter is caught up (K = 0: a plain step)."""
+        return k * self.draft_time + self.verify_time[k + 1]
+
     def rate(self, k: int) -> float:
-        """Expected tokens per second at K, once the drafter is caught up."""
+        """Expected tokens per second at K, once the drafter is caught up; a drafting K pays the run's slowdown."""
         e = self.estimate
-        return expected_tokens(e.first, k, e.next) / (k * self.draft_time + self.verify_time[k + 1])
+        return expected_tokens(e.first, k, e.next) / (self.round_time(k) * (self.slowdown if k else 1.0))
 
     def best_drafting(self) -> tuple[int, float]:
         """(K >= 1, its expected tokens per second) with the best rate under the current estimates."""
@@ -156,12 +172,14 @@ class AutoK:
         """A round's outcome and timings (``t_verify`` None: that pass also carried the prompt); ``probed``:
         for a plain round that probed, (the probability that the rule would have accepted the guess,
         whether it stands for a later guess: see ``rounds.Run.measure_probe``); ``nodes``: for trees only."""
-        n = drafted + 1  # tokens in the verification pass
-        if t_verify is not None and self.learn_costs and n in self.verify_time:
-            self.verify_time[n] = 0.8 * self.verify_time[n] + 0.2 * t_verify
-        guesses = drafted or int(probed is not None)
-        if self.learn_costs and guesses and self.unseen <= guesses + 1:  # a catch-up round does not time a guess
-            self.draft_time = 0.8 * self.draft_time + 0.2 * (t_draft / guesses)
+        if t_verify is not None:  # (None: the pass also carried the prompt)
+            catch_up = max(self.unseen - 1, 0) * self.feed_time if drafted or probed is not None else 0.0
+            predicted = self.round_time(drafted) + catch_up + (self.draft_time if probed is not None else 0.0)
+            self.timed.append((drafted, predicted, t_draft + t_verify))  # (`minispec bench auto` shows them)
+            if self.learn_costs and drafted:  # measured against what the cost model predicted for this round
+                self.slowdown = 0.7 * self.slowdown + 0.3 * (t_draft + t_verify) / predicted
+            elif self.learn_costs:  # a plain step: the rate every K is compared with
+                self.verify_time[1] = 0.8 * self.verify_time[1] + 0.2 * t_verify
         if drafted:
             self.estimate.update(drafted, accepted)
             return
@@ -183,15 +201,26 @@ class StoppedK(AutoK):
         return self.k
 
 
+def calibrated_costs(target, drafter, n_max: int) -> tuple[list, dict, float, float]:
+    """(the calibrations, t_verify(n) for n = 1..n_max, seconds per guess, per token fed) for this pair."""
+    verify, draft = verify_calibration(target, range(1, n_max + 1)), drafter_calibration(drafter)
+    guess, fed = (0.0, 0.0) if draft is None else (draft.times["guess"], draft.times["fed"])
+    return [verify, draft], dict(verify.times), guess, fed
+
+
 def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
     """An AutoK calibrated for this target and drafter; ``learn=False``: it keeps the calibrated costs (a
     seeded run), else it refines them with each round's timings. K stays below the target's context."""
     k_max = max(1, min(k_max, target.cfg.max_position_embeddings - 1))
-    draft_time, feed_time = drafter_costs(drafter)
-    return AutoK(calibrate_verify(target, k_max + 1), draft_time, k_max, feed_time, learn_costs=learn)
+    calibrations, verify, guess, fed = calibrated_costs(target, drafter, k_max + 1)
+    policy = AutoK(verify, guess, k_max, fed, learn_costs=learn)
+    policy.calibrations = calibrations
+    return policy
 
 
 def stopped_k(target, drafter, k: int) -> StoppedK:
     """A StoppedK calibrated for this target and drafter."""
-    draft_time, feed_time = drafter_costs(drafter)
-    return StoppedK(k, calibrate_verify(target, max(k, 8) + 1), draft_time, feed_time=feed_time)
+    calibrations, verify, guess, fed = calibrated_costs(target, drafter, max(k, 8) + 1)
+    policy = StoppedK(k, verify, guess, feed_time=fed)
+    policy.calibrations = calibrations
+    return policy

@@ -16,7 +16,7 @@ import numpy as np
 
 from .acceptance import Acceptance, PerContext, run_length
 from .auto_k import ProbeBudget, probe_cost
-from .costs import cached, calibrate_verify, calibration_key, drafter_costs
+from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
 class TreeShape:
@@ -93,11 +93,10 @@ def auto_tree_shape(target, drafter, max_nodes: int = 16, learn: bool = True) ->
     """A TreeShape calibrated for this target and drafter; ``learn=False`` keeps the calibrated costs (a
     seeded run). A tree stays below the target's context."""
     max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
-    verify = calibrate_verify(target, max_nodes + 1)
-    model = getattr(drafter, "model", None)
-    if hasattr(drafter, "pass_times"):  # a drafter that times its own levels (eagle.py)
-        times = cached(calibration_key(drafter, ("level", 1, 2, 3, 4)), lambda: drafter.pass_times(range(1, 5)))
-        draft = {int(w): float(t) for w, t in times.items()}
-    else:
-        draft = calibrate_verify(model, 4) if model is not None else {w: 0.0 for w in range(1, 5)}
-    return TreeShape(verify, draft, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
+    verify = verify_calibration(target, range(1, max_nodes + 2))
+    has_model = hasattr(drafter, "see_features") or getattr(drafter, "model", None) is not None
+    levels = level_calibration(drafter) if has_model else None
+    draft = {int(w): float(t) for w, t in levels.times.items()} if levels else {w: 0.0 for w in range(1, 5)}
+    shape = TreeShape(dict(verify.times), draft, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
+    shape.calibrations = [verify, levels, drafter_calibration(drafter)]
+    return shape

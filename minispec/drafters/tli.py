@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..sampling import sample
 from .crossvocab import OtherTokenizerDraft
-from .sampling import sample
 
 
 class TLI(OtherTokenizerDraft):
@@ -51,17 +51,6 @@ class TLI(OtherTokenizerDraft):
     def target_row(self, q: np.ndarray) -> np.ndarray:
         """q' [S] on the target's ids -> [V_target] (two draft ids spelled alike would add up on one target id)."""
         return np.bincount(self.cross.shared_target, weights=q, minlength=self.vocab)
-
-    def first_guess_rows(self, tokens: list[int], start: int, warp) -> np.ndarray:  # -> [len(tokens) - start, V]
-        """q' of a first guess at every position j >= start of ``tokens``, teacher-forced: what TLI would draw the
-        guess for tokens[j] from, after tokens[:j] (a zero row where the text ends inside a character). For the
-        level-4 check (harness/check.py), which compares it with p at the tokens actually emitted."""
-        rows = np.zeros((len(tokens) - start, self.vocab))
-        for j in range(start, len(tokens)):
-            draft_ids = self.read(tokens[:j])
-            if draft_ids is not None:
-                rows[j - start] = self.target_row(self.restrict(self.feed(draft_ids), warp))
-        return rows
 
     def propose(self, tokens, k, warp, rng, keep=None):
         """Up to k guesses drawn from q', as target ids, with their [k', V_target] rows. ``keep`` is ignored."""

@@ -1,7 +1,7 @@
 """Train a small draft model for SmolLM2-135M-Instruct on data made on this machine, then save it
 as a Hugging Face-format directory that minispec and transformers both load.
 
-    python -m minispec.harness.train_draft --out weights/smoldraft-3l-192 [--gen-batches 80 --steps 700]
+    python -m minispec.recipes.train_draft --out weights/smoldraft-3l-192 [--gen-batches 80 --steps 700]
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); inference stays NumPy.
 
@@ -119,7 +119,7 @@ def student_config(args) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m minispec.harness.train_draft", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m minispec.recipes.train_draft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
     p.add_argument("--out", required=True, help="output directory for the draft")
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
                                       lr=args.lr, rng=rng, log=log)
 
     state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
-    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.harness.train_draft"})
+    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.recipes.train_draft"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         shutil.copy(Path(target_dir) / f, out / f)

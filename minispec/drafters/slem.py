@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..sampling import one_hot_rows, sample
 from .crossvocab import OtherTokenizerDraft
-from .sampling import sample
 
 LOOK_BEHIND = 4  # target tokens re-tokenised together with the draft's text
 
@@ -123,4 +123,4 @@ class SLEM(OtherTokenizerDraft):
                 if len(guesses) >= k or ended or i == 2 * k + 1:
                     break
             logits = self.step(d)
-        return guesses[:k], self.one_hot_rows(guesses[:k])
+        return guesses[:k], one_hot_rows(guesses[:k], self.vocab)

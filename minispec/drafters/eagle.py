@@ -1,11 +1,11 @@
 """EAGLE: draft in the target's own feature space, with a head restricted to frequent tokens.
 
-EAGLE, Li et al. 2024 (arXiv 2401.15077); its trees, EAGLE-2 (arXiv 2406.16858); the reduced head,
-FR-Spec, Zhao et al. 2025 (arXiv 2502.14856). Paper -> code:
+EAGLE, Li et al. 2024 (arXiv 2401.15077); the reduced head, FR-Spec, Zhao et al. 2025 (arXiv 2502.14856).
+Paper -> code:
 
     f_j            the target's top-layer feature at position j, after its final norm: what its LM
-                   head reads (``Model.forward(..., hidden=True)``). The verification pass computes it
-                   anyway; the loop hands the rows it keeps to ``see_features``
+                   head reads (``Model.forward(..., on_features=...)`` hands it on). The verification pass
+                   computes it anyway; the loop hands the rows its cache keeps to ``see_features``
     e_{j+1}        the target's embedding of token x_{j+1} (shared, not copied)
     f^_{j+1}       = Head(e_{j+1}, f_j) = Block(fc([e_{j+1}; f_j])): one Llama decoder layer of the
                    target's widths, with its own small KV cache (``head``)
@@ -22,8 +22,10 @@ is not in its cache yet):
     after       the entries made from predicted features are rolled back (an integer); the next catch-up
                 feeds the true features of the tokens the target kept
 
-A tree (EAGLE-2's top-W candidates, in the (width, depth) shape of tree.py): the W most likely first
-tokens (sampled without replacement at T > 0), each followed by a chain, one masked head pass per level.
+A tree, in the (width, depth) shape of tree.py that the cost model picks: W first tokens (the W most
+likely at T = 0, sampled without replacement at T > 0), each followed by a chain of depth - 1 guesses; one
+masked head pass per level. This is W fixed chains, not EAGLE-2's tree (arXiv 2406.16858), which grows
+by the head's confidence and reranks its nodes.
 
 Lossless: every guess is drawn from q, a full [V] row (zeros outside the frequent tokens) that the
 drafter returns as it is; the rule of rejection.py accepts x with min(1, p(x) / q(x)) and resamples
@@ -42,13 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import Model, ModelFormatError, backend
-from .model.config import read_json
-from .model.kvcache import KVCache
-from .model.safetensors_io import read_safetensors
-from .model.transformer import LayerWeights, linear, transformer_block
-from .sampling import sample, top_probability
-from .tree import Tree, add_children, tree_mask
+from ..model import Model, ModelFormatError, backend
+from ..model.config import read_json
+from ..model.kvcache import KVCache, common_prefix
+from ..model.safetensors_io import read_safetensors
+from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
+from ..sampling import sample, top_probability
+from ..tree import Tree, add_children, tree_mask_rows
 
 
 def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
@@ -59,14 +61,8 @@ def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
             "mlp_norm": (D,), "w_gate_up": (D, 2 * F), "w_down": (F, D)}
 
 
-def common_prefix(a, b) -> int:
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
-
-
 class Eagle:
-    """A feature drafter: the drafter protocol of drafters.py, plus ``see_features`` (the loop's feed)."""
+    """A feature drafter: the drafter protocol (drafters/__init__.py), plus ``see_features`` (the loop's feed)."""
 
     def __init__(self, target: Model, tensors: dict[str, np.ndarray], frequent_tokens, name: str = "eagle"):
         """``tensors``: the head's arrays named and shaped as ``head_shapes`` says; ``frequent_tokens``: the ids
@@ -152,7 +148,7 @@ class Eagle:
                 # entry n+i = (f^_{n+i}, x^_{n+i+1}) at slot and position n+i -> f^_{n+i+1}: the predicted feature
                 # stands in for the target's, which does not exist yet
                 f = self.head([x], f[None], n + i)[0]
-        self.cache.rollback(n)  # forget the entries made from predicted features
+        self.cache.crop(n)  # forget the entries made from predicted features
         return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
     def propose_tree(self, tokens, width: int, depth: int, warp, rng) -> Tree:
@@ -168,12 +164,12 @@ class Eagle:
         parent_f = np.repeat(f[None], len(level), axis=0)  # [W, D] the feature each level node reads
         for _ in range(depth - 1):  # below level 1 each node has one child, so a level's node ids are contiguous
             ids = [tree.tokens[node] for node in level]
-            mask = tree_mask(tree.parents, base - 1)[level[0]: level[-1] + 1, : base + level[-1]]  # node n: slot base-1+n
+            mask = tree_mask_rows(tree, level, base - 1)  # node n: slot base-1+n
             positions = base - 1 + tree.depths()[level]
             parent_f = self.head(ids, parent_f, self.cache.length, positions, mask)  # [W, D]
             logits = self.logits(parent_f)  # [W, V]
             level = [add_children(tree, node, logits[i], 1, warp, rng)[0] for i, node in enumerate(level)]
-        self.cache.rollback(base)
+        self.cache.crop(base)
         return tree
 
     # -- the head ----------------------------------------------------------------------------------
@@ -183,10 +179,9 @@ class Eagle:
         (in a tree a node's slot is not its position: siblings share a position)."""
         T = len(ids)
         self.ensure_room(pos0 + T)
-        self.cache.rollback(min(self.cache.length, pos0))
+        self.cache.crop(min(self.cache.length, pos0))
         if positions is None:
-            positions = np.arange(pos0, pos0 + T)
-            mask = np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf)
+            positions, mask = np.arange(pos0, pos0 + T), causal_mask(pos0, T)
         pos = backend.asarray(positions)
         mask = backend.asarray(np.asarray(mask, dtype=np.float32))  # [T, S]
         x = backend.xp.concatenate([self.target.embed[backend.asarray(np.asarray(ids, np.int64))],
@@ -219,70 +214,8 @@ class Eagle:
         self.htokens = [int(t) for t in tokens]
         return self.f_next
 
-    def first_guess_logits(self, tokens, features) -> np.ndarray:
-        """Teacher-forced: row j [V] is the head's first guess for x_{j+1} after x_0..x_j, from the target's
-        ``features`` [len(tokens), D] (row 0, with no feature before it, is uniform over the frequent tokens).
-        One head pass in a cache of its own; the drafter's state is untouched (``minispec check``)."""
-        first = np.full((1, self.vocab), -np.inf, np.float32)
-        first[0, self.tokens_r] = 0.0
-        if len(tokens) < 2:
-            return first
-        own, self.cache = self.cache, KVCache(1, self.cfg.num_kv_heads, len(tokens) - 1, self.cfg.head_dim)
-        try:
-            out = self.head(tokens[1:], features[: len(tokens) - 1], 0)  # [n-1, D]: f^_1 .. f^_{n-1}
-        finally:
-            self.cache = own
-        return np.concatenate([first, self.logits(out)])  # [n, V]
-
     def ensure_room(self, length: int) -> None:
-        if length > self.cache.max_len:
-            grown = KVCache(1, self.cfg.num_kv_heads, min(self.cfg.max_position_embeddings,
-                                                          max(2 * self.cache.max_len, length)), self.cfg.head_dim)
-            grown.k[:, :, : self.cache.length] = self.cache.k[:, :, : self.cache.length]
-            grown.v[:, :, : self.cache.length] = self.cache.v[:, :, : self.cache.length]
-            grown.length = self.cache.length
-            self.cache = grown
-
-    def measure_costs(self, n: int = 64, repeats: int = 5) -> tuple[float, float]:
-        """(seconds per guess, seconds per entry caught up), on random tokens and features; leaves no state."""
-        import time
-
-        from .sampling import warp
-        rng = np.random.default_rng(0)
-        tokens = [int(t) for t in rng.integers(0, self.vocab, n + 1)]
-        feats = rng.standard_normal((n, self.cfg.hidden_size)).astype(np.float32)
-        per_guess, per_fed = [], []
-        for _ in range(repeats + 1):
-            self.ftokens, self.htokens, self.f_at = [], [], -1
-            self.cache.rollback(0)
-            self.see_features(tokens[:n], feats)
-            t0 = time.perf_counter()
-            self.catch_up(tokens)
-            t1 = time.perf_counter()
-            self.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
-            t2 = time.perf_counter()
-            per_fed.append((t1 - t0) / n)
-            per_guess.append((t2 - t1) / 4)
-        self.ftokens, self.htokens, self.f_at = [], [], -1
-        self.cache.rollback(0)
-        return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))
-
-
-    def pass_times(self, widths, n: int = 64, repeats: int = 5) -> dict[int, float]:
-        """Seconds of one tree level: a head pass over w entries and their reduced logits, after n entries."""
-        import time
-        rng = np.random.default_rng(0)
-        self.ensure_room(n + max(widths))
-        self.head(rng.integers(0, self.vocab, n), rng.standard_normal((n, self.cfg.hidden_size)), 0)
-        times = {w: [] for w in widths}
-        for _ in range(repeats + 1):
-            for w in widths:
-                t0 = time.perf_counter()
-                self.logits(self.head(rng.integers(0, self.vocab, w), rng.standard_normal((w, self.cfg.hidden_size)), n))
-                times[w].append(time.perf_counter() - t0)
-        self.ftokens, self.htokens, self.f_at = [], [], -1
-        self.cache.rollback(0)
-        return {w: float(np.median(t[1:])) for w, t in times.items()}
+        self.cache = self.cache.with_room(length, self.cfg.max_position_embeddings)
 
 
 def is_eagle_dir(path) -> bool:

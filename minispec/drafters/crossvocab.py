@@ -26,10 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import Model
-from .model.config import ModelFormatError, read_json
-from .model.kvcache import kept_prefix
-from .sampling import warp as warp_logits
+from ..model import Model
+from ..model.config import ModelFormatError, read_json
+from ..model.kvcache import kept_prefix
 
 
 @lru_cache(maxsize=1)
@@ -54,21 +53,29 @@ def _kinds(part) -> set[str]:
     return {str(part.get("type"))}.union(*(_kinds(p) for p in inner)) if isinstance(inner, list) else {str(part.get("type"))}
 
 
-def token_bytes(model_dir) -> list[bytes]:
-    """Each token id's bytes, from ``model_dir/tokenizer.json`` (ids without a token: b"")."""
+def read_vocabulary(model_dir, why: str) -> tuple[dict, dict, list, Path]:
+    """``model_dir/tokenizer.json`` -> (the whole file, its model's "vocab" {token: id}, its "added_tokens" list,
+    the file), checked; the one place that parses a tokenizer.json by hand. ``why`` ends the error for a
+    directory without one: what needs it."""
     f = Path(model_dir) / "tokenizer.json"
     if not f.is_file():
-        raise ModelFormatError(f"{model_dir}: no tokenizer.json; drafting across vocabularies needs both tokenizers")
+        raise ModelFormatError(f"{model_dir}: no tokenizer.json; {why}")
     tj = read_json(f)
     model, added = tj.get("model"), tj.get("added_tokens", [])
-    if not isinstance(model, dict) or not isinstance(added, list):
-        raise ModelFormatError(f"{f}: expected a \"model\" object and an \"added_tokens\" list")
+    if not isinstance(model, dict) or not isinstance(model.get("vocab"), dict) or not isinstance(added, list):
+        raise ModelFormatError(f"{f}: expected a \"model\" with a \"vocab\" object of token -> id and an "
+                               "\"added_tokens\" list")
+    return tj, model["vocab"], added, f
+
+
+def token_bytes(model_dir) -> list[bytes]:
+    """Each token id's bytes, from ``model_dir/tokenizer.json`` (ids without a token: b"")."""
+    tj, vocab, added, f = read_vocabulary(model_dir, "drafting across vocabularies needs both tokenizers")
+    model = tj["model"]
     kinds = _kinds(tj.get("pre_tokenizer")) | _kinds(tj.get("decoder"))
     if model.get("type") not in (None, "BPE", "WordLevel") or "WordPiece" in kinds:
         raise ModelFormatError(f"{f}: a {model.get('type')} tokenizer; drafting across vocabularies reads BPE and "
                                "word-level vocabularies (byte-level, SentencePiece-style, or plain text)")
-    if not isinstance(model.get("vocab"), dict):
-        raise ModelFormatError(f"{f}: expected the model's \"vocab\" to be an object of token -> id")
     alphabet = _byte_level_alphabet()
 
     def decode(piece: str) -> bytes:
@@ -85,11 +92,11 @@ def token_bytes(model_dir) -> list[bytes]:
 
     if not all(isinstance(t, dict) and isinstance(t.get("content"), str) for t in added):
         raise ModelFormatError(f"{f}: every added token needs a \"content\" string and an \"id\"")
-    ids = list(model["vocab"].values()) + [t.get("id") for t in added]
+    ids = list(vocab.values()) + [t.get("id") for t in added]
     if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 10_000_000 for i in ids):
         raise ModelFormatError(f"{f}: token ids must be integers in 0..9,999,999")
     out = [b""] * (max(ids) + 1)
-    for piece, i in model["vocab"].items():
+    for piece, i in vocab.items():
         out[i] = decode(str(piece))
     for t in added:
         out[t["id"]] = t["content"].encode()
@@ -168,8 +175,7 @@ class OtherTokenizerDraft:
     may have written the text in a split the draft never proposed). It drafts chains, not trees. Its
     proposals are in the target's ids, q rows [k, V_target]: the loops see an ordinary drafter."""
 
-    algorithm = "?"  # "SLEM" or "TLI": what its proposals mean (slem.py, tli.py)
-    drafts_trees = False
+    algorithm = "?"  # "SLEM" or "TLI": what its proposals mean (slem.py, tli.py); no propose_tree: chains only
 
     def __init__(self, draft_model: Model, cross: CrossVocab, target_vocab_size: int):
         if not isinstance(draft_model, Model):
@@ -200,12 +206,12 @@ class OtherTokenizerDraft:
 
     def feed(self, draft_ids: list[int]) -> np.ndarray:
         """Bring the cache to ``draft_ids`` (reusing the common prefix) -> the draft's logits [V_draft] for what follows."""
-        need = min(self.cfg.max_position_embeddings, len(draft_ids) + 64)
-        if self.cache is None or self.cache.max_len < need:
-            self.cache = self.draft_model.new_cache(min(self.cfg.max_position_embeddings, 2 * len(draft_ids) + 256))
-            self.fed = []
+        limit = self.cfg.max_position_embeddings
+        if self.cache is None:
+            self.cache, self.fed = self.draft_model.new_cache(min(limit, 2 * len(draft_ids) + 256)), []
+        self.cache = self.cache.with_room(min(limit, len(draft_ids) + 64), limit)  # grows keeping its entries
         common = kept_prefix(self.fed, draft_ids, self.cache.length)
-        self.cache.rollback(common)
+        self.cache.crop(common)
         self.fed = list(draft_ids)
         self.forwards += 1
         return self.draft_model.forward(draft_ids[common:], self.cache, last=1)[0]
@@ -215,29 +221,3 @@ class OtherTokenizerDraft:
         self.forwards += 1
         self.fed.append(int(draft_token))
         return self.draft_model.forward([int(draft_token)], self.cache)[0]
-
-    def one_hot_rows(self, target_tokens: list[int]) -> np.ndarray:  # -> [k, V_target]
-        rows = np.zeros((len(target_tokens), self.vocab))
-        rows[np.arange(len(target_tokens)), target_tokens] = 1.0
-        return rows
-
-    def measure_costs(self, n: int = 64, repeats: int = 5) -> tuple[float, float]:
-        """(seconds per guess, seconds per target token caught up), greedy, after a text of about n target
-        tokens made of random draft tokens; leaves no state."""
-        import time
-
-        rng = np.random.default_rng(0)
-        text = self.cross.draft_text(rng.integers(0, len(self.cross.draft_bytes), n)).decode(errors="ignore")
-        tokens = self.cross.target_ids(text)[:n] or [0]
-        per_guess, per_fed = [], []
-        for _ in range(repeats + 1):
-            self.cache, self.fed, self._read = None, [], ((), None)
-            t0 = time.perf_counter()
-            self.feed(self.read(tokens) or [0])
-            t1 = time.perf_counter()
-            self.propose(tokens, 4, lambda z: warp_logits(z, 0.0), rng)
-            t2 = time.perf_counter()
-            per_fed.append((t1 - t0) / len(tokens))
-            per_guess.append((t2 - t1) / 4)
-        self.cache, self.fed, self._read = None, [], ((), None)
-        return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))

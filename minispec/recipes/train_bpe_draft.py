@@ -1,7 +1,7 @@
 """Train a draft with its OWN tokenizer for SmolLM2-135M-Instruct: a small byte-level BPE vocabulary
 made here, and a Llama trained on it. It drafts across vocabularies (slem.py, tli.py).
 
-    python -m minispec.harness.train_bpe_draft --out weights/bpe8k-draft-4l-384 --threads 2
+    python -m minispec.recipes.train_bpe_draft --out weights/bpe8k-draft-4l-384 --threads 2
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 
@@ -89,7 +89,7 @@ def initial_embedding(tok, target_tok, E: np.ndarray, width: int) -> np.ndarray:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m minispec.harness.train_bpe_draft", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m minispec.recipes.train_bpe_draft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
     p.add_argument("--out", required=True, help="output directory for the draft")
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     log(f"held out: loss {held_out['loss_per_token']:.3f} per token, {held_out['bits_per_byte']:.3f} bits per byte")
 
     state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
-    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.harness.train_bpe_draft"})
+    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.recipes.train_bpe_draft"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     summary = dict(parameters=n_params, vocab=tok.get_vocab_size(), generated_sequences=len(gen_ids),
                    generated_tokens=int(sum(len(g) for g in gen_ids)), stdlib_tokens=int(code.size),

@@ -1,0 +1,104 @@
+"""Which drafter: ``make_drafter`` turns the CLI's spec into one, ``as_drafter`` checks what a caller passes in,
+and ``same_tokenizer`` decides whether a draft may use the standard rule (its q and p rows compared entry by
+entry) or needs one of the cross-vocabulary algorithms (slem.py, tli.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..model import Model, load_model
+from .crossvocab import CrossVocab, read_vocabulary
+from .draft_model import DraftModel, LayerSkip
+from .eagle import is_eagle_dir, load_eagle
+from .prompt_lookup import PromptLookup
+from .slem import SLEM
+from .tli import TLI
+
+
+def as_drafter(drafter, target: Model):
+    """A Model becomes a DraftModel; a drafter object passes through, and a drafter without a vocabulary
+    (prompt lookup) takes the target's. A drafter's vocabulary must be the target's: its q rows are compared
+    with the target's p rows, entry by entry."""
+    if isinstance(drafter, Model):
+        return DraftModel(drafter, target.cfg.vocab_size)
+    if not (hasattr(drafter, "propose") and hasattr(drafter, "context")):
+        raise TypeError("drafter must be a Model or have propose(tokens, k, warp, rng) and context(tokens), "
+                        f"got {type(drafter).__name__}")
+    if getattr(drafter, "vocab", 0) is None:
+        drafter.vocab = target.cfg.vocab_size
+    vocab = getattr(drafter, "vocab", target.cfg.vocab_size)
+    if vocab != target.cfg.vocab_size:
+        raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} has vocabulary size {vocab}, "
+                         f"expected the target's {target.cfg.vocab_size}")
+    return drafter
+
+
+CROSS_VOCAB = {"slem": SLEM, "tli": TLI}  # drafts with their own tokenizer (slem.py, tli.py)
+
+
+def make_drafter(spec: str, target: Model, layers: int | None = None):
+    """The CLI's drafter spec -> a drafter (None for plain decoding): ``prompt-lookup``, ``layer-skip`` (the
+    target's first ``layers`` layers), ``none``, an EAGLE head directory (eagle.py), or a draft model
+    directory. A draft with the target's tokenizer runs the standard rule. One with its own tokenizer runs
+    TLI (tli.py) when at least half of its tokens are spelled like a target token, else SLEM (slem.py);
+    ``tli:<dir>`` and ``slem:<dir>`` choose.
+    ``layers`` belongs to layer-skip only: given with another drafter it is refused, not ignored."""
+    if not isinstance(spec, str):
+        raise TypeError(f"drafter spec must be a string, got {type(spec).__name__}")
+    if layers is not None and spec != "layer-skip":
+        raise ValueError(f"layers ({layers}) applies only to the layer-skip drafter, not to {spec!r}")
+    if spec == "none":
+        return None
+    if spec == "prompt-lookup":
+        return PromptLookup()
+    if spec == "layer-skip":
+        return LayerSkip(target, layers)
+    algorithm, _, rest = spec.partition(":")
+    if algorithm in CROSS_VOCAB and rest:
+        return cross_vocab_drafter(CROSS_VOCAB[algorithm], rest, target)
+    if not Path(spec).is_dir():
+        raise ValueError(f"drafter {spec!r}: not a model directory, nor prompt-lookup, layer-skip, none, "
+                         "slem:<dir> or tli:<dir>")
+    if is_eagle_dir(spec):  # a feature head for this target (eagle.py), not a model
+        return load_eagle(spec, target)
+    if target.path is not None and not same_tokenizer(target.path, spec):
+        tli = cross_vocab_drafter(TLI, spec, target, empty_ok=True)
+        if len(tli.cross.shared_draft) >= len(tli.cross.draft_bytes) / 2:
+            return tli  # measured better than SLEM for the shipped pair (docs/crossvocab.md)
+        return SLEM(tli.draft_model, tli.cross, target.cfg.vocab_size)  # TLI would forbid most of what it says
+    return DraftModel(load_model(spec), target.cfg.vocab_size)
+
+
+def cross_vocab_drafter(cls, draft_dir, target: Model, empty_ok: bool = False):
+    """SLEM or TLI around the draft model in ``draft_dir``; both tokenizers must be readable, and TLI needs
+    tokens the two vocabularies share (``empty_ok``: let the caller decide)."""
+    if not Path(draft_dir).is_dir():
+        raise ValueError(f"{cls.algorithm} drafter: {draft_dir!r} is not a model directory")
+    if target.path is None:
+        raise ValueError(f"{cls.algorithm} needs the target's tokenizer: load the target from its directory")
+    draft = load_model(draft_dir)
+    cross = CrossVocab(target.path, draft_dir, target.cfg.vocab_size, draft.cfg.vocab_size)
+    if cls is TLI and not len(cross.shared_draft) and not empty_ok:
+        raise ValueError(f"{draft_dir}: no token of the draft's vocabulary is spelled like one of the target's; "
+                         "TLI has nothing to propose (SLEM needs no shared tokens: slem:<dir>)")
+    return cls(draft, cross, target.cfg.vocab_size)
+
+
+def tokenizer_vocab(model_dir, role: str) -> dict[str, int]:
+    """token -> id from a model directory's tokenizer.json (its BPE vocabulary and added tokens). ``role``
+    ("target" or "draft") says in an error which of the two lacks one."""
+    _, vocab, added, _ = read_vocabulary(model_dir, f"the {role} needs one to prove that the draft shares the target's "
+                                         "tokenizer (copy the target's tokenizer files into the draft directory)")
+    v = dict(vocab)
+    v.update({t["content"]: t["id"] for t in added if isinstance(t, dict) and "content" in t and "id" in t})
+    return v
+
+
+def same_tokenizer(target_dir, draft_dir) -> bool:
+    """Whether the draft's tokenizer.json maps tokens to the target's ids (the standard rule can then compare
+    their q and p rows entry by entry); both directories must have one."""
+    target, draft = tokenizer_vocab(target_dir, "target"), tokenizer_vocab(draft_dir, "draft")
+    shared = set(target) & set(draft)
+    differ = [t for t in shared if target[t] != draft[t]]
+    return len(shared) >= 0.99 * max(len(target), len(draft)) and not differ  # a same-id subset is not the same

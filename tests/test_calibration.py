@@ -1,0 +1,193 @@
+"""A cost model that survives a noisy machine: calibrations measured robustly, checked against physics, stored
+with their record, validated by a probe before they are trusted again, and runs that notice when drafting is
+slower than predicted. Every timing here comes from a scripted clock: no outcome depends on the machine's speed."""
+
+import json
+
+import numpy as np
+import pytest
+
+from minispec import load_model, speculative_generate
+from minispec.drafters import DraftModel
+from minispec.model.tiny import write_random_model
+from minispec.policy import AutoK, auto_k, costs, timing
+
+
+class ScriptedClock:
+    """A clock that only moves when a model runs: a pass over n tokens of model ``m`` takes ``cost[m](n, i)``
+    seconds, i counting that model's passes (so that a test can script a burst)."""
+
+    def __init__(self):
+        self.now, self.calls, self.real = 0.0, {}, {}
+
+    def __call__(self):
+        return self.now
+
+    def attach(self, monkeypatch, model, cost):
+        real = self.real.setdefault(model.name, model.forward_masked)  # a second attach replaces the first cost
+        self.calls[model.name] = 0
+
+        def forward_masked(ids, *a, **kw):
+            self.now += cost(len(ids), self.calls[model.name])
+            self.calls[model.name] += 1
+            return real(ids, *a, **kw)
+
+        monkeypatch.setattr(model, "forward_masked", forward_masked)
+
+
+def target_cost(n, i):  # what a pass really costs here: r(n) = n, verification is not batch-parallel at all
+    return 0.010 * n
+
+
+def draft_cost(n, i):  # c = 0.5
+    return 0.005 * n
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """A fresh process's view: nothing in memory, a disk cache of its own, the scripted clock, a tiny pair."""
+    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MINISPEC_NO_CALIBRATION_CACHE", raising=False)
+    monkeypatch.delenv("MINISPEC_TRUST_CALIBRATION", raising=False)
+    monkeypatch.setattr(costs, "_MEMORY", {})
+    clock = ScriptedClock()
+    monkeypatch.setattr(timing, "clock", clock)
+    target = load_model(write_random_model(tmp_path / "t", seed=1), name="target")
+    draft = load_model(write_random_model(tmp_path / "d", seed=2), name="draft")
+    clock.attach(monkeypatch, target, target_cost)
+    clock.attach(monkeypatch, draft, draft_cost)
+    return target, draft, clock, tmp_path / "cache" / "calibration.json"
+
+
+def test_a_calibration_measures_what_the_clock_says_and_is_stored_with_its_record(machine):
+    target, draft, clock, f = machine
+    cal = costs.verify_calibration(target, range(1, 5))
+    assert cal.times == pytest.approx({n: 0.010 * n for n in range(1, 5)}) and cal.notes == []
+    pol = auto_k(target, DraftModel(draft), k_max=3)
+    assert pol.draft_time == pytest.approx(0.005) and pol.next_k() == 0  # r(n) = n: nothing can pay
+    stored = json.loads(f.read_text())
+    assert len(stored) == 2  # t(n) for n = 1..4 (auto_k found it in memory) and the draft's guesses
+    assert all({"times", "measured_at", "load", "notes"} <= set(e) for e in stored.values())
+
+
+def corrupt(f, verify_times: dict, guess: float):
+    """Rewrite the stored figures: the target's t(n) and the draft's seconds per guess."""
+    data = json.loads(f.read_text())
+    for entry in data.values():
+        if "guess" in entry["times"]:
+            entry["times"]["guess"] = guess
+        else:
+            entry["times"] = {str(n): t for n, t in verify_times.items() if str(n) in entry["times"]}
+    f.write_text(json.dumps(data))
+
+
+def fresh_process(monkeypatch):
+    monkeypatch.setattr(costs, "_MEMORY", {})
+
+
+@pytest.mark.parametrize("stored", ["honest", "corrupted"])
+def test_a_corrupted_calibration_does_not_make_auto_draft_where_drafting_cannot_pay(machine, monkeypatch, stored):
+    """t(1) inflated, so that verification looks nearly free (r(9) = 1.8), and a guess that looks three times
+    cheaper than it is: physically plausible, so only the probe can tell. Drafting would pay on those figures;
+    it cannot on this machine. The control: the honest calibration gives the same choice, K = 0."""
+    target, draft, clock, f = machine
+    drafter = DraftModel(draft)
+    auto_k(target, drafter)  # measured and stored
+    if stored == "corrupted":
+        corrupt(f, {n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3)
+        fresh_process(monkeypatch)
+        fooled = AutoK({n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3, learn_costs=False)
+        assert fooled.next_k() > 0  # what the corrupted figures alone would do
+    fresh_process(monkeypatch)
+    pol = auto_k(target, drafter, learn=False)
+    assert pol.next_k() == 0 and pol.verify_time[1] == pytest.approx(0.010) and pol.draft_time == pytest.approx(0.005)
+    notes = costs.notes_of(pol.calibrations)
+    if stored == "corrupted":
+        assert any("distrusted (t(1) stored 50.00 ms, a probe now 10.00 ms)" in n for n in notes), notes
+        assert any("distrusted (guess stored 1.67 ms, a probe now 5.00 ms)" in n for n in notes), notes
+    else:
+        assert notes == [] and all(c.source == "stored" for c in pol.calibrations)
+    res = speculative_generate(target, drafter, [3, 17, 5, 9], 12, k=pol, seed=0)
+    assert res.stats.drafted == 0
+
+
+def test_the_calibration_that_fooled_k_auto_fails_the_physics_checks(machine, monkeypatch):
+    """The file measured while the machine was busy (docs/policy.md): t(3) < t(1) and r(2) = 3.5."""
+    target, draft, clock, f = machine
+    costs.verify_calibration(target, (1, 2, 3, 4, 5, 9))
+    corrupt(f, {1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184}, 0.005)
+    problems = costs.check_verify({1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184})
+    assert "r(2) = 3.50 > 2" in problems and "t(3) = 92.0 ms < t(2) = 354.0 ms" in problems
+    fresh_process(monkeypatch)
+    monkeypatch.setenv("MINISPEC_TRUST_CALIBRATION", "1")  # even a trusted one is checked against physics
+    cal = costs.verify_calibration(target, (1, 2, 3, 4, 5, 9))
+    assert cal.times[1] == pytest.approx(0.010) and cal.source == "measured"
+    assert "distrusted (t(3) = 92.0 ms < t(2) = 354.0 ms, r(2) = 3.50 > 2)" in cal.notes[0]
+
+
+def test_one_burst_cannot_move_a_calibration_and_an_implausible_one_is_measured_again(machine, monkeypatch):
+    target, draft, clock, f = machine
+    n_passes = len(range(1, 5)) * (costs.REPEATS + 1)  # one calibration of t(1..4): warmup + repeats, interleaved
+
+    def burst(n, i):  # two of the seven repeats run 5x slower: the median does not move
+        return target_cost(n, i) * (5.0 if 4 <= i < 12 else 1.0)
+
+    clock.attach(monkeypatch, target, burst)
+    cal = costs.verify_calibration(target, range(1, 5))
+    assert cal.times == pytest.approx({n: 0.010 * n for n in range(1, 5)}) and cal.notes == []
+
+    fresh_process(monkeypatch)
+    monkeypatch.setenv("MINISPEC_NO_CALIBRATION_CACHE", "1")
+
+    def long_burst(n, i):  # every pass over 2 tokens in the first calibration is 3.5x slower: r(2) = 7 > 2
+        return target_cost(n, i) * (3.5 if n == 2 and i < n_passes else 1.0)
+
+    clock.attach(monkeypatch, target, long_burst)
+    cal = costs.verify_calibration(target, range(1, 5))
+    assert cal.times == pytest.approx({n: 0.010 * n for n in range(1, 5)})
+    assert cal.notes == ["re-measured: t(3) = 30.0 ms < t(2) = 70.0 ms, r(2) = 7.00 > 2"], cal.notes
+    assert "re-measured: t(3) = 30.0 ms < t(2) = 70.0 ms, r(2) = 7.00 > 2" in cal.describe()
+
+    fresh_process(monkeypatch)
+    clock.attach(monkeypatch, target, lambda n, i: 0.010 * (5 - n))  # never plausible: kept, repaired, and said
+    cal = costs.verify_calibration(target, range(1, 5))
+    assert list(cal.times.values()) == sorted(cal.times.values()) and len(cal.notes) == costs.TRIES + 1
+
+
+def test_a_drafter_guess_must_cost_something():
+    assert costs.check_drafter({"guess": 0.0, "fed": 0.0}) == ["a guess measured 0.0 s"]
+    assert costs.check_drafter({"guess": 1e-4, "fed": 0.0}) == []
+
+
+def test_an_old_or_unreadable_entry_is_measured_afresh(machine, monkeypatch):
+    target, draft, clock, f = machine
+    key = costs.calibration_key(target, (1, 2))
+    f.parent.mkdir(parents=True)
+    f.write_text(json.dumps({key: {"1": 0.5, "2": 0.6}}))  # the format before records: figures only
+    cal = costs.verify_calibration(target, (1, 2))
+    assert cal.times == pytest.approx({1: 0.010, 2: 0.020})
+    assert "stored without a record of when it was measured" in cal.notes[0]
+
+
+def test_a_run_that_learns_falls_back_to_plain_rounds_when_drafting_is_slower_than_predicted():
+    """The calibration says drafting pays; the rounds say they took twice as long as predicted."""
+    verify = {n: 0.010 * (1 + 0.2 * (n - 1)) for n in range(1, 10)}
+    for learn in (True, False):
+        pol = AutoK(verify, 0.001, learn_costs=learn)
+        pol.acc[0].counts[0] = (8.0, 2.0)  # first guesses accepted 0.8 of the time
+        k = pol.next_k()
+        assert k > 0
+        for _ in range(6):
+            pol.next_k()
+            pol.observe(k, k, 2 * k * 0.001, 2 * verify[k + 1])  # every guess accepted, and twice as slow
+        assert (pol.next_k() == 0) is learn, (learn, pol.slowdown)
+        assert pol.slowdown == (pytest.approx(2.0, rel=0.15) if learn else 1.0)
+
+
+def test_a_seeded_run_says_which_calibration_it_used(machine):
+    target, draft, clock, f = machine
+    res = speculative_generate(target, DraftModel(draft), [3, 17, 5, 9], 8, k="auto", seed=1)
+    assert res.calibration and res.calibration[0].startswith("t(n) of target: measured")
+    assert "guesses of draft:draft" in res.calibration[1]
+    assert speculative_generate(target, DraftModel(draft), [3, 17, 5, 9], 8, k=2, seed=1).calibration == []
+    assert np.isfinite(res.stats.rounds)
