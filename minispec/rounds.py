@@ -94,7 +94,8 @@ class Run:
         t0 = time.perf_counter()
         k = self.policy.next_k(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
         k = min(k, self.max_new_tokens - len(self.out) - 1)  # never more than the tokens still wanted
-        k = min(k, self.drafter_room())  # a draft model whose context is full: plain rounds from here on
+        k = min(k, self.drafter_room()) if k else 0  # a full draft context: plain rounds (asked only when drafting:
+        # a draft with its own tokenizer must re-read the whole text to answer)
         draft_tokens, draft_probs = self.drafter.propose(self.tokens, k, self.warp, self.rng, self.policy.keep)
         self.drafted_now(k, len(draft_tokens), len(draft_tokens), t0)
         return [int(t) for t in draft_tokens], draft_probs
@@ -122,7 +123,7 @@ class Run:
         if asked:
             self.seen = len(self.tokens)
         self.probe = None
-        if asked == 0 and self.drafter_room() >= 1 and self.policy.probe():  # a plain round: one guess, never verified, only measured
+        if asked == 0 and self.policy.probe() and self.drafter_room() >= 1:  # a plain round: one guess, never verified, only measured
             _, draft_probs = self.drafter.propose(self.tokens, 1, self.warp, self.rng)
             self.seen = len(self.tokens)
             self.probe = draft_probs[0] if len(draft_probs) else None
