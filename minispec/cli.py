@@ -86,8 +86,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="keep the smallest set with this much mass")
     p.add_argument("--seed", type=int_arg(0), default=0,
-                   help="random seed for sampling (default 0); the same seed gives the same output on this machine, "
-                        "with any --k or --tree (docs in minispec/policy/__init__.py)")
+                   help="random seed for sampling (default 0); the same seed gives the same output on this machine "
+                        "with a fixed --k or --tree, and with auto under the same calibration (MINISPEC_TRUST_CALIBRATION=1 "
+                        "keeps the stored one); the output distribution never depends on it (minispec/policy/__init__.py)")
 
 
 DEFAULT_DRAFTER = "prompt-lookup"  # the only drafter measured to pay on a 2-core CPU (docs/study/report.md)
@@ -145,12 +146,15 @@ def cmd_generate(args) -> int:
     def policy():  # the one-time calibration of the cost model happens here, outside every timed run
         # seeded at T > 0: choices from the validated calibration only, so that a seed repeats; greedy output does not
         # depend on K, so a greedy run follows its own clock (and falls back to plain rounds when drafting is slower)
-        learn = args.seed is None or args.temperature == 0
+        learn = args.temperature == 0
         return tree_policy(args.tree, model, drafter, learn) if args.tree else k_policy(args.k, model, drafter, learn)
+
+    if args.tree and args.rule != "token":
+        raise ValueError("--rule block applies to chains: a tree keeps the token-wise multi-candidate rule")
 
     def speculative(on_token=None):
         loop = tree_speculative_generate if args.tree else speculative_generate
-        kw = dict(shape=pol) if args.tree else dict(k=pol)
+        kw = dict(shape=pol) if args.tree else dict(k=pol, rule=args.rule)
         return loop(model, drafter, prompt_ids, args.max_new_tokens, on_token=on_token, **kw, **sampling)
 
     pol, t_setup = timed(policy)
@@ -254,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tree", type=tree_arg, help="verify a token tree per round instead of a chain: WIDTHxDEPTH "
                                                  "(e.g. 3x4) or auto (shape chosen per round by the cost model)")
     g.add_argument("--layers", type=int_arg(1), help="layers kept by --draft layer-skip (default 4/5 of the target's)")
+    g.add_argument("--rule", choices=["token", "block"], default="token",
+                   help="verification rule: token (Leviathan et al.'s, the default) or block (Sun et al. 2025: the "
+                        "guesses decided jointly; lossless too, never fewer kept); trees keep the token-wise rule")
     g.add_argument("--no-compare", dest="compare", action="store_false",
                    help="skip the plain-decoding run that measures the speedup")
     add_sampling_args(g)
@@ -283,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--runs", type=int, default=192, help="paired runs of 48 tokens in the T=1 test (default 192: ~9,200 tokens)")
     k.add_argument("--quick", action="store_true", help="24 paired runs, 3 greedy prompts, no calibration")
     k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")
+    k.add_argument("--rule", choices=["token", "block"], default="token",
+                   help="the verification rule the T=1 test checks, each against its broken twin (default token)")
     k.add_argument("--json", help="also write the figures to this JSON file")
     k.set_defaults(func=cmd_check)
 

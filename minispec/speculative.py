@@ -10,6 +10,7 @@ tokens for the same K and seed (tests/test_textbook.py). Each addition has a nam
                         with its own tokenizer; ``run.draft()`` lets it catch up and propose
     features            a drafter that reads the target's features gets them from the same pass
                         (``on_features``; ``run.emit`` hands on the rows the cache kept)
+    the rule            ``rule="block"``: block verification instead of the token-wise rule (rejection.py)
     trees               ``tree_speculative_generate`` verifies a token tree per round (tree.py)
     stop tokens, statistics, timing      ``run.emit`` and ``run.result()`` (rounds.py, stats.py)
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .model import Model
-from .rejection import accept_reject
+from .rejection import verification_rule
 from .rounds import SpecResult, start_run
 from .tree import accept_tree, kept_rows, verify_tree
 
@@ -29,12 +30,14 @@ from .tree import accept_tree, kept_rows, verify_tree
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, stop_ids=None, on_token: Callable[[int], None] | None = None,
-                         accept_reject=accept_reject) -> SpecResult:
+                         rule="token") -> SpecResult:
     """Generate like ``generate(target, ...)`` (the same distribution; greedy: the same tokens), faster
     when the drafter guesses well and cheaply. ``drafter``: a drafter (drafters.py) or a draft Model.
     ``k``: guesses per round, or "auto" (chosen per round by the cost model, policy/auto_k.py).
-    Stops after a token in ``stop_ids`` (included). ``accept_reject`` is the rule of rejection.py; the
-    losslessness checks pass a deliberately broken twin to show that they can fail."""
+    Stops after a token in ``stop_ids`` (included). ``rule``: "token" (``accept_reject``), "block"
+    (``block_verify``, rejection.py), or a function of their signature: the losslessness checks pass a
+    deliberately broken twin to show that they can fail."""
+    verify = verification_rule(rule)  # accept_reject (the textbook's), or block_verify: rejection.py
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token)
     while not run.done:
@@ -43,7 +46,7 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
         # ONE target pass over the tokens its cache lacks (run.unread: the last one; round 1 the prompt too)
         target_logits = target.forward(run.unread + draft_tokens, run.cache, last=K + 1, on_features=run.on_features)
         target_probs = run.warp(target_logits)  # p_1..p_{K+1}: [K+1, V], warped like q
-        n, next_token = accept_reject(target_probs, draft_probs, draft_tokens, run.rng)
+        n, next_token = verify(target_probs, draft_probs, draft_tokens, run.rng)
         run.cache.crop(len(run.tokens) + n)  # keep the tokens and x_1..x_n: every token but the new last one
         run.emit(draft_tokens[:n] + [next_token], n, target_probs)
     return run.result()
@@ -55,7 +58,8 @@ def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens
                               on_token: Callable[[int], None] | None = None) -> SpecResult:
     """Like ``speculative_generate``, but each round verifies a token tree in one target pass (tree.py).
     ``shape``: (width, depth), "auto" (chosen per round by the cost model, policy/tree_shape.py), or a
-    TreeShape."""
+    TreeShape. A tree keeps the token-wise multi-candidate rule: block verification decides one chain
+    (for trees see Traversal Verification, arXiv 2505.12398)."""
     run = start_run(target, drafter, prompt_ids, max_new_tokens, shape=shape, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token)
     while not run.done:

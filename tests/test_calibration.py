@@ -191,3 +191,40 @@ def test_a_seeded_run_says_which_calibration_it_used(machine):
     assert "guesses of draft:draft" in res.calibration[1]
     assert speculative_generate(target, DraftModel(draft), [3, 17, 5, 9], 8, k=2, seed=1).calibration == []
     assert np.isfinite(res.stats.rounds)
+
+
+def test_generate_says_when_it_distrusted_a_stored_calibration(tmp_path, monkeypatch):
+    """The CLI's summary names what was measured afresh and why (the figures planted break physics, so the
+    outcome does not depend on the machine's speed)."""
+    from .helpers import chat_model_dir, run_cli
+
+    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MINISPEC_NO_CALIBRATION_CACHE", raising=False)
+    monkeypatch.setattr(costs, "_MEMORY", {})
+    model_dir = chat_model_dir(tmp_path / "model")
+    key = costs.calibration_key(load_model(model_dir), range(1, 10))
+    f = tmp_path / "cache" / "calibration.json"
+    f.parent.mkdir(parents=True)
+    planted = costs.Calibration("t(n)", {n: 0.010 * (n if n != 3 else 0.5) for n in range(1, 10)})
+    f.write_text(json.dumps({key: planted.to_json()}))
+    code, out, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", "layer-skip",
+                              "--layers", "1", "--max-new-tokens", "3", "--no-compare"])
+    assert code == 0, err
+    assert "[calibration: t(n) of model: the stored calibration was distrusted (t(3) = 5.0 ms < t(2) = 20.0 ms" in err, err
+
+
+def test_calibrate_prints_the_cost_model(tmp_path, monkeypatch):
+    from .helpers import chat_model_dir, run_cli
+
+    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
+    model_dir = chat_model_dir(tmp_path / "model")
+    code, out, err = run_cli(["calibrate", "--model", str(model_dir), "--draft", "layer-skip", "--draft", "prompt-lookup",
+                              "--n-max", "4"])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("t(n) of model: measured") and lines[1].split() == ["n", "1", "2", "3", "4"]
+    assert lines[3].split()[:2] == ["r(n)", "1.00"]
+    assert any(line.startswith("guesses of layer-skip:") for line in lines) and "  c = " in out
+    assert "prompt-lookup:3: no model to time" in out
+    code, out, err = run_cli(["calibrate", "--model", str(model_dir), "--draft", "nonsense"])
+    assert code == 2 and "nonsense" in err and out == ""

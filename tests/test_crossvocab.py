@@ -303,7 +303,7 @@ def test_level3_catches_a_trusted_boundary_token(cross_models):
     rule = prefix_match(cross.target_bytes)
     counts = np.zeros(V ** 3)
     for seed in range(RUNS // 4):
-        toks = speculative_generate(target, make(), PROMPT, 4, k=2, temperature=1.0, seed=seed, accept_reject=rule).tokens
+        toks = speculative_generate(target, make(), PROMPT, 4, k=2, temperature=1.0, seed=seed, rule=rule).tokens
         counts[(toks[0] * V + toks[1]) * V + toks[2]] += 1
     chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, temperature=1.0))
     assert pv < 1e-6, (chi2, dof, pv)

@@ -40,10 +40,10 @@ from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
 from ..model.progress import Progress
-from ..rejection import accept_reject
+from ..rejection import accept_reject, block_verify
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
-from .equivalence import broken_accept_reject, mean_test, token_test
+from .equivalence import broken_accept_reject, broken_block_verify, mean_test, token_test
 from .first_guess import eagle_first_guess_logits, tli_first_guess_rows
 from .prompts import PROMPT_SETS, load_prompts
 
@@ -69,10 +69,13 @@ def plain_sampler(target, stop):
     return lambda p, n, s: generate(target, p, n, temperature=1.0, seed=s, stop_ids=stop)
 
 
-def speculative_sampler(target, drafter, stop, k: int, broken: bool):
-    rule = broken_accept_reject if broken else accept_reject
+RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify, broken_block_verify)}  # (rule, twin)
+
+
+def speculative_sampler(target, drafter, stop, k: int, broken: bool, rule: str = "token"):
+    rule = RULES[rule][int(broken)]
     return lambda p, n, s: speculative_generate(target, drafter, p, n, k=k, temperature=1.0, seed=s, stop_ids=stop,
-                                                accept_reject=rule).tokens
+                                                rule=rule).tokens
 
 
 def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len(run)]
@@ -108,15 +111,16 @@ def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutation
 
 
 def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, broken: bool = False, run_tokens: int = 48,
-                   progress: bool = True) -> dict:
-    """Speculative sampling at T = 1 (``broken``: with the broken rule) against ``plain_runs``, run i of
-    each on prompt i."""
+                   progress: bool = True, rule: str = "token") -> dict:
+    """Speculative sampling at T = 1 with ``rule`` ("token" or "block"; ``broken``: its broken twin) against
+    ``plain_runs``, run i of each on prompt i."""
     prompts = all_prompts(tok)
     bar = Progress(len(plain_runs), "level 4, T=1" + (" (broken rule)" if broken else ""), quiet=not progress)
-    spec = sample_runs(speculative_sampler(target, drafter, tok.eos_ids, k, broken), prompts, len(plain_runs), run_tokens,
-                       10**6, bar)
+    spec = sample_runs(speculative_sampler(target, drafter, tok.eos_ids, k, broken, rule), prompts, len(plain_runs),
+                       run_tokens, 10**6, bar)
     bar.close()
-    return dict(drafter=drafter.name, broken_rule=broken, **compare(target, drafter, prompts, plain_runs, spec))
+    return dict(drafter=drafter.name, rule=RULES[rule][int(broken)].__name__, broken_rule=broken,
+                **compare(target, drafter, prompts, plain_runs, spec))
 
 
 def calibration_check(target, drafter, tok, seeds: int = 20, n_runs: int = 24, run_tokens: int = 32,
@@ -167,15 +171,16 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
 
 
 def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192, greedy_prompts: int = 20,
-              greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=()) -> dict:
+              greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=(), rule: str = "token") -> dict:
     """The whole level-4 check (module docstring); ``calibration_seeds`` 0 skips the calibration."""
     t0 = time.perf_counter()
     bar = Progress(n_runs, "level 4, T=1 plain", quiet=not progress)
     plain = sample_runs(plain_sampler(target, tok.eos_ids), all_prompts(tok), n_runs, 48, 0, bar)
     bar.close()
-    res = dict(target=target.name,
-               sampling=sampling_check(target, sampling_drafter, tok, plain, progress=progress),
-               sampling_broken_rule=sampling_check(target, sampling_drafter, tok, plain, broken=True, progress=progress))
+    res = dict(target=target.name, rule=rule,
+               sampling=sampling_check(target, sampling_drafter, tok, plain, progress=progress, rule=rule),
+               sampling_broken_rule=sampling_check(target, sampling_drafter, tok, plain, broken=True, progress=progress,
+                                                   rule=rule))
     if calibration_seeds:
         res["calibration"] = calibration_check(target, sampling_drafter, tok, calibration_seeds, progress=progress)
     res["greedy"] = greedy_check(target, greedy_drafters, tok, greedy_prompts, greedy_tokens, progress=progress,
@@ -215,10 +220,12 @@ def format_check(res: dict) -> str:
     lines = [f"Level 4 on {res['target']}: is speculative decoding's output the target's own?",
              f"A comparison tells two methods apart when its combined p-value is at or below {ALPHA} "
              "(two permutation tests, Bonferroni).", ""]
-    lines.append(f"{word(ok['sampling'])}  T=1, the real rule ({res['sampling']['drafter']}, K = 4): "
+    lines.append(f"{word(ok['sampling'])}  T=1, the real rule ({res['sampling'].get('rule', 'accept_reject')}, "
+                 f"{res['sampling']['drafter']}, K = 4): "
                  + format_sampling(res["sampling"]) + (f" > {ALPHA}: not told apart from plain sampling"
                                                         if ok["sampling"] else f" <= {ALPHA}: the outputs differ"))
-    lines.append(f"{word(ok['broken_rule_caught'])}  T=1, a deliberately BROKEN rule (resamples from p, not the residual): "
+    lines.append(f"{word(ok['broken_rule_caught'])}  T=1, a deliberately BROKEN rule "
+                 f"({res['sampling_broken_rule'].get('rule', 'broken_accept_reject')}): "
                  + format_sampling(res["sampling_broken_rule"])
                  + (f" <= {ALPHA}: caught, so the test can see a wrong rule at this size"
                     if ok["broken_rule_caught"] else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
@@ -256,10 +263,10 @@ def main_check(args) -> int:
     trees = [main] if hasattr(main, "see_features") else []  # a feature head: its trees too
     if args.quick:
         res = run_check(target, tok, main, greedy, n_runs=24, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0,
-                        trees=trees)
+                        trees=trees, rule=args.rule)
     else:
         res = run_check(target, tok, main, greedy, n_runs=args.runs, calibration_seeds=0 if args.no_calibration else 20,
-                        trees=trees)
+                        trees=trees, rule=args.rule)
     print(format_check(res))
     if args.json:
         with open(args.json, "w") as f:

@@ -32,6 +32,18 @@ def broken_accept_reject(target_probs, draft_probs, draft_tokens, rng: np.random
     return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
 
 
+def broken_block_verify(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
+    """A deliberately broken twin of ``rejection.block_verify``: its residual ignores the running weight,
+    norm(max(0, p - q)) instead of norm(max(0, p_tau p - q)). It looks right on the paper's binary example (there
+    the weight is 1 wherever a stop can happen) and is wrong elsewhere."""
+    real = rejection.weighted_residual
+    rejection.weighted_residual = lambda target_row, draft_row, weight: real(target_row, draft_row, 1.0)
+    try:
+        return rejection.block_verify(target_probs, draft_probs, draft_tokens, rng)
+    finally:
+        rejection.weighted_residual = real
+
+
 class ScriptedRng:
     """Stands in for a numpy Generator: ``random()`` returns the scripted values in turn."""
 

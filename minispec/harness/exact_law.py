@@ -1,0 +1,129 @@
+"""Level 1 for a whole round: the exact law of the tokens a rule emits, integrated over every random draw.
+
+A rule (``rejection.accept_reject``'s signature) draws uniforms and compares them with thresholds it computes,
+then samples its last token from a row. Here every uniform is *symbolic*: comparing it with a threshold h
+branches (true with probability h, false with 1 - h), and every branch is followed; the final sample records
+the row it would draw from instead of drawing. So the law is exact, and the thresholds are the code's own: no
+formula is written twice. The draft's guesses are enumerated with their probabilities under q.
+
+Tables are context dependent: ``p_of(prefix)`` and ``q_of(prefix)`` give the target's and the draft's [V] row
+after a tuple of earlier tokens. A round's emitted tokens, continued by the target itself, must have the
+target's joint law (``joint_law``); ``expected_accepted`` is the mean number of guesses kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import numpy as np
+
+from .. import rejection
+
+
+class SymbolicUniform:
+    """u ~ U(0, 1) whose comparisons with a threshold are decided by the caller's script (``DecisionRng``)."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def __lt__(self, h):
+        return self.rng.decide(float(h))
+
+    __le__ = __lt__  # for a continuous u, u < h and u <= h have the same probability
+
+    def __gt__(self, h):
+        return not self.rng.decide(float(h))
+
+    __ge__ = __gt__
+
+
+class DecisionRng:
+    """``random()`` -> a SymbolicUniform. ``decide(h)`` follows ``script`` (True: u < h), then takes True and
+    records each new decision, so that a depth-first walk can visit the other branch later."""
+
+    def __init__(self, script):
+        self.script, self.taken = list(script), []
+
+    def random(self):
+        return SymbolicUniform(self)
+
+    def decide(self, h: float) -> bool:
+        d = self.script[len(self.taken)] if len(self.taken) < len(self.script) else True
+        self.taken.append((min(1.0, max(0.0, h)), d))
+        return d
+
+
+def branches(run):
+    """Every outcome of ``run(rng)`` over the symbolic draws, with its probability: [(outcome, probability)]."""
+    out, stack = [], [[]]
+    while stack:
+        script = stack.pop()
+        rng = DecisionRng(script)
+        outcome = run(rng)
+        for j in range(len(script), len(rng.taken)):  # the other side of every decision made past the script
+            stack.append([d for _, d in rng.taken[:j]] + [not rng.taken[j][1]])
+        prob = float(np.prod([h if d else 1.0 - h for h, d in rng.taken]))
+        if prob > 0:
+            out.append((outcome, prob))
+    return out
+
+
+def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
+    """-> ({the kept guesses (a tuple): [V] the law of the token after them, times the probability of the round},
+    expected guesses kept) for one round of ``rule`` with K guesses drawn from ``q_of``."""
+    law, expected, rows = defaultdict(lambda: np.zeros(V)), 0.0, []
+    modules = [rule.__globals__, rejection.__dict__]  # a twin defined elsewhere may call the rule of rejection.py
+    real_sample = [m.get("sample") for m in modules]
+
+    def record(probs, rng):  # the final sample: keep the row, draw nothing
+        rows.append(np.asarray(probs) / np.sum(probs))
+        return -1
+
+    def run(rng, target_probs, draft_probs, guesses):
+        rows.clear()
+        n, _ = rule(target_probs, draft_probs, guesses, rng)
+        return n, rows[-1]
+
+    try:
+        for m in modules:
+            m["sample"] = record
+        for xs in itertools.product(range(V), repeat=K):
+            qx = float(np.prod([q_of(xs[:i])[xs[i]] for i in range(K)]))
+            if qx == 0:
+                continue
+            target_probs = np.array([p_of(xs[:i]) for i in range(K + 1)])  # [K+1, V]
+            draft_probs = np.array([q_of(xs[:i]) for i in range(K)]).reshape(K, V)  # [K, V]
+            for (n, row), prob in branches(lambda rng, t=target_probs, d=draft_probs, g=list(xs): run(rng, t, d, g)):
+                law[xs[:n]] += qx * prob * row  # the kept guesses, then the last token from ``row``
+                expected += qx * prob * n
+    finally:
+        for m, real in zip(modules, real_sample):
+            if real is not None:
+                m["sample"] = real
+    return dict(law), expected
+
+
+def continued_law(law: dict, p_of, m: int, V: int) -> np.ndarray:
+    """P(the first m tokens = y) [V^m] when the round's output is continued by sampling the target."""
+    out = np.zeros(V ** m)
+    for y in itertools.product(range(V), repeat=m):
+        total = 0.0
+        for kept, last in law.items():
+            n = len(kept)
+            if n + 1 > m or tuple(y[:n]) != kept:
+                continue
+            pr = last[y[n]]
+            for j in range(n + 1, m):
+                pr *= p_of(tuple(y[:j]))[y[j]]
+            total += pr
+        out[np.ravel_multi_index(y, (V,) * m)] = total
+    return out
+
+
+def joint_law(p_of, m: int, V: int) -> np.ndarray:
+    """The target's own law of its first m tokens [V^m]."""
+    out = np.zeros(V ** m)
+    for y in itertools.product(range(V), repeat=m):
+        out[np.ravel_multi_index(y, (V,) * m)] = np.prod([p_of(tuple(y[:j]))[y[j]] for j in range(m)])
+    return out

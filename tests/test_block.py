@@ -1,0 +1,188 @@
+"""Block verification (rejection.block_verify): lossless at every level, caught when broken where a level can
+catch it, and never fewer guesses kept than the token-wise rule.
+
+The broken twin's residual ignores the running weight. It is right wherever the weight is 1 at every possible
+stop, as on the paper's binary example, so each level below uses context-dependent tables where it is not."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minispec import DraftModel, load_model, rejection, speculative_generate
+from minispec.harness.equivalence import broken_block_verify, chisquare_gof
+from minispec.harness.exact_law import continued_law, joint_law, round_law
+from minispec.model.tiny import tiny_config, write_random_model
+from minispec.rejection import accept_greedy, accept_reject, block_verify
+from minispec.sampling import warp
+
+from .helpers import V as SMALL_V
+from .helpers import exact_three_tokens, three_token_counts
+
+
+def context_table(seed: int, V: int, concentration: float = 0.7):
+    """A random context-dependent table: prefix (a tuple) -> a [V] distribution, the same whatever the order in
+    which prefixes are asked for (each row is drawn from a generator seeded by the seed and the prefix)."""
+    rows = {}
+
+    def row(prefix):
+        if prefix not in rows:
+            rows[prefix] = np.random.default_rng([seed, len(prefix), *prefix]).dirichlet(np.full(V, concentration))
+        return rows[prefix]
+
+    return row
+
+
+def constant(row):
+    return lambda prefix: np.asarray(row, float)
+
+
+# ---- level 1: exact laws --------------------------------------------------------------------------------------
+
+def test_the_papers_example_keeps_11_of_9_against_10_of_9():
+    p, q = constant([1 / 3, 2 / 3]), constant([2 / 3, 1 / 3])
+    token, e_token = round_law(accept_reject, p, q, 2, 2)
+    block, e_block = round_law(block_verify, p, q, 2, 2)
+    assert e_token == pytest.approx(10 / 9, abs=1e-12) and e_block == pytest.approx(11 / 9, abs=1e-12)
+    for law in (token, block):
+        assert np.allclose(continued_law(law, p, 3, 2), joint_law(p, 3, 2), atol=1e-12)
+    broken, _ = round_law(broken_block_verify, p, q, 2, 2)  # the twin's blind spot: the weight is 1 at every stop
+    assert np.allclose(continued_law(broken, p, 3, 2), joint_law(p, 3, 2), atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), K=st.integers(1, 3), V=st.integers(2, 3),
+       concentration=st.sampled_from([0.3, 1.0, 3.0]))
+def test_level1_block_verification_emits_the_targets_joint_law_and_keeps_at_least_as_many(seed, K, V, concentration):
+    p, q = context_table(seed, V, concentration), context_table(seed + 1, V, concentration)
+    law, e_block = round_law(block_verify, p, q, K, V)
+    assert np.abs(continued_law(law, p, K + 1, V) - joint_law(p, K + 1, V)).max() < 1e-9
+    _, e_token = round_law(accept_reject, p, q, K, V)
+    assert e_block >= e_token - 1e-12  # optimal among valid rules: never below the token-wise rule
+
+
+# tables where the twin is far off (of 120 searched, the largest total variation at K = 2): levels 1 and 2 use them
+TWIN_TABLES = dict(p=context_table(11, 3, 0.3), q=context_table(1011, 3, 0.3))
+
+
+def test_level1_catches_the_residual_that_ignores_the_weight():
+    """The exact law of the twin's first K + 1 tokens is not the target's (total variation; the rule's: < 1e-9)."""
+    p, q = TWIN_TABLES["p"], TWIN_TABLES["q"]
+    for K, off in ((2, 0.03), (3, 0.03)):
+        bad, _ = round_law(broken_block_verify, p, q, K, 3)
+        assert np.abs(continued_law(bad, p, K + 1, 3) - joint_law(p, K + 1, 3)).sum() / 2 > off
+    bad, _ = round_law(broken_block_verify, p, q, 1, 3)  # K = 1: the weight is 1 at the only stop, so nothing to see
+    assert np.abs(continued_law(bad, p, 2, 3) - joint_law(p, 2, 3)).max() < 1e-12
+
+
+def test_greedy_rows_give_the_greedy_rule():
+    eye = np.eye(5)
+    target = eye[[2, 0, 3, 1, 1]]  # the target wants 2, 0, 3, 1, then 1
+    for guesses in ([2, 0, 1, 1], [2, 0, 3, 1], [1, 0, 3, 1], [2, 4, 3, 1]):
+        got = block_verify(target, eye[guesses], guesses, np.random.default_rng(0))
+        assert got == accept_greedy(target, guesses), guesses
+
+
+def test_refuses_rows_that_do_not_match_the_guesses():
+    with pytest.raises(ValueError, match="K\\+1 target rows"):
+        block_verify(np.ones((2, 3)) / 3, np.ones((2, 3)) / 3, [0, 1], np.random.default_rng(0))
+
+
+# ---- level 2: seeded rounds -----------------------------------------------------------------------------------
+
+def monte_carlo(rule, p, q, K, V, rounds=20_000):
+    """Counts of the first K + 1 tokens of ``rounds`` seeded rounds, continued by sampling the target."""
+    rng = np.random.default_rng(0)
+    counts = np.zeros(V ** (K + 1))
+    for _ in range(rounds):
+        xs = []
+        while len(xs) < K:
+            xs.append(int(rng.choice(V, p=q(tuple(xs)))))
+        target_probs = np.array([p(tuple(xs[:i])) for i in range(K + 1)])
+        draft_probs = np.array([q(tuple(xs[:i])) for i in range(K)])
+        n, t = rule(target_probs, draft_probs, xs, rng)
+        y = xs[:n] + [t]
+        while len(y) < K + 1:
+            y.append(int(rng.choice(V, p=p(tuple(y)))))
+        counts[np.ravel_multi_index(y[: K + 1], (V,) * (K + 1))] += 1
+    return counts
+
+
+def test_level2_seeded_rounds_match_and_the_twin_fails():
+    K, V = 2, 3
+    p, q = TWIN_TABLES["p"], TWIN_TABLES["q"]
+    exact = joint_law(p, K + 1, V)
+    assert chisquare_gof(monte_carlo(block_verify, p, q, K, V), exact)[2] > 1e-3
+    assert chisquare_gof(monte_carlo(broken_block_verify, p, q, K, V), exact)[2] < 1e-6
+
+
+# ---- level 3: the loop on tiny models -------------------------------------------------------------------------
+
+def model_table(model, prompt):
+    """The model at T = 1 as a context-dependent table: prefix -> its [V] distribution after prompt + prefix."""
+    rows = {}
+
+    def row(prefix):
+        if prefix not in rows:
+            ids = list(prompt) + list(prefix)
+            rows[prefix] = warp(model.forward(ids, model.new_cache(len(ids)))[-1], 1.0)
+        return rows[prefix]
+
+    return row
+
+
+@pytest.fixture(scope="module")
+def twin_pair(tmp_path_factory):
+    """A tiny pair on which the twin is far from the target (of 150 pairs and prompts searched, the largest
+    chi-square noncentrality at 20,000 runs: 393); the level-3 pair of the other tests hides it."""
+    d = tmp_path_factory.mktemp("twin_pair")
+    small = dict(vocab_size=SMALL_V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1)
+    target = load_model(write_random_model(d / "t", tiny_config(num_hidden_layers=2, **small), seed=73, scale=3.0))
+    draft = load_model(write_random_model(d / "d", tiny_config(num_hidden_layers=1, **small), seed=173, scale=3.0))
+    return target, draft
+
+
+def twin_distance(target, draft, prompt) -> float:
+    """The exact total variation between the twin's first 3 tokens (K = 2) and the target's."""
+    p, q = model_table(target, prompt), model_table(draft, prompt)
+    bad, _ = round_law(broken_block_verify, p, q, 2, SMALL_V)
+    return float(np.abs(continued_law(bad, p, 3, SMALL_V) - joint_law(p, 3, SMALL_V)).sum() / 2)
+
+
+def test_the_usual_level3_pair_cannot_see_the_twin_and_this_one_can(pair, twin_pair):
+    assert twin_distance(*pair, [1, 4, 2]) < 1e-5  # 20,000 runs cannot see 6e-7: why level 3 needs its own pair
+    assert twin_distance(*twin_pair, [1, 4, 2]) > 0.01
+
+
+@pytest.mark.parametrize("rule", ["block", "twin"])
+def test_level3_the_loop_with_block_verification_and_its_twin(twin_pair, rule):
+    target, draft = twin_pair
+    prompt = [1, 4, 2]
+    exact = exact_three_tokens(target, prompt, temperature=1.0)
+    counts = three_token_counts(target, lambda: DraftModel(draft), prompt, 20_000, temperature=1.0,
+                                rule="block" if rule == "block" else broken_block_verify)
+    p = chisquare_gof(counts, exact)[2]
+    assert (p > 1e-3) if rule == "block" else (p < 1e-6), p
+
+
+def test_greedy_loop_output_is_unchanged(big_pair):
+    target, draft = big_pair
+    for k in (1, 3, 5):
+        token = speculative_generate(target, DraftModel(draft), [3, 17, 5, 9], 30, k=k).tokens
+        assert speculative_generate(target, DraftModel(draft), [3, 17, 5, 9], 30, k=k, rule="block").tokens == token
+
+
+def test_the_loop_refuses_an_unknown_rule(big_pair):
+    with pytest.raises(ValueError, match="rule must be"):
+        speculative_generate(big_pair[0], big_pair[1], [1, 2], 4, rule="blocky")
+
+
+def test_the_rule_is_used_in_the_loop(big_pair, monkeypatch):
+    """The loop really calls block_verify (not the token-wise rule) when asked."""
+    calls = []
+    monkeypatch.setattr(rejection, "block_verify", lambda *a: calls.append(1) or accept_reject(*a))
+    speculative_generate(big_pair[0], big_pair[1], [1, 2], 6, k=2, rule="block")
+    assert calls
+
+
+assert SMALL_V == 6  # the tiny pair's vocabulary, which exact_three_tokens enumerates
