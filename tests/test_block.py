@@ -186,3 +186,15 @@ def test_the_rule_is_used_in_the_loop(big_pair, monkeypatch):
 
 
 assert SMALL_V == 6  # the tiny pair's vocabulary, which exact_three_tokens enumerates
+
+
+def test_bench_rules_end_to_end(tmp_path):
+    from .helpers import chat_model_dir, run_cli
+
+    model_dir = chat_model_dir(tmp_path / "model")
+    code, out, err = run_cli(["bench", "rules", "--model", str(model_dir), "--draft", "prompt-lookup", "--prompts", "1",
+                              "--seeds", "1", "--tokens", "4", "--json", str(tmp_path / "rules.json")])
+    assert code == 0, err
+    assert "| prompt-lookup:3 |" in out and "tokens/pass, block" in out
+    res = __import__("json").loads((tmp_path / "rules.json").read_text())
+    assert set(res["drafters"]["prompt-lookup:3"]) == {"token", "block"}

@@ -228,3 +228,17 @@ def test_calibrate_prints_the_cost_model(tmp_path, monkeypatch):
     assert "prompt-lookup:3: no model to time" in out
     code, out, err = run_cli(["calibrate", "--model", str(model_dir), "--draft", "nonsense"])
     assert code == 2 and "nonsense" in err and out == ""
+
+
+def test_bench_auto_end_to_end(tmp_path, monkeypatch):
+    """The benchmark runs and reports (its figures are the machine's: nothing here asserts a speed)."""
+    from .helpers import chat_model_dir, run_cli
+
+    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
+    model_dir = chat_model_dir(tmp_path / "model")
+    for calibration in ("honest", "corrupted"):
+        code, out, err = run_cli(["bench", "auto", "--model", str(model_dir), "--draft", "none", "--draft", "layer-skip",
+                                  "--prompts", "1", "--repeats", "1", "--tokens", "4", "--calibration", calibration])
+        assert code == 0, err
+        assert "| plain (control) |" in out and "| layer-skip:" in out and f"calibration {calibration}" in out
+    assert "distrusted" in out  # the corrupted calibration was not trusted

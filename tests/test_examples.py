@@ -47,3 +47,11 @@ def test_03_drafters(smollm2):
     out = run("examples/03_drafters.py", "--prompts", "1", "--max-new-tokens", "8")
     assert "outputs identical: True" in out and "prompt-lookup" in out and "layer-skip" in out
     assert "target steps" in out and "take away" in out and "nan" not in out
+
+
+def test_05_rules():
+    out = run("examples/05_rules.py")
+    assert "  block        1.2222 guesses kept per round; lossless" in out  # 11/9 on the paper's example
+    assert "  token-wise   1.1111 guesses kept per round; lossless" in out  # 10/9
+    assert "  typical      2.0000 guesses kept per round; NOT lossless" in out
+    assert "verdict: PASS" in out

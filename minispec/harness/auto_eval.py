@@ -133,10 +133,21 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", choices=["honest", "corrupted"], default="honest")
     p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
-    if a.calibration == "corrupted":  # a cache of its own: the user's calibrations stay as they are
-        os.environ["MINISPEC_CACHE"] = tempfile.mkdtemp(prefix="minispec-corrupted-")
-        os.environ.pop("MINISPEC_NO_CALIBRATION_CACHE", None)
-    res = run(a)
+    saved = {k: os.environ.get(k) for k in ("MINISPEC_CACHE", "MINISPEC_NO_CALIBRATION_CACHE")}
+    try:
+        if a.calibration == "corrupted":  # a cache of its own: the user's calibrations stay as they are
+            os.environ["MINISPEC_CACHE"] = tempfile.mkdtemp(prefix="minispec-corrupted-")
+            os.environ.pop("MINISPEC_NO_CALIBRATION_CACHE", None)
+            cost_model._MEMORY.clear()  # measured afresh, stored there, then corrupted
+        res = run(a)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if a.calibration == "corrupted":
+            cost_model._MEMORY.clear()  # the corrupted figures' replacements belong to the temporary cache
     print(report(res))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))

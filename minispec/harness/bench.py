@@ -7,7 +7,8 @@
 ``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``);
 ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``);
 ``minispec bench auto``: ``k="auto"`` against plain decoding for every drafter, and the cost model's predicted
-round times next to the measured ones (see ``auto_eval.py``).
+round times next to the measured ones (see ``auto_eval.py``);
+``minispec bench rules``: the token-wise rule and block verification side by side at T = 1 (``rules_eval.py``).
 ``--device cuda`` runs ``forward``, ``decode`` and the study on CuPy (timings synchronise the device).
 
 Every figure is a median over repeats, and ratios are taken inside one run.
@@ -30,7 +31,7 @@ from ..model import backend, load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
-from . import auto_eval, crossvocab_eval, draft_eval, eagle_eval, gpu, stop_eval
+from . import auto_eval, crossvocab_eval, draft_eval, eagle_eval, gpu, rules_eval, stop_eval
 from .measure import stream_time, timed
 from .study import run_study, transformers_peer, write_report
 
@@ -81,7 +82,8 @@ def bench_study(argv) -> int:
                     "`decode` (plain decoding against transformers), `stop` (the early stop on the draft's confidence), "
                     "`eagle` (the EAGLE head's sizes and costs), `vocab` (drafts with their own tokenizer), `gpu-predict` "
                     "(costs on a GPU and the speedups they predict), `auto` (k=auto against plain decoding for every "
-                    "drafter, and the cost model's predicted round times next to the measured ones).")
+                    "drafter, and the cost model's predicted round times next to the measured ones), `rules` (the token-wise rule "
+                    "and block verification side by side at T = 1).")
     p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped head, when present)")
@@ -219,6 +221,8 @@ def main(argv=None) -> int:
         return gpu.main(argv[1:])
     if argv and argv[0] == "auto":
         return auto_eval.main(argv[1:])
+    if argv and argv[0] == "rules":
+        return rules_eval.main(argv[1:])
     return bench_study(argv)
 
 

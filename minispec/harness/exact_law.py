@@ -2,8 +2,9 @@
 
 A rule (``rejection.accept_reject``'s signature) draws uniforms and compares them with thresholds it computes,
 then samples its last token from a row. Here every uniform is *symbolic*: comparing it with a threshold h
-branches (true with probability h, false with 1 - h), and every branch is followed; the final sample records
-the row it would draw from instead of drawing. So the law is exact, and the thresholds are the code's own: no
+branches (true with probability h, false with 1 - h; a second comparison of the same draw is conditioned on
+the first), and every branch is followed; the final ``sample`` records the row it would draw from instead of
+drawing. So the law is exact, and the thresholds are the code's own: no
 formula is written twice. The draft's guesses are enumerated with their probabilities under q.
 
 Tables are context dependent: ``p_of(prefix)`` and ``q_of(prefix)`` give the target's and the draft's [V] row
@@ -22,25 +23,37 @@ from .. import rejection
 
 
 class SymbolicUniform:
-    """u ~ U(0, 1) whose comparisons with a threshold are decided by the caller's script (``DecisionRng``)."""
+    """u ~ U(0, 1) whose comparisons are decided by the caller's script (``DecisionRng``). It keeps the interval
+    [lo, hi) that its earlier comparisons left it in, so that comparing one draw twice (a CDF inverted by hand)
+    is exact: u < h is certain below lo, impossible above hi, and else true with probability
+    (h - lo) / (hi - lo)."""
 
     def __init__(self, rng):
-        self.rng = rng
+        self.rng, self.lo, self.hi = rng, 0.0, 1.0
 
     def __lt__(self, h):
-        return self.rng.decide(float(h))
+        h = float(h)
+        if h <= self.lo:
+            return False
+        if h >= self.hi:
+            return True
+        if self.rng.decide((h - self.lo) / (self.hi - self.lo)):
+            self.hi = h
+            return True
+        self.lo = h
+        return False
 
     __le__ = __lt__  # for a continuous u, u < h and u <= h have the same probability
 
     def __gt__(self, h):
-        return not self.rng.decide(float(h))
+        return not self < h
 
     __ge__ = __gt__
 
 
 class DecisionRng:
-    """``random()`` -> a SymbolicUniform. ``decide(h)`` follows ``script`` (True: u < h), then takes True and
-    records each new decision, so that a depth-first walk can visit the other branch later."""
+    """``random()`` -> a SymbolicUniform. ``decide(h)`` follows ``script`` (True: the branch of probability h),
+    then takes True and records each new decision, so that a depth-first walk can visit the other branch later."""
 
     def __init__(self, script):
         self.script, self.taken = list(script), []
@@ -82,8 +95,8 @@ def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
 
     def run(rng, target_probs, draft_probs, guesses):
         rows.clear()
-        n, _ = rule(target_probs, draft_probs, guesses, rng)
-        return n, rows[-1]
+        n, t = rule(target_probs, draft_probs, guesses, rng)
+        return n, rows[-1] if rows else np.eye(V)[t]  # a token decided by comparisons alone: all mass on it
 
     try:
         for m in modules:
