@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -23,9 +24,11 @@ from .model.fetch import (
     shipped_draft,
     shipped_eagle,
 )
-from .policy import k_policy, notes_of, tree_policy
+from .policy import FixedK, k_policy, notes_of, tree_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
+from .trace import Trace, check_trace_path, write_trace
+from .trace.show import ShowStream
 
 
 class TextStream:
@@ -97,21 +100,28 @@ DEFAULT_DRAFTER = "prompt-lookup"  # the only drafter measured to pay on a 2-cor
 SHORT_RUN_S = 3.0  # a speculative run shorter than this is timed again, alternating with plain decoding
 
 
+PLAIN_CAUSES = {"policy": "the policy judged drafting would not pay", "end": "one token was still wanted",
+                "room": "the draft's context was full", "nothing": "the drafter had nothing to propose"}
+
+
 def verdict(stats, policy, drafter) -> str:
-    """What a run's statistics mean, in words: never a bare nan."""
+    """What a run's statistics mean, in words: never a bare nan. Plain rounds are counted by their real cause."""
     slow = getattr(policy, "slowdown", 1.0)
     slow = f"; its drafting rounds ran {slow:.2f}x slower than the cost model predicted" if slow > 1.1 else ""
+    causes = ", ".join(f"{n} because {PLAIN_CAUSES.get(c, c)}" for c, n in sorted(stats.plain_causes.items()))
     if stats.drafted:
-        plain = f", {stats.plain_rounds} plain (the policy judged drafting would not pay{slow})" if stats.plain_rounds else slow
+        plain = f", {stats.plain_rounds} plain ({causes})" if stats.plain_rounds else ""
         return (f"{stats.accepted} of {stats.drafted} guesses accepted ({stats.acceptance_rate:.2f}), "
-                f"{stats.mean_tokens_per_pass:.2f} tokens per target pass; {stats.rounds} rounds{plain}")
-    if hasattr(policy, "best_drafting") and getattr(policy, "auto", True):
+                f"{stats.mean_tokens_per_pass:.2f} tokens per target pass; {stats.rounds} rounds{plain}{slow}")
+    if isinstance(policy, FixedK) and policy.k == 0:
+        return f"no guess was drafted: --k 0 asks for plain rounds ({stats.rounds} rounds)"
+    if hasattr(policy, "best_drafting") and getattr(policy, "auto", True) and stats.plain_causes.get("policy"):
         plain_rate = 1.0 / policy.verify_time[1]
         best, rate = policy.best_drafting()
-        return (f"no guess was drafted: the cost model chose plain rounds in all {stats.rounds} rounds, expecting "
-                f"{plain_rate:.0f} tokens/s from plain decoding against at most {rate:.0f} from drafting "
-                f"(best: {best}) with {drafter.name}'s measured acceptance and costs")
-    return f"no guess was drafted in {stats.rounds} rounds: {drafter.name} had nothing to propose (no earlier match to copy)"
+        return (f"no guess was drafted in {stats.rounds} rounds ({causes}): expecting {plain_rate:.0f} tokens/s from "
+                f"plain decoding against at most {rate:.0f} from drafting (best: {best}) with {drafter.name}'s "
+                f"measured acceptance and costs{slow}")
+    return f"no guess was drafted in {stats.rounds} rounds ({causes})"
 
 
 def cmd_generate(args) -> int:
@@ -130,6 +140,14 @@ def cmd_generate(args) -> int:
     stop = [] if args.no_stop else tok.eos_ids  # --no-stop wins, with or without --chat
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_ids=stop)
     check_generate_args(model, prompt_ids, args.max_new_tokens, **sampling)
+    trace_path = check_trace_path(args.trace) if args.trace else None
+    if (args.show or args.trace) and drafter is None:
+        raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
+    if args.tree and drafter is not None and not hasattr(drafter, "propose_tree"):
+        raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
+                         "drop --tree")
+    if args.tree and args.rule != "token":
+        raise ValueError("--rule block applies to chains: a tree keeps the token-wise multi-candidate rule")
     how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
     what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
     if getattr(drafter, "algorithm", None) in ("SLEM", "TLI"):  # a draft with its own tokenizer (slem.py, tli.py)
@@ -149,13 +167,10 @@ def cmd_generate(args) -> int:
         learn = args.temperature == 0
         return tree_policy(args.tree, model, drafter, learn) if args.tree else k_policy(args.k, model, drafter, learn)
 
-    if args.tree and args.rule != "token":
-        raise ValueError("--rule block applies to chains: a tree keeps the token-wise multi-candidate rule")
-
-    def speculative(on_token=None):
+    def speculative(on_token=None, trace=None):
         loop = tree_speculative_generate if args.tree else speculative_generate
         kw = dict(shape=pol) if args.tree else dict(k=pol, rule=args.rule)
-        return loop(model, drafter, prompt_ids, args.max_new_tokens, on_token=on_token, **kw, **sampling)
+        return loop(model, drafter, prompt_ids, args.max_new_tokens, on_token=on_token, trace=trace, **kw, **sampling)
 
     pol, t_setup = timed(policy)
     calibrations = [c for c in getattr(pol, "calibrations", []) if c is not None]
@@ -164,13 +179,19 @@ def cmd_generate(args) -> int:
               "use), and not in any figure below]", file=sys.stderr)
     for note in notes_of(calibrations):  # what was measured again or distrusted, and why
         print(f"[calibration: {note}]", file=sys.stderr)
+    show = ShowStream(tok, sys.stdout, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")) if args.show else None
+    trace = Trace(on_round=show) if (show or trace_path) else None
     if not args.chat:
         sys.stdout.write(args.prompt)
-    res, dt = timed(lambda: speculative(stream))
+    first_pol = pol
+    res, dt = timed(lambda: speculative(None if show else stream, trace))
     sys.stdout.write("\n")
+    if show:
+        print(show.legend(), file=sys.stderr)
     line = f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; {verdict(res.stats, pol, drafter)}"
+    ratios = []
     if args.compare:
-        ratios, plain = [], None
+        plain = None
         for i in range(3):  # alternate with plain decoding; a short run is repeated (greedy repeats are the same text)
             if i:
                 pol = policy()
@@ -184,7 +205,25 @@ def cmd_generate(args) -> int:
         line += (f"; median of {len(ratios)} alternating runs, each under {SHORT_RUN_S:.0f}s: a short run's speed "
                  f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 1 else ")")
     print(line + "]", file=sys.stderr)
+    if trace_path:
+        write_run_trace(trace, trace_path, tok, model, drafter, first_pol, args, float(np.median(ratios)) if ratios else None)
+        print(f"[trace of {len(trace.rounds)} rounds written to {trace_path}]", file=sys.stderr)
     return 0
+
+
+def write_run_trace(trace, path, tok, model, drafter, policy, args, measured) -> None:
+    """The trace with the run's figures: the speed model's prediction from the calibrated costs, next to the
+    measured speedup (when --compare measured one)."""
+    from .policy.costs import calibrate_verify, drafter_costs
+
+    k_max = max([r.k for r in trace.rounds] + [1])
+    verify = getattr(policy, "verify_time", None) or calibrate_verify(model, k_max + 1)
+    draft_time = getattr(policy, "draft_time", None)
+    draft_time = drafter_costs(drafter)[0] if draft_time is None else draft_time
+    write_trace(trace, path, decode=lambda t: tok.decode([t]), title=f"minispec trace: {drafter.name}",
+                drafter=drafter.name, rule=args.rule, k=str(args.k) if not args.tree else f"tree {args.tree}",
+                temperature=args.temperature, seed=args.seed, predicted_speedup=trace.predicted_speedup(verify, draft_time),
+                measured_speedup=measured, prompt=args.prompt)
 
 
 def cmd_calibrate(args) -> int:
@@ -261,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rule", choices=["token", "block"], default="token",
                    help="verification rule: token (Leviathan et al.'s, the default) or block (Sun et al. 2025: the "
                         "guesses decided jointly; lossless too, never fewer kept); trees keep the token-wise rule")
+    g.add_argument("--show", action="store_true", help="colour each token by where it came from: a kept guess, the "
+                                                        "target's token after a rejection, the bonus token, a plain "
+                                                        "round (plain-text marks without a terminal or with NO_COLOR)")
+    g.add_argument("--trace", help="record every round (p, q, min(1, p/q), the draw, the residual, timings) to FILE.json "
+                                   "or FILE.html (a self-contained page)")
     g.add_argument("--no-compare", dest="compare", action="store_false",
                    help="skip the plain-decoding run that measures the speedup")
     add_sampling_args(g)

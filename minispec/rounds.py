@@ -58,6 +58,7 @@ class Run:
     rng: np.random.Generator
     on_token: Callable | None
     stats: SpecStats
+    trace: object = None  # a trace.Trace that records each round, or None
     seen: int = 0  # len(tokens) when the drafter last proposed: it has the rest to catch up on
     drafted: int = 0  # this round's guesses (a tree: its depth)
     nodes: int = 0  # this round's draft tokens in the target pass
@@ -66,6 +67,7 @@ class Run:
     forwards0: int = 0  # the drafter's pass count at the start
     clock: tuple = ()  # (start of drafting, end of drafting)
     prefill: bool = True  # this round's target pass also reads the prompt
+    plain_cause: str = ""  # why this round drafted nothing: "policy", "end", "room", "nothing" ("": it drafted)
     features: object = None  # the last target pass's features [T, D], for a drafter that reads them
     features_at: int = 0  # the cache position of their first row
 
@@ -92,11 +94,14 @@ class Run:
     def draft(self) -> tuple[list[int], np.ndarray]:
         """This round's guesses x_1..x_K and the [K, V] rows q_1..q_K they were drawn from."""
         t0 = time.perf_counter()
-        k = self.policy.next_k(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
-        k = min(k, self.max_new_tokens - len(self.out) - 1)  # never more than the tokens still wanted
+        wanted = self.policy.next_k(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
+        k = min(wanted, self.max_new_tokens - len(self.out) - 1)  # never more than the tokens still wanted
+        capped = k
         k = min(k, self.drafter_room()) if k else 0  # a full draft context: plain rounds (asked only when drafting:
         # a draft with its own tokenizer must re-read the whole text to answer)
         draft_tokens, draft_probs = self.drafter.propose(self.tokens, k, self.warp, self.rng, self.policy.keep)
+        self.plain_cause = ("" if draft_tokens else "policy" if wanted == 0 else "end" if capped == 0
+                            else "room" if k == 0 else "nothing")  # why a round drafted nothing (stats.plain_causes)
         self.drafted_now(k, len(draft_tokens), len(draft_tokens), t0)
         return [int(t) for t in draft_tokens], draft_probs
 
@@ -107,6 +112,8 @@ class Run:
         room = min(self.cache.max_len - self.cache.length - len(self.unread), self.drafter_room())
         depth = min(depth, self.max_new_tokens - len(self.out) - 1, room // width if width else 0)
         tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
+        remaining = self.max_new_tokens - len(self.out)
+        self.plain_cause = "" if len(tree) else "end" if remaining == 1 else "policy" if width * depth == 0 else "nothing"
         self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, len(tree), t0)
         return tree
 
@@ -161,7 +168,9 @@ class Run:
             rows = slice(0, self.cache.length - self.features_at) if feature_rows is None else backend.asarray(feature_rows)
             self.drafter.see_features(self.tokens[: self.cache.length], self.features[rows])
         self.features = None
-        self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, self.prefill)
+        self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, self.prefill, self.plain_cause)
+        if self.trace is not None:
+            self.trace.round_done(new_tokens[:emitted], accepted, t_draft, t_verify, tree=feature_rows is not None)
         self.policy.observe(self.drafted, accepted, t_draft, None if self.prefill else t_verify, probed, nodes=self.nodes)
 
     def result(self) -> SpecResult:
@@ -174,7 +183,8 @@ NOT_A_TREE = object()  # start_run's default ``shape``: a chain of ``k`` guesses
 
 
 def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None, shape=NOT_A_TREE,
-              temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None) -> Run:
+              temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None,
+              trace=None) -> Run:
     """Check the arguments like ``generate`` and set up a run: a chain of ``k`` guesses per round, or a
     tree of ``shape``. The cache has room for the prompt, the output and the largest tree. With a
     ``seed`` at T > 0, an automatic policy keeps its calibrated costs (``learn=False``), so that the run's
@@ -197,4 +207,4 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
                stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
                warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
-               on_token=on_token, stats=SpecStats(), forwards0=getattr(drafter, "forwards", 0))
+               on_token=on_token, stats=SpecStats(), forwards0=getattr(drafter, "forwards", 0), trace=trace)

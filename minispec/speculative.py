@@ -12,6 +12,7 @@ tokens for the same K and seed (tests/test_textbook.py). Each addition has a nam
                         (``on_features``; ``run.emit`` hands on the rows the cache kept)
     the rule            ``rule="block"``: block verification instead of the token-wise rule (rejection.py)
     trees               ``tree_speculative_generate`` verifies a token tree per round (tree.py)
+    a trace             ``trace=Trace()`` records every round for a picture of the run (trace.py)
     stop tokens, statistics, timing      ``run.emit`` and ``run.result()`` (rounds.py, stats.py)
 
 With K = 0 a round is one plain autoregressive step.
@@ -30,16 +31,18 @@ from .tree import accept_tree, kept_rows, verify_tree
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, stop_ids=None, on_token: Callable[[int], None] | None = None,
-                         rule="token") -> SpecResult:
+                         rule="token", trace=None) -> SpecResult:
     """Generate like ``generate(target, ...)`` (the same distribution; greedy: the same tokens), faster
     when the drafter guesses well and cheaply. ``drafter``: a drafter (drafters.py) or a draft Model.
     ``k``: guesses per round, or "auto" (chosen per round by the cost model, policy/auto_k.py).
     Stops after a token in ``stop_ids`` (included). ``rule``: "token" (``accept_reject``), "block"
     (``block_verify``, rejection.py), or a function of their signature: the losslessness checks pass a
-    deliberately broken twin to show that they can fail."""
+    deliberately broken twin to show that they can fail. ``trace``: a ``trace.Trace`` that records every round
+    (the rule's decisions, what was emitted, the time it took); the output is the same with or without it."""
     verify = verification_rule(rule)  # accept_reject (the textbook's), or block_verify: rejection.py
+    verify = trace.observe(verify) if trace is not None else verify  # an observer of its decisions (trace.py)
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,
-                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token)
+                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace)
     while not run.done:
         draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]; K from the policy
         K = len(draft_tokens)
@@ -55,13 +58,13 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
 def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, shape=(2, 4),
                               temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                               seed: int | None = None, stop_ids=None,
-                              on_token: Callable[[int], None] | None = None) -> SpecResult:
+                              on_token: Callable[[int], None] | None = None, trace=None) -> SpecResult:
     """Like ``speculative_generate``, but each round verifies a token tree in one target pass (tree.py).
     ``shape``: (width, depth), "auto" (chosen per round by the cost model, policy/tree_shape.py), or a
     TreeShape. A tree keeps the token-wise multi-candidate rule: block verification decides one chain
-    (for trees see Traversal Verification, arXiv 2505.12398)."""
+    (for trees see Traversal Verification, arXiv 2505.12398). A ``trace`` records each round's accepted path."""
     run = start_run(target, drafter, prompt_ids, max_new_tokens, shape=shape, temperature=temperature, top_k=top_k,
-                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token)
+                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace)
     while not run.done:
         tree = run.draft_tree()  # N nodes, each drawn from its q
         head = run.unread  # the root (the last token) and, in round 1, the prompt before it

@@ -19,6 +19,8 @@ class SpecStats:
     time_draft: float = 0.0
     time_verify: float = 0.0  # the verification passes and the rule, prompt pass excluded
     time_prefill: float = 0.0  # the first round's pass, which carried the prompt
+    plain_causes: dict = field(default_factory=dict)  # why rounds drafted nothing -> how many: "policy" (it chose
+    # K = 0), "end" (one token still wanted), "room" (the draft's context was full), "nothing" (nothing to propose)
 
     @property
     def acceptance_rate(self) -> float:
@@ -40,7 +42,7 @@ class SpecStats:
         return sum(1 for d, _ in self.rounds_log if d == 0)
 
     def record(self, n_drafted: int, n_accepted: int, emitted: int, t_draft: float = 0.0, t_verify: float = 0.0,
-               prefill: bool = False) -> None:
+               prefill: bool = False, plain_cause: str = "") -> None:
         """One round: ``n_drafted`` guesses (a tree: its depth), ``n_accepted`` kept, ``emitted`` tokens
         output; seconds drafting and verifying (``prefill``: the pass also carried the prompt)."""
         self.rounds += 1
@@ -54,6 +56,9 @@ class SpecStats:
             self.position_accepted[j] += j < n_accepted
         self.tokens_per_pass[emitted] = self.tokens_per_pass.get(emitted, 0) + 1
         self.rounds_log.append((n_drafted, n_accepted))
+        if n_drafted == 0:
+            cause = plain_cause or "nothing"
+            self.plain_causes[cause] = self.plain_causes.get(cause, 0) + 1
         self.time_draft += t_draft
         if prefill:
             self.time_prefill += t_verify

