@@ -16,14 +16,14 @@ from minispec.sampling import sample
 def test_one_hot_fixtures():
     V = 4
     eye = np.eye(V)
-    target = eye[[2, 0, 3, 1, 1]]  # target wants 2, 0, 3, 1, then bonus 1
+    target = eye[[2, 0, 3, 1, 0]]  # target wants 2, 0, 3, 1, then bonus 0 (not 1: a bonus from p_K would show)
     draft = eye[[2, 0, 1, 1]]  # draft guesses 2, 0, 1, 1
     rng = np.random.default_rng(0)
     assert accept_reject(target, draft, [2, 0, 1, 1], rng) == (2, 3)  # accepts 2, rejects at 3rd, emits 3
-    assert accept_reject(target, eye[[2, 0, 3, 1]], [2, 0, 3, 1], rng) == (4, 1)  # accepts 4, bonus 1
+    assert accept_reject(target, eye[[2, 0, 3, 1]], [2, 0, 3, 1], rng) == (4, 0)  # accepts 4, bonus 0 from p_{K+1}
     assert accept_reject(target, eye[[1, 0, 3, 1]], [1, 0, 3, 1], rng) == (0, 2)  # rejects the 1st
     assert accept_greedy(target, [2, 0, 1, 1]) == (2, 3)
-    assert accept_greedy(target, [2, 0, 3, 1]) == (4, 1)
+    assert accept_greedy(target, [2, 0, 3, 1]) == (4, 0)
 
 
 def test_k_zero_samples_from_p():
@@ -159,21 +159,22 @@ DRAFT_POS = np.array([[0.2, 0.3, 0.5], [0.5, 0.4, 0.1], [0.3, 0.4, 0.3], [0.6, 0
 
 
 def three_token_counts(rule, n=20_000, K=3, seed=5):
+    """Counts of the first K + 1 = 4 tokens: the bonus token of a round that keeps all 3 guesses is counted too."""
     rng = np.random.default_rng(seed)
-    counts = np.zeros((3, 3, 3))
+    counts = np.zeros((3, 3, 3, 3))
     for _ in range(n):
         seq = []
-        while len(seq) < 3:
+        while len(seq) < 4:
             j = len(seq)
             guesses = [sample(DRAFT_POS[j + i], rng) for i in range(K)]
             m, t = rule(TARGET_POS[j: j + K + 1], DRAFT_POS[j: j + K], guesses, rng)
             seq += guesses[:m] + [t]
-        counts[tuple(seq[:3])] += 1
+        counts[tuple(seq[:4])] += 1
     return counts.ravel()
 
 
 def test_level2_k3_rounds_monte_carlo():
-    exact = np.einsum("a,b,c->abc", *TARGET_POS[:3]).ravel()
+    exact = np.einsum("a,b,c,d->abcd", *TARGET_POS[:4]).ravel()
     chi2, dof, p = chisquare_gof(three_token_counts(accept_reject), exact)
     assert p > 1e-3, (chi2, dof, p)
     chi2, dof, p = chisquare_gof(three_token_counts(accept_reject_broken), exact)

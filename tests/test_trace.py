@@ -151,3 +151,22 @@ def test_the_page_renders_in_a_real_browser(big_pair, tmp_path):
     assert counter.rows == len(trace.rounds) == res.stats.rounds  # one row per round
     assert counter.chips == [k for r in trace.rounds for k in r.kinds()]  # one chip per token, coloured by decision
     assert len(counter.chips) == len(res.tokens)
+
+
+def test_the_summary_counts_plain_rounds_by_their_real_cause(tmp_path):
+    model_dir = chat_model_dir(tmp_path / "model")
+    base = ["generate", "--model", str(model_dir), "--prompt", "a b a b", "--no-stop", "--no-compare"]
+    code, out, err = run_cli(base + ["--draft", "layer-skip", "--layers", "1", "--k", "0", "--max-new-tokens", "4"])
+    assert code == 0 and "--k 0 asks for plain rounds" in err and "nothing to propose" not in err, err
+    code, out, err = run_cli(base + ["--draft", "layer-skip", "--layers", "1", "--k", "100", "--max-new-tokens", "8"])
+    assert code == 0 and "because one token was still wanted" in err and "judged" not in err, err
+
+
+def test_a_chain_only_drafter_with_a_tree_is_refused_before_any_output(tmp_path):
+    from pathlib import Path
+
+    bpe = Path(__file__).resolve().parents[1] / "weights" / "bpe8k-draft-4l-384"
+    model_dir = chat_model_dir(tmp_path / "model")
+    code, out, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", f"tli:{bpe}",
+                              "--tree", "2x2", "--no-compare"])
+    assert code == 2 and out == "" and "drafts chains only" in err, err

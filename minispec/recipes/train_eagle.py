@@ -279,7 +279,7 @@ def write_readme(out: Path, summary: dict, freq) -> None:
     first = next(iter(summary["held_out"].values()))
     (out / "README.md").write_text(f"""# {out.name}: an EAGLE feature head for SmolLM2-135M-Instruct
 
-Drafts for the target from the target's own top-layer features (``minispec/eagle.py``):
+Drafts for the target from the target's own top-layer features (``minispec/drafters/eagle.py``):
 fc([e(x_{{j+1}}); f_j]) then one Llama decoder layer of the target's widths, {summary['parameters'] / 1e6:.2f}M
 parameters (float32), and a reduced LM head: the target's own head restricted to the {len(freq)} most frequent
 tokens of the training data (``frequent_tokens.json``; trained with a cross-entropy over the top

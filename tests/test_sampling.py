@@ -1,0 +1,61 @@
+"""The warps against an independent reference: top-k keeps exactly the k most likely tokens, top-p the smallest
+set whose mass reaches p. (The level-3 tables apply the same warp on both sides, so they cannot see a warp that
+keeps one token too many: these tests can.)"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minispec.sampling import sample, warp
+
+
+def softmax(z):
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), V=st.integers(2, 40), k=st.integers(1, 45), T=st.sampled_from([0.5, 1.0, 2.0]))
+def test_top_k_keeps_exactly_the_k_largest(seed, V, k, T):
+    logits = np.random.default_rng(seed).permutation(V).astype(float) * 0.37  # distinct values: no ties
+    probs = warp(logits, T, top_k=k)
+    keep = np.argsort(-logits)[: min(k, V)]
+    want = np.zeros(V)
+    want[keep] = softmax(logits[keep] / T)
+    np.testing.assert_allclose(probs, want, atol=1e-12)
+    assert np.count_nonzero(probs) == min(k, V)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), V=st.integers(2, 40), top_p=st.floats(0.05, 1.0), T=st.sampled_from([0.7, 1.0]))
+def test_top_p_keeps_the_smallest_set_that_reaches_p(seed, V, top_p, T):
+    logits = np.random.default_rng(seed).normal(size=V) * 2
+    full = softmax(logits / T)
+    order = np.argsort(-full, kind="stable")
+    n = 1
+    while full[order[:n]].sum() < top_p and n < V:  # the smallest n whose mass reaches top_p
+        n += 1
+    want = np.zeros(V)
+    want[order[:n]] = full[order[:n]] / full[order[:n]].sum()
+    np.testing.assert_allclose(warp(logits, T, top_p=top_p), want, atol=1e-9)
+
+
+def test_temperature_zero_is_the_argmax_and_sample_inverts_the_cdf():
+    assert list(warp(np.array([0.1, 3.0, 2.0]), 0.0)) == [0.0, 1.0, 0.0]
+
+    class Fixed:
+        def __init__(self, u):
+            self.u = u
+
+        def random(self):
+            return self.u
+
+    p = np.array([0.2, 0.5, 0.3])
+    assert [sample(p, Fixed(u)) for u in (0.0, 0.19, 0.2, 0.69, 0.7, 0.999)] == [0, 0, 1, 1, 2, 2]
+
+
+def test_bad_warp_arguments_are_refused():
+    for kw, msg in ((dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p")):
+        with pytest.raises(ValueError, match=msg):
+            warp(np.zeros(3), **{"temperature": 1.0, **kw})
