@@ -50,7 +50,7 @@ def residual(target_row: np.ndarray, draft_row: np.ndarray) -> np.ndarray:
 
 
 def accept_reject(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
-    """One round: target_probs [K+1, V], draft_probs [K, V], draft_tokens [K] -> (n_accepted, next_token)."""
+    """The rule for one round: target_probs [K+1, V], draft_probs [K, V], draft_tokens [K] -> (n_accepted, next_token)."""
     K = len(draft_tokens)
     if target_probs.shape[0] != K + 1 or draft_probs.shape[0] != K:
         raise ValueError(f"need K+1 target rows and K draft rows for K={K} tokens, "

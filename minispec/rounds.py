@@ -16,7 +16,8 @@ Besides, ``run.unread`` is what the target's cache lacks (the last token; in rou
 it), and ``run.on_features`` is what the target pass hands its features to: None unless the drafter
 reads them (drafters/eagle.py).
 
-A reader of the algorithm can skip this file.
+A reader of the algorithm can skip this file on a first read; what it adds to the round is K's caps (never
+more guesses than the tokens still wanted, nor than the draft's context holds) and the cut at a stop token.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The engine's loop: the textbook round (textbook.py), plus what a real run needs.
 
 Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1, one round per iteration. Read
-``speculative_sampling`` in textbook.py first: this is the same round, line for line, and the same
+``speculative_sampling`` in textbook.py first: this is the same round (the draft's crop happens inside the
+drafter: ``DraftModel.feed`` keeps the prefix it shares with the sequence), and the same
 tokens for the same K and seed (tests/test_textbook.py). Each addition has a name and lives elsewhere:
 
     choosing K          the policy asks for K each round, or "auto" from the cost model (policy/)
@@ -12,7 +13,7 @@ tokens for the same K and seed (tests/test_textbook.py). Each addition has a nam
                         (``on_features``; ``run.emit`` hands on the rows the cache kept)
     the rule            ``rule="block"``: block verification instead of the token-wise rule (rejection.py)
     trees               ``tree_speculative_generate`` verifies a token tree per round (tree.py)
-    a trace             ``trace=Trace()`` records every round for a picture of the run (trace.py)
+    a trace             ``trace=Trace()`` records every round for a picture of the run (trace/)
     stop tokens, statistics, timing      ``run.emit`` and ``run.result()`` (rounds.py, stats.py)
 
 With K = 0 a round is one plain autoregressive step.
@@ -33,14 +34,14 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
                          seed: int | None = None, stop_ids=None, on_token: Callable[[int], None] | None = None,
                          rule="token", trace=None) -> SpecResult:
     """Generate like ``generate(target, ...)`` (the same distribution; greedy: the same tokens), faster
-    when the drafter guesses well and cheaply. ``drafter``: a drafter (drafters.py) or a draft Model.
+    when the drafter guesses well and cheaply. ``drafter``: a drafter (drafters/) or a draft Model.
     ``k``: guesses per round, or "auto" (chosen per round by the cost model, policy/auto_k.py).
     Stops after a token in ``stop_ids`` (included). ``rule``: "token" (``accept_reject``), "block"
     (``block_verify``, rejection.py), or a function of their signature: the losslessness checks pass a
     deliberately broken twin to show that they can fail. ``trace``: a ``trace.Trace`` that records every round
     (the rule's decisions, what was emitted, the time it took); the output is the same with or without it."""
     verify = verification_rule(rule)  # accept_reject (the textbook's), or block_verify: rejection.py
-    verify = trace.observe(verify) if trace is not None else verify  # an observer of its decisions (trace.py)
+    verify = trace.observe(verify) if trace is not None else verify  # an observer of its decisions (trace/)
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace)
     while not run.done:

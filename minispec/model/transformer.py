@@ -1,4 +1,5 @@
-"""A Llama-family transformer in NumPy: five layer functions and a `Model` that owns the weights.
+"""A Llama-family transformer in NumPy: layers as functions (linear, rms_norm, rope, attention, swiglu, and the
+block that chains them) and a `Model` that owns the weights.
 
 Dimension key used in every shape comment:
   T new tokens, S cached + new positions, D model width, H query heads, KVH key/value heads,
