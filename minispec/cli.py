@@ -331,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     k.add_argument("--draft", help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR "
                                    "(default: the shipped draft, else layer-skip)")
-    k.add_argument("--runs", type=int, default=192, help="paired runs of 48 tokens in the T=1 test (default 192: ~9,200 tokens)")
+    k.add_argument("--runs", type=int, default=192, help="paired runs of up to 48 tokens in the T=1 test (default 192; "
+                                                         "a run stops early at an end-of-sequence token)")
     k.add_argument("--quick", action="store_true", help="24 paired runs, 3 greedy prompts, no calibration")
     k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")
     k.add_argument("--rule", choices=["token", "block"], default="token",

@@ -168,7 +168,7 @@ def auto_counts(target, draft, runs, prompt):
     verifies, which moves the rng and the draft's cache) in every plain round it can."""
     counts, ks, probes = np.zeros(V * V), set(), 0
     for seed in range(runs):
-        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, probe_share=1.0,
+        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, probe_share=1.0, margin=0.0,
                     acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5, prior_next=0.8))
         toks = speculative_generate(target, DraftModel(draft), prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
         counts[toks[0] * V + toks[1]] += 1
