@@ -133,6 +133,8 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", choices=["honest", "corrupted"], default="honest")
     p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
+    if a.json and not Path(a.json).resolve().parent.is_dir():  # refused before the runs, not after them
+        raise ValueError(f"--json {a.json}: directory {Path(a.json).resolve().parent} does not exist")
     saved = {k: os.environ.get(k) for k in ("MINISPEC_CACHE", "MINISPEC_NO_CALIBRATION_CACHE")}
     try:
         if a.calibration == "corrupted":  # a cache of its own: the user's calibrations stay as they are

@@ -83,6 +83,8 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=48, help="tokens per run (default 48)")
     p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
+    if a.json and not Path(a.json).resolve().parent.is_dir():  # refused before the runs, not after them
+        raise ValueError(f"--json {a.json}: directory {Path(a.json).resolve().parent} does not exist")
     res = run(a)
     print(report(res))
     if a.json:
