@@ -1,9 +1,13 @@
 """The measuring harness: everything that checks or measures the library, never used by it.
 
     check.py        ``minispec check``: level-4 losslessness on the real target
-    equivalence.py  exact output distributions, chi-square tests and a deliberately broken rule
+    equivalence.py  exact output distributions, chi-square tests and the deliberately broken rules
+    exact_law.py    level 1 for a whole round: a rule's exact output law, integrated over every draw
     study.py        ``minispec bench``: acceptance, speedup, r(n), c and memory per drafter and K
-    bench.py        the ``minispec bench`` commands (study, forward, decode, draft, stop)
+    bench.py        the ``minispec bench`` commands (study, forward, decode, draft, stop, eagle, vocab, gpu-predict,
+                    auto, rules)
+    auto_eval.py    ``minispec bench auto``: k="auto" against plain decoding, and predicted against measured rounds
+    rules_eval.py   ``minispec bench rules``: the token-wise rule and block verification side by side
     draft_eval.py   ``minispec bench draft``: a draft model's acceptance by position and confidence
     stop_eval.py    ``minispec bench stop``: the early stop, measured
     measure.py      timing side by side, the weight-streaming floor, memory
