@@ -31,16 +31,32 @@ from .page import html_page
 TOP = 5  # residual tokens kept per rejection
 
 
+class RecordedDraw(float):
+    """A uniform draw that remembers the threshold the rule compares it with: the rule's own numbers, not a
+    second copy of its formulas."""
+
+    def __new__(cls, u: float, compared: list):
+        draw = super().__new__(cls, u)
+        draw.compared = compared
+        return draw
+
+    def __lt__(self, threshold):
+        self.compared.append((float(self), float(threshold)))
+        return float(self) < threshold
+
+    def __le__(self, threshold):
+        self.compared.append((float(self), float(threshold)))
+        return float(self) <= threshold
+
+
 class RecordingRng:
-    """Passes ``random()`` through to a numpy Generator and remembers each value."""
+    """Passes ``random()`` through to a numpy Generator; ``compared`` collects (draw, threshold) of every decision."""
 
     def __init__(self, rng: np.random.Generator):
-        self.rng, self.draws = rng, []
+        self.rng, self.compared = rng, []
 
     def random(self):
-        u = self.rng.random()
-        self.draws.append(float(u))
-        return u
+        return RecordedDraw(self.rng.random(), self.compared)
 
 
 @dataclass
@@ -81,7 +97,7 @@ class Trace:
         def traced(target_probs, draft_probs, draft_tokens, rng):
             recorder = RecordingRng(rng)
             n, next_token = rule(target_probs, draft_probs, draft_tokens, recorder)
-            self.pending = describe(name, target_probs, draft_probs, list(draft_tokens), recorder.draws, n, next_token)
+            self.pending = describe(name, target_probs, draft_probs, list(draft_tokens), recorder.compared, n, next_token)
             return n, next_token
 
         traced.__name__ = f"traced {name}"
@@ -150,32 +166,20 @@ def write_trace(trace: "Trace", path, decode=None, title: str = "minispec trace"
     return path
 
 
-def describe(rule: str, target_probs, draft_probs, guesses: list[int], draws: list[float], n: int,
+def describe(rule: str, target_probs, draft_probs, guesses: list[int], compared: list, n: int,
              next_token: int) -> Round:
-    """What one round of the rule met, from its inputs, its draws and its answer."""
+    """What one round of the rule met, from its inputs, the (draw, threshold) of each decision and its answer."""
     K = len(guesses)
     p = [float(target_probs[i, x]) for i, x in enumerate(guesses)]
     q = [float(draft_probs[i, x]) for i, x in enumerate(guesses)]
     block = "block" in rule
-    if block:  # the rule's thresholds h_i and the weight of the kept prefix (rejection.block_verify)
-        weights, w = [1.0], 1.0
-        for pi, qi in zip(p, q):
-            w = min(1.0, w * pi / qi) if qi > 0 else 0.0
-            weights.append(w)
-        accept = []
-        for i in range(1, K + 1):
-            if i < K:
-                mass = float(np.maximum(weights[i] * target_probs[i] - draft_probs[i], 0.0).sum())
-                accept.append(mass / (mass + 1 - weights[i]) if mass + 1 - weights[i] > 0 else 1.0)
-            else:
-                accept.append(weights[K])
-        decided = draws[:K]
-    else:
-        accept = [min(1.0, pi / qi) if qi > 0 else 0.0 for pi, qi in zip(p, q)]
-        decided = draws[: min(n + 1, K)]
+    decided, accept = [u for u, _ in compared], [h for _, h in compared]  # min(1, p/q), or block's h_i
+    weight = 1.0  # block: the running weight of the kept prefix, which its residual is weighted by
+    for pi, qi in zip(p[:n], q[:n]):
+        weight = min(1.0, weight * pi / qi) if qi > 0 else 0.0
     top = []
     if n < K:
-        row = (weighted_residual(target_probs[n], draft_probs[n], weights[n]) if block
+        row = (weighted_residual(target_probs[n], draft_probs[n], weight) if block
                else residual(target_probs[n], draft_probs[n]))
         order = np.argsort(-row, kind="stable")[:TOP]
         top = [(int(t), float(row[t])) for t in order if row[t] > 0]
