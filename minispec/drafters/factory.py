@@ -5,9 +5,11 @@ entry) or needs one of the cross-vocabulary algorithms (slem.py, tli.py).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
-from ..model import Model, load_model
+from ..model import Model, ModelFormatError, load_model
 from .crossvocab import CrossVocab, read_vocabulary
 from .draft_model import DraftModel, LayerSkip
 from .eagle import is_eagle_dir, load_eagle
@@ -95,9 +97,33 @@ def tokenizer_vocab(model_dir, role: str) -> dict[str, int]:
     return v
 
 
+SAME_TOKENIZER_FILE = "tokenizer.sha256"  # a draft directory that ships no tokenizer of its own: the one it was trained with
+
+
+def tokenizer_digest(model_dir) -> str:
+    """The SHA-256 of ``model_dir/tokenizer.json``."""
+    f = Path(model_dir) / "tokenizer.json"
+    if not f.is_file():
+        raise ModelFormatError(f"{model_dir}: no tokenizer.json")
+    return hashlib.sha256(f.read_bytes()).hexdigest()
+
+
 def same_tokenizer(target_dir, draft_dir) -> bool:
     """Whether the draft's tokenizer.json maps tokens to the target's ids (the standard rule can then compare
-    their q and p rows entry by entry); both directories must have one."""
+    their q and p rows entry by entry); both directories must have one. A draft directory may instead name its
+    tokenizer by the SHA-256 of its tokenizer.json (``tokenizer.sha256``): it must then be the target's, byte
+    for byte."""
+    pin = Path(draft_dir) / SAME_TOKENIZER_FILE
+    if pin.is_file() and not (Path(draft_dir) / "tokenizer.json").is_file():
+        want = pin.read_text(errors="replace").split()[:1]
+        if not want or not re.fullmatch(r"[0-9a-f]{64}", want[0]):
+            raise ModelFormatError(f"{pin}: expected the SHA-256 of a tokenizer.json (64 hex digits)")
+        have = tokenizer_digest(target_dir)
+        if have != want[0]:
+            raise ValueError(f"{draft_dir}: the draft was trained with the tokenizer whose tokenizer.json has SHA-256 "
+                             f"{want[0][:12]}..., the target's is {have[:12]}...: not the same tokenizer (copy the "
+                             "draft's own tokenizer.json into its directory to draft across vocabularies)")
+        return True
     target, draft = tokenizer_vocab(target_dir, "target"), tokenizer_vocab(draft_dir, "draft")
     shared = set(target) & set(draft)
     differ = [t for t in shared if target[t] != draft[t]]

@@ -23,7 +23,7 @@ from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_eagle
 from ..model.progress import Progress
 from ..model.safetensors_io import read_safetensors
-from ..policy import forward_times
+from ..policy.timing import eagle_costs, forward_times
 from ..speculative import speculative_generate
 from .prompts import load_prompts
 
@@ -57,6 +57,16 @@ def acceptance(target, eagle, prompts, k, temperature, max_new_tokens, stop, bar
                 acceptance=float(acc.sum() / drafted.sum()) if drafted.sum() else None, tokens_per_pass=tokens / rounds)
 
 
+def full_order(listed, V: int) -> list[int]:
+    """token_frequency_order.json lists the ids most frequent first, without the tail of the ids the training data
+    never showed (``recipes.train_eagle.trimmed_order``): those follow, in increasing order."""
+    if not isinstance(listed, list) or not all(isinstance(t, int) and 0 <= t < V for t in listed) \
+            or len(set(listed)) != len(listed):
+        raise ValueError(f"token_frequency_order.json: expected distinct token ids in [0, {V})")
+    seen = set(listed)
+    return listed + [t for t in range(V) if t not in seen]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="minispec bench eagle", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,7 +86,8 @@ def main(argv=None) -> int:
     shipped = load_eagle(head_dir, target)  # checks the directory
     tensors = read_safetensors(Path(head_dir) / "eagle.safetensors")
     order_file = Path(head_dir) / "token_frequency_order.json"
-    order = json.loads(order_file.read_text()) if order_file.is_file() else list(shipped.tokens_r)
+    order = full_order(json.loads(order_file.read_text()), target.cfg.vocab_size) if order_file.is_file() \
+        else list(shipped.tokens_r)
     sizes = [int(s) for s in a.sizes.split(",") if int(s) <= len(order)]
     sets = {s: load_prompts(s, tok, a.prompts_per_set) for s in ("code", "chat")}
     res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
@@ -84,7 +95,7 @@ def main(argv=None) -> int:
     for size in sizes:
         eagle = Eagle(target, tensors, order[:size], name=f"eagle-{size}")
         t_step = forward_times(target, (1,), context=64, repeats=10)[1]
-        per_guess = eagle.measure_costs(repeats=10)[0]
+        per_guess = eagle_costs(eagle, repeats=10)[0]
         t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
         row = dict(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step,
                    head_mb=eagle.weight_bytes / 1e6)

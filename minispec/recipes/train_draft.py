@@ -20,6 +20,7 @@ Recipe (every count fixed, so a seed gives the same model on the same software):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -185,8 +186,10 @@ def main(argv=None) -> int:
     state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
     write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.recipes.train_draft"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    for f in ("tokenizer_config.json", "generation_config.json"):
         shutil.copy(Path(target_dir) / f, out / f)
+    tokenizer = hashlib.sha256((Path(target_dir) / "tokenizer.json").read_bytes()).hexdigest()
+    (out / "tokenizer.sha256").write_text(tokenizer + "\n")  # the target's tokenizer, named, not copied
     summary = dict(parameters=n_params, generated_sequences=len(generated), generated_tokens=gen_tokens,
                    stdlib_tokens=int(code.size), steps=args.steps, tokens_seen=args.steps * args.batch * args.seq,
                    generation_minutes=gen_s / 60, training_minutes=train_s / 60,
@@ -194,7 +197,7 @@ def main(argv=None) -> int:
                    loss_curve={s: float(np.mean(curve[max(0, s - 25): s + 1])) for s in range(0, args.steps, 50)},
                    args=vars(args), torch=torch.__version__, transformers=transformers.__version__)
     (out / "training.json").write_text(json.dumps(summary, indent=2))
-    write_sums(out, ("config.json", "model.safetensors", "tokenizer.json"))
+    write_sums(out, ("config.json", "model.safetensors", "tokenizer.sha256"))
     log(f"done: {summary['total_minutes']:.1f} min, final loss {summary['final_loss']:.3f}")
     return 0
 

@@ -120,6 +120,16 @@ def frequency_order(tokens, eos, V: int) -> np.ndarray:
     return np.argsort(-counts, kind="stable").astype(np.int64)
 
 
+def trimmed_order(order) -> list[int]:
+    """``order`` without its tail of ids in increasing order (the tokens the data never showed, in id order):
+    ``minispec bench eagle`` appends the missing ids in increasing order again, so nothing is lost."""
+    order = [int(t) for t in order]
+    cut = len(order)
+    while cut > 1 and order[cut - 2] < order[cut - 1]:
+        cut -= 1
+    return order[:cut]
+
+
 def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
     return np.sort(frequency_order(tokens, eos, V)[:vocab])
 
@@ -257,11 +267,11 @@ def _rows(data, rows, seq):
 
 
 def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict) -> None:
-    """Everything but the weights: the shipped frequent tokens (the top ``--ship-vocab`` of ``order``), the whole
-    order (``minispec bench eagle`` tries other sizes from it), config.json, training.json, SHA256SUMS, README."""
+    """Everything but the weights: the shipped frequent tokens (the top ``--ship-vocab`` of ``order``), the order
+    (``minispec bench eagle`` tries other sizes from it; ``trimmed_order``), config.json, training.json, SHA256SUMS, README."""
     ship = sorted(int(t) for t in order[: summary["reduced_vocab"]])
     (out / "frequent_tokens.json").write_text(json.dumps(ship))
-    (out / "token_frequency_order.json").write_text(json.dumps([int(t) for t in order]))
+    (out / "token_frequency_order.json").write_text(json.dumps([int(t) for t in trimmed_order(order)]))
     econf = dict(minispec_drafter="eagle", target=target_name, hidden_size=cfg.hidden_size,
                  num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
                  intermediate_size=cfg.intermediate_size, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
@@ -304,8 +314,8 @@ its default), with torch {summary['torch']}:
   {first['first_greedy']:.3f}; T=1 acceptance sum min(p, q) {first['first_t1']:.3f}. Full log: `train_log.txt`,
   figures: `training.json`. Measured speedups: `docs/eagle.md`.
 
-`token_frequency_order.json` lists every token id, most frequent first: `minispec bench eagle` loads the
-head with other reduced-head sizes from it. `SHA256SUMS` lists the checksums of the four files.
+`token_frequency_order.json` lists the token ids most frequent first, without the tail of unseen ids (in
+increasing order): `minispec bench eagle` loads the head with other reduced-head sizes from it. `SHA256SUMS` lists the checksums of the four files.
 """)
 
 

@@ -1,0 +1,73 @@
+"""Store a trained drafter's weights in bfloat16: half the bytes on disk, the same float32 arithmetic.
+
+``python -m minispec.recipes.store_bf16 DIR [--file model.safetensors]`` rewrites every float tensor of
+``DIR/FILE`` as BF16 (round to nearest even), keeps the file's metadata, records ``"stored_dtype": "BF16"`` in
+``DIR/training.json`` and updates that file's line in ``DIR/SHA256SUMS``. The loader widens BF16 to float32
+(``model/safetensors_io.py``), so activations stay float32; only the weights' last 16 mantissa bits are lost.
+A file already in BF16 is left as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from ..model.safetensors_io import read_header, read_safetensors, write_safetensors
+
+
+def store_bf16(directory, file: str = "model.safetensors") -> bool:
+    """-> True when the file was rewritten, False when every float tensor was BF16 already."""
+    d = Path(directory)
+    path = d / file
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    header, _ = read_header(path)
+    if all(info["dtype"] != "F32" for info in header.values()):
+        return False
+    meta = _metadata(path)  # read_header drops it; it is kept as it was
+    tensors = read_safetensors(path)
+    tmp = path.with_suffix(".tmp")
+    write_safetensors(tmp, tensors, dtype="BF16", metadata=meta)
+    tmp.replace(path)  # nothing is lost if the write fails half-way
+    info = d / "training.json"
+    if info.is_file():
+        record = json.loads(info.read_text())
+        record["stored_dtype"] = "BF16"
+        info.write_text(json.dumps(record, indent=2) + "\n")
+    sums = d / "SHA256SUMS"
+    if sums.is_file():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        lines = [f"{digest}  {file}" if line.split()[-1] == file else line for line in sums.read_text().splitlines()]
+        sums.write_text("\n".join(lines) + "\n")
+    return True
+
+
+def _metadata(path) -> dict:
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        meta = json.loads(f.read(n)).get("__metadata__") or {}
+    meta.pop("format", None)  # write_safetensors sets it
+    return meta
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("directory", help="a drafter's directory, for example weights/eagle-smollm2-135m")
+    ap.add_argument("--file", default="model.safetensors", help="the safetensors file in it (default model.safetensors)")
+    args = ap.parse_args(argv)
+    try:
+        changed = store_bf16(args.directory, args.file)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{Path(args.directory) / args.file}: " + ("rewritten in BF16" if changed else "already BF16, left as it is"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

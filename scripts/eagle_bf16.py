@@ -1,0 +1,49 @@
+"""The shipped EAGLE head in BF16 against the same head in F32 (the file before commit "weights: the EAGLE head
+stored in BF16"): per position of 12 prompts' T=1 continuations, the total-variation distance between the two
+heads' first guesses, and each one's acceptance sum min(p, q) and greedy agreement with the target.
+
+    git show HEAD~N:weights/eagle-smollm2-135m/eagle.safetensors > /tmp/f32/eagle.safetensors   (plus the
+    directory's other files)
+    python scripts/eagle_bf16.py /tmp/f32 docs/eagle/bf16.json
+"""
+
+import json
+import sys
+
+import numpy as np
+
+from minispec.drafters.eagle import load_eagle
+from minispec.generate import generate
+from minispec.harness.first_guess import eagle_first_guess_logits
+from minispec.harness.prompts import load_prompts
+from minispec.model import load_model, load_tokenizer
+from minispec.model.fetch import resolve_model
+from minispec.sampling import warp
+
+
+def main(f32_dir: str, out: str) -> None:
+    d = resolve_model(None)
+    target, tok = load_model(d), load_tokenizer(d)
+    heads = {"BF16": load_eagle("weights/eagle-smollm2-135m", target), "F32": load_eagle(f32_dir, target)}
+    tv, acc, greedy = [], {k: [] for k in heads}, {k: [] for k in heads}
+    for name in ("code", "chat"):
+        for prompt in load_prompts(name, tok, 6):
+            seq = list(prompt) + generate(target, prompt, 48, temperature=1.0, seed=len(prompt))
+            feats = []
+            p = warp(target.forward(seq, target.new_cache(len(seq)), on_features=feats.append)[len(prompt) - 1:-1], 1.0)
+            q = {k: warp(eagle_first_guess_logits(h, seq, feats[0])[len(prompt) - 1:-1], 1.0) for k, h in heads.items()}
+            tv += list(0.5 * np.abs(q["BF16"] - q["F32"]).sum(1))
+            for k in heads:
+                acc[k] += list(np.minimum(p, q[k]).sum(1))
+                greedy[k] += list(q[k].argmax(1) == p.argmax(1))
+    res = dict(positions=len(tv), tv_mean=float(np.mean(tv)), tv_max=float(np.max(tv)),
+               acceptance={k: float(np.mean(v)) for k, v in acc.items()},
+               greedy_agreement={k: float(np.mean(v)) for k, v in greedy.items()},
+               command="python scripts/eagle_bf16.py F32_DIR docs/eagle/bf16.json")
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)
+    print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
