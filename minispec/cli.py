@@ -329,15 +329,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("check", help="level-4 losslessness check on the real target (64 min measured here; --quick: 3.2 min)")
     k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
-    k.add_argument("--draft", help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR "
-                                   "(default: the shipped draft, else layer-skip)")
+    k.add_argument("--draft", action="append",
+                   help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR (default: "
+                        "the shipped draft, else layer-skip); repeat it to check several against one set of plain runs")
     k.add_argument("--runs", type=int, default=192, help="paired runs of up to 48 tokens in the T=1 test (default 192; "
                                                          "a run stops early at an end-of-sequence token)")
     k.add_argument("--quick", action="store_true", help="24 paired runs, 3 greedy prompts, no calibration")
     k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")
     k.add_argument("--rule", choices=["token", "block"], default="token",
                    help="the verification rule the T=1 test checks, each against its broken twin (default token)")
-    k.add_argument("--json", help="also write the figures to this JSON file")
+    k.add_argument("--json", help="also write the figures to this JSON file (several --draft: a path with {kind}, "
+                                  "for example docs/level4_{kind}.json)")
     k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="the latency study (`minispec bench --help`); subcommands forward, draft, decode, stop, "

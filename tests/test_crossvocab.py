@@ -19,7 +19,7 @@ from minispec.drafters import DraftModel, make_drafter
 from minispec.drafters.crossvocab import CrossVocab, intersection, token_bytes
 from minispec.drafters.slem import SLEM, exact_match
 from minispec.drafters.tli import TLI
-from minispec.harness.equivalence import chisquare_gof
+from minispec.harness.equivalence import TrustingSLEM, chisquare_gof, prefix_match
 from minispec.model import ModelFormatError
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.rejection import accept_reject, overlap, residual
@@ -198,19 +198,6 @@ def slem_round(cross, keep_boundary=False):
     return propose
 
 
-def prefix_match(target_bytes):
-    """The broken twin of SLEM's verification: the last guess (the boundary token) is kept when the target's own
-    token *starts with* its text, a string-level match where only a token match is valid."""
-    def rule(target_probs, draft_probs, draft_tokens, rng):
-        for i, x in enumerate(draft_tokens):
-            y = sample(target_probs[i], rng)
-            last = i == len(draft_tokens) - 1
-            if y != x and not (last and target_bytes[y].startswith(target_bytes[x])):
-                return i, y
-        return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
-    return rule
-
-
 @pytest.fixture(scope="session")
 def chars_cross(cross_models):
     target, drafts = cross_models
@@ -258,14 +245,6 @@ def test_level2_tli_round(broken):
 
 
 # --- level 3: tiny models, two tokenizers ------------------------------------------------------------------
-
-class TrustingSLEM(SLEM):
-    """SLEM keeping its boundary token, for ``prefix_match`` to trust: together, the broken twin (keeping it
-    alone would be harmless: exact match checks it like any other guess)."""
-
-    def candidates(self, tokens, text, ended):
-        return super().candidates(tokens, text, True)
-
 
 class UnnormalisedTLI(TLI):
     """TLI reporting the draft's full softmax on the shared tokens (not renormalised) while sampling from q'."""
@@ -459,14 +438,14 @@ def test_bench_vocab_end_to_end(bigger_models):
 
 
 def test_level4_acceptance_statistic_reads_tlis_q(bigger_models, renumbered_draft):
-    """check.acceptance_of_tokens with TLI: min(1, q'(y)/p(y)) at each emitted token, from TLI's teacher-forced
+    """check.per_token_values' acceptance with TLI: min(1, q'(y)/p(y)) at each emitted token, from TLI's teacher-forced
     q'. The target itself under another tokenizer gives q' = p where the two read the same split: near 1."""
-    from minispec.harness.check import acceptance_of_tokens
+    from minispec.harness.check import per_token_values
 
     target, draft_dir = bigger_models
     prompt = [3, 7, 1, 9]
     run = generate(target, prompt, 24, temperature=1.0, seed=0)
-    same = acceptance_of_tokens(target, make_drafter(f"tli:{renumbered_draft}", target), prompt, run)
-    other = acceptance_of_tokens(target, make_drafter(f"tli:{draft_dir}", target), prompt, run)
+    same = per_token_values(target, make_drafter(f"tli:{renumbered_draft}", target), prompt, run)["acceptance"]
+    other = per_token_values(target, make_drafter(f"tli:{draft_dir}", target), prompt, run)["acceptance"]
     assert same.shape == other.shape == (24,)
     assert same.mean() > 0.7 and other.mean() < same.mean(), (same, other)

@@ -2,7 +2,7 @@
 
 1. Sampling (temperature 1). ``n_runs`` pairs of short runs: run i of plain sampling and run i of
    speculative sampling start from the same prompt (the three prompt sets, interleaved), each with a
-   seed of its own. Two statistics compare the methods:
+   seed of its own. The statistics that compare the methods:
      tokens       the two-sample chi-square of token frequencies (the most frequent ids get a bin
                   each, rare ones share one: ``equivalence.token_bins``);
      acceptance   the mean over emitted tokens y of min(1, q(y) / p(y)), with p and q the target's and
@@ -10,24 +10,34 @@
                   For any method whose output follows p its expectation is sum min(p, q) at each
                   position; a rule that resamples from p instead of the residual raises it, by
                   sum min(p, q)^2 / p - (sum min(p, q))^2 >= 0 (Cauchy-Schwarz). It is aimed at the
-                  bug the token frequencies dilute.
-   Neither statistic's null distribution is assumed. When both methods sample p, the two runs of a
+                  bug the token frequencies dilute. (SLEM's q is one-hot: TLI's q' of the same draft
+                  stands in for it.)
+     prefix       SLEM only: the mean over emitted tokens y of m(y), the target's mass on the tokens that
+                  extend y's text (``PrefixMass``). A verifier that trusts a guess by string prefix emits
+                  " wor" where the target drew " world", so the tokens it emits have more such mass.
+   No statistic's null distribution is assumed. When both methods sample p, the two runs of a
    pair are exchangeable, so the p-value is the share of random swaps of whole runs (2,000) whose
    statistic is at least as extreme (``equivalence.paired_permutation_test``): exact, however
    dependent the tokens within a run are. (The token-level chi-square p-value used before treated
    every token as independent and ran low: p = 0.037 and 0.044 on two full runs of the exact rule.)
-   PASS: the smaller p-value, times 2 for the two tests (Bonferroni), is above ALPHA = 0.01.
-2. Broken rule: the same comparison with ``equivalence.broken_accept_reject`` (resample from p, not
-   the residual) must FAIL: it shows the test has the power to catch a wrong rule at this size.
+   PASS: the smallest p-value, times the number of tests (Bonferroni), is above ALPHA = 0.01.
+2. Broken twins: the same comparison with a deliberately broken control must FAIL: it shows the test
+   has the power to catch a wrong rule at this size (``broken_twins``: the residual bug of
+   ``equivalence.broken_accept_reject``, or block verification's forgotten weight; for SLEM also a
+   boundary token trusted by prefix).
 3. Calibration (the full check): plain against plain, ``seeds`` times: each statistic's p-values
    should look uniform (a Kolmogorov-Smirnov test against U(0, 1) is shown).
 4. Greedy: for each drafter, speculative output == plain greedy output token for token. A mismatch
    is reported with the target's top-2 logit gap at the first differing position: a float tie
    (the K+1-row verification pass and the 1-row decode take different BLAS paths) is shown, not hidden.
+
+Several drafters in one invocation share one set of plain runs (``plain_runs``). Each result records
+where its time went (``seconds_by_phase``) and where it comes from (``provenance``).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import time
@@ -35,7 +45,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from ..drafters import TLI, Eagle, LayerSkip, PromptLookup, make_drafter
+from ..drafters import SLEM, TLI, Eagle, LayerSkip, PromptLookup, make_drafter
 from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
@@ -43,9 +53,10 @@ from ..model.progress import Progress
 from ..rejection import accept_reject, block_verify
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
-from .equivalence import broken_accept_reject, broken_block_verify, mean_test, token_test
+from .equivalence import TrustingSLEM, broken_accept_reject, broken_block_verify, mean_test, prefix_match, token_test
 from .first_guess import eagle_first_guess_logits, tli_first_guess_rows
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 
 def all_prompts(tok):
@@ -72,55 +83,128 @@ def plain_sampler(target, stop):
 RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify, broken_block_verify)}  # (rule, twin)
 
 
-def speculative_sampler(target, drafter, stop, k: int, broken: bool, rule: str = "token"):
-    rule = RULES[rule][int(broken)]
+def broken_twins(drafter, rule: str = "token") -> dict:
+    """The deliberately broken controls for ``drafter`` under ``rule``: {result key: (drafter, rule function)}.
+    Every drafter gets its rule's twin in equivalence.py (the residual bug; for block verification, the weight
+    forgotten). SLEM also gets the real hazard of string-level drafting, a boundary token trusted by prefix
+    (``prefix_match`` with ``TrustingSLEM``)."""
+    twins = dict(sampling_broken_rule=(drafter, RULES[rule][1]))
+    if isinstance(drafter, SLEM) and rule == "token":
+        twins["sampling_trusted_boundary"] = (TrustingSLEM(drafter.draft_model, drafter.cross, drafter.vocab),
+                                              prefix_match(drafter.cross.target_bytes))
+    return twins
+
+
+def speculative_sampler(target, drafter, stop, k: int, rule_fn):
     return lambda p, n, s: speculative_generate(target, drafter, p, n, k=k, temperature=1.0, seed=s, stop_ids=stop,
-                                                rule=rule).tokens
+                                                rule=rule_fn).tokens
 
 
-def acceptance_of_tokens(target, drafter, prompt, run) -> np.ndarray:  # -> [len(run)]
-    """min(1, q(y) / p(y)) for each token y of ``run`` at T = 1: what the rule would accept it with, had the
-    draft proposed it. One teacher-forced pass of the target and of the draft over prompt + run."""
+def has_q(drafter) -> bool:
+    """Whether the drafter has a distribution q over the target's ids to compare with p (SLEM's is one-hot)."""
+    return getattr(drafter, "model", None) is not None or isinstance(drafter, (Eagle, TLI, SLEM))
+
+
+def successor(b: bytes) -> bytes:
+    """The smallest byte string after every string that starts with ``b``."""
+    b = b.rstrip(b"\xff")
+    return b[:-1] + bytes([b[-1] + 1]) if b else b"\xff" * 64
+
+
+class PrefixMass:
+    """m(y) = sum of p(z) over the target's tokens z != y whose bytes start with y's: how much of the target's
+    mass a verifier that trusts y by string prefix would hand to y. Tokens sorted by their bytes put every
+    extension of y in one range after it, so m is a difference of two cumulative sums."""
+
+    def __init__(self, target_bytes: list[bytes]):
+        self.order = sorted(range(len(target_bytes)), key=lambda t: target_bytes[t])
+        keys = [target_bytes[t] for t in self.order]
+        self.lo = np.zeros(len(target_bytes), np.int64)
+        self.hi = np.zeros(len(target_bytes), np.int64)
+        for t, b in enumerate(target_bytes):
+            self.lo[t] = bisect.bisect_left(keys, b)
+            self.hi[t] = self.lo[t] if not b else bisect.bisect_left(keys, successor(b))  # empty: no extensions
+        self.order = np.asarray(self.order)
+
+    def __call__(self, p: np.ndarray, run) -> np.ndarray:  # p [n, V], run [n] -> [n]
+        c = np.concatenate([np.zeros((len(p), 1)), np.cumsum(p[:, self.order], axis=1)], axis=1)  # [n, V+1]
+        idx, run = np.arange(len(run)), np.asarray(run)
+        return np.maximum(c[idx, self.hi[run]] - c[idx, self.lo[run]] - p[idx, run] * (self.hi[run] > self.lo[run]),
+                          0.0)
+
+
+def per_token_values(target, drafter, prompt, run) -> dict[str, np.ndarray]:  # -> {statistic: [len(run)]}
+    """For each token y of ``run`` at T = 1, from one teacher-forced pass of the target and of the drafter over
+    prompt + run:
+      acceptance   min(1, q(y) / p(y)), what the rule would accept y with had the draft proposed it (drafters with
+                   a q over the target's ids: ``has_q``; SLEM's q is one-hot, so it is read as TLI would);
+      prefix       SLEM only: ``PrefixMass`` m(y), aimed at a verifier that trusts a guess by string prefix."""
     seq = list(prompt) + list(run)
     rows = slice(len(prompt) - 1, len(seq) - 1)  # the rows that predict the run's tokens
+    idx = np.arange(len(run))
     if isinstance(drafter, Eagle):  # a feature head: its first guess at every position, from the target's features
         features = []
         logits = target.forward(seq, target.new_cache(len(seq)), on_features=features.append)
-        p, q = warp(logits[rows], 1.0), warp(eagle_first_guess_logits(drafter, seq, features[0])[rows], 1.0)  # [n, V] each
-    elif isinstance(drafter, TLI):  # a draft with its own tokenizer: q' over the target's ids
-        p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
+        p, q = warp(logits[rows], 1.0), warp(eagle_first_guess_logits(drafter, seq, features[0])[rows], 1.0)  # [n, V]
+        return dict(acceptance=np.minimum(1.0, q[idx, run] / p[idx, run]))
+    p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
+    out = {}
+    if isinstance(drafter, SLEM):
+        out["prefix"] = prefix_mass(drafter.cross)(p, run)
+        drafter = TLI(drafter.draft_model, drafter.cross, drafter.vocab) if len(drafter.cross.shared_draft) else None
+        if drafter is None:
+            return out
+    if isinstance(drafter, TLI):  # a draft with its own tokenizer: q' over the target's ids
         q = tli_first_guess_rows(drafter, seq, len(prompt), lambda z: warp(z, 1.0))  # [n, V]
     else:
-        p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
         q = warp(drafter.pad(drafter.model.forward(seq, drafter.model.new_cache(len(seq))))[rows], 1.0)  # [n, V]
-    idx = np.arange(len(run))
-    return np.minimum(1.0, q[idx, run] / p[idx, run])
+    out["acceptance"] = np.minimum(1.0, q[idx, run] / p[idx, run])
+    return out
+
+
+_PREFIX_MASS = {}
+
+
+def prefix_mass(cross) -> PrefixMass:
+    if id(cross) not in _PREFIX_MASS:
+        _PREFIX_MASS[id(cross)] = PrefixMass(cross.target_bytes)
+    return _PREFIX_MASS[id(cross)]
+
+
+STATISTICS = ("tokens", "acceptance", "prefix")
 
 
 def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000) -> dict:
-    """Both statistics (module docstring) for paired runs, and the verdict at ALPHA."""
+    """The statistics (module docstring) for paired runs, and the verdict at ALPHA."""
     res = dict(tokens=token_test(runs_a, runs_b, seed=seed, permutations=permutations))
-    if getattr(drafter, "model", None) is not None or isinstance(drafter, (Eagle, TLI)):
-        values = [[acceptance_of_tokens(target, drafter, prompts[i % len(prompts)], r) for i, r in enumerate(runs)]
-                  for runs in (runs_a, runs_b)]
-        res["acceptance"] = mean_test(*values, seed=seed, permutations=permutations)
-    tests = [res[k]["p_value"] for k in ("tokens", "acceptance") if k in res]
+    values = [[per_token_values(target, drafter, prompts[i % len(prompts)], r) for i, r in enumerate(runs)]
+              for runs in (runs_a, runs_b)]
+    for name in STATISTICS[1:]:
+        if name not in values[0][0]:
+            continue
+        res[name] = mean_test(*([v[name] for v in side] for side in values), seed=seed, permutations=permutations)
+    tests = [res[k]["p_value"] for k in STATISTICS if k in res]
     res["p_value"] = min(1.0, len(tests) * min(tests))  # Bonferroni over the tests
     res["passed"] = res["p_value"] > ALPHA
     return res
 
 
-def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, broken: bool = False, run_tokens: int = 48,
-                   progress: bool = True, rule: str = "token") -> dict:
-    """Speculative sampling at T = 1 with ``rule`` ("token" or "block"; ``broken``: its broken twin) against
-    ``plain_runs``, run i of each on prompt i."""
+def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_tokens: int = 48, progress: bool = True,
+                   rule: str = "token", twin: str | None = None) -> dict:
+    """Speculative sampling at T = 1 with ``rule`` ("token" or "block"; ``twin``: one of its broken controls,
+    ``broken_twins``) against ``plain_runs``, run i of each on prompt i. The statistics read the real drafter."""
     prompts = all_prompts(tok)
-    bar = Progress(len(plain_runs), "level 4, T=1" + (" (broken rule)" if broken else ""), quiet=not progress)
-    spec = sample_runs(speculative_sampler(target, drafter, tok.eos_ids, k, broken, rule), prompts, len(plain_runs),
+    runner, rule_fn = broken_twins(drafter, rule)[twin] if twin else (drafter, RULES[rule][0])
+    bar = Progress(len(plain_runs), f"level 4, T=1, {drafter.name}" + (f" ({twin})" if twin else ""),
+                   quiet=not progress)
+    t0 = time.perf_counter()
+    spec = sample_runs(speculative_sampler(target, runner, tok.eos_ids, k, rule_fn), prompts, len(plain_runs),
                        run_tokens, 10**6, bar)
     bar.close()
-    return dict(drafter=drafter.name, rule=RULES[rule][int(broken)].__name__, broken_rule=broken,
-                **compare(target, drafter, prompts, plain_runs, spec))
+    t1 = time.perf_counter()
+    res = compare(target, drafter, prompts, plain_runs, spec)
+    return dict(drafter=drafter.name, rule=getattr(rule_fn, "__name__", str(rule_fn)), broken_rule=twin is not None,
+                **res, seconds=dict(generation=t1 - t0, statistics=time.perf_counter() - t1))
 
 
 def calibration_check(target, drafter, tok, seeds: int = 20, n_runs: int = 24, run_tokens: int = 32,
@@ -170,22 +254,42 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
     return list(rows.values())
 
 
-def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192, greedy_prompts: int = 20,
-              greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=(), rule: str = "token") -> dict:
-    """The whole level-4 check (module docstring); ``calibration_seeds`` 0 skips the calibration."""
+def plain_runs(target, tok, n_runs: int = 192, progress: bool = True) -> dict:
+    """The plain side of the T=1 comparison: run i is plain sampling from prompt i with seed i. One set serves
+    every drafter checked in one invocation (its runs do not depend on the drafter)."""
     t0 = time.perf_counter()
     bar = Progress(n_runs, "level 4, T=1 plain", quiet=not progress)
-    plain = sample_runs(plain_sampler(target, tok.eos_ids), all_prompts(tok), n_runs, 48, 0, bar)
+    runs = sample_runs(plain_sampler(target, tok.eos_ids), all_prompts(tok), n_runs, 48, 0, bar)
     bar.close()
+    return dict(runs=runs, seconds=time.perf_counter() - t0)
+
+
+def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192, greedy_prompts: int = 20,
+              greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=(), rule: str = "token",
+              plain: dict | None = None) -> dict:
+    """The whole level-4 check (module docstring); ``calibration_seeds`` 0 skips the calibration. ``plain``: runs
+    from ``plain_runs`` to share (their time is then counted where they were made, ``plain_shared``)."""
+    t0 = time.perf_counter()
+    shared = plain is not None
+    plain = plain or plain_runs(target, tok, n_runs, progress)
     res = dict(target=target.name, rule=rule,
-               sampling=sampling_check(target, sampling_drafter, tok, plain, progress=progress, rule=rule),
-               sampling_broken_rule=sampling_check(target, sampling_drafter, tok, plain, broken=True, progress=progress,
-                                                   rule=rule))
+               sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], progress=progress, rule=rule))
+    for twin in broken_twins(sampling_drafter, rule):
+        res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], progress=progress, rule=rule, twin=twin)
+    phases = dict(plain=plain["seconds"], plain_shared=shared)
+    for side in ["sampling", *broken_twins(sampling_drafter, rule)]:
+        for what, sec in res[side].pop("seconds").items():
+            phases[f"{side}_{what}"] = sec
     if calibration_seeds:
+        t1 = time.perf_counter()
         res["calibration"] = calibration_check(target, sampling_drafter, tok, calibration_seeds, progress=progress)
+        phases["calibration"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
     res["greedy"] = greedy_check(target, greedy_drafters, tok, greedy_prompts, greedy_tokens, progress=progress,
                                  trees=trees)
-    res["seconds"] = time.perf_counter() - t0
+    phases["greedy"] = time.perf_counter() - t1
+    res["seconds"] = time.perf_counter() - t0 + (plain["seconds"] if shared else 0.0)
+    res["seconds_by_phase"] = phases
     res["passed"] = verdicts(res)
     return res
 
@@ -194,6 +298,8 @@ def verdicts(res: dict) -> dict:
     """What passed: the real rule is not told apart from plain sampling, the broken rule is, the calibration's
     p-values look uniform, and greedy output is identical up to float ties."""
     out = dict(sampling=res["sampling"]["passed"], broken_rule_caught=not res["sampling_broken_rule"]["passed"],
+               **({"trusted_boundary_caught": not res["sampling_trusted_boundary"]["passed"]}
+                  if "sampling_trusted_boundary" in res else {}),
                greedy=all(m["top2_logit_gap"] < 1e-3 for g in res["greedy"] for m in g["mismatches"]))
     if "calibration" in res:
         out["calibration"] = res["calibration"]["passed"]
@@ -208,6 +314,10 @@ def format_sampling(s: dict) -> str:
         a = s["acceptance"]
         line += (f"; acceptance of the emitted tokens: {a['mean_a']:.3f} plain vs {a['mean_b']:.3f} speculative, "
                  f"p = {a['p_value']:.3g}")
+    if "prefix" in s:
+        v = s["prefix"]
+        line += (f"; the target's mass on extensions of the emitted tokens: {v['mean_a']:.4f} plain vs "
+                 f"{v['mean_b']:.4f} speculative, p = {v['p_value']:.3g}")
     return line + f"; combined p = {s['p_value']:.3g}"
 
 
@@ -219,16 +329,21 @@ def format_check(res: dict) -> str:
     ok = res["passed"]
     lines = [f"Level 4 on {res['target']}: is speculative decoding's output the target's own?",
              f"A comparison tells two methods apart when its combined p-value is at or below {ALPHA} "
-             "(two permutation tests, Bonferroni).", ""]
+             f"({sum(k in res['sampling'] for k in STATISTICS)} permutation tests, Bonferroni).", ""]
     lines.append(f"{word(ok['sampling'])}  T=1, the real rule ({res['sampling'].get('rule', 'accept_reject')}, "
                  f"{res['sampling']['drafter']}, K = 4): "
                  + format_sampling(res["sampling"]) + (f" > {ALPHA}: not told apart from plain sampling"
                                                         if ok["sampling"] else f" <= {ALPHA}: the outputs differ"))
-    lines.append(f"{word(ok['broken_rule_caught'])}  T=1, a deliberately BROKEN rule "
+    lines.append(f"{word(ok['broken_rule_caught'])}  T=1, a deliberately BROKEN twin "
                  f"({res['sampling_broken_rule'].get('rule', 'broken_accept_reject')}): "
                  + format_sampling(res["sampling_broken_rule"])
                  + (f" <= {ALPHA}: caught, so the test can see a wrong rule at this size"
                     if ok["broken_rule_caught"] else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
+    if "sampling_trusted_boundary" in res:
+        good = ok["trusted_boundary_caught"]
+        lines.append(f"{word(good)}  T=1, SLEM trusting its boundary token by prefix (the real hazard, "
+                     f"{res['sampling_trusted_boundary']['rule']}): " + format_sampling(res["sampling_trusted_boundary"])
+                     + (f" <= {ALPHA}: caught" if good else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
     if "calibration" in res:
         c = res["calibration"]
         ks = ", ".join(f"{name} {p:.3g}" for name, p in c["ks_p_value"].items())
@@ -243,32 +358,56 @@ def format_check(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main_check(args) -> int:
-    target_dir = resolve_model(args.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
-    spec = args.draft or shipped_draft() or "layer-skip"
-    main = make_drafter(spec, target)
-    cross = getattr(main, "draft_model", None) is not None  # a draft with its own tokenizer (slem.py, tli.py)
-    if getattr(main, "model", None) is None and not isinstance(main, Eagle) and not cross:
-        raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with its own distribution (a draft model, "
-                         "an EAGLE head, a draft with its own tokenizer, or layer-skip); prompt lookup is checked greedily")
-    if cross:  # greedy: both algorithms over the same draft
+def greedy_set(spec: str, main, target) -> list:
+    """The drafters checked greedily beside ``main``: for a draft with its own tokenizer, both algorithms over it;
+    otherwise prompt lookup and layer skip as well."""
+    if getattr(main, "draft_model", None) is not None:  # a draft with its own tokenizer (slem.py, tli.py)
         algorithm, _, draft_dir = spec.partition(":")
         draft_dir = draft_dir if algorithm in ("slem", "tli") else spec
         greedy = [main]
         if main.algorithm == "TLI" or len(main.cross.shared_draft):  # TLI needs shared tokens
             greedy.append(make_drafter(f"{'tli' if main.algorithm == 'SLEM' else 'slem'}:{draft_dir}", target))
-    else:
-        greedy = [main, PromptLookup()] + ([] if isinstance(main, LayerSkip) else [LayerSkip(target)])
-    trees = [main] if hasattr(main, "see_features") else []  # a feature head: its trees too
-    if args.quick:
-        res = run_check(target, tok, main, greedy, n_runs=24, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0,
-                        trees=trees, rule=args.rule)
-    else:
-        res = run_check(target, tok, main, greedy, n_runs=args.runs, calibration_seeds=0 if args.no_calibration else 20,
-                        trees=trees, rule=args.rule)
-    print(format_check(res))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
-    return 0 if all(res["passed"].values()) else 1
+        return greedy
+    return [main, PromptLookup()] + ([] if isinstance(main, LayerSkip) else [LayerSkip(target)])
+
+
+def json_path(pattern: str, drafter, several: bool) -> str:
+    """``--json``'s file for ``drafter``: with several drafters, ``{kind}`` in the pattern names each one."""
+    if not several:
+        return pattern
+    kind = drafter.name.split(":")[0]
+    return pattern.replace("{kind}", kind)
+
+
+def main_check(args) -> int:
+    specs = args.draft or [shipped_draft() or "layer-skip"]
+    several = len(specs) > 1
+    if several and args.json and "{kind}" not in args.json:
+        raise ValueError(f"--json {args.json}: with several --draft, name the files with {{kind}} in the path "
+                         "(for example docs/level4_{kind}.json)")
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"--draft: {', '.join(specs)}: a drafter named twice")
+    target_dir = resolve_model(args.model)
+    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    mains = [make_drafter(spec, target) for spec in specs]  # every spec checked before anything runs
+    for spec, main in zip(specs, mains):
+        if not has_q(main) and not isinstance(main, SLEM):
+            raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with its own distribution (a draft model, "
+                             "an EAGLE head, a draft with its own tokenizer, or layer-skip); prompt lookup is checked "
+                             "greedily")
+    quick = dict(n_runs=24, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0) if args.quick else \
+        dict(n_runs=args.runs, calibration_seeds=0 if args.no_calibration else 20)
+    plain = plain_runs(target, tok, quick["n_runs"]) if several else None  # shared by every drafter
+    done, failed, origin = set(), False, provenance()
+    for spec, main in zip(specs, mains):
+        greedy = [d for d in greedy_set(spec, main, target) if d.name not in done]  # each drafter greedily once
+        done |= {d.name for d in greedy}
+        trees = [main] if hasattr(main, "see_features") else []  # a feature head: its trees too
+        res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, **quick)
+        res["provenance"] = origin
+        print(format_check(res) + ("\n" if several else ""))
+        failed |= not all(res["passed"].values())
+        if args.json:
+            with open(json_path(args.json, main, several), "w") as f:
+                json.dump(res, f, indent=2)
+    return 1 if failed else 0

@@ -21,13 +21,13 @@ import numpy as np
 
 from ..drafters import as_drafter
 from ..generate import generate
-from ..model import backend
 from ..model.progress import Progress
 from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
 from ..policy.costs import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import machine_info
 
 
 def predicted_speedup(a: float, c: float, r_k1: float, k: int, b: float | None = None) -> float:
@@ -197,28 +197,6 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
         result["peer"] = peer(prompts, max_new_tokens)
     result["seconds"] = time.perf_counter() - t_start
     return result
-
-
-def machine_info() -> dict:
-    import os
-    import platform
-
-    info = dict(python=platform.python_version(), numpy=np.__version__, cpus=os.cpu_count(),
-                processor=platform.processor() or platform.machine(), device=backend.device_name())
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        from threadpoolctl import threadpool_info
-
-        info["blas"] = [f"{x.get('internal_api')} {x.get('version')} {x.get('architecture')}" for x in threadpool_info()]
-    except ImportError:
-        pass
-    return info
 
 
 def transformers_peer(target_dir, draft_dir, ks=(4,)):

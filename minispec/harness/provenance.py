@@ -1,0 +1,54 @@
+"""Where a measurement comes from: the machine, the code's commit, the date and the command. Every committed
+figure names its run with these (docs generated from the JSON quote them)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..model import backend
+
+
+def machine_info() -> dict:
+    info = dict(python=platform.python_version(), numpy=np.__version__, cpus=os.cpu_count(),
+                processor=platform.processor() or platform.machine(), device=backend.device_name())
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        info["blas"] = [f"{x.get('internal_api')} {x.get('version')} {x.get('architecture')}" for x in threadpool_info()]
+    except ImportError:
+        pass
+    return info
+
+
+def commit() -> str | None:
+    """The checkout's commit, with "+changes" when the tracked files differ from it (None outside git)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def provenance(argv=None) -> dict:
+    """-> {date (UTC), commit, command, machine} of the run now in progress."""
+    argv = sys.argv if argv is None else argv
+    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(),
+                command="minispec " + " ".join(argv[1:]) if argv and argv[0].endswith(("minispec", "__main__.py"))
+                else " ".join(argv), machine=machine_info())
