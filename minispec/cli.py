@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="the latency study (`minispec bench --help`); subcommands forward, draft, decode, stop, "
-                            "eagle, vocab, gpu-predict, auto, rules (`minispec bench auto --help`)",
+                            "eagle, vocab, gpu-predict, auto, rules, power (`minispec bench auto --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(func=cmd_bench)

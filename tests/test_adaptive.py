@@ -6,13 +6,13 @@ import pytest
 
 from minispec import generate, load_model, rejection
 from minispec.drafters import DraftModel, PromptLookup
-from minispec.harness.equivalence import chisquare_gof
+from minispec.harness.exact_loop import loop_law
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.policy import Acceptance, AutoK, FixedK, StoppedK, expected_tokens
 from minispec.sampling import sample, top_probability, warp
 from minispec.speculative import speculative_generate
 
-from .helpers import V, broken_residual, exact_two_tokens
+from .helpers import V, broken_residual, exact_three_tokens, exact_two_tokens
 
 CPU_LIKE = {n: 0.010 * (1.0 if n == 1 else 2.2 + 0.02 * n) for n in range(1, 10)}  # r(2) = 2.2, flat after
 FLAT = {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}  # verification nearly free
@@ -178,13 +178,31 @@ def auto_counts(target, draft, runs, prompt):
     return counts, ks
 
 
-def test_level3_with_auto_k(pair):
+def auto_policy():
+    return AutoK(MIXED, 0.002, k_max=3, learn_costs=False, probe_share=1.0, margin=0.0,
+                 acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5, prior_next=0.8))
+
+
+def exact_with_policy(target, draft, prompt, make_policy, m=3, make_drafter=None):
+    """The loop's exact law of its first m tokens (harness/exact_loop.py) with a fresh policy per path; and the
+    policies, for what they did."""
+    made = []
+
+    def fresh():
+        made.append(make_policy())
+        return dict(k=made[-1])
+    law, _ = loop_law(target, make_drafter or (lambda: DraftModel(draft)), prompt, m, V, fresh=fresh, temperature=1.0)
+    return law, made
+
+
+def test_level3_exact_with_auto_k(pair):
+    """Level 3, exact, under a policy that varies K and probes between rounds (a probe draws from the rng and
+    moves the draft's cache): the law of 3 tokens is the target's."""
     target, draft = pair
-    prompt = [1, 4, 2]
-    counts, ks = auto_counts(target, draft, 20_000, prompt)
-    assert len(ks) >= 3, ks  # the policy really varied K
-    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, prompt, temperature=1.0))
-    assert p > 1e-3, (chi2, dof, p)
+    law, made = exact_with_policy(target, draft, [1, 4, 2], auto_policy)
+    assert len({k for p in made for k in p.history}) >= 3  # the policy really varied K
+    assert sum(p.probes for p in made) > len(made) // 4  # and probed
+    np.testing.assert_allclose(law, exact_three_tokens(target, [1, 4, 2], temperature=1.0), rtol=1e-5, atol=1e-7)
 
 
 class ProbeThenK(FixedK):
@@ -203,39 +221,26 @@ class ProbeThenK(FixedK):
         return True
 
 
-def probe_counts(target, draft, runs, prompt):
-    counts = np.zeros(V * V)
-    for seed in range(runs):
-        toks = speculative_generate(target, DraftModel(draft), prompt, 4, k=ProbeThenK(), seed=seed, temperature=1.0).tokens
-        counts[toks[1] * V + toks[2]] += 1  # tokens 2 and 3: emitted after a probe, by a K = 2 round
-    return counts
-
-
-def exact_tokens_2_3(target, prompt):
-    """P(t2, t3) = sum over t1 of P(t1, t2, t3)."""
-    p1 = warp(target.forward(prompt, target.new_cache(len(prompt)))[-1], 1.0)
-    return sum(p1[t1] * exact_two_tokens(target, prompt + [t1], temperature=1.0) for t1 in range(V))
-
-
-def test_level3_with_probes_between_rounds(pair):
+def test_level3_exact_with_probes_between_rounds(pair):
     target, draft = pair
-    chi2, dof, p = chisquare_gof(probe_counts(target, draft, 20_000, [1, 4, 2]), exact_tokens_2_3(target, [1, 4, 2]))
-    assert p > 1e-3, (chi2, dof, p)
+    law, made = exact_with_policy(target, draft, [1, 4, 2], ProbeThenK)
+    np.testing.assert_allclose(law, exact_three_tokens(target, [1, 4, 2], temperature=1.0), rtol=1e-5, atol=1e-7)
 
 
-def test_level3_with_probes_catches_broken_rule(pair, monkeypatch):
+def test_level3_exact_with_probes_catches_broken_rule(pair, monkeypatch):
     target, draft = pair
     monkeypatch.setattr(rejection, "residual", broken_residual)
-    chi2, dof, p = chisquare_gof(probe_counts(target, draft, 20_000, [1, 4, 2]), exact_tokens_2_3(target, [1, 4, 2]))
-    assert p < 1e-6, (chi2, dof, p)
+    law, _ = exact_with_policy(target, draft, [1, 4, 2], ProbeThenK)  # tokens 2 and 3: a K = 2 round after a probe
+    tv = 0.5 * np.abs(law - exact_three_tokens(target, [1, 4, 2], temperature=1.0)).sum()
+    assert tv > 0.02, tv
 
 
-def test_level3_with_auto_k_catches_broken_rule(pair, monkeypatch):
+def test_level3_exact_with_auto_k_catches_broken_rule(pair, monkeypatch):
     target, draft = pair
     monkeypatch.setattr(rejection, "residual", broken_residual)
-    counts, _ = auto_counts(target, draft, 20_000, [1, 4, 2])
-    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, [1, 4, 2], temperature=1.0))
-    assert p < 1e-6, (chi2, dof, p)
+    law, _ = exact_with_policy(target, draft, [1, 4, 2], auto_policy, m=2)
+    tv = 0.5 * np.abs(law - exact_two_tokens(target, [1, 4, 2], temperature=1.0)).sum()
+    assert tv > 0.02, tv
 
 
 def test_auto_greedy_equals_plain(tmp_path):
@@ -383,29 +388,18 @@ class StopOnTheDrawnToken(DraftModel):
         return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
 
-def early_stop_counts(target, drafter, runs, prompt):
-    counts, cuts = np.zeros(V * V), 0
-    for seed in range(runs):
-        pol = StopWhenUnsure()
-        toks = speculative_generate(target, drafter, prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
-        counts[toks[0] * V + toks[1]] += 1
-        cuts += pol.cuts
-    assert cuts >= runs // 10, cuts  # the stop really happened
-    return counts
-
-
-def test_level3_with_early_stop(pair):
+def test_level3_exact_with_early_stop(pair):
     target, draft = pair
-    counts = early_stop_counts(target, DraftModel(draft), 20_000, [5, 1])
-    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, [5, 1], temperature=1.0))
-    assert p > 1e-3, (chi2, dof, p)
+    law, made = exact_with_policy(target, draft, [5, 1], StopWhenUnsure)
+    assert sum(p.cuts for p in made) > len(made) // 10  # the stop really happened
+    np.testing.assert_allclose(law, exact_three_tokens(target, [5, 1], temperature=1.0), rtol=1e-5, atol=1e-7)
 
 
-def test_level3_catches_an_early_stop_that_looks_at_the_drawn_token(pair):
+def test_level3_exact_catches_an_early_stop_that_looks_at_the_drawn_token(pair):
     target, draft = pair
-    counts = early_stop_counts(target, StopOnTheDrawnToken(draft), 20_000, [5, 1])
-    chi2, dof, p = chisquare_gof(counts, exact_two_tokens(target, [5, 1], temperature=1.0))
-    assert p < 1e-6, (chi2, dof, p)
+    law, _ = exact_with_policy(target, draft, [5, 1], StopWhenUnsure, make_drafter=lambda: StopOnTheDrawnToken(draft))
+    tv = 0.5 * np.abs(law - exact_three_tokens(target, [5, 1], temperature=1.0)).sum()
+    assert tv > 1e-3, tv  # 0.0046, exactly: far above float rounding (1e-7)
 
 
 def test_greedy_with_early_stop_equals_plain(big_pair):

@@ -6,41 +6,37 @@ import pytest
 from minispec import generate, load_model, rejection
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup, same_tokenizer
 from minispec.harness.equivalence import chisquare_gof
+from minispec.harness.exact_loop import loop_law
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.speculative import speculative_generate
 
-from .helpers import V, broken_residual, exact_two_tokens
-
-
-def spec_two_token_counts(target, drafter, prompt, runs, **w):
-    counts = np.zeros(V * V)
-    for seed in range(runs):
-        toks = speculative_generate(target, drafter, prompt, 2, k=2, seed=seed, **w).tokens
-        counts[toks[0] * V + toks[1]] += 1
-    return counts
-
+from .helpers import V, broken_residual, exact_three_tokens, exact_two_tokens
 
 WARPS = [dict(temperature=1.0), dict(temperature=0.7, top_k=4), dict(temperature=1.3, top_p=0.8)]
+EXACT = dict(rtol=1e-5, atol=1e-7)  # float32 rounding: a K+1-row pass and a full forward differ by ~1e-7 relative
 
 
 @pytest.mark.parametrize("w", WARPS, ids=["T=1", "T=0.7,top_k=4", "T=1.3,top_p=0.8"])
-def test_level3_sequence_distribution_matches_target(pair, w):
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_level3_exact_law_of_the_loop_is_the_targets(pair, w, k):
+    """Level 3, exact: speculative_generate itself, walked over every branch of its randomness (the draft's
+    samples, the rule's uniforms, the residual and bonus draws; harness/exact_loop.py), emits its first 3 tokens
+    with the target's own law. Rounds 2 and 3 start from a cropped cache, so the cache is in the law too."""
     target, draft = pair
     prompt = [1, 4, 2]
-    exact = exact_two_tokens(target, prompt, **w)
-    counts = spec_two_token_counts(target, DraftModel(draft), prompt, 20_000, **w)
-    chi2, dof, p = chisquare_gof(counts, exact)
-    assert p > 1e-3, (chi2, dof, p)
+    law, paths = loop_law(target, lambda: DraftModel(draft), prompt, 3, V, k=k, **w)
+    assert paths > 50
+    np.testing.assert_allclose(law, exact_three_tokens(target, prompt, **w), **EXACT)
 
 
-def test_level3_catches_broken_rule(pair, monkeypatch):
+def test_level3_exact_law_catches_broken_rule(pair, monkeypatch):
+    """The same walk with the residual bug: its law of two tokens differs from the target's by an exact amount."""
     target, draft = pair
     prompt = [1, 4, 2]
     monkeypatch.setattr(rejection, "residual", broken_residual)
-    exact = exact_two_tokens(target, prompt, temperature=1.0)
-    counts = spec_two_token_counts(target, DraftModel(draft), prompt, 20_000, temperature=1.0)
-    chi2, dof, p = chisquare_gof(counts, exact)
-    assert p < 1e-6, (chi2, dof, p)
+    law, _ = loop_law(target, lambda: DraftModel(draft), prompt, 2, V, k=2, temperature=1.0)
+    tv = 0.5 * np.abs(law - exact_two_tokens(target, prompt, temperature=1.0)).sum()
+    assert tv > 0.05, tv  # 0.089 on this pair
 
 
 def drafters_for(target, draft):

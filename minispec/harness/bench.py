@@ -8,7 +8,8 @@
 ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``);
 ``minispec bench auto``: ``k="auto"`` against plain decoding for every drafter, and the cost model's predicted
 round times next to the measured ones (see ``auto_eval.py``);
-``minispec bench rules``: the token-wise rule and block verification side by side at T = 1 (``rules_eval.py``).
+``minispec bench rules``: the token-wise rule and block verification side by side at T = 1 (``rules_eval.py``);
+``minispec bench power``: how large a departure level 4's statistics catch (``power.py``).
 ``--device cuda`` runs ``forward``, ``decode`` and the study on CuPy (timings synchronise the device).
 
 Every figure is a median over repeats, and ratios are taken inside one run.
@@ -31,7 +32,7 @@ from ..model import backend, load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
-from . import auto_eval, crossvocab_eval, draft_eval, eagle_eval, gpu, rules_eval, stop_eval
+from . import auto_eval, crossvocab_eval, draft_eval, eagle_eval, gpu, power, rules_eval, stop_eval
 from .measure import stream_time, timed
 from .study import run_study, transformers_peer, write_report
 
@@ -223,6 +224,8 @@ def main(argv=None) -> int:
         return auto_eval.main(argv[1:])
     if argv and argv[0] == "rules":
         return rules_eval.main(argv[1:])
+    if argv and argv[0] == "power":
+        return power.main(argv[1:])
     return bench_study(argv)
 
 

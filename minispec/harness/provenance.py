@@ -48,7 +48,20 @@ def commit() -> str | None:
 
 def provenance(argv=None) -> dict:
     """-> {date (UTC), commit, command, machine} of the run now in progress."""
-    argv = sys.argv if argv is None else argv
-    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(),
-                command="minispec " + " ".join(argv[1:]) if argv and argv[0].endswith(("minispec", "__main__.py"))
-                else " ".join(argv), machine=machine_info())
+    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(), command=command(argv),
+                machine=machine_info())
+
+
+def command(argv=None) -> str:
+    """The command line as a reader would type it again: ``minispec ...`` or ``python -m minispec.x.y ...``."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return ""
+    head = Path(argv[0])
+    if head.name in ("minispec", "__main__.py"):
+        return " ".join(["minispec", *argv[1:]])
+    if head.suffix == ".py" and "minispec" in head.parts:
+        at = len(head.parts) - 1 - head.parts[::-1].index("minispec")  # the package, however its checkout is named
+        module = ".".join(head.with_suffix("").parts[at:])
+        return " ".join(["python -m " + module, *argv[1:]])
+    return " ".join(argv)
