@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 from minispec import DraftModel, load_model, rejection, speculative_generate
 from minispec.harness.equivalence import broken_block_verify, chisquare_gof
 from minispec.harness.exact_law import continued_law, joint_law, round_law
+from minispec.harness.exact_loop import loop_law
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.rejection import accept_greedy, accept_reject, block_verify
 from minispec.sampling import warp
 
 from .helpers import V as SMALL_V
-from .helpers import exact_three_tokens, three_token_counts
+from .helpers import exact_three_tokens
 
 
 def context_table(seed: int, V: int, concentration: float = 0.7):
@@ -155,14 +156,19 @@ def test_the_usual_level3_pair_cannot_see_the_twin_and_this_one_can(pair, twin_p
 
 
 @pytest.mark.parametrize("rule", ["block", "twin"])
-def test_level3_the_loop_with_block_verification_and_its_twin(twin_pair, rule):
+@pytest.mark.parametrize("k", [2, 3])
+def test_level3_exact_the_loop_with_block_verification_and_its_twin(twin_pair, rule, k):
+    """The loop with block verification, walked over every draw (harness/exact_loop.py): the law of its first 3
+    tokens is the target's; the twin's differs by the exact distance ``twin_distance`` predicts for K = 2."""
     target, draft = twin_pair
     prompt = [1, 4, 2]
+    law, _ = loop_law(target, lambda: DraftModel(draft), prompt, 3, SMALL_V, k=k, temperature=1.0,
+                      rule="block" if rule == "block" else broken_block_verify)
     exact = exact_three_tokens(target, prompt, temperature=1.0)
-    counts = three_token_counts(target, lambda: DraftModel(draft), prompt, 20_000, temperature=1.0,
-                                rule="block" if rule == "block" else broken_block_verify)
-    p = chisquare_gof(counts, exact)[2]
-    assert (p > 1e-3) if rule == "block" else (p < 1e-6), p
+    if rule == "block":
+        np.testing.assert_allclose(law, exact, rtol=1e-5, atol=1e-7)
+    else:
+        assert 0.5 * np.abs(law - exact).sum() > 0.01
 
 
 def test_greedy_loop_output_is_unchanged(big_pair):

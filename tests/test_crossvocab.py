@@ -20,13 +20,14 @@ from minispec.drafters.crossvocab import CrossVocab, intersection, token_bytes
 from minispec.drafters.slem import SLEM, exact_match
 from minispec.drafters.tli import TLI
 from minispec.harness.equivalence import TrustingSLEM, chisquare_gof, prefix_match
+from minispec.harness.exact_loop import loop_law
 from minispec.model import ModelFormatError
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.rejection import accept_reject, overlap, residual
 from minispec.sampling import sample, warp
 from minispec.speculative import speculative_generate
 
-from .helpers import V, exact_three_tokens, three_token_counts
+from .helpers import V, exact_three_tokens, exact_two_tokens, three_token_counts
 
 TARGET_VOCAB = {"a": 0, "b": 1, "c": 2, "ab": 3, "ba": 4, "bc": 5}
 TARGET_MERGES = [("a", "b"), ("b", "a"), ("b", "c")]
@@ -257,44 +258,57 @@ class UnnormalisedTLI(TLI):
         return super().target_row(self._full)
 
 
-L3 = [pytest.param("chars", SLEM, dict(temperature=1.0), id="slem-chars-T=1"),
-      pytest.param("bpe", TLI, dict(temperature=1.0), id="tli-bpe-T=1"),
-      pytest.param("bpe", SLEM, dict(temperature=0.7, top_k=4), id="slem-bpe-T=0.7,top_k=4", marks=pytest.mark.slow),
-      pytest.param("chars", TLI, dict(temperature=1.3, top_p=0.8), id="tli-chars-T=1.3,top_p=0.8",
-                   marks=pytest.mark.slow)]
+L3 = [pytest.param("chars", SLEM, dict(temperature=1.0), 2, id="slem-chars-T=1"),
+      pytest.param("bpe", SLEM, dict(temperature=0.7, top_k=4), 2, id="slem-bpe-T=0.7,top_k=4"),
+      pytest.param("bpe", TLI, dict(temperature=1.0), 3, id="tli-bpe-T=1"),
+      pytest.param("chars", TLI, dict(temperature=1.3, top_p=0.8), 3, id="tli-chars-T=1.3,top_p=0.8")]
 
 
-@pytest.mark.parametrize("name, cls, w", L3)
-def test_level3_matches_target(cross_models, name, cls, w):
+def exact_tokens(target, m, **w):
+    return (exact_two_tokens if m == 2 else exact_three_tokens)(target, PROMPT, **w)
+
+
+@pytest.mark.parametrize("name, cls, w, m", L3)
+def test_level3_exact_law(cross_models, name, cls, w, m):
+    """Level 3, exact (harness/exact_loop.py): the loop with a draft of its own tokenizer, walked over every draw
+    (the draft's own tokens included), emits its first m tokens with the target's law. SLEM draws up to 2K + 2 of
+    its own tokens a round, so 3 tokens are 194,000 paths (320 s): SLEM is walked for 2 tokens, and
+    ``test_level3_monte_carlo_slem_three_tokens`` (slow) samples 3."""
     target = cross_models[0]
     make = fresh_drafters(cross_models, name, cls)
-    runs = [speculative_generate(target, make(), PROMPT, 4, k=2, seed=s, **w).stats for s in range(200)]
+    law, paths = loop_law(target, make, PROMPT, m, V, k=2, **w)
+    assert paths > 20
+    np.testing.assert_allclose(law, exact_tokens(target, m, **w), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_level3_monte_carlo_slem_three_tokens(cross_models):
+    target = cross_models[0]
+    make = fresh_drafters(cross_models, "chars", SLEM)
+    runs = [speculative_generate(target, make(), PROMPT, 4, k=2, seed=s, temperature=1.0).stats for s in range(200)]
     assert sum(r.accepted for r in runs) > 0.03 * sum(r.drafted for r in runs)  # guesses are in play
-    counts = three_token_counts(target, make, PROMPT, RUNS, **w)
-    chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, **w))
+    counts = three_token_counts(target, make, PROMPT, RUNS, temperature=1.0)
+    chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, temperature=1.0))
     assert pv > 1e-3, (chi2, dof, pv)
 
 
-def test_level3_catches_a_trusted_boundary_token(cross_models):
-    target, drafts = cross_models
-    cross = CrossVocab(target.path, drafts["bpe"], V, 6)
-    make = lambda: TrustingSLEM(load_model(drafts["bpe"]), cross, V)  # noqa: E731
-    rule = prefix_match(cross.target_bytes)
-    counts = np.zeros(V ** 3)
-    for seed in range(RUNS // 4):
-        toks = speculative_generate(target, make(), PROMPT, 4, k=2, temperature=1.0, seed=seed, rule=rule).tokens
-        counts[(toks[0] * V + toks[1]) * V + toks[2]] += 1
-    chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, temperature=1.0))
-    assert pv < 1e-6, (chi2, dof, pv)
-
-
-def test_level3_catches_tli_without_renormalising(cross_models):
+def test_level3_exact_catches_a_trusted_boundary_token(cross_models):
     target, drafts = cross_models
     cross = CrossVocab(target.path, drafts["bpe"], V, 6)
     model = load_model(drafts["bpe"])
-    counts = three_token_counts(target, lambda: UnnormalisedTLI(model, cross, V), PROMPT, RUNS, temperature=1.0)
-    chi2, dof, pv = chisquare_gof(counts, exact_three_tokens(target, PROMPT, temperature=1.0))
-    assert pv < 1e-6, (chi2, dof, pv)
+    law, _ = loop_law(target, lambda: TrustingSLEM(model, cross, V), PROMPT, 2, V, k=2, temperature=1.0,
+                      rule=prefix_match(cross.target_bytes))
+    tv = 0.5 * np.abs(law - exact_two_tokens(target, PROMPT, temperature=1.0)).sum()
+    assert tv > 0.01, tv
+
+
+def test_level3_exact_catches_tli_without_renormalising(cross_models):
+    target, drafts = cross_models
+    cross = CrossVocab(target.path, drafts["bpe"], V, 6)
+    model = load_model(drafts["bpe"])
+    law, _ = loop_law(target, lambda: UnnormalisedTLI(model, cross, V), PROMPT, 3, V, k=2, temperature=1.0)
+    tv = 0.5 * np.abs(law - exact_three_tokens(target, PROMPT, temperature=1.0)).sum()
+    assert tv > 0.01, tv
 
 
 # --- greedy identity, stops, selection ---------------------------------------------------------------------
