@@ -6,7 +6,8 @@ import pytest
 from scipy import stats
 
 from minispec import DraftModel, load_model
-from minispec.harness.check import ALPHA, compare, plain_sampler, sample_runs, speculative_sampler
+from minispec.harness import check
+from minispec.harness.check import ALPHA, RULES, PrefixMass, broken_twins, compare, json_path, plain_sampler
 from minispec.harness.equivalence import paired_permutation_test, token_bins
 from minispec.model.progress import Progress
 from minispec.model.tiny import tiny_config, write_random_model
@@ -23,7 +24,7 @@ def tiny(tmp_path_factory):
 
 
 def runs(method, n, seed):
-    return sample_runs(method, PROMPTS, n, 12, seed, Progress(n, quiet=True))
+    return check.sample_runs(method, PROMPTS, n, 12, seed, Progress(n, quiet=True))
 
 
 def test_plain_against_plain_gives_uniform_p_values(tiny):
@@ -42,8 +43,9 @@ def test_plain_against_plain_gives_uniform_p_values(tiny):
 def test_the_real_rule_passes_and_the_broken_rule_is_caught(tiny):
     target, drafter = tiny
     plain = runs(plain_sampler(target, []), 60, 0)
-    real = compare(target, drafter, PROMPTS, plain, runs(speculative_sampler(target, drafter, [], 4, False), 60, 10**6))
-    broken = compare(target, drafter, PROMPTS, plain, runs(speculative_sampler(target, drafter, [], 4, True), 60, 10**6))
+    real_rule, twin = RULES["token"]
+    real = compare(target, drafter, PROMPTS, plain, runs(check.speculative_sampler(target, drafter, [], 4, real_rule), 60, 10**6))
+    broken = compare(target, drafter, PROMPTS, plain, runs(check.speculative_sampler(target, drafter, [], 4, twin), 60, 10**6))
     assert real["passed"], real
     assert not broken["passed"] and broken["acceptance"]["mean_b"] > broken["acceptance"]["mean_a"], broken
 
@@ -58,3 +60,35 @@ def test_permutation_p_value_is_small_only_when_the_runs_differ():
 def test_token_bins_pool_rare_tokens():
     bins = token_bins([[1] * 20 + [2] * 3, [1] * 5 + [3] * 12], n_bins=10, min_count=10)
     assert list(bins) == [1, 3]  # token 2 (3 times) goes to "other"
+
+
+def test_prefix_mass_sums_the_tokens_that_extend_the_emitted_one():
+    """m(y) = sum of p(z) over tokens z != y whose bytes start with y's (an empty token extends nothing)."""
+    tb = [b"a", b"ab", b"abc", b"b", b"", b"ab", b"a\xff", b"a\xff\x01"]
+    p = np.array([[0.1, 0.2, 0.3, 0.1, 0.2, 0.05, 0.03, 0.02]])
+    m = PrefixMass(tb)
+    want = {0: 0.2 + 0.3 + 0.05 + 0.03 + 0.02, 1: 0.3 + 0.05, 2: 0.0, 3: 0.0, 4: 0.0, 5: 0.3 + 0.2, 6: 0.02, 7: 0.0}
+    for y, v in want.items():
+        assert m(p, [y])[0] == pytest.approx(v, abs=1e-12), y
+
+
+def test_broken_twins_and_the_json_files_they_go_to(tiny):
+    target, drafter = tiny
+    assert list(broken_twins(drafter)) == ["sampling_broken_rule"]
+    assert broken_twins(drafter, "block")["sampling_broken_rule"][1] is RULES["block"][1]
+    assert json_path("docs/level4_{kind}.json", drafter, True) == "docs/level4_draft.json"
+    assert json_path("out.json", drafter, False) == "out.json"
+
+
+def test_check_refuses_bad_draft_lists(tmp_path):
+    from types import SimpleNamespace
+
+    from minispec.harness.check import main_check
+
+    args = SimpleNamespace(draft=["a", "b"], json="out.json", model=None, quick=True, rule="token", runs=24,
+                           no_calibration=True)
+    with pytest.raises(ValueError, match="{kind}"):
+        main_check(args)
+    args.draft, args.json = ["a", "a"], None
+    with pytest.raises(ValueError, match="named twice"):
+        main_check(args)

@@ -59,3 +59,44 @@ def test_bad_warp_arguments_are_refused():
     for kw, msg in ((dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p")):
         with pytest.raises(ValueError, match=msg):
             warp(np.zeros(3), **{"temperature": 1.0, **kw})
+
+
+def hf_warp(logits, temperature, top_k, top_p):
+    """transformers' own warpers, in generate's order (temperature, top-k, top-p), then a softmax."""
+    torch = pytest.importorskip("torch")
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    scores, ids = torch.tensor(np.asarray(logits, dtype=np.float64))[None], torch.zeros((1, 1), dtype=torch.long)
+    if temperature != 1.0:
+        scores = lp.TemperatureLogitsWarper(temperature)(ids, scores)
+    if top_k is not None:
+        scores = lp.TopKLogitsWarper(top_k)(ids, scores)
+    if top_p is not None:
+        scores = lp.TopPLogitsWarper(top_p)(ids, scores)
+    return torch.softmax(scores, -1)[0].numpy()
+
+
+def test_warps_match_transformers_warpers():
+    """An independent reference: transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper on
+    the same logits, ties (rounded logits), extreme values and edge parameters included. Where tokens of equal
+    probability straddle the top-p boundary, transformers' sort is unstable, so only the kept probabilities are
+    compared (as a sorted list); minispec keeps the lower ids, always."""
+    rng = np.random.default_rng(0)
+    for i in range(400):
+        V = int(rng.integers(2, 40))
+        z = rng.normal(0, 3, V)
+        if i % 3 == 0:
+            z = np.round(z)  # ties
+        if i % 7 == 0:
+            z[rng.integers(V)] = 80.0  # one token far above the rest
+        T = float(rng.choice([0.05, 0.3, 0.7, 1.0, 1.5, 3.0]))
+        k = None if i % 4 == 0 else int(rng.integers(1, V + 2))
+        p = None if i % 5 == 0 else float(rng.choice([1e-6, 0.1, 0.5, 0.8, 0.9, 0.95, 0.999, 1.0]))
+        ours, theirs = warp(z, T, k, p), hf_warp(z, T, k, p)
+        np.testing.assert_allclose(np.sort(ours), np.sort(theirs), atol=1e-9, err_msg=str((z, T, k, p)))
+        if len(set(z)) == V:  # no two tokens tied: the same tokens, too
+            np.testing.assert_allclose(ours, theirs, atol=1e-9, err_msg=str((z, T, k, p)))
+
+
+def test_top_p_ties_keep_the_lower_ids():
+    z = np.log([0.4, 0.2, 0.2, 0.2])  # top_p 0.55: one of the three tied tokens must go in
+    np.testing.assert_allclose(warp(z, 1.0, top_p=0.55), [2 / 3, 1 / 3, 0, 0])

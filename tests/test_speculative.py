@@ -36,7 +36,7 @@ def test_level3_exact_law_catches_broken_rule(pair, monkeypatch):
     monkeypatch.setattr(rejection, "residual", broken_residual)
     law, _ = loop_law(target, lambda: DraftModel(draft), prompt, 2, V, k=2, temperature=1.0)
     tv = 0.5 * np.abs(law - exact_two_tokens(target, prompt, temperature=1.0)).sum()
-    assert tv > 0.05, tv  # 0.089 on this pair
+    assert tv > 0.03, tv  # 0.060 on this pair
 
 
 def drafters_for(target, draft):
