@@ -107,3 +107,19 @@ def test_store_bf16(tmp_path):
     assert not store_bf16(tmp_path, "m.safetensors")  # already BF16: left alone
     with pytest.raises(FileNotFoundError):
         store_bf16(tmp_path, "missing.safetensors")
+
+
+@pytest.mark.parametrize("name, recipe", [("smoldraft-3l-192", "train_draft"), ("bpe8k-draft-4l-384", "train_bpe_draft"),
+                                          ("eagle-smollm2-135m", "train_eagle")])
+def test_the_readme_gives_the_command_that_made_the_weights(name, recipe):
+    """The README's recipe command, parsed by the recipe's own parser, gives every argument training.json
+    recorded (``--out`` aside: a run may write elsewhere and be copied)."""
+    import importlib
+    import shlex
+
+    d = ROOT / "weights" / name
+    line = next(x.strip() for x in (d / "README.md").read_text().splitlines()
+                if x.strip().startswith(f"python -m minispec.recipes.{recipe} "))
+    args = importlib.import_module(f"minispec.recipes.{recipe}").parser().parse_args(shlex.split(line)[3:])
+    recorded = json.loads((d / "training.json").read_text())["args"]
+    assert {k: v for k, v in vars(args).items() if k != "out"} == {k: v for k, v in recorded.items() if k != "out"}

@@ -88,7 +88,8 @@ def initial_embedding(tok, target_tok, E: np.ndarray, width: int) -> np.ndarray:
     return (proj / proj.std() * 0.05).astype(np.float32)
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The recipe's arguments (the weights' README gives the command that made them: tests/test_weights.py)."""
     p = argparse.ArgumentParser(prog="python -m minispec.recipes.train_bpe_draft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
@@ -105,6 +106,11 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--mlp", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if not 256 + len(SPECIALS) <= args.vocab <= 65536:
         p.error(f"--vocab must be in {256 + len(SPECIALS)}..65536 (the 256 bytes and the special tokens), "

@@ -119,7 +119,8 @@ def student_config(args) -> dict:
                 torch_dtype="bfloat16")
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The recipe's arguments (the weights' README gives the command that made them: tests/test_weights.py)."""
     p = argparse.ArgumentParser(prog="python -m minispec.recipes.train_draft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
@@ -136,7 +137,11 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--mlp", type=int, default=512)
     p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
 
     from .training import import_torch, start, train_next_token, write_sums
     torch = import_torch()

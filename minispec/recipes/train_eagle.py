@@ -319,7 +319,8 @@ increasing order): `minispec bench eagle` loads the head with other reduced-head
 """)
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The recipe's arguments (the weights' README gives the command that made them: tests/test_weights.py)."""
     p = argparse.ArgumentParser(prog="python -m minispec.recipes.train_eagle", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
@@ -341,6 +342,11 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--noise", type=float, default=0.2, help="uniform input-feature noise, times the feature RMS")
     p.add_argument("--threads", type=int, default=2)
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if not (0 < args.vocab <= 49152 and 0 < args.ship_vocab <= 49152):
         p.error(f"--vocab and --ship-vocab must be in 1..49152, got {args.vocab} and {args.ship_vocab}")
