@@ -3,9 +3,11 @@
     check.py        ``minispec check``: level-4 losslessness on the real target
     equivalence.py  exact output distributions, chi-square tests and the deliberately broken rules
     exact_law.py    level 1 for a whole round: a rule's exact output law, integrated over every draw
+    exact_loop.py   level 3, exact: the loop itself walked over every branch of its randomness
+    power.py        ``minispec bench power``: how large a departure level 4 catches (planted, of exact size)
     study.py        ``minispec bench``: acceptance, speedup, r(n), c and memory per drafter and K
     bench.py        the ``minispec bench`` commands (study, forward, decode, draft, stop, eagle, vocab, gpu-predict,
-                    auto, rules)
+                    auto, rules, power)
     auto_eval.py    ``minispec bench auto``: k="auto" against plain decoding, and predicted against measured rounds
     rules_eval.py   ``minispec bench rules``: the token-wise rule and block verification side by side
     draft_eval.py   ``minispec bench draft``: a draft model's acceptance by position and confidence
@@ -13,6 +15,8 @@
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
     first_guess.py  a drafter's teacher-forced first guess, for level 4's acceptance statistic
+    provenance.py   where a measurement comes from: date, commit, command, machine
+    docs_tables.py  README sections generated from the committed JSON (``--check`` compares)
 
 The recipes that trained the shipped drafters are in recipes/.
 """
