@@ -5,45 +5,52 @@ decoding applies the *same* warp to draft and target, and the draft must sample 
 probabilities it hands to the rejection rule. Probabilities are float64: they are not activations,
 and the rejection rule divides and subtracts them.
 """
+
 from __future__ import annotations
+
 import numpy as np
+
 
 def is_number(x) -> bool:
     """A real number, not a bool (True would silently mean 1) and not a string ("0.8" must not pass)."""
-    return isinstance(x, (int, float, np.integer, np.floating)) and (not isinstance(x, (bool, np.bool_)))
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
 
 def is_integer(x) -> bool:
-    return isinstance(x, (int, np.integer)) and (not isinstance(x, (bool, np.bool_)))
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
 
 def check_warp_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """temperature a finite number >= 0, top_k None or an integer >= 1, top_p None or a number in (0, 1]."""
     if not (is_number(temperature) and 0 <= temperature < np.inf):
-        raise ValueError(f'temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}')
-    if top_k is not None and (not (is_integer(top_k) and top_k >= 1)):
-        raise ValueError(f'top_k must be a positive integer or None, got {top_k!r}')
-    if top_p is not None and (not (is_number(top_p) and 0 < top_p <= 1)):
-        raise ValueError(f'top_p must be a number in (0, 1] or None, got {top_p!r}')
+        raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
+    if top_k is not None and not (is_integer(top_k) and top_k >= 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and not (is_number(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
 
-def warp(logits, temperature: float=1.0, top_k: int | None=None, top_p: float | None=None) -> np.ndarray:
+
+def warp(logits, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
     """logits [..., V] -> probs [..., V] (float64). temperature 0 gives the one-hot argmax."""
     check_warp_args(temperature, top_k, top_p)
     V = np.shape(logits)[-1]
     if temperature == 0:
-        probs = np.zeros(np.shape(logits))
+        probs = np.zeros(np.shape(logits))  # greedy: all mass on the first maximum
         np.put_along_axis(probs, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
         return probs
-    z = np.array(logits, dtype=np.float64)
+    z = np.array(logits, dtype=np.float64)  # a float64 copy, worked on in place (a pass's rows are MBs)
     z /= temperature
-    if top_k is not None and top_k <= V:
-        kth = np.sort(z, axis=-1)[..., V - top_k][..., None]
+    if top_k is not None and top_k < V:
+        kth = np.sort(z, axis=-1)[..., V - top_k][..., None]  # the k-th largest value
         z[z < kth] = -np.inf
     z -= z.max(axis=-1, keepdims=True)
     probs = np.exp(z, out=z)
     probs /= probs.sum(axis=-1, keepdims=True)
     if top_p is not None and top_p < 1:
-        order = np.argsort(-probs, axis=-1, kind='stable')
+        # keep the smallest set of most likely tokens whose mass reaches top_p
+        order = np.argsort(-probs, axis=-1, kind="stable")
         sorted_p = np.take_along_axis(probs, order, axis=-1)
-        before = np.cumsum(sorted_p, axis=-1) - sorted_p
+        before = np.cumsum(sorted_p, axis=-1) - sorted_p  # mass strictly before each token
         keep_sorted = before < top_p
         keep = np.zeros_like(keep_sorted)
         np.put_along_axis(keep, order, keep_sorted, axis=-1)
@@ -51,19 +58,22 @@ def warp(logits, temperature: float=1.0, top_k: int | None=None, top_p: float | 
         probs /= probs.sum(axis=-1, keepdims=True)
     return probs
 
+
 def top_probability(logits) -> float:
     """The largest probability in softmax(logits) at temperature 1: how sure a model is of its next token
     (for greedy decoding, the probability it gives the token it picks)."""
     z = np.asarray(logits, dtype=np.float64)
     return float(1.0 / np.exp(z - z.max()).sum())
 
-def one_hot_rows(tokens, V: int) -> np.ndarray:
+
+def one_hot_rows(tokens, V: int) -> np.ndarray:  # [n] -> [n, V]
     """The q of a deterministic guess: all mass on the token. One row per token."""
     rows = np.zeros((len(tokens), V))
     rows[np.arange(len(tokens)), np.asarray(tokens, dtype=np.int64)] = 1.0
     return rows
 
+
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One token from a probability row, by inverting its CDF with one uniform draw."""
     cdf = np.cumsum(probs)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side='right'), len(probs) - 1))
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(probs) - 1))
