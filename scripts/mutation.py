@@ -10,8 +10,9 @@ Each mutant changes one node of the file's syntax tree:
   call      min <-> max, any <-> all
   bool      and <-> or; `not x` -> x
   slice     a[i:j] -> a[i:j + 1] (j present), a[i:] -> a[i + 1:]
-The mutated file is written in place of the original (restored afterwards, whatever happens), and the test files
-run with pytest -x; a mutant is killed when they fail, or time out. Docstrings are not mutated. The report
+The checkout's minispec/ and tests/ are copied to a scratch directory and each mutant is written there (the
+checkout is never touched), and the test files run there with pytest -x; a mutant is killed when they fail, or
+time out. Docstrings are not mutated. The report
 lists each survivor with its line, so that it can be killed by a test or argued equivalent (docs/mutation.md).
 """
 
@@ -23,9 +24,11 @@ import copy
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,11 +109,24 @@ def mutate(tree, index: int, kind: str):
     return ast.fix_missing_locations(tree)
 
 
-def run_tests(tests: list[str], timeout: float) -> str:
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scratch_copy() -> Path:
+    """minispec/, tests/ and pyproject.toml in a scratch directory, where the mutants go."""
+    work = Path(tempfile.mkdtemp(prefix="minispec-mutants-"))
+    for part in ("minispec", "tests"):
+        shutil.copytree(ROOT / part, work / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
+    (work / "weights").symlink_to(ROOT / "weights")  # the shipped drafters and the fetched target, read only
+    return work
+
+
+def run_tests(tests: list[str], timeout: float, work: Path) -> str:
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not heavy", *tests]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})  # no stale bytecode of a mutant
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,  # the copy first on the path
+                           env={**os.environ, "PYTHONPATH": str(work), "PYTHONDONTWRITEBYTECODE": "1"})
     except subprocess.TimeoutExpired:
         return "killed (timeout)"
     if r.returncode == 0:
@@ -144,7 +160,7 @@ def main(argv=None) -> int:
     if argv is None and sys.argv[1:2] == ["--report"]:
         print(report(json.loads(Path(sys.argv[2]).read_text())))
         return 0
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # killed: the finally below still restores the file
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="source files to mutate")
     ap.add_argument("--tests", required=True, help="comma-separated test files to run against each mutant")
@@ -153,13 +169,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="append the results to this JSON file")
     a = ap.parse_args(argv)
     tests = a.tests.split(",")
-    baseline = run_tests(tests, a.timeout * 2)
+    work = scratch_copy()
+    baseline = run_tests(tests, a.timeout * 2, work)
     if baseline != "survived":
         print(f"the tests fail without a mutant ({baseline}): fix them first", file=sys.stderr)
         return 2
     results = json.loads(Path(a.json).read_text()) if a.json and Path(a.json).is_file() else []
     for f in a.files:
-        path = Path(f)
+        path = work / f
         original = path.read_text()
         tree = ast.parse(original)
         points = mutation_points(tree)
@@ -172,7 +189,7 @@ def main(argv=None) -> int:
                 if mutant == ast.unparse(tree):
                     continue
                 path.write_text(mutant)
-                status = run_tests(tests, a.timeout)
+                status = run_tests(tests, a.timeout, work)
                 results.append(dict(file=f, mutation=desc, kind=kind, status=status, tests=tests))
                 print(f"[{n}/{len(points)}] {f} {desc}: {status}", flush=True)
                 if a.json:

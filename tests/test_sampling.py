@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minispec.sampling import sample, warp
+from minispec.sampling import sample, top_probability, warp
 
 
 def softmax(z):
@@ -100,3 +100,18 @@ def test_warps_match_transformers_warpers():
 def test_top_p_ties_keep_the_lower_ids():
     z = np.log([0.4, 0.2, 0.2, 0.2])  # top_p 0.55: one of the three tied tokens must go in
     np.testing.assert_allclose(warp(z, 1.0, top_p=0.55), [2 / 3, 1 / 3, 0, 0])
+
+
+def test_top_p_drops_a_token_whose_mass_before_it_is_exactly_p():
+    """The smallest set whose mass *reaches* top_p: with p = (0.5, 0.25, 0.25) and top_p = 0.5 the first token
+    alone reaches it (a rule keeping tokens while the mass before them is <= top_p would keep the second too;
+    transformers' TopPLogitsWarper also keeps one)."""
+    z = np.log([0.5, 0.25, 0.25])
+    np.testing.assert_allclose(warp(z, 1.0, top_p=0.5), [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(hf_warp(z, 1.0, None, 0.5), [1.0, 0.0, 0.0])
+
+
+def test_top_probability_is_the_softmax_maximum():
+    """The early stop's belief in a guess (drafters/draft_model.py): the largest probability at temperature 1."""
+    for p in ([0.7, 0.2, 0.1], [0.25, 0.25, 0.5], [1.0 - 1e-9, 1e-9]):
+        assert top_probability(np.log(p) + 3.0) == pytest.approx(max(p), rel=1e-12)
