@@ -241,3 +241,21 @@ def test_linear_equals_matmul_for_every_row_count(T, monkeypatch):
     assert got.dtype == np.float32 and got.shape == (T, 5000)
     np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(model_mod.linear(x, w.T.copy().T), x @ w, rtol=1e-5, atol=1e-4)  # transposed view
+
+
+def test_a_cache_that_grows_keeps_every_entry():
+    """KVCache.with_room: the same cache when it has room; else a copy with twice the room (at most the limit)
+    whose valid entries are the old ones, exactly, and whose length is the old length."""
+    from minispec.model import KVCache
+
+    c = KVCache(2, 1, 4, 3)
+    rng = np.random.default_rng(0)
+    c.k[...] = rng.standard_normal(c.k.shape)
+    c.v[...] = rng.standard_normal(c.v.shape)
+    c.length = 3
+    assert c.with_room(4, 100) is c
+    g = c.with_room(5, 100)
+    assert g is not c and g.max_len == 8 and g.length == 3
+    np.testing.assert_array_equal(g.k[:, :, :3], c.k[:, :, :3])
+    np.testing.assert_array_equal(g.v[:, :, :3], c.v[:, :, :3])
+    assert c.with_room(5, 6).max_len == 6 and c.with_room(20, 100).max_len == 20
