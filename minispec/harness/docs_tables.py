@@ -23,7 +23,7 @@ LEVEL4 = ["draft", "eagle", "tli", "slem", "block"]  # docs/level4_<kind>.json, 
 
 
 def _p(x: float) -> str:
-    return f"{x:.2g}" if x >= 0.01 else f"{x:.1g}"
+    return f"{x:.2g}"
 
 
 def level4_table(root: Path = ROOT) -> str:
@@ -42,7 +42,7 @@ def level4_table(root: Path = ROOT) -> str:
             if key in r:
                 t = r[key]
                 twins.append(f"{label}: {_p(t['p_value'])} ({'caught' if not t['passed'] else 'NOT caught'})")
-        greedy = "; ".join(f"{g['drafter']} {g['identical']}/{g['prompts']}" for g in r["greedy"])
+        greedy = "; ".join(f"{g['drafter']} {g['identical']}/{g['prompts']}" for g in r["greedy"]) or "in the run above"
         prov = r.get("provenance")
         run = f"{prov['date'][:10]}, {str(prov['commit'] or '?')[:7]}" if prov else f"committed in {added_in(f)}"
         rows.append(f"| {s['drafter']} ({s['rule']}) | {s['tokens']['runs']} | {stats}; **{_p(s['p_value'])}** "
