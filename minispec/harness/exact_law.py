@@ -23,7 +23,7 @@ from .. import rejection
 
 
 class SymbolicUniform:
-    """u ~ U(0, 1) whose comparisons are decided by the caller's script (``DecisionRng``). It keeps the interval
+    """u ~ U(0, 1) whose comparisons are decided by the caller's script (``BranchingRng``). It keeps the interval
     [lo, hi) that its earlier comparisons left it in, so that comparing one draw twice (a CDF inverted by hand)
     is exact: u < h is certain below lo, impossible above hi, and else true with probability
     (h - lo) / (hi - lo)."""
@@ -51,9 +51,10 @@ class SymbolicUniform:
     __ge__ = __gt__
 
 
-class DecisionRng:
-    """``random()`` -> a SymbolicUniform. ``decide(h)`` follows ``script`` (True: the branch of probability h),
-    then takes True and records each new decision, so that a depth-first walk can visit the other branch later."""
+class BranchingRng:
+    """``random()`` -> a SymbolicUniform whose comparisons are decisions; ``choose(probs)`` -> a token, a
+    categorical decision. Decisions follow ``script`` (a list of chosen indices), then take the first
+    possible option and record it, so that a walk (``paths``) can come back for the others."""
 
     def __init__(self, script):
         self.script, self.taken = list(script), []
@@ -61,22 +62,33 @@ class DecisionRng:
     def random(self):
         return SymbolicUniform(self)
 
-    def decide(self, h: float) -> bool:
-        d = self.script[len(self.taken)] if len(self.taken) < len(self.script) else True
-        self.taken.append((min(1.0, max(0.0, h)), d))
-        return d
+    def _decide(self, probs: np.ndarray) -> int:
+        j = len(self.taken)
+        c = self.script[j] if j < len(self.script) else int(np.flatnonzero(probs > 0)[0])
+        self.taken.append((probs, c))
+        return c
+
+    def decide(self, h: float) -> bool:  # SymbolicUniform's comparison: option 0 is "true", probability h
+        h = min(1.0, max(0.0, h))
+        return self._decide(np.array([h, 1.0 - h])) == 0
+
+    def choose(self, probs) -> int:
+        probs = np.asarray(probs, dtype=np.float64)
+        return self._decide(probs / probs.sum())
 
 
-def branches(run):
-    """Every outcome of ``run(rng)`` over the symbolic draws, with its probability: [(outcome, probability)]."""
+def paths(run):
+    """Every outcome of ``run(rng)`` over its decisions, with its probability: [(outcome, probability)]."""
     out, stack = [], [[]]
     while stack:
         script = stack.pop()
-        rng = DecisionRng(script)
+        rng = BranchingRng(script)
         outcome = run(rng)
-        for j in range(len(script), len(rng.taken)):  # the other side of every decision made past the script
-            stack.append([d for _, d in rng.taken[:j]] + [not rng.taken[j][1]])
-        prob = float(np.prod([h if d else 1.0 - h for h, d in rng.taken]))
+        for j in range(len(script), len(rng.taken)):  # the other options of every decision made past the script
+            probs, chosen = rng.taken[j]
+            prefix = [c for _, c in rng.taken[:j]]
+            stack.extend(prefix + [c] for c in np.flatnonzero(probs > 0) if c != chosen)
+        prob = float(np.prod([probs[c] for probs, c in rng.taken]))
         if prob > 0:
             out.append((outcome, prob))
     return out
@@ -107,7 +119,7 @@ def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
                 continue
             target_probs = np.array([p_of(xs[:i]) for i in range(K + 1)])  # [K+1, V]
             draft_probs = np.array([q_of(xs[:i]) for i in range(K)]).reshape(K, V)  # [K, V]
-            for (n, row), prob in branches(lambda rng, t=target_probs, d=draft_probs, g=list(xs): run(rng, t, d, g)):
+            for (n, row), prob in paths(lambda rng, t=target_probs, d=draft_probs, g=list(xs): run(rng, t, d, g)):
                 law[xs[:n]] += qx * prob * row  # the kept guesses, then the last token from ``row``
                 expected += qx * prob * n
     finally:

@@ -9,7 +9,7 @@ unchanged, once for every branch of its randomness:
 A depth-first walk over those decisions visits every path the loop can take; the probability of a path is the
 product of its decisions' probabilities. So on a model with a tiny vocabulary the law of the first m tokens
 is exact, with the loop's own code, drafter, cache and rule: nothing is written twice. It must equal the
-target's own law (``joint_law``), to rounding; a broken twin differs by an exact amount.
+target's own law (``exact_law.joint_law``), to rounding; a broken twin differs by an exact amount.
 
 The loop's generator is replaced after ``start_run`` builds it (the loop asks ``run.rng`` for every draw),
 and ``sample`` is replaced in every module that calls it by that name, for the duration of one ``loop_law`` call.
@@ -17,62 +17,18 @@ and ``sample`` is replaced in every module that calls it by that name, for the d
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections import defaultdict
 
 import numpy as np
 
 from .. import sampling, speculative
-from .exact_law import SymbolicUniform
-
-
-class BranchingRng:
-    """``random()`` -> a SymbolicUniform whose comparisons are decisions; ``choose(probs)`` -> a token, a
-    categorical decision. Decisions follow ``script`` (a list of chosen indices), then take the first
-    possible option and record it, so that a walk can come back for the others."""
-
-    def __init__(self, script):
-        self.script, self.taken = list(script), []
-
-    def random(self):
-        return SymbolicUniform(self)
-
-    def _decide(self, probs: np.ndarray) -> int:
-        j = len(self.taken)
-        c = self.script[j] if j < len(self.script) else int(np.flatnonzero(probs > 0)[0])
-        self.taken.append((probs, c))
-        return c
-
-    def decide(self, h: float) -> bool:  # SymbolicUniform's comparison: option 0 is "true", probability h
-        h = min(1.0, max(0.0, h))
-        return self._decide(np.array([h, 1.0 - h])) == 0
-
-    def choose(self, probs) -> int:
-        probs = np.asarray(probs, dtype=np.float64)
-        return self._decide(probs / probs.sum())
+from .exact_law import paths
 
 
 def branching_sample(probs, rng):
     """``sampling.sample`` for a BranchingRng: every token with its probability, one branch each."""
     return rng.choose(probs)
-
-
-def paths(run):
-    """Every outcome of ``run(rng)`` over its decisions, with its probability: [(outcome, probability)]."""
-    out, stack = [], [[]]
-    while stack:
-        script = stack.pop()
-        rng = BranchingRng(script)
-        outcome = run(rng)
-        for j in range(len(script), len(rng.taken)):  # the other options of every decision made past the script
-            probs, chosen = rng.taken[j]
-            prefix = [c for _, c in rng.taken[:j]]
-            stack.extend(prefix + [c] for c in np.flatnonzero(probs > 0) if c != chosen)
-        prob = float(np.prod([probs[c] for probs, c in rng.taken]))
-        if prob > 0:
-            out.append((outcome, prob))
-    return out
 
 
 def _callers_of_sample(real):
@@ -118,11 +74,3 @@ def loop_law(target, make_drafter, prompt, m: int, V: int, generate=None, fresh=
     for tokens, prob in law.items():
         out[np.ravel_multi_index(tokens, (V,) * m)] = prob
     return out, len(walked)
-
-
-def joint_law(p_of, m: int, V: int) -> np.ndarray:
-    """The target's own law of its first m tokens [V^m], from ``p_of(prefix tuple) -> [V]``."""
-    out = np.zeros(V ** m)
-    for y in itertools.product(range(V), repeat=m):
-        out[np.ravel_multi_index(y, (V,) * m)] = np.prod([p_of(tuple(y[:j]))[y[j]] for j in range(m)])
-    return out
