@@ -41,6 +41,7 @@ import bisect
 import itertools
 import json
 import time
+import weakref
 
 import numpy as np
 from scipy import stats
@@ -162,13 +163,13 @@ def per_token_values(target, drafter, prompt, run) -> dict[str, np.ndarray]:  # 
     return out
 
 
-_PREFIX_MASS = {}
+_PREFIX_MASS = weakref.WeakKeyDictionary()  # one table per CrossVocab (sorting 49,152 byte strings), not one per run
 
 
 def prefix_mass(cross) -> PrefixMass:
-    if id(cross) not in _PREFIX_MASS:
-        _PREFIX_MASS[id(cross)] = PrefixMass(cross.target_bytes)
-    return _PREFIX_MASS[id(cross)]
+    if cross not in _PREFIX_MASS:
+        _PREFIX_MASS[cross] = PrefixMass(cross.target_bytes)
+    return _PREFIX_MASS[cross]
 
 
 STATISTICS = ("tokens", "acceptance", "prefix")
