@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minispec import DraftModel, load_model, rejection, speculative_generate
-from minispec.harness.equivalence import broken_block_verify, chisquare_gof
+from minispec.harness.equivalence import block_residual_bug, broken_block_verify, chisquare_gof
 from minispec.harness.exact_law import continued_law, joint_law, round_law
 from minispec.harness.exact_loop import loop_law
 from minispec.model.tiny import tiny_config, write_random_model
@@ -74,6 +74,15 @@ def test_level1_catches_the_residual_that_ignores_the_weight():
         assert np.abs(continued_law(bad, p, K + 1, 3) - joint_law(p, K + 1, 3)).sum() / 2 > off
     bad, _ = round_law(broken_block_verify, p, q, 1, 3)  # K = 1: the weight is 1 at the only stop, so nothing to see
     assert np.abs(continued_law(bad, p, 2, 3) - joint_law(p, 2, 3)).max() < 1e-12
+
+
+def test_level1_catches_block_verification_resampling_from_p():
+    """Level 4's twin for block verification (``block_residual_bug``, the classic bug after a stop): off at every K,
+    K = 1 included (exact total variation 0.125, 0.141, 0.143 at K = 1, 2, 3 on these tables)."""
+    p, q = TWIN_TABLES["p"], TWIN_TABLES["q"]
+    for K in (1, 2, 3):
+        bad, _ = round_law(block_residual_bug, p, q, K, 3)
+        assert np.abs(continued_law(bad, p, K + 1, 3) - joint_law(p, K + 1, 3)).sum() / 2 > 0.1
 
 
 def test_greedy_rows_give_the_greedy_rule():

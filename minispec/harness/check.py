@@ -23,7 +23,7 @@
    PASS: the smallest p-value, times the number of tests (Bonferroni), is above ALPHA = 0.01.
 2. Broken twins: the same comparison with a deliberately broken control must FAIL: it shows the test
    has the power to catch a wrong rule at this size (``broken_twins``: the residual bug of
-   ``equivalence.broken_accept_reject``, or block verification's forgotten weight; for SLEM also a
+   ``equivalence.broken_accept_reject``, or the same bug in block verification; for SLEM also a
    boundary token trusted by prefix).
 3. Calibration (the full check): plain against plain, ``seeds`` times: each statistic's p-values
    should look uniform (a Kolmogorov-Smirnov test against U(0, 1) is shown).
@@ -54,7 +54,7 @@ from ..model.progress import Progress
 from ..rejection import accept_reject, block_verify
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
-from .equivalence import TrustingSLEM, broken_accept_reject, broken_block_verify, mean_test, prefix_match, token_test
+from .equivalence import TrustingSLEM, block_residual_bug, broken_accept_reject, mean_test, prefix_match, token_test
 from .first_guess import eagle_first_guess_logits, tli_first_guess_rows
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
@@ -81,13 +81,13 @@ def plain_sampler(target, stop):
     return lambda p, n, s: generate(target, p, n, temperature=1.0, seed=s, stop_ids=stop)
 
 
-RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify, broken_block_verify)}  # (rule, twin)
+RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify, block_residual_bug)}  # (rule, twin)
 
 
 def broken_twins(drafter, rule: str = "token") -> dict:
     """The deliberately broken controls for ``drafter`` under ``rule``: {result key: (drafter, rule function)}.
-    Every drafter gets its rule's twin in equivalence.py (the residual bug; for block verification, the weight
-    forgotten). SLEM also gets the real hazard of string-level drafting, a boundary token trusted by prefix
+    Every drafter gets its rule's twin in equivalence.py: the residual bug, in the token-wise rule or in block
+    verification. SLEM also gets the real hazard of string-level drafting, a boundary token trusted by prefix
     (``prefix_match`` with ``TrustingSLEM``)."""
     twins = dict(sampling_broken_rule=(drafter, RULES[rule][1]))
     if isinstance(drafter, SLEM) and rule == "token":

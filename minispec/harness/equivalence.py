@@ -45,6 +45,18 @@ def broken_block_verify(target_probs, draft_probs, draft_tokens, rng: np.random.
         rejection.weighted_residual = real
 
 
+def block_residual_bug(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
+    """Block verification with the classic bug of ``broken_accept_reject``: after a stop before the last guess it
+    resamples from p, not from the weighted residual norm(max(0, p_tau p - q)). Level 4's twin for block
+    verification (``broken_block_verify``'s error is too small for 192 runs to see)."""
+    real = rejection.weighted_residual
+    rejection.weighted_residual = lambda target_row, draft_row, weight: broken_residual(target_row, draft_row)
+    try:
+        return rejection.block_verify(target_probs, draft_probs, draft_tokens, rng)
+    finally:
+        rejection.weighted_residual = real
+
+
 def prefix_match(target_bytes):
     """The broken twin of SLEM's verification (drafters/slem.py), the real hazard of string-level drafting: a
     guess is kept when the target's own token *starts with* its text, a string-level match where only a token
