@@ -27,7 +27,7 @@ from ..policy.costs import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
-from .provenance import machine_info
+from .provenance import machine_info, provenance
 
 
 def predicted_speedup(a: float, c: float, r_k1: float, k: int, b: float | None = None) -> float:
@@ -66,7 +66,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
               forward_ns=tuple(range(1, 17)), auto=True, tree=True, log=print) -> dict:
     """The whole study; returns a JSON-able dict. ``drafters``: name -> drafter. ``slow_ks`` limits the K
     values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip)."""
-    t_start = time.perf_counter()
+    t_start, origin = time.perf_counter(), provenance()
     drafters = {name: as_drafter(d, target) for name, d in drafters.items()}
     prompts = {s: load_prompts(s, tok, prompts_per_set) for s in prompt_sets}
     stop = tok.eos_ids
@@ -155,6 +155,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                        if isinstance(cfg.k, int) else None),
             r_k1=r.get(cfg.k + 1) if isinstance(cfg.k, int) else None, c=c[name],
             by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])),
+                                    speedup_q1=float(np.quantile(v[2], 0.25)), speedup_q3=float(np.quantile(v[2], 0.75)),
                                     tokens_per_pass=v[3] / v[4]) for ps, v in cfg.prompt_sets.items()},
         ))
     best = []
@@ -191,11 +192,13 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
         target_step_ms=1e3 * t[1], forward_ms={n: 1e3 * v for n, v in t.items()}, r=r,
         draft_step_ms={n: 1e3 * v for n, v in step.items()}, c=c,
         baseline_tok_s={s: float(np.median(v)) for s, v in baseline.items()},
+        baseline_tok_s_iqr={s: [float(np.quantile(v, 0.25)), float(np.quantile(v, 0.75))] for s, v in baseline.items()},
         rows=rows, best=best, memory=dict(models=memory, used_context=used_ctx, peak_rss_bytes=peak_rss_bytes()),
     )
     if peer is not None:
         result["peer"] = peer(prompts, max_new_tokens)
     result["seconds"] = time.perf_counter() - t_start
+    result["provenance"] = origin
     return result
 
 
