@@ -1,17 +1,50 @@
-"""Generated sections of README (harness/docs_tables.py) match the committed JSON they come from."""
+"""Generated sections and figures of README and docs/ (harness/docs_tables.py, harness/doc_figures.py) match the
+committed JSON they come from, and a figure edited by hand is caught."""
 
-from minispec.harness import docs_tables
+import re
+
+import pytest
+
+from minispec.harness import doc_figures, docs_tables
+from minispec.harness.study import predicted_speedup
 
 
-def test_readme_sections_match_their_json():
+def test_generated_docs_match_their_json():
     assert docs_tables.main(["--check"]) == 0, "run: python -m minispec.harness.docs_tables"
 
 
-def test_an_edited_figure_is_caught():
-    text = (docs_tables.ROOT / "README.md").read_text()
-    start = text.index("<!-- generated: level4 -->")
-    end = text.index("<!-- end: level4 -->")
-    section = text[start:end]
-    assert "| " in section, "the level-4 table is empty"
-    edited = text[:start] + section.replace(" min |", "0 min |", 1) + text[end:]  # one figure changed by hand
-    assert edited != text and docs_tables.render(edited) == text
+@pytest.mark.parametrize("name", docs_tables.FILES)
+def test_every_generated_figure_edited_by_hand_is_caught(name):
+    text = (docs_tables.ROOT / name).read_text()
+    markers = list(docs_tables.SECTION.finditer(text)) + list(docs_tables.VALUE.finditer(text))
+    assert markers, f"{name} has no generated section or figure"
+    for m in markers:
+        inner = text[m.end(1):m.start(3)]
+        assert re.search(r"\d", inner), f"{name}: {m.group(2)} is empty"
+        edited = text[:m.end(1)] + re.sub(r"\d", lambda d: str((int(d.group()) + 1) % 10), inner, count=1) + \
+            text[m.start(3):]  # one digit changed by hand
+        assert edited != text and docs_tables.render(edited) == text, f"{name}: {m.group(2)}"
+
+
+def test_a_marker_naming_nothing_is_refused():
+    with pytest.raises(KeyError, match="no generated figure named 'study.nothing'"):
+        docs_tables.render("<!-- v:study.nothing -->1<!-- /v -->")
+    with pytest.raises(KeyError, match="no generated section"):
+        docs_tables.render("<!-- generated: nothing -->\n<!-- end: nothing -->")
+
+
+def test_the_worked_example_is_the_cost_models_own_prediction():
+    """README's speed model computes with one acceptance a; the study's predicted_speedup, given no later-guess rate,
+    must agree."""
+    s = doc_figures.study(docs_tables.ROOT)
+    c, a = s["c"][doc_figures.DRAFT], doc_figures.row(s, doc_figures.DRAFT, 1)["a_first"]
+    text = doc_figures.speed_model(docs_tables.ROOT)
+    for k in (1, 4):
+        assert f"**{predicted_speedup(a, c, s['r'][str(k + 1)], k):.2f}x** predicted" in text
+
+
+def test_break_even_acceptance_pays_and_a_little_less_does_not():
+    r = {"2": 1.5, "3": 1.8, "4": 2.1}
+    a = doc_figures.break_even(0.05, r, ks=range(1, 4))
+    assert a == pytest.approx(0.55, abs=1e-6)  # K = 1: 1 + a = 0.05 + 1.5
+    assert doc_figures.tokens(a - 1e-3, 1) < 0.05 + 1.5 and doc_figures.tokens(a - 1e-3, 2) < 0.1 + 1.8

@@ -1,6 +1,6 @@
 """``minispec bench gpu-predict``: a GPU's costs, and the speedups they PREDICT from the CPU's acceptances.
 
-The real target (517 MB) does not travel to a GPU machine, so this measures what does not depend on the
+The real target (542 MB) does not travel to a GPU machine, so this measures what does not depend on the
 weights' values, on random weights of SmolLM2-135M's exact shape:
 
     t(n), r(n) = t(n)/t(1)   a target pass over n = 1..16 new tokens after 256 cached ones

@@ -1,0 +1,445 @@
+"""The figures README and docs/ quote, computed from the committed measurements. ``docs_tables`` writes them in.
+
+Two kinds:
+  sections   whole tables or lists, ``SECTIONS[name](root) -> Markdown``;
+  values     one figure in a sentence, ``values(root)[name] -> text``.
+Every speed figure carries its spread: the interquartile range over the prompts it is the median of.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+DRAFT, EAGLE, PL, LS, SELF = "draft:smoldraft-3l-192", "eagle:eagle-smollm2-135m", "prompt-lookup:3", "layer-skip:24", "self"
+NAMES = {DRAFT: "shipped draft", EAGLE: "EAGLE head", PL: "prompt lookup", LS: "layer skip, 24 of 30 layers",
+         SELF: "the target itself"}
+
+
+@lru_cache(maxsize=None)
+def load(root: Path, rel: str) -> dict:
+    return json.loads((root / rel).read_text())
+
+
+def x(m: float, q1: float | None = None, q3: float | None = None) -> str:
+    """A speedup with its interquartile range: 0.83x (0.79-0.92)."""
+    return f"{m:.2f}x" + (f" ({q1:.2f}-{q3:.2f})" if q1 is not None else "")
+
+
+def run_line(res: dict) -> str:
+    """Where a result comes from: command, date, commit and machine (its ``provenance``)."""
+    p = res.get("provenance")
+    if not p:
+        return "provenance not recorded"
+    m, commit = p["machine"], str(p["commit"] or "?")
+    commit = commit[:7] + (" with uncommitted changes" if commit.endswith("+changes") else "")
+    return (f"`{p['command']}`, {p['date'][:10]}, commit {commit}, "
+            f"{m.get('cpus')} vCPUs ({m.get('cpu', m.get('processor'))}), NumPy {m.get('numpy')}")
+
+
+# ---- the study (docs/study/study.json) ------------------------------------------------------------------------
+
+STUDY = "docs/study/study.json"
+
+
+def study(root: Path) -> dict:
+    return load(root, STUDY)
+
+
+def row(s: dict, drafter: str, k, setting: str = "greedy") -> dict:
+    return next(r for r in s["rows"] if r["drafter"] == drafter and r["k"] == k and r["setting"] == setting)
+
+
+def best_fixed(s: dict, drafter: str, setting: str = "greedy", pset: str | None = None) -> dict:
+    fixed = [r for r in s["rows"] if r["drafter"] == drafter and r["setting"] == setting and isinstance(r["k"], int)]
+    return max(fixed, key=lambda r: (r["by_prompt_set"][pset] if pset else r)["speedup"])
+
+
+def speed(r: dict, pset: str | None = None) -> str:
+    v = r["by_prompt_set"][pset] if pset else r
+    return x(v["speedup"], v.get("speedup_q1"), v.get("speedup_q3"))
+
+
+def tokens_per_second(s: dict, setting: str = "greedy") -> str:
+    iqr = s.get("baseline_tok_s_iqr", {}).get(setting)
+    return f"{s['baseline_tok_s'][setting]:.1f} tokens/s" + (f" ({iqr[0]:.1f}-{iqr[1]:.1f})" if iqr else "")
+
+
+def r_of(s: dict, n: int) -> float:
+    return s["r"][str(n)]
+
+
+def c_of(s: dict, drafter: str) -> str:
+    c = s["c"][drafter]
+    return f"{c:.3f}" if c < 0.5 else f"{c:.2f}"
+
+
+def study_table(root: Path) -> str:
+    s = study(root)
+    lines = [f"From [`{STUDY}`]({STUDY}) ({run_line(s)}): {s['prompts_per_set']} prompts per set ({', '.join(s['prompt_sets'])}), "
+             f"{s['max_new_tokens']} new tokens, K in {', '.join(map(str, s['ks']))}; plain decoding "
+             f"{tokens_per_second(s)} greedy; {s['seconds'] / 60:.1f} min in all. Each cell: the median speedup over "
+             "plain decoding timed side by side, and in brackets the interquartile range over the prompts; a "
+             "range that holds 1.00x is within noise.", "",
+             "| drafter | prompts | c | first guess kept (K = 1, greedy) | best fixed K, greedy | K = auto, greedy "
+             "| tree, greedy | K = auto, T = 1 |", "|---|---|---|---|---|---|---|---|"]
+    for drafter, pset in [(PL, "grounded"), (PL, None), (EAGLE, "code"), (EAGLE, None), (DRAFT, None), (LS, None),
+                          (SELF, None)]:
+        if not any(r["drafter"] == drafter for r in s["rows"]):
+            continue
+        b, one = best_fixed(s, drafter, pset=pset), row(s, drafter, 1)
+        a = (one["by_prompt_set"][pset] if pset else one)["acceptance"]
+        lines.append(f"| {NAMES[drafter]} | {pset or 'all'} | {c_of(s, drafter)} | {a:.2f} | {speed(b, pset)}, "
+                     f"K = {b['k']} | {speed(row(s, drafter, 'auto'), pset)} | {speed(row(s, drafter, 'tree'), pset)} "
+                     f"| {speed(row(s, drafter, 'auto', 'T=1'), pset)} |")
+    return "\n".join(lines)
+
+
+def tokens(a: float, k: int) -> float:
+    """E = 1 + a + ... + a^K: expected tokens per round at acceptance a."""
+    return sum(a ** i for i in range(k + 1))
+
+
+def break_even(c: float, r: dict, ks=range(1, 9)) -> float:
+    """The smallest acceptance a at which some K pays: E(a, K) >= K c + r(K + 1)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if any(tokens(mid, k) >= k * c + r[str(k + 1)] for k in ks if str(k + 1) in r):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def speed_model(root: Path) -> str:
+    """The worked example of README's speed model, with the shipped draft's measured c, a and r(n)."""
+    s = study(root)
+    c, one, four = s["c"][DRAFT], row(s, DRAFT, 1), row(s, DRAFT, 4)
+    a, r2, r5 = one["a_first"], r_of(s, 2), r_of(s, 5)
+    e1, e4 = tokens(a, 1), tokens(a, 4)
+    return "\n".join([
+        f"- K = 1: E = {e1:.2f} tokens for {c:.3f} + r(2) = {c + r2:.2f} steps: **{e1 / (c + r2):.2f}x** predicted, "
+        f"{speed(one)} measured;",
+        f"- K = 4: E = {e4:.2f} tokens for 4 x {c:.3f} + r(5) = {4 * c + r5:.2f} steps: **{e4 / (4 * c + r5):.2f}x** "
+        f"predicted, {speed(four)} measured;",
+        f"- to pay at K = 1 it would need 1 + a > {c + r2:.2f}, a > {c + r2 - 1:.2f}; where r(n) = 1 (a GPU's "
+        f"batch-parallel verification) the same draft would reach {e1 / (c + 1):.2f}x at K = 1 and "
+        f"{e4 / (4 * c + 1):.2f}x at K = 4."])
+
+
+def predicted(a: float, c: float, r: float, k: int, b: float | None = None) -> float:
+    """The speed model with a first-guess rate a and a later-guess rate b (b = None: a): study.predicted_speedup."""
+    b = a if b is None else b
+    return (1 + a * sum(b ** i for i in range(k))) / (k * c + r)
+
+
+def needed(target: float, c: float, r: dict, ks=range(1, 9)) -> float:
+    """The acceptance (first and later guesses alike) at which the best K reaches ``target``x."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if any(predicted(mid, c, r[str(k + 1)], k) >= target for k in ks if str(k + 1) in r):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def eagle_speed(root: Path) -> str:
+    """docs/eagle.md's speed section: the run, costs, acceptance, the table per setting and prompt set, the
+    prediction next to the measurement, and the other drafters of the same run."""
+    s = study(root)
+    c, ms, step = s["c"][EAGLE], s["draft_step_ms"], s["target_step_ms"]
+    four, one = row(s, EAGLE, 4), row(s, EAGLE, 1)
+    one_t1 = row(s, EAGLE, 1, "T=1")
+    ks = [k for k in s["ks"] if any(r["drafter"] == EAGLE and r["k"] == k for r in s["rows"])]
+    lines = [f"From the study ([`study/report.md`](study/report.md); {run_line(s)}; {s['seconds'] / 60:.1f} min): "
+             f"{s['prompts_per_set']} evaluation prompts per set, {s['max_new_tokens']} new tokens, every speedup the "
+             "median of per-prompt ratios to plain decoding timed before and after it in the same run, with the "
+             "interquartile range over the prompts in brackets. The head costs "
+             f"{ms[EAGLE]:.2f} ms per guess against a {step:.2f} ms target step: **c = {c:.3f}** (the shipped draft "
+             f"model: {ms[DRAFT]:.2f} ms, c = {s['c'][DRAFT]:.3f}). Verification costs r(2) = {r_of(s, 2):.2f}, "
+             f"r(3) = {r_of(s, 3):.2f}, r(5) = {r_of(s, 5):.2f}.", "",
+             "Acceptance (the share of rounds with at least j guesses kept, greedy, K = 4, all sets): "
+             + ", ".join(f"{v:.2f}" for v in four["per_position"]) + f"; first guess a = {four['a_first']:.2f}, a "
+             f"later guess given the one before b = {four['a_next']:.2f}. At K = 1 the first guess is kept "
+             + " / ".join(f"{one['by_prompt_set'][p]['acceptance']:.2f}" for p in s["prompt_sets"])
+             + f" on {' / '.join(s['prompt_sets'])} prompts greedy, "
+             + " / ".join(f"{one_t1['by_prompt_set'][p]['acceptance']:.2f}" for p in s["prompt_sets"])
+             + f" at T = 1. The shipped draft model: {row(s, DRAFT, 1)['a_first']:.2f} over all sets.", "",
+             "| setting | prompt set | best fixed K | K = auto | tree (auto shape) |", "|---|---|---|---|---|"]
+    for setting in s["settings"]:
+        for pset in [*s["prompt_sets"], None]:
+            b = best_fixed(s, EAGLE, setting, pset)
+            lines.append(f"| {setting} | {pset or 'all'} | {speed(b, pset)}, K = {b['k']} | "
+                         f"{speed(row(s, EAGLE, 'auto', setting), pset)} | {speed(row(s, EAGLE, 'tree', setting), pset)} |")
+    pred = ", ".join(f"K = {k} {row(s, EAGLE, k)['predicted']:.2f}x / {speed(row(s, EAGLE, k))}" for k in ks)
+    best = next(b for b in s["best"] if b["drafter"] == EAGLE and b["setting"] == "greedy")
+    lines += ["", "Prediction next to measurement (greedy, all sets; speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + "
+              f"r(K+1)) from the measured a, b, c, r): {pred}. The predicted best K is K = {best['predicted_best_k']}, "
+              f"the measured one K = {best['best_k']}.", "",
+              "Against the other drafters in the same run, greedy, all sets, each at its best fixed K: "
+              + "; ".join(f"{NAMES[d]} {speed(best_fixed(s, d))} (K = {best_fixed(s, d)['k']})"
+                          for d in (EAGLE, DRAFT, PL, LS, SELF) if any(r["drafter"] == d for r in s["rows"])) + "."]
+    peer = s.get("peer")
+    if peer:
+        assisted = next((v for k, v in peer.items() if k.startswith("assistant")), None)
+        if assisted:
+            lines += ["", f"The peer: transformers' assisted generation with the shipped draft ran at "
+                      f"{assisted['speedup']:.2f}x of transformers' own plain decoding (one run, no spread recorded); "
+                      "transformers has no way to run a feature head, so EAGLE has no peer there."]
+    return "\n".join(lines)
+
+
+def eagle_targets(root: Path) -> str:
+    """docs/eagle.md's targets against the study and the memory measurement (docs/eagle/memory_shipped.json)."""
+    s, mem = study(root), load(root, "docs/eagle/memory_shipped.json")
+    one = row(s, EAGLE, 1)["by_prompt_set"]
+
+    def best_of_auto_and_tree(pset):
+        auto, tree = row(s, EAGLE, "auto")["by_prompt_set"][pset], row(s, EAGLE, "tree")["by_prompt_set"][pset]
+        return ("auto", auto) if auto["speedup"] >= tree["speedup"] else ("tree", tree)
+
+    def yes(ok):
+        return "yes" if ok else "no"
+
+    lines = ["| target | measured | met |", "|---|---|---|",
+             f"| first guess kept >= 0.70 greedy on code | {one['code']['acceptance']:.2f} | "
+             f"{yes(one['code']['acceptance'] >= 0.70)} |",
+             f"| first guess kept >= 0.60 greedy on chat | {one['chat']['acceptance']:.2f} | "
+             f"{yes(one['chat']['acceptance'] >= 0.60)} |",
+             f"| c <= 0.10 | {s['c'][EAGLE]:.3f} | {yes(s['c'][EAGLE] <= 0.10)} |"]
+    for pset, goal in (("code", 1.3), ("chat", 1.15)):
+        name, v = best_of_auto_and_tree(pset)
+        lines.append(f"| greedy, best of auto K and tree, >= {goal}x on {pset} | "
+                     f"{x(v['speedup'], v.get('speedup_q1'), v.get('speedup_q3'))} ({name}) | {yes(v['speedup'] >= goal)} |")
+    t1 = row(s, EAGLE, "auto", "T=1")
+    lines.append(f"| T=1 with K = auto >= 0.97x | {speed(t1)} overall; "
+                 + ", ".join(f"{p} {speed(t1, p)}" for p in s["prompt_sets"]) + f" | {yes(t1['speedup'] >= 0.97)} |")
+    loop, plain = mem["head_over_prompt_lookup_mb"], mem["head_over_plain_mb"]
+    lines.append(f"| the head adds <= 40 MB resident | {loop:.1f} MB over the same loop with prompt lookup; {plain:.1f} MB "
+                 f"over plain decoding | over the loop, {yes(loop <= 40)}; over plain decoding, {yes(plain <= 40)} |")
+    return "\n".join(lines)
+
+
+def eagle_values(root: Path) -> dict[str, str]:
+    """The figures of docs/eagle.md's "what limits it": the cap r(n) puts on a perfect first guess, the acceptance
+    the speed targets need, and what the measured a, b and c would give where r(n) = 1."""
+    s = study(root)
+    c, r = s["c"][EAGLE], s["r"]
+    a = {p: row(s, EAGLE, 1)["by_prompt_set"][p]["acceptance"] for p in s["prompt_sets"]}
+    b = row(s, EAGLE, 4)["a_next"]
+    return {"eagle.cap": f"2 / ({r_of(s, 2):.2f} + {c:.3f}) = {2 / (r_of(s, 2) + c):.2f}x",
+            "eagle.needs.1.3": f"{needed(1.3, c, r):.2f}", "eagle.needs.1.15": f"{needed(1.15, c, r):.2f}",
+            "eagle.b": f"{b:.2f}",
+            "eagle.gpu.code": f"(1 + {a['code']:.2f} + {a['code']:.2f} x {b:.2f}) / (2 x {c:.3f} + 1) = "
+                              f"{predicted(a['code'], c, 1.0, 2, b):.2f}x",
+            "eagle.gpu.chat": f"{predicted(a['chat'], c, 1.0, 2, b):.2f}x"}
+
+
+def bf16_values(root: Path) -> dict[str, str]:
+    """The EAGLE head stored in bfloat16 against the float32 head it was trained as (docs/eagle/bf16.json)."""
+    b = load(root, "docs/eagle/bf16.json")
+    return {"bf16.positions": str(b["positions"]), "bf16.tv_mean": f"{b['tv_mean']:.4f}", "bf16.tv_max": f"{b['tv_max']:.4f}",
+            "bf16.acceptance": f"{b['acceptance']['BF16']:.4f} (float32: {b['acceptance']['F32']:.4f})",
+            "bf16.agreement": f"{b['greedy_agreement']['BF16']:.3f} (float32: {b['greedy_agreement']['F32']:.3f})"}
+
+
+def study_values(root: Path) -> dict[str, str]:
+    s = study(root)
+    r = s["r"]
+    rs = [r_of(s, n) for n in range(9, 17) if str(n) in r]
+    out = {
+        "study.r2": f"{r_of(s, 2):.2f}", "study.r3": f"{r_of(s, 3):.2f}", "study.r5": f"{r_of(s, 5):.2f}",
+        "study.r9-16": f"{min(rs):.1f}-{max(rs):.1f}" if rs else "-",
+        "study.r2-r5": f"{r_of(s, 2):.2f}-{r_of(s, 5):.2f}",
+        "study.minutes": f"{s['seconds'] / 60:.0f} min",
+        "study.tok_s": tokens_per_second(s),
+        "study.break_even": f"{break_even(0.0, r):.2f}-{break_even(0.1, r):.2f}",
+        "study.a.draft": f"{row(s, DRAFT, 1)['a_first']:.2f}",
+        "study.a.eagle": f"{row(s, EAGLE, 1)['a_first']:.2f}",
+    }
+    for name, d in (("draft", DRAFT), ("eagle", EAGLE), ("pl", PL), ("ls", LS)):
+        out[f"study.c.{name}"] = c_of(s, d)
+    for pset in s["prompt_sets"]:
+        out[f"study.a.eagle.{pset}"] = f"{row(s, EAGLE, 1)['by_prompt_set'][pset]['acceptance']:.2f}"
+        for setting, tag in (("greedy", "greedy"), ("T=1", "t1")):
+            out[f"study.auto.{tag}.eagle.{pset}"] = speed(row(s, EAGLE, "auto", setting), pset)
+            out[f"study.auto.{tag}.draft.{pset}"] = speed(row(s, DRAFT, "auto", setting), pset)
+        b = best_fixed(s, PL, pset=pset)
+        out[f"study.best.pl.{pset}"] = f"{speed(b, pset)} at K = {b['k']}"
+        out[f"study.tree.pl.{pset}"] = speed(row(s, PL, "tree"), pset)
+    out["study.auto.t1.draft"] = speed(row(s, DRAFT, "auto", "T=1"))
+    out["study.auto.t1.eagle"] = speed(row(s, EAGLE, "auto", "T=1"))
+    out["study.step_ms"] = f"{s['target_step_ms']:.1f} ms"
+    out["study.auto.t1.draft.tokens_per_pass"] = f"{row(s, DRAFT, 'auto', 'T=1')['tokens_per_pass']:.2f}"
+    out["study.k1.draft"] = speed(row(s, DRAFT, 1))
+    gaps = [abs(b["speedup"] - b["predicted"]) for b in s["best"] if b["setting"] == "greedy"]
+    out["study.prediction_gap"] = f"{max(gaps):.2f}x"
+    return out
+
+
+# ---- k = auto against plain decoding (docs/policy/auto_*.json) ------------------------------------------------
+
+def auto_values(root: Path) -> dict[str, str]:
+    """Per calibration: the range of speedups where drafting does not pay (every drafter and prompt set but prompt
+    lookup's grounded prompts), prompt lookup on grounded prompts, and the plain-against-plain control's range,
+    which is the run's noise."""
+    out = {}
+    for calibration in ("honest", "corrupted"):
+        d = load(root, f"docs/policy/auto_{calibration}.json")["drafters"]
+        rest = [v for name, sp in d.items() if name != "plain (control)" for ps, v in sp["speedup"].items()
+                if not (name == PL and ps == "grounded")]
+        control = list(d["plain (control)"]["speedup"].values())
+        out[f"auto.{calibration}.range"] = f"{min(rest):.2f}x-{max(rest):.2f}x"
+        out[f"auto.{calibration}.pl.grounded"] = f"{d[PL]['speedup']['grounded']:.2f}x"
+        out[f"auto.{calibration}.control"] = f"{min(control):.2f}x-{max(control):.2f}x"
+    return out
+
+
+# ---- drafts with their own tokenizer (docs/crossvocab/vocab.json) --------------------------------------------
+
+TLI, SLEM = "tli:bpe8k-draft-4l-384", "slem:bpe8k-draft-4l-384"
+
+
+def crossvocab_values(root: Path) -> dict[str, str]:
+    v = load(root, "docs/crossvocab/vocab.json")
+    out = {"vocab.c.tli": f"{v['c'][TLI]:.3f}", "vocab.c.slem": f"{v['c'][SLEM]:.3f}", "vocab.c.draft": f"{v['c'][DRAFT]:.3f}",
+           "vocab.prompts": str(v["prompts_per_set"])}
+    for r in v["rows"]:
+        if r["k"] == 1 and r["setting"] == "greedy":
+            tag = {TLI: "tli", SLEM: "slem", DRAFT: "draft"}[r["drafter"]]
+            out[f"vocab.k1.{tag}.{r['prompt_set']}.accepted"] = f"{r['accepted_per_pass']:.2f}"
+            out[f"vocab.k1.{tag}.{r['prompt_set']}.speedup"] = f"{r['speedup']:.2f}x"
+    for tag, name in (("tli", TLI), ("slem", SLEM), ("draft", DRAFT)):
+        out[f"vocab.best.{tag}"] = f"{max(r['speedup'] for r in v['rows'] if r['drafter'] == name):.2f}x"
+    return out
+
+
+# ---- the token-wise rule against block verification (docs/block/rules.json) -----------------------------------
+
+def rules_values(root: Path) -> dict[str, str]:
+    r = load(root, "docs/block/rules.json")
+    d = r["drafters"].values()
+    gain = [100 * (v["block"]["tokens_per_pass"] / v["token"]["tokens_per_pass"] - 1) for v in d]
+    faster = [v["block"]["speedup"] - v["token"]["speedup"] for v in d]
+    return {"rules.gain": f"{min(gain):.1f}-{max(gain):.1f}%", "rules.faster": f"{min(faster):.2f}-{max(faster):.2f}x",
+            "rules.runs": str(r["prompts"] * r["seeds"]), "rules.k": str(r["k"])}
+
+
+# ---- the power of level 4 (docs/power/power.json) -------------------------------------------------------------
+
+POWER = "docs/power/power.json"
+
+
+def power_table(root: Path) -> str:
+    res = load(root, POWER)
+    sizes = [str(n) for n in res["sizes"]]
+    lines = [f"| departure | TV per token | {' | '.join(f'N = {n}' for n in sizes)} |", "|---|---|" + "---|" * len(sizes)]
+    for name, d in res["departures"].items():
+        family, strength = name.split("@")
+        if float(strength) == 0:
+            continue
+        lines.append(f"| {family}, s = {strength} | {d['tv_per_token']:.4f} | "
+                     + " | ".join(f"{d['rejected'][n]} of {res['repeats']}" for n in sizes) + " |")
+    return "\n".join(lines)
+
+
+def power_values(root: Path) -> dict[str, str]:
+    res = load(root, POWER)
+    out = {"power.run": f"{run_line(res)}; {res['seconds']:.0f} s", "power.repeats": str(res["repeats"]), "power.run_tokens": str(res["run_tokens"]),
+           "power.smollm2.tv": f"{res['smollm2']['tv_per_round_start']:.3f}",
+           "power.null": ", ".join(f"{res['departures']['residual@0']['rejected'][str(n)]}" for n in res["sizes"])}
+    for name, d in res["departures"].items():
+        key = "power." + name.replace("@", "-")
+        out[key + ".tv"] = f"{d['tv_per_token']:.3f}"
+        for n in res["sizes"]:
+            out[f"{key}.{n}"] = f"{d['rejected'][str(n)]} of {res['repeats']}"
+    draft = load(root, "docs/level4_draft.json")["sampling"]["tokens"]
+    out["level4.draft.tokens"] = f"{draft['tokens_a']:,}"
+    return out
+
+
+# ---- level 4 (docs/level4_<kind>.json) -------------------------------------------------------------------
+
+LEVEL4 = ["draft", "eagle", "tli", "slem", "block"]  # docs/level4_<kind>.json, in this order when present
+
+
+
+def _p(x: float) -> str:
+    return f"{x:.2g}"
+
+
+def level4_table(root: Path) -> str:
+    rows = ["| drafter (rule) | paired runs | real rule: p (per statistic; combined) | broken twin: combined p | "
+            "greedy identical | time | run |", "|---|---|---|---|---|---|---|"]
+    for kind in LEVEL4:
+        f = root / "docs" / f"level4_{kind}.json"
+        if not f.is_file():
+            continue
+        r = json.loads(f.read_text())
+        s = r["sampling"]
+        stats = ", ".join(f"{k} {_p(s[k]['p_value'])}" for k in ("tokens", "acceptance", "prefix") if k in s)
+        twins = []
+        for key, label in (("sampling_broken_rule", r["sampling_broken_rule"]["rule"]),
+                           ("sampling_trusted_boundary", "boundary token trusted by prefix")):
+            if key in r:
+                t = r[key]
+                twins.append(f"{label}: {_p(t['p_value'])} ({'caught' if not t['passed'] else 'NOT caught'})")
+        greedy = "; ".join(f"{g['drafter']} {g['identical']}/{g['prompts']}" for g in r["greedy"]) or "in the run above"
+        prov = r.get("provenance")
+        run = f"{prov['date'][:10]}, {str(prov['commit'] or '?')[:7]}" if prov else f"committed in {added_in(f)}"
+        rows.append(f"| {s['drafter']} ({s['rule']}) | {s['tokens']['runs']} | {stats}; **{_p(s['p_value'])}** "
+                    f"({'PASS' if s['passed'] else 'FAIL'}) | {'; '.join(twins)} | {greedy} | "
+                    f"{r['seconds'] / 60:.0f} min | [{run}](docs/level4_{kind}.json) |")
+    return "\n".join(rows)
+
+
+def added_in(f: Path) -> str:
+    """An older result without provenance: the commit (and day) that added it."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h %cs", "--", str(f)], cwd=f.parents[1],
+                             capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return f"{out[-2]}, {out[-1]}" if len(out) >= 2 else "?"
+
+
+
+
+def level4_values(root: Path) -> dict[str, str]:
+    out = {}
+    for kind in LEVEL4:
+        f = root / "docs" / f"level4_{kind}.json"
+        if not f.is_file():
+            continue
+        r, key = json.loads(f.read_text()), f"level4.{kind}"
+        out[f"{key}.runs"] = str(r["sampling"]["tokens"]["runs"])
+        out[f"{key}.minutes"] = f"{r['seconds'] / 60:.0f} min"
+        out[f"{key}.run"] = run_line(r)
+        for side in ("sampling", "sampling_broken_rule", "sampling_trusted_boundary"):
+            if side not in r:
+                continue
+            tag = {"sampling": "rule", "sampling_broken_rule": "twin", "sampling_trusted_boundary": "boundary"}[side]
+            out[f"{key}.{tag}.p"] = f"{r[side]['p_value']:.2g}"
+            for stat in ("tokens", "acceptance", "prefix"):
+                if stat in r[side]:
+                    out[f"{key}.{tag}.{stat}.p"] = f"{r[side][stat]['p_value']:.2g}"
+                    if "mean_a" in r[side][stat]:
+                        out[f"{key}.{tag}.{stat}.means"] = (f"{r[side][stat]['mean_b']:.3f} against "
+                                                            f"{r[side][stat]['mean_a']:.3f}")
+    return out
+
+
+SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_model, "power": power_table,
+            "eagle_speed": eagle_speed, "eagle_targets": eagle_targets}
+
+
+def values(root: Path) -> dict[str, str]:
+    return {**study_values(root), **auto_values(root), **crossvocab_values(root), **rules_values(root),
+            **power_values(root), **level4_values(root),
+            **eagle_values(root), **bf16_values(root)}
