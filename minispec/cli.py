@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_convert)
 
     k = sub.add_parser("check", help="level-4 losslessness check on the real target (one drafter, --no-calibration: "
-                                     "16 min here on 2 cores, 29 min on one shared core; --quick: 2-3 min)")
+                                     "22 min here on 2 quiet cores, 27-43 min on one shared core; --quick: 2-3 min)")
     k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     k.add_argument("--draft", action="append",
                    help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR (default: "

@@ -124,3 +124,20 @@ def test_the_readme_gives_the_command_that_made_the_weights(name, recipe):
     args = importlib.import_module(f"minispec.recipes.{recipe}").parser().parse_args(shlex.split(line)[3:])
     recorded = json.loads((d / "training.json").read_text())["args"]
     assert {k: v for k, v in vars(args).items() if k != "out"} == {k: v for k, v in recorded.items() if k != "out"}
+
+
+@pytest.mark.parametrize("name, recipe", [("smoldraft-3l-192", "train_draft"), ("bpe8k-draft-4l-384", "train_bpe_draft"),
+                                          ("eagle-smollm2-135m", "train_eagle")])
+def test_the_top_readmes_recipe_commands_make_the_shipped_weights(name, recipe):
+    """Every ``python -m minispec.recipes.<recipe> ...`` command README.md gives (defaults filled in by the recipe's
+    parser) has the arguments training.json recorded: run as written, it makes the shipped weights."""
+    import importlib
+    import re
+    import shlex
+
+    commands = re.findall(rf"`(python -m minispec\.recipes\.{recipe} [^`]*)`", (ROOT / "README.md").read_text())
+    assert commands, f"README gives no command for {recipe}"
+    recorded = json.loads((ROOT / "weights" / name / "training.json").read_text())["args"]
+    for line in commands:
+        args = importlib.import_module(f"minispec.recipes.{recipe}").parser().parse_args(shlex.split(line)[3:])
+        assert {k: v for k, v in vars(args).items() if k != "out"} == {k: v for k, v in recorded.items() if k != "out"}, line

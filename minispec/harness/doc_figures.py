@@ -375,6 +375,7 @@ def _p(x: float) -> str:
 def level4_table(root: Path) -> str:
     rows = ["| drafter (rule) | paired runs | real rule: p (per statistic; combined) | broken twin: combined p | "
             "greedy identical | time | run |", "|---|---|---|---|---|---|---|"]
+    runs: dict[str, list[str]] = {}
     for kind in LEVEL4:
         f = root / "docs" / f"level4_{kind}.json"
         if not f.is_file():
@@ -394,6 +395,9 @@ def level4_table(root: Path) -> str:
         rows.append(f"| {s['drafter']} ({s['rule']}) | {s['tokens']['runs']} | {stats}; **{_p(s['p_value'])}** "
                     f"({'PASS' if s['passed'] else 'FAIL'}) | {'; '.join(twins)} | {greedy} | "
                     f"{r['seconds'] / 60:.0f} min | [{run}](docs/level4_{kind}.json) |")
+        if prov:
+            runs.setdefault(run_line(r), []).append(kind)
+    rows += [""] + [f"Run{'s' if len(kinds) > 1 else ''} ({', '.join(kinds)}): {line}." for line, kinds in runs.items()]
     return "\n".join(rows)
 
 
