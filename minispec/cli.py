@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--layers", type=int_arg(1), help="layers kept by --draft layer-skip (default 4/5 of the target's)")
     g.add_argument("--rule", choices=["token", "block"], default="token",
                    help="verification rule: token (Leviathan et al.'s, the default) or block (Sun et al. 2025: the "
-                        "guesses decided jointly; lossless too, never fewer kept); trees keep the token-wise rule")
+                        "guesses decided jointly; lossless too, never fewer kept in expectation); trees keep the token-wise rule")
     g.add_argument("--show", action="store_true", help="colour each token by where it came from: a kept guess, the "
                                                         "target's token after a rejection, the bonus token, a plain "
                                                         "round (plain-text marks without a terminal or with NO_COLOR)")
@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_convert)
 
     k = sub.add_parser("check", help="level-4 losslessness check on the real target (one drafter, --no-calibration: "
-                                     "22 min here on 2 quiet cores, 27-43 min on one shared core; --quick: 2-3 min)")
+                                     "22 min here on 2 quiet cores, 27-43 min on one shared core; --quick: about 3 min)")
     k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     k.add_argument("--draft", action="append",
                    help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR (default: "

@@ -1,6 +1,7 @@
 """Mutation testing of the core: plant one small bug at a time and see whether the fast tests notice.
 
     python scripts/mutation.py minispec/rejection.py [more files] [--tests FILES] [--sample N] [--json OUT]
+    python scripts/mutation.py minispec/tree.py --tests FILES --only "line 140: upper + 1"   (one survivor again)
     python scripts/mutation.py --report OUT      (the summary, as markdown)
 
 Each mutant changes one node of the file's syntax tree:
@@ -167,6 +168,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=int, default=0, help="mutants per file, drawn with seed 0 (default: all)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's test run (default 300)")
     ap.add_argument("--json", help="append the results to this JSON file")
+    ap.add_argument("--only", action="append", help="run only the mutants whose description holds this text, for "
+                                                    "example \"line 140: upper + 1\" (repeatable: a survivor re-run)")
     a = ap.parse_args(argv)
     tests = a.tests.split(",")
     work = scratch_copy()
@@ -180,6 +183,8 @@ def main(argv=None) -> int:
         original = path.read_text()
         tree = ast.parse(original)
         points = mutation_points(tree)
+        if a.only:
+            points = [pt for pt in points if any(o in pt[2] for o in a.only)]
         if a.sample and len(points) > a.sample:
             points = sorted(random.Random(0).sample(points, a.sample))
         t0 = time.perf_counter()

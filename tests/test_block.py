@@ -85,6 +85,20 @@ def test_level1_catches_block_verification_resampling_from_p():
         assert np.abs(continued_law(bad, p, K + 1, 3) - joint_law(p, K + 1, 3)).sum() / 2 > 0.1
 
 
+def test_the_weighted_residual_is_a_distribution():
+    """norm(max(0, w p - q)): it sums to 1, is the token-wise residual at w = 1, and falls back to p where nothing is
+    left (bug: the mass multiplied instead of divided; sampling by CDF would hide it, the trace would not)."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        p, q, w = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5)), rng.uniform(0.2, 1.0)
+        r = rejection.weighted_residual(p, q, w)
+        assert r.sum() == pytest.approx(1.0) and np.all(r >= 0)
+        np.testing.assert_allclose(r * np.maximum(w * p - q, 0).sum(), np.maximum(w * p - q, 0), atol=1e-12)
+        np.testing.assert_allclose(rejection.weighted_residual(p, q, 1.0), rejection.residual(p, q))
+    p = np.array([0.25, 0.75])
+    np.testing.assert_allclose(rejection.weighted_residual(p, np.array([0.5, 0.5]), 0.1), p)
+
+
 def test_greedy_rows_give_the_greedy_rule():
     eye = np.eye(5)
     target = eye[[2, 0, 3, 1, 1]]  # the target wants 2, 0, 3, 1, then 1

@@ -110,6 +110,26 @@ def test_token_bytes_refuses_what_it_cannot_read(tmp_path):
         token_bytes(tmp_path)
 
 
+def test_token_bytes_refuses_a_malformed_file_by_name(tmp_path):
+    """Each part of tokenizer.json is checked on its own: a vocabulary that is not an object, an added token without
+    its content (bugs: the checks joined with "and" instead of "or" let either through)."""
+    for bad, why in (({"model": {"type": "BPE", "vocab": ["a"]}, "added_tokens": []}, "vocab"),
+                     ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": {}}, "added_tokens"),
+                     ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [{"id": 1}]}, "content")):
+        (tmp_path / "tokenizer.json").write_text(json.dumps(bad))
+        with pytest.raises(ModelFormatError, match=why):
+            token_bytes(tmp_path)
+
+
+def test_special_ids_are_the_added_tokens_marked_special(tmp_path):
+    from minispec.drafters.crossvocab import special_ids
+
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [
+        {"id": 1, "content": "<s>", "special": True}, {"id": 2, "content": "x", "special": False},
+        {"id": "3", "content": "<e>", "special": True}]}))
+    assert special_ids(tmp_path) == {1}
+
+
 def test_intersection_maps_tokens_spelled_alike():
     shared_draft, shared_target = intersection([b"a", b"b", b"ab", b""], [b"ab", b"x", b"a", b"ba"])
     assert shared_draft.tolist() == [0, 2] and shared_target.tolist() == [2, 0]
@@ -385,6 +405,32 @@ def test_the_target_under_another_tokenizer_is_accepted(bigger_models, renumbere
         # the target draws that very token: rarely, at T = 1 on these near-uniform models.)
         sampled = speculative_generate(target, drafter, prompt, 40, k=k, temperature=1.0, seed=3)
         assert sampled.stats.accepted >= 0.3 * sampled.stats.drafted > 0, sampled.stats
+
+
+def test_tli_drafting_for_the_target_itself_proposes_the_targets_greedy_continuation(bigger_models, renumbered_draft):
+    """The target under another numbering, greedy, reading a prompt in its own canonical split: its k guesses are the
+    target's next k greedy tokens, each drafted after the one before (bug: a draft step skipped, so a guess is drawn
+    from the row of the position before)."""
+    from minispec.sampling import warp
+
+    target = bigger_models[0]
+    drafter = make_drafter(f"tli:{renumbered_draft}", target)
+    prompt = drafter.cross.target_ids("the cat sat on the mat and")
+    for k in (1, 2, 4, 6):
+        guesses, rows = drafter.propose(prompt, k, lambda x: warp(x, 0.0), np.random.default_rng(0))
+        assert guesses == generate(target, prompt, k), k
+        assert rows.shape == (k, target.cfg.vocab_size) and np.allclose(rows.sum(axis=1), 1.0)
+
+
+def test_room_is_what_the_drafts_context_has_left(bigger_models):
+    """Guesses that fit in the draft's context: none once its reading of the text fills it (bug: one more)."""
+    target, draft_dir = bigger_models
+    tli = make_drafter(f"tli:{draft_dir}", target)
+    limit = tli.cfg.max_position_embeddings
+    words = tli.cross.target_ids(WORDS * (1 + 4 * limit // len(WORDS)))
+    full = next(n for n in range(1, len(words)) if len(tli.read(words[:n]) or []) >= limit - 1)
+    assert tli.room(words[:full]) == 0
+    assert tli.room(words[:3]) == limit - len(tli.read(words[:3])) - 1 > 0
 
 
 @pytest.mark.parametrize("algorithm", ["slem", "tli"])

@@ -48,3 +48,17 @@ def test_break_even_acceptance_pays_and_a_little_less_does_not():
     a = doc_figures.break_even(0.05, r, ks=range(1, 4))
     assert a == pytest.approx(0.55, abs=1e-6)  # K = 1: 1 + a = 0.05 + 1.5
     assert doc_figures.tokens(a - 1e-3, 1) < 0.05 + 1.5 and doc_figures.tokens(a - 1e-3, 2) < 0.1 + 1.8
+
+
+def test_the_study_report_is_written_from_its_json():
+    """docs/study/report.md is study.format_report of docs/study/study.json: a figure cannot drift from its run."""
+    import json
+
+    from minispec.harness.study import format_report
+
+    d = docs_tables.ROOT / "docs" / "study"
+    plots = sorted(p.name for p in d.glob("*.png"))
+    want = format_report(json.loads((d / "study.json").read_text()), ["speedup_greedy.png", "speedup_t1.png",
+                                                                      "verify_cost_memory.png"])
+    assert set(plots) == {"speedup_greedy.png", "speedup_t1.png", "verify_cost_memory.png"}
+    assert (d / "report.md").read_text() == want, "rewrite it: study.format_report(study.json)"

@@ -202,6 +202,11 @@ def test_make_drafter_loads_an_eagle_dir_and_refuses_bad_ones(big_pair, big_eagl
     (bad / "frequent_tokens.json").write_text(json.dumps(list(range(10))))
     with pytest.raises(ModelFormatError, match="reduced_vocab_size is 40.*lists 10"):
         load_eagle(bad, target)
+    empty = write_random_eagle(tmp_path / "empty", target.cfg, [])  # a head that could propose nothing
+    with pytest.raises(ModelFormatError, match="frequent tokens must be distinct token ids"):
+        load_eagle(empty, target)
+    assert load_eagle(write_random_eagle(tmp_path / "one", target.cfg, [7]), target).propose(
+        [1, 2, 3], 0, None, None)[0] == []  # a single frequent token is a valid (if useless) head
 
 
 def test_numpy_head_matches_the_training_head():

@@ -205,3 +205,19 @@ def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
     for _ in range(10):
         auto.observe(0, 0, 0.0, 0.01, probed=(1.0, False))
     assert auto.next_shape() != (0, 0)
+
+
+def test_a_tree_has_the_width_and_depth_asked_for(models):
+    """propose_tree(W, D) gives W first guesses, each followed by a chain of D - 1: greedy (deterministic top-W
+    candidates) and sampled alike; D = 1 is W first guesses, not no tree (bugs: one candidate too many, or a
+    depth-1 tree taken for none)."""
+    from minispec.sampling import warp
+    from minispec.tree import propose_tree
+
+    target, draft = models
+    for temperature in (0.0, 1.0):
+        for width, depth in ((3, 1), (2, 3), (1, 2)):
+            tree = propose_tree(DraftModel(draft), [5, 6, 7], width, depth, lambda x, t=temperature: warp(x, t),
+                                np.random.default_rng(0))
+            assert len(tree.children(0)) == width and len(tree) == width * depth, (temperature, width, depth)
+            assert tree.depths().max() == depth

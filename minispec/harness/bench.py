@@ -84,7 +84,7 @@ def bench_study(argv) -> int:
                     "`eagle` (the EAGLE head's sizes and costs), `vocab` (drafts with their own tokenizer), `gpu-predict` "
                     "(costs on a GPU and the speedups they predict), `auto` (k=auto against plain decoding for every "
                     "drafter, and the cost model's predicted round times next to the measured ones), `rules` (the token-wise rule "
-                    "and block verification side by side at T = 1).")
+                    "and block verification side by side at T = 1), `power` (the power of level 4: planted departures of exact size on tiny models).")
     p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped head, when present)")

@@ -205,6 +205,11 @@ def eagle_targets(root: Path) -> str:
     def yes(ok):
         return "yes" if ok else "no"
 
+    def met(v, goal):  # by the median; "within noise" where the interquartile range holds the goal
+        q1, q3 = v.get("speedup_q1"), v.get("speedup_q3")
+        noise = q1 is not None and q1 < goal <= q3 or q1 is not None and q1 <= goal < q3
+        return yes(v["speedup"] >= goal) + (" by the median, within noise" if noise else "")
+
     lines = ["| target | measured | met |", "|---|---|---|",
              f"| first guess kept >= 0.70 greedy on code | {one['code']['acceptance']:.2f} | "
              f"{yes(one['code']['acceptance'] >= 0.70)} |",
@@ -214,10 +219,10 @@ def eagle_targets(root: Path) -> str:
     for pset, goal in (("code", 1.3), ("chat", 1.15)):
         name, v = best_of_auto_and_tree(pset)
         lines.append(f"| greedy, best of auto K and tree, >= {goal}x on {pset} | "
-                     f"{x(v['speedup'], v.get('speedup_q1'), v.get('speedup_q3'))} ({name}) | {yes(v['speedup'] >= goal)} |")
+                     f"{x(v['speedup'], v.get('speedup_q1'), v.get('speedup_q3'))} ({name}) | {met(v, goal)} |")
     t1 = row(s, EAGLE, "auto", "T=1")
     lines.append(f"| T=1 with K = auto >= 0.97x | {speed(t1)} overall; "
-                 + ", ".join(f"{p} {speed(t1, p)}" for p in s["prompt_sets"]) + f" | {yes(t1['speedup'] >= 0.97)} |")
+                 + ", ".join(f"{p} {speed(t1, p)}" for p in s["prompt_sets"]) + f" | {met(t1, 0.97)} |")
     loop, plain = mem["head_over_prompt_lookup_mb"], mem["head_over_plain_mb"]
     lines.append(f"| the head adds <= 40 MB resident | {loop:.1f} MB over the same loop with prompt lookup; {plain:.1f} MB "
                  f"over plain decoding | over the loop, {yes(loop <= 40)}; over plain decoding, {yes(plain <= 40)} |")
@@ -268,6 +273,7 @@ def study_values(root: Path) -> dict[str, str]:
         for setting, tag in (("greedy", "greedy"), ("T=1", "t1")):
             out[f"study.auto.{tag}.eagle.{pset}"] = speed(row(s, EAGLE, "auto", setting), pset)
             out[f"study.auto.{tag}.draft.{pset}"] = speed(row(s, DRAFT, "auto", setting), pset)
+            out[f"study.auto.{tag}.pl.{pset}"] = speed(row(s, PL, "auto", setting), pset)
         b = best_fixed(s, PL, pset=pset)
         out[f"study.best.pl.{pset}"] = f"{speed(b, pset)} at K = {b['k']}"
         out[f"study.tree.pl.{pset}"] = speed(row(s, PL, "tree"), pset)
@@ -314,7 +320,8 @@ def crossvocab_values(root: Path) -> dict[str, str]:
             out[f"vocab.k1.{tag}.{r['prompt_set']}.accepted"] = f"{r['accepted_per_pass']:.2f}"
             out[f"vocab.k1.{tag}.{r['prompt_set']}.speedup"] = f"{r['speedup']:.2f}x"
     for tag, name in (("tli", TLI), ("slem", SLEM), ("draft", DRAFT)):
-        out[f"vocab.best.{tag}"] = f"{max(r['speedup'] for r in v['rows'] if r['drafter'] == name):.2f}x"
+        out[f"vocab.best.{tag}"] = \
+            f"{max(r['speedup'] for r in v['rows'] if r['drafter'] == name and r['setting'] == 'greedy'):.2f}x"
     return out
 
 
@@ -359,6 +366,7 @@ def power_values(root: Path) -> dict[str, str]:
             out[f"{key}.{n}"] = f"{d['rejected'][str(n)]} of {res['repeats']}"
     draft = load(root, "docs/level4_draft.json")["sampling"]["tokens"]
     out["level4.draft.tokens"] = f"{draft['tokens_a']:,}"
+    out["level4.draft.runs_of_16"] = f"{draft['tokens_a'] / 16:.0f}"
     return out
 
 
@@ -443,7 +451,13 @@ SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_m
             "eagle_speed": eagle_speed, "eagle_targets": eagle_targets}
 
 
+def line_counts(root: Path) -> dict[str, str]:
+    """The lines of the files README's reading order names."""
+    files = ["minispec/rejection.py", "minispec/textbook.py", "minispec/model/transformer.py"]
+    return {f"lines.{Path(f).stem}": str(len((root / f).read_text().splitlines())) for f in files}
+
+
 def values(root: Path) -> dict[str, str]:
     return {**study_values(root), **auto_values(root), **crossvocab_values(root), **rules_values(root),
             **power_values(root), **level4_values(root),
-            **eagle_values(root), **bf16_values(root)}
+            **eagle_values(root), **bf16_values(root), **line_counts(root)}

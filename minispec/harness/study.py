@@ -259,25 +259,34 @@ def write_report(result: dict, out: Path) -> Path:
 
 def by_set_table(rows: list[dict]) -> list[str]:
     """Per setting, drafter and prompt set: the best fixed K, K = auto and the tree, as speedups over plain
-    decoding; auto is also given relative to that best fixed K."""
+    decoding with their interquartile range over the prompts; auto is also given relative to that best fixed K."""
     L = ["## Fixed K, K = auto and trees per prompt set", "",
-         "Speedup over plain decoding (median over the set's prompts); auto / best: K = auto over the best fixed K of "
-         "the same set.", "",
+         "Speedup over plain decoding (median over the set's prompts, interquartile range in brackets); auto / best: "
+         "K = auto over the best fixed K of the same set.", "",
          "| setting | drafter | prompt set | best fixed K | K = auto | auto / best | tree |", "|---|---|---|---|---|---|---|"]
     keys = list(dict.fromkeys((r["setting"], r["drafter"]) for r in rows))
     for setting, drafter in keys:
         mine = [r for r in rows if r["setting"] == setting and r["drafter"] == drafter]
         sets = list(mine[0]["by_prompt_set"]) + ["all"]
         for ps in sets:
-            def sp(r, ps=ps):
-                return r["speedup"] if ps == "all" else r["by_prompt_set"].get(ps, {}).get("speedup")
-            fixed = [r for r in mine if isinstance(r["k"], int) and sp(r) is not None]
-            auto = next((sp(r) for r in mine if r["k"] == "auto"), None)
-            tree = next((sp(r) for r in mine if r["k"] == "tree"), None)
-            best = max(fixed, key=sp) if fixed else None
-            L.append(f"| {setting} | {drafter} | {ps} | " + (f"{fmt(sp(best))}x (K={best['k']})" if best else "-")
-                     + f" | {fmt(auto)}x | {fmt(auto / sp(best) if auto and best else None)} | {fmt(tree)}x |")
+            def part(r, ps=ps):
+                return r if ps == "all" else r["by_prompt_set"].get(ps, {})
+            fixed = [r for r in mine if isinstance(r["k"], int) and part(r).get("speedup") is not None]
+            auto = next((part(r) for r in mine if r["k"] == "auto"), {})
+            tree = next((part(r) for r in mine if r["k"] == "tree"), {})
+            best = max(fixed, key=lambda r: part(r)["speedup"]) if fixed else None
+            ratio = auto["speedup"] / part(best)["speedup"] if auto.get("speedup") and best else None
+            L.append(f"| {setting} | {drafter} | {ps} | " + (f"{spread(part(best))} (K={best['k']})" if best else "-")
+                     + f" | {spread(auto)} | {fmt(ratio)} | {spread(tree)} |")
     return L
+
+
+def spread(v: dict) -> str:
+    """A speedup and its interquartile range over prompts, when recorded: 1.65x (1.62-2.25)."""
+    if v.get("speedup") is None:
+        return "-"
+    q = f" ({fmt(v['speedup_q1'])}-{fmt(v['speedup_q3'])})" if v.get("speedup_q1") is not None else ""
+    return fmtx(v["speedup"]) + q
 
 
 def fmt(x, p=2, unit=""):
@@ -295,16 +304,24 @@ def format_report(res: dict, plots: list[str]) -> str:
          f"Machine: {m.get('cpu', m.get('processor'))}, {m.get('cpus')} CPUs, Python {m['python']}, NumPy {m['numpy']}"
          + (f", BLAS {'; '.join(m['blas'])}" if m.get("blas") else "") + ".",
          f"Prompts: {res['prompts_per_set']} per set from {', '.join(res['prompt_sets'])}; {res['max_new_tokens']} new "
-         f"tokens; speedups are medians over prompts of plain/speculative time ratios measured side by side. "
-         f"These are example numbers from one machine, not promises.", "",
-         "## Headline: best K per drafter", "",
-         "| setting | drafter | best K | acceptance | tokens/pass | measured speedup | predicted | predicted best K "
-         "| r(K+1) | c | K=auto speedup | tree speedup (tokens/pass) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         f"tokens; speedups are medians over prompts of plain/speculative time ratios measured side by side, "
+         "with their interquartile range in brackets. These are example numbers from one machine, not promises."]
+    if res.get("provenance"):
+        p = res["provenance"]
+        L.append(f"Run: `{p['command']}`, {p['date']}, commit {p['commit']}.")
+    L += ["", "## Headline: best K per drafter", "",
+          "| setting | drafter | best K | acceptance | tokens/pass | measured speedup | predicted | predicted best K "
+          "| r(K+1) | c | K=auto speedup | tree speedup, tokens/pass |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def at(b, k):
+        return next((r for r in res["rows"] if r["drafter"] == b["drafter"] and r["setting"] == b["setting"]
+                     and r["k"] == k), {})
+
     for b in res["best"]:
         L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
-                 f"{fmt(b['tokens_per_pass'])} | {fmtx(b['speedup'])} | {fmtx(b['predicted'])} | "
-                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {fmtx(b.get('auto_speedup'))} | "
-                 f"{fmtx(b.get('tree_speedup'))} ({fmt(b.get('tree_tokens_per_pass'))}) |")
+                 f"{fmt(b['tokens_per_pass'])} | {spread(at(b, b['best_k']))} | {fmtx(b['predicted'])} | "
+                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {spread(at(b, 'auto'))} | "
+                 f"{spread(at(b, 'tree'))}, {fmt(b.get('tree_tokens_per_pass'))} tokens/pass |")
     L += ["", f"Plain decoding: {', '.join(f'{s} {v:.1f} tok/s' for s, v in res['baseline_tok_s'].items())} "
           f"(median over prompts).", "", "## Verify cost", "",
           f"Target forward over n new tokens after {res['context_for_costs']} cached ones "
