@@ -141,9 +141,9 @@ def report(results: list[dict]) -> str:
     """Markdown: per file, mutants run, killed, survived; then every survivor."""
     seen, rows = set(), []
     for r in results:  # a mutant run twice (two invocations) counts once, with its last status
-        key = (r["file"], r["mutation"], r["kind"])
+        key = (r["file"], r["mutation"], r["kind"], r.get("index"))
         if key in seen:
-            rows = [x for x in rows if (x["file"], x["mutation"], x["kind"]) != key]
+            rows = [x for x in rows if (x["file"], x["mutation"], x["kind"], x.get("index")) != key]
         seen.add(key)
         rows.append(r)
     lines = ["| file | mutants | killed | survived |", "|---|---|---|---|"]
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
                     continue
                 path.write_text(mutant)
                 status = run_tests(tests, a.timeout, work)
-                results.append(dict(file=f, mutation=desc, kind=kind, status=status, tests=tests))
+                results.append(dict(file=f, mutation=desc, kind=kind, index=index, status=status, tests=tests))
                 print(f"[{n}/{len(points)}] {f} {desc}: {status}", flush=True)
                 if a.json:
                     Path(a.json).write_text(json.dumps(results, indent=1))

@@ -121,6 +121,25 @@ def test_token_bytes_refuses_a_malformed_file_by_name(tmp_path):
             token_bytes(tmp_path)
 
 
+def test_token_ids_are_checked_one_by_one_and_padding_rows_are_blank(tmp_path):
+    """One bad id among good ones is refused (bug: any instead of all); a table longer than the model's vocabulary
+    is cut where the extra ids are blank, refused where one is a token the model has no row for."""
+    from minispec.drafters.crossvocab import fit
+
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": -3}},
+                                                         "added_tokens": []}))
+    with pytest.raises(ModelFormatError, match="token ids"):
+        token_bytes(tmp_path)
+    for pre, want in (({"type": "Metaspace"}, b" a"), (None, "\u2581a".encode())):  # "▁" is a space only for Metaspace
+        (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"\u2581a": 0}},
+                                                             "pre_tokenizer": pre, "added_tokens": []}))
+        assert token_bytes(tmp_path) == [want], pre
+    assert fit([b"a", b"b", b"", b""], 2, "draft", tmp_path) == [b"a", b"b"]
+    assert fit([b"a"], 3, "draft", tmp_path) == [b"a", b"", b""]
+    with pytest.raises(ModelFormatError, match="ids up to 2"):
+        fit([b"a", b"", b"c"], 2, "draft", tmp_path)
+
+
 def test_special_ids_are_the_added_tokens_marked_special(tmp_path):
     from minispec.drafters.crossvocab import special_ids
 

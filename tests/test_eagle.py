@@ -228,3 +228,31 @@ def test_numpy_head_matches_the_training_head():
     with torch.no_grad():
         want = head(torch.from_numpy(np.asarray(target.embed)[ids][None]), torch.from_numpy(feats[None]))[0].numpy()
     assert np.allclose(eagle.head(ids, feats, 0), want, atol=1e-4)
+
+
+def test_the_heads_early_stop_and_tree_shape(big_pair, big_eagle_dir):
+    """The head asks ``keep`` before each guess as DraftModel does, and stops where it refuses; its tree has the
+    width and depth asked for (bugs: the guess number off by one, a level of the tree dropped)."""
+    from minispec.tree import propose_tree
+
+    target = big_pair[0]
+    prompt, greedy = [3, 4, 5, 6, 7], (lambda z: warp(z, 0.0))
+    eagle = load_eagle(big_eagle_dir, target)
+    target.forward(prompt[:-1], target.new_cache(len(prompt)), on_features=lambda f: eagle.see_features(prompt[:-1], f))
+    asked = []
+    tokens, probs = eagle.propose(prompt, 5, greedy, np.random.default_rng(0), lambda j, reach: asked.append(j) or j < 3)
+    assert len(tokens) == 2 and probs.shape == (2, target.cfg.vocab_size) and asked == [1, 2, 2, 3]
+    for width, depth in ((2, 1), (3, 3)):
+        tree = propose_tree(eagle, prompt, width, depth, greedy, np.random.default_rng(0))
+        assert len(tree.children(0)) == width and len(tree) == width * depth and tree.depths().max() == depth
+
+
+def test_a_prompt_longer_than_twice_the_feature_buffer(tmp_path):
+    """The head's feature buffer starts at 256 rows and grows to hold the whole prompt at once (bug: grown to the
+    smaller of twice its size and the prompt, which a 600-token prompt overflows)."""
+    target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2, max_position_embeddings=1024),
+                                           seed=6))
+    eagle = load_eagle(write_random_eagle(tmp_path / "e", target.cfg, range(40), seed=7, scale=3.0), target)
+    prompt = [int(t) for t in np.random.default_rng(1).integers(0, 64, 600)]
+    res = speculative_generate(target, eagle, prompt, 12, k=3)
+    assert res.tokens == generate(target, prompt, 12) and res.stats.drafted > 0

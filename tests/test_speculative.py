@@ -135,6 +135,10 @@ def test_draft_with_padded_vocab(tmp_path, big_pair):
     far = load_model(write_random_model(tmp_path / "f", tiny_config(num_hidden_layers=1, vocab_size=2000)))
     with pytest.raises(ValueError, match="tokenizer"):
         DraftModel(far, 64)
+    edge = load_model(write_random_model(tmp_path / "e", tiny_config(num_hidden_layers=1, vocab_size=64 + 1024)))
+    assert DraftModel(edge, 64).vocab == 64  # 1,024 padding rows, the most allowed
+    with pytest.raises(ValueError, match="more than padding"):
+        DraftModel(edge, 63)
 
 
 def test_same_tokenizer_means_same_ids(tmp_path):
@@ -169,3 +173,22 @@ def test_level3_plain_generate_matches_the_exact_table(pair, w):
         counts[toks[0] * V + toks[1]] += 1
     chi2, dof, p = chisquare_gof(counts, exact)  # a draw the warp forbids gives p = 0
     assert p > 1e-3, (chi2, dof, p)
+
+
+def test_a_draft_whose_context_is_full_gives_way_to_plain_rounds(tmp_path, big_pair):
+    """A draft model with a shorter context than the run: once it is full, rounds go on without it, and the output
+    is still the target's (bug: room counted past the draft's context)."""
+    target, _ = big_pair
+    short = load_model(write_random_model(tmp_path / "s", tiny_config(num_hidden_layers=1, max_position_embeddings=24),
+                                          seed=4))
+    prompt = list(range(1, 11))
+    for k in (1, 3):
+        res = speculative_generate(target, DraftModel(short), prompt, 40, k=k)
+        assert res.tokens == generate(target, prompt, 40) and res.stats.drafted > 0
+
+
+def test_default_names_and_layers(tmp_path, big_pair):
+    target, draft = big_pair
+    assert DraftModel(draft).name == f"draft:{draft.name}" and DraftModel(draft, name="mine").name == "mine"
+    five = load_model(write_random_model(tmp_path / "five", tiny_config(num_hidden_layers=5), seed=2))
+    assert LayerSkip(five).name == "layer-skip:4" and LayerSkip.default_layers(target) == max(1, target.cfg.num_layers * 4 // 5)

@@ -280,6 +280,8 @@ def study_values(root: Path) -> dict[str, str]:
     out["study.auto.t1.draft"] = speed(row(s, DRAFT, "auto", "T=1"))
     out["study.auto.t1.eagle"] = speed(row(s, EAGLE, "auto", "T=1"))
     out["study.step_ms"] = f"{s['target_step_ms']:.1f} ms"
+    widths = sorted(r["speedup_q3"] - r["speedup_q1"] for r in s["rows"])
+    out["study.iqr_widths"] = f"{widths[0]:.2f}-{widths[-1]:.2f}x wide (median {widths[len(widths) // 2]:.2f}x)"
     out["study.auto.t1.draft.tokens_per_pass"] = f"{row(s, DRAFT, 'auto', 'T=1')['tokens_per_pass']:.2f}"
     out["study.k1.draft"] = speed(row(s, DRAFT, 1))
     gaps = [abs(b["speedup"] - b["predicted"]) for b in s["best"] if b["setting"] == "greedy"]
@@ -447,8 +449,54 @@ def level4_values(root: Path) -> dict[str, str]:
     return out
 
 
-SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_model, "power": power_table,
-            "eagle_speed": eagle_speed, "eagle_targets": eagle_targets}
+def crossvocab_table(root: Path, setting: str, rows_wanted) -> str:
+    """docs/crossvocab.md's tables: accepted target tokens per pass / characters per pass / speedup, per prompt set
+    (medians of the run's prompts: ``bench vocab`` records no spread; one run)."""
+    v = load(root, "docs/crossvocab/vocab.json")
+    names = {TLI: "TLI", SLEM: "SLEM", DRAFT: "shipped draft"}
+    sets = list(dict.fromkeys(r["prompt_set"] for r in v["rows"]))
+    lines = [f"| K | drafter | {sets[0]}: accepted / chars / speedup | " + " | ".join(sets[1:]) + " |",
+             "|---|---|" + "---|" * len(sets)]
+    for k, drafter in rows_wanted:
+        cells = []
+        for pset in sets:
+            r = next(r for r in v["rows"] if (r["drafter"], r["k"], r["setting"], r["prompt_set"]) == (drafter, k, setting, pset))
+            cells.append(f"{r['accepted_per_pass']:.2f} / {r['chars_per_pass']:.1f} / {r['speedup']:.2f}x")
+        lines.append(f"| {k} | {names[drafter]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---- mutation testing (docs/mutation/full.json, scripts/mutation.py) ------------------------------------------
+
+MUTATION = "docs/mutation/full.json"
+
+
+def mutants(root: Path) -> list[dict]:
+    """Each distinct mutant (its file and the index of its node in the syntax tree) once, with its last status: a
+    survivor re-run against the tests added to kill it counts as killed."""
+    last = {}
+    for r in load(root, MUTATION):
+        last[(r["file"], r["index"], r["kind"])] = r
+    return list(last.values())
+
+
+def mutation_table(root: Path) -> str:
+    rows = mutants(root)
+    lines = ["| file | mutants | killed | survived |", "|---|---|---|---|"]
+    for f in dict.fromkeys(r["file"] for r in rows):
+        mine = [r for r in rows if r["file"] == f]
+        alive = sum(r["status"] == "survived" for r in mine)
+        lines.append(f"| `{f}` | {len(mine)} | {len(mine) - alive} | {alive} |")
+    alive = sum(r["status"] == "survived" for r in rows)
+    lines.append(f"| all | {len(rows)} | {len(rows) - alive} | {alive} |")
+    return "\n".join(lines)
+
+
+def mutation_values(root: Path) -> dict[str, str]:
+    rows = mutants(root)
+    alive = sum(r["status"] == "survived" for r in rows)
+    return {"mutation.mutants": f"{len(rows):,}", "mutation.killed": f"{len(rows) - alive:,}",
+            "mutation.survived": str(alive), "mutation.files": str(len({r["file"] for r in rows}))}
 
 
 def line_counts(root: Path) -> dict[str, str]:
@@ -457,7 +505,15 @@ def line_counts(root: Path) -> dict[str, str]:
     return {f"lines.{Path(f).stem}": str(len((root / f).read_text().splitlines())) for f in files}
 
 
+SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_model, "power": power_table,
+            "eagle_speed": eagle_speed, "eagle_targets": eagle_targets, "mutation": mutation_table,
+            "vocab_greedy": lambda root: crossvocab_table(root, "greedy", [(1, TLI), (1, SLEM), (1, DRAFT), (4, TLI),
+                                                                           (4, DRAFT)]),
+            "vocab_t1": lambda root: crossvocab_table(root, "T=1", [(1, TLI), (1, SLEM), (1, DRAFT), (2, TLI), (2, DRAFT)])}
+
+
 def values(root: Path) -> dict[str, str]:
     return {**study_values(root), **auto_values(root), **crossvocab_values(root), **rules_values(root),
             **power_values(root), **level4_values(root),
-            **eagle_values(root), **bf16_values(root), **line_counts(root)}
+            **eagle_values(root), **bf16_values(root), **line_counts(root),
+            **mutation_values(root)}
