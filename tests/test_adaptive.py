@@ -436,3 +436,18 @@ def test_bench_stop_runs_on_tiny_models(big_pair):
         for name, r in rows.items():
             assert [x[0] for x in r] == ["a", "a", "b"] and all(x[1] > 0 for x in r), (temp, name)
         assert all(x[3] <= 1 for x in rows["K=1"]) and max(x[3] for x in rows["K=4 + stop"]) <= 4
+
+
+@pytest.mark.parametrize("seed, temperature, learns", [(3, 1.0, False), (None, 1.0, True), (3, 0.0, True)])
+def test_only_runs_whose_output_cannot_depend_on_timing_follow_the_clock(big_pair, monkeypatch, seed, temperature,
+                                                                        learns):
+    """A seeded sampled run keeps its calibrated costs, so that the same seed gives the same tokens on a busy and a
+    quiet machine; greedy runs and unseeded ones may follow the clock (bug: a seeded run that learns from timings)."""
+    from minispec import rounds
+
+    target, draft = big_pair
+    seen = []
+    real = rounds.k_policy
+    monkeypatch.setattr(rounds, "k_policy", lambda *a, **kw: seen.append(kw["learn"]) or real(*a, **kw))
+    speculative_generate(target, DraftModel(draft), [1, 2, 3], 4, k="auto", seed=seed, temperature=temperature)
+    assert seen == [learns]

@@ -62,3 +62,19 @@ def test_the_study_report_is_written_from_its_json():
                                                                       "verify_cost_memory.png"])
     assert set(plots) == {"speedup_greedy.png", "speedup_t1.png", "verify_cost_memory.png"}
     assert (d / "report.md").read_text() == want, "rewrite it: study.format_report(study.json)"
+
+
+def test_every_surviving_mutant_is_argued(tmp_path):
+    """docs/mutation.md's table of survivors needs a reason for each (docs/mutation/equivalent.json); one without
+    is refused by name."""
+    import json
+    import shutil
+
+    assert "| `minispec/" in doc_figures.mutation_survivors(docs_tables.ROOT)
+    (tmp_path / "docs" / "mutation").mkdir(parents=True)
+    results = json.loads((docs_tables.ROOT / doc_figures.MUTATION).read_text())
+    results.append(dict(file="minispec/rejection.py", mutation="line 1: 0 -> 1", kind="number", index=-1, status="survived"))
+    (tmp_path / doc_figures.MUTATION).write_text(json.dumps(results))
+    shutil.copy(docs_tables.ROOT / "docs" / "mutation" / "equivalent.json", tmp_path / "docs" / "mutation")
+    with pytest.raises(KeyError, match="line 1: 0 -> 1 survived"):
+        doc_figures.mutation_survivors(tmp_path)

@@ -191,8 +191,11 @@ def test_forward_hands_on_features_the_features_the_head_reads(big_pair):
 
 
 def test_make_drafter_loads_an_eagle_dir_and_refuses_bad_ones(big_pair, big_eagle_dir, small_pair, tmp_path):
+    from minispec.drafters.eagle import is_eagle_dir
+
     target = big_pair[0]
     assert isinstance(make_drafter(str(big_eagle_dir), target), Eagle)
+    assert is_eagle_dir(big_eagle_dir) and not is_eagle_dir(target.path) and not is_eagle_dir(tmp_path)
     with pytest.raises(ModelFormatError, match="hidden_size.*another target"):
         load_eagle(big_eagle_dir, small_pair[0])
     bad = write_random_eagle(tmp_path / "bad", target.cfg, range(40))
@@ -256,3 +259,17 @@ def test_a_prompt_longer_than_twice_the_feature_buffer(tmp_path):
     prompt = [int(t) for t in np.random.default_rng(1).integers(0, 64, 600)]
     res = speculative_generate(target, eagle, prompt, 12, k=3)
     assert res.tokens == generate(target, prompt, 12) and res.stats.drafted > 0
+
+
+def test_a_tree_run_hands_the_head_the_features_of_the_kept_nodes(big_pair, big_eagle_dir):
+    """After tree rounds (the kept nodes compacted in the cache, tree.kept_rows), the head holds the target's true
+    features of every token so far (bug: the feature rows of the wrong nodes handed on)."""
+    target = big_pair[0]
+    eagle = load_eagle(big_eagle_dir, target)
+    prompt = [3, 17, 5, 9]
+    toks = prompt + tree_speculative_generate(target, eagle, prompt, 25, shape=(2, 3), temperature=1.0, seed=2).tokens
+    n = len(eagle.ftokens)
+    assert n > 15 and eagle.ftokens == toks[:n]
+    seen = []
+    target.forward(toks[:n], target.new_cache(n), on_features=seen.append)
+    assert np.allclose(eagle.feats[:n], seen[0], atol=1e-4)

@@ -221,3 +221,19 @@ def test_a_tree_has_the_width_and_depth_asked_for(models):
                                 np.random.default_rng(0))
             assert len(tree.children(0)) == width and len(tree) == width * depth, (temperature, width, depth)
             assert tree.depths().max() == depth
+
+
+def test_trees_at_the_end_of_the_targets_context(tmp_path):
+    """A run that fills the target's whole context with trees: every pass fits in the cache (bug: the room for a
+    tree counted the uncached tokens once too few), and the output is still plain decoding's."""
+    from minispec import load_model
+    from minispec.model.tiny import tiny_config, write_random_model
+
+    target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2, max_position_embeddings=40),
+                                           seed=3))
+    longer = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=4))  # context 256
+    prompt = list(range(1, 21))
+    for shape in ((2, 4), (3, 3)):
+        for drafter in (DraftModel(target), DraftModel(longer), PromptLookup()):  # the target's cache the only bound
+            res = tree_speculative_generate(target, drafter, prompt, 20, shape=shape)
+            assert res.tokens == generate(target, prompt, 20) and len(prompt) + len(res.tokens) == 40

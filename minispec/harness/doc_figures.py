@@ -492,6 +492,21 @@ def mutation_table(root: Path) -> str:
     return "\n".join(lines)
 
 
+def mutation_survivors(root: Path) -> str:
+    """Every surviving mutant with the reason it leaves the law unchanged (docs/mutation/equivalent.json); a survivor
+    without one is an error, so a new survivor cannot go unargued."""
+    eq = load(root, "docs/mutation/equivalent.json")
+    alive = sorted({(r["file"], r["mutation"]) for r in mutants(root) if r["status"] == "survived"},
+                   key=lambda fm: (fm[0], int(fm[1].split()[1].rstrip(":")), fm[1]))
+    lines = ["| file | mutant | why the law is unchanged |", "|---|---|---|"]
+    for f, m in alive:
+        why = eq["survivors"].get(f"{f} {m}")
+        if why is None:
+            raise KeyError(f"mutant {f} {m} survived and docs/mutation/equivalent.json does not say why it is harmless")
+        lines.append(f"| `{f}` | {m} | {eq['classes'].get(why, why)} |")
+    return "\n".join(lines)
+
+
 def mutation_values(root: Path) -> dict[str, str]:
     rows = mutants(root)
     alive = sum(r["status"] == "survived" for r in rows)
@@ -507,6 +522,7 @@ def line_counts(root: Path) -> dict[str, str]:
 
 SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_model, "power": power_table,
             "eagle_speed": eagle_speed, "eagle_targets": eagle_targets, "mutation": mutation_table,
+            "mutation_survivors": mutation_survivors,
             "vocab_greedy": lambda root: crossvocab_table(root, "greedy", [(1, TLI), (1, SLEM), (1, DRAFT), (4, TLI),
                                                                            (4, DRAFT)]),
             "vocab_t1": lambda root: crossvocab_table(root, "T=1", [(1, TLI), (1, SLEM), (1, DRAFT), (2, TLI), (2, DRAFT)])}

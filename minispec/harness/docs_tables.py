@@ -25,7 +25,7 @@ from . import doc_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = doc_figures.SECTIONS
-FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md",
+FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
          "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
 VALUE = re.compile(r"(<!-- v:([\w.-]+) -->).*?(<!-- /v -->)", re.S)
