@@ -78,3 +78,12 @@ def test_every_surviving_mutant_is_argued(tmp_path):
     shutil.copy(docs_tables.ROOT / "docs" / "mutation" / "equivalent.json", tmp_path / "docs" / "mutation")
     with pytest.raises(KeyError, match="line 1: 0 -> 1 survived"):
         doc_figures.mutation_survivors(tmp_path)
+
+
+def test_no_reason_outlives_its_survivor():
+    """Every reason in docs/mutation/equivalent.json belongs to a mutant that survived: one killed since loses it."""
+    import json
+
+    alive = {f"{r['file']} {r['mutation']}" for r in doc_figures.mutants(docs_tables.ROOT) if r["status"] == "survived"}
+    reasons = json.loads((docs_tables.ROOT / "docs" / "mutation" / "equivalent.json").read_text())["survivors"]
+    assert set(reasons) <= alive, sorted(set(reasons) - alive)

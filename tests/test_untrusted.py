@@ -215,6 +215,8 @@ API_CASES = [
     ("drafter smaller vocab", lambda t, d, s: spec(t, s), ValueError, ["draft vocabulary (48)", "64"]),
     ("PromptLookup vocab 10", lambda t, d, s: spec(t, PromptLookup(vocab_size=10)), ValueError, ["vocabulary size 10", "64"]),
     ("PromptLookup ngram '3'", lambda t, d, s: PromptLookup("3"), ValueError, ["min_ngram <= max_ngram"]),
+    ("PromptLookup ngram True", lambda t, d, s: PromptLookup(True), ValueError, ["min_ngram <= max_ngram"]),
+    ("PromptLookup ngram 2.0", lambda t, d, s: PromptLookup(2.0), ValueError, ["min_ngram <= max_ngram"]),
     ("DraftModel(None)", lambda t, d, s: DraftModel(None), TypeError, ["DraftModel", "Model"]),
     ("LayerSkip 0 layers", lambda t, d, s: LayerSkip(t, 0), ValueError, ["layers", "1..2", "0"]),
     ("LayerSkip 5 layers", lambda t, d, s: LayerSkip(t, 5), ValueError, ["layers", "1..2", "5"]),
