@@ -12,6 +12,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from ..policy import expected_tokens
+
 DRAFT, EAGLE, PL, LS, SELF = "draft:smoldraft-3l-192", "eagle:eagle-smollm2-135m", "prompt-lookup:3", "layer-skip:24", "self"
 NAMES = {DRAFT: "shipped draft", EAGLE: "EAGLE head", PL: "prompt lookup", LS: "layer skip, 24 of 30 layers",
          SELF: "the target itself"}
@@ -97,8 +99,8 @@ def study_table(root: Path) -> str:
 
 
 def tokens(a: float, k: int) -> float:
-    """E = 1 + a + ... + a^K: expected tokens per round at acceptance a."""
-    return sum(a ** i for i in range(k + 1))
+    """E = 1 + a + ... + a^K: expected tokens per round at acceptance a (policy.expected_tokens)."""
+    return expected_tokens(a, k)
 
 
 def break_even(c: float, r: dict, ks=range(1, 9)) -> float:
@@ -130,9 +132,8 @@ def speed_model(root: Path) -> str:
 
 
 def predicted(a: float, c: float, r: float, k: int, b: float | None = None) -> float:
-    """The speed model with a first-guess rate a and a later-guess rate b (b = None: a): study.predicted_speedup."""
-    b = a if b is None else b
-    return (1 + a * sum(b ** i for i in range(k))) / (k * c + r)
+    """The speed model with a first-guess rate a and a later-guess rate b (b = None: a), as the study computes it."""
+    return expected_tokens(a, k, b) / (k * c + r)
 
 
 def needed(target: float, c: float, r: dict, ks=range(1, 9)) -> float:
@@ -327,6 +328,23 @@ def crossvocab_values(root: Path) -> dict[str, str]:
     return out
 
 
+def crossvocab_table(root: Path, setting: str, rows_wanted) -> str:
+    """docs/crossvocab.md's tables: accepted target tokens per pass / characters per pass / speedup, per prompt set
+    (medians of the run's prompts: ``bench vocab`` records no spread; one run)."""
+    v = load(root, "docs/crossvocab/vocab.json")
+    names = {TLI: "TLI", SLEM: "SLEM", DRAFT: "shipped draft"}
+    sets = list(dict.fromkeys(r["prompt_set"] for r in v["rows"]))
+    lines = [f"| K | drafter | {sets[0]}: accepted / chars / speedup | " + " | ".join(sets[1:]) + " |",
+             "|---|---|" + "---|" * len(sets)]
+    for k, drafter in rows_wanted:
+        cells = []
+        for pset in sets:
+            r = next(r for r in v["rows"] if (r["drafter"], r["k"], r["setting"], r["prompt_set"]) == (drafter, k, setting, pset))
+            cells.append(f"{r['accepted_per_pass']:.2f} / {r['chars_per_pass']:.1f} / {r['speedup']:.2f}x")
+        lines.append(f"| {k} | {names[drafter]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # ---- the token-wise rule against block verification (docs/block/rules.json) -----------------------------------
 
 def rules_values(root: Path) -> dict[str, str]:
@@ -447,23 +465,6 @@ def level4_values(root: Path) -> dict[str, str]:
                         out[f"{key}.{tag}.{stat}.means"] = (f"{r[side][stat]['mean_b']:.3f} against "
                                                             f"{r[side][stat]['mean_a']:.3f}")
     return out
-
-
-def crossvocab_table(root: Path, setting: str, rows_wanted) -> str:
-    """docs/crossvocab.md's tables: accepted target tokens per pass / characters per pass / speedup, per prompt set
-    (medians of the run's prompts: ``bench vocab`` records no spread; one run)."""
-    v = load(root, "docs/crossvocab/vocab.json")
-    names = {TLI: "TLI", SLEM: "SLEM", DRAFT: "shipped draft"}
-    sets = list(dict.fromkeys(r["prompt_set"] for r in v["rows"]))
-    lines = [f"| K | drafter | {sets[0]}: accepted / chars / speedup | " + " | ".join(sets[1:]) + " |",
-             "|---|---|" + "---|" * len(sets)]
-    for k, drafter in rows_wanted:
-        cells = []
-        for pset in sets:
-            r = next(r for r in v["rows"] if (r["drafter"], r["k"], r["setting"], r["prompt_set"]) == (drafter, k, setting, pset))
-            cells.append(f"{r['accepted_per_pass']:.2f} / {r['chars_per_pass']:.1f} / {r['speedup']:.2f}x")
-        lines.append(f"| {k} | {names[drafter]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 # ---- mutation testing (docs/mutation/full.json, scripts/mutation.py) ------------------------------------------
