@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..policy import expected_tokens
+from .study import predicted_speedup, spread
 
 DRAFT, EAGLE, PL, LS, SELF = "draft:smoldraft-3l-192", "eagle:eagle-smollm2-135m", "prompt-lookup:3", "layer-skip:24", "self"
 NAMES = {DRAFT: "shipped draft", EAGLE: "EAGLE head", PL: "prompt lookup", LS: "layer skip, 24 of 30 layers",
@@ -22,11 +23,6 @@ NAMES = {DRAFT: "shipped draft", EAGLE: "EAGLE head", PL: "prompt lookup", LS: "
 @lru_cache(maxsize=None)
 def load(root: Path, rel: str) -> dict:
     return json.loads((root / rel).read_text())
-
-
-def x(m: float, q1: float | None = None, q3: float | None = None) -> str:
-    """A speedup with its interquartile range: 0.83x (0.79-0.92)."""
-    return f"{m:.2f}x" + (f" ({q1:.2f}-{q3:.2f})" if q1 is not None else "")
 
 
 def run_line(res: dict) -> str:
@@ -59,8 +55,8 @@ def best_fixed(s: dict, drafter: str, setting: str = "greedy", pset: str | None 
 
 
 def speed(r: dict, pset: str | None = None) -> str:
-    v = r["by_prompt_set"][pset] if pset else r
-    return x(v["speedup"], v.get("speedup_q1"), v.get("speedup_q3"))
+    """A speedup with its interquartile range over prompts, 0.83x (0.79-0.92), of one prompt set or all."""
+    return spread(r["by_prompt_set"][pset] if pset else r)
 
 
 def tokens_per_second(s: dict, setting: str = "greedy") -> str:
@@ -131,17 +127,12 @@ def speed_model(root: Path) -> str:
         f"{e4 / (4 * c + 1):.2f}x at K = 4."])
 
 
-def predicted(a: float, c: float, r: float, k: int, b: float | None = None) -> float:
-    """The speed model with a first-guess rate a and a later-guess rate b (b = None: a), as the study computes it."""
-    return expected_tokens(a, k, b) / (k * c + r)
-
-
 def needed(target: float, c: float, r: dict, ks=range(1, 9)) -> float:
     """The acceptance (first and later guesses alike) at which the best K reaches ``target``x."""
     lo, hi = 0.0, 1.0
     for _ in range(40):
         mid = (lo + hi) / 2
-        if any(predicted(mid, c, r[str(k + 1)], k) >= target for k in ks if str(k + 1) in r):
+        if any(predicted_speedup(mid, c, r[str(k + 1)], k) >= target for k in ks if str(k + 1) in r):
             hi = mid
         else:
             lo = mid
@@ -220,7 +211,7 @@ def eagle_targets(root: Path) -> str:
     for pset, goal in (("code", 1.3), ("chat", 1.15)):
         name, v = best_of_auto_and_tree(pset)
         lines.append(f"| greedy, best of auto K and tree, >= {goal}x on {pset} | "
-                     f"{x(v['speedup'], v.get('speedup_q1'), v.get('speedup_q3'))} ({name}) | {met(v, goal)} |")
+                     f"{spread(v)} ({name}) | {met(v, goal)} |")
     t1 = row(s, EAGLE, "auto", "T=1")
     lines.append(f"| T=1 with K = auto >= 0.97x | {speed(t1)} overall; "
                  + ", ".join(f"{p} {speed(t1, p)}" for p in s["prompt_sets"]) + f" | {met(t1, 0.97)} |")
@@ -241,8 +232,8 @@ def eagle_values(root: Path) -> dict[str, str]:
             "eagle.needs.1.3": f"{needed(1.3, c, r):.2f}", "eagle.needs.1.15": f"{needed(1.15, c, r):.2f}",
             "eagle.b": f"{b:.2f}",
             "eagle.gpu.code": f"(1 + {a['code']:.2f} + {a['code']:.2f} x {b:.2f}) / (2 x {c:.3f} + 1) = "
-                              f"{predicted(a['code'], c, 1.0, 2, b):.2f}x",
-            "eagle.gpu.chat": f"{predicted(a['chat'], c, 1.0, 2, b):.2f}x"}
+                              f"{predicted_speedup(a['code'], c, 1.0, 2, b):.2f}x",
+            "eagle.gpu.chat": f"{predicted_speedup(a['chat'], c, 1.0, 2, b):.2f}x"}
 
 
 def bf16_values(root: Path) -> dict[str, str]:

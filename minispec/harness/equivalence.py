@@ -33,28 +33,30 @@ def broken_accept_reject(target_probs, draft_probs, draft_tokens, rng: np.random
     return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
 
 
-def broken_block_verify(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
-    """A deliberately broken twin of ``rejection.block_verify``: its residual ignores the running weight,
-    norm(max(0, p - q)) instead of norm(max(0, p_tau p - q)). It looks right on the paper's binary example (there
-    the weight is 1 wherever a stop can happen) and is wrong elsewhere."""
-    real = rejection.weighted_residual
-    rejection.weighted_residual = lambda target_row, draft_row, weight: real(target_row, draft_row, 1.0)
-    try:
-        return rejection.block_verify(target_probs, draft_probs, draft_tokens, rng)
-    finally:
-        rejection.weighted_residual = real
+def block_verify_with(residual):
+    """``rejection.block_verify`` with its weighted residual replaced by ``residual(p_row, q_row, weight, real)``:
+    the one place the block-verification twins change the rule."""
+    def rule(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
+        real = rejection.weighted_residual
+        rejection.weighted_residual = lambda target_row, draft_row, weight: residual(target_row, draft_row, weight, real)
+        try:
+            return rejection.block_verify(target_probs, draft_probs, draft_tokens, rng)
+        finally:
+            rejection.weighted_residual = real
+    return rule
 
 
-def block_residual_bug(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
-    """Block verification with the classic bug of ``broken_accept_reject``: after a stop before the last guess it
-    resamples from p, not from the weighted residual norm(max(0, p_tau p - q)). Level 4's twin for block
-    verification (``broken_block_verify``'s error is too small for 192 runs to see)."""
-    real = rejection.weighted_residual
-    rejection.weighted_residual = lambda target_row, draft_row, weight: broken_residual(target_row, draft_row)
-    try:
-        return rejection.block_verify(target_probs, draft_probs, draft_tokens, rng)
-    finally:
-        rejection.weighted_residual = real
+broken_block_verify = block_verify_with(lambda p, q, weight, real: real(p, q, 1.0))
+broken_block_verify.__name__ = "broken_block_verify"
+broken_block_verify.__doc__ = """A deliberately broken twin of ``rejection.block_verify``: its residual ignores the
+running weight, norm(max(0, p - q)) instead of norm(max(0, p_tau p - q)). It looks right on the paper's binary example
+(there the weight is 1 wherever a stop can happen) and is wrong elsewhere."""
+
+block_residual_bug = block_verify_with(lambda p, q, weight, real: broken_residual(p, q))
+block_residual_bug.__name__ = "block_residual_bug"
+block_residual_bug.__doc__ = """Block verification with the classic bug of ``broken_accept_reject``: after a stop
+before the last guess it resamples from p, not from the weighted residual norm(max(0, p_tau p - q)). Level 4's twin
+for block verification (``broken_block_verify``'s error is too small for 192 runs to see)."""
 
 
 def prefix_match(target_bytes):
