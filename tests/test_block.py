@@ -62,6 +62,18 @@ def test_level1_block_verification_emits_the_targets_joint_law_and_keeps_at_leas
     assert e_block >= e_token - 1e-12  # optimal among valid rules: never below the token-wise rule
 
 
+def test_level1_where_the_draft_agrees_with_the_target_exactly():
+    """A draft that equals the target after the first token (and not before or after): where the weight is 1 there,
+    nothing is left to emit (mass 0), the one case where h is 0/0 and the rule defines it as 1. The law is the
+    target's at K = 2 and 3. (The value given there never matters: the weight stays 1 through the next guess, whose
+    h is then 1, so a block kept through guess i + 1 is kept through guess i either way.)"""
+    p, other = context_table(5, 3, 0.5), context_table(6, 3, 0.5)
+    q = lambda prefix: p(prefix) if len(prefix) == 1 else other(prefix)  # noqa: E731
+    for K in (2, 3):
+        law, _ = round_law(block_verify, p, q, K, 3)
+        assert np.abs(continued_law(law, p, K + 1, 3) - joint_law(p, K + 1, 3)).max() < 1e-9
+
+
 # tables where the twin is far off (of 120 searched, the largest total variation at K = 2): levels 1 and 2 use them
 TWIN_TABLES = dict(p=context_table(11, 3, 0.3), q=context_table(1011, 3, 0.3))
 

@@ -259,6 +259,7 @@ def test_a_prompt_longer_than_twice_the_feature_buffer(tmp_path):
     prompt = [int(t) for t in np.random.default_rng(1).integers(0, 64, 600)]
     res = speculative_generate(target, eagle, prompt, 12, k=3)
     assert res.tokens == generate(target, prompt, 12) and res.stats.drafted > 0
+    assert len(eagle.feats) >= 600 and eagle.feats.dtype == np.float32  # grown in float32
 
 
 def test_a_tree_run_hands_the_head_the_features_of_the_kept_nodes(big_pair, big_eagle_dir):
@@ -273,3 +274,140 @@ def test_a_tree_run_hands_the_head_the_features_of_the_kept_nodes(big_pair, big_
     seen = []
     target.forward(toks[:n], target.new_cache(n), on_features=seen.append)
     assert np.allclose(eagle.feats[:n], seen[0], atol=1e-4)
+
+
+def test_the_heads_state_in_every_round_equals_a_fresh_heads(big_pair, big_eagle_dir):
+    """In every round of sampled runs (chain and tree, one head reused across prompts), the feature the head
+    drafts from equals that of a fresh head given the target's features of the whole text at once: its cache
+    reuse is invisible (bugs: a stale entry kept, an entry re-run one too few, the predicted feature's position
+    lost, the features of an earlier run trusted). Only the first round of a run, the prefill, has none."""
+    target = big_pair[0]
+    eagle, checked, run = load_eagle(big_eagle_dir, target), [], {"first": True}
+    real_catch_up = eagle.catch_up
+
+    def checked_catch_up(tokens):
+        f = real_catch_up(tokens)
+        seen = []
+        target.forward(tokens[:-1], target.new_cache(len(tokens)), on_features=seen.append)
+        fresh = load_eagle(big_eagle_dir, target)
+        fresh.see_features(tokens[:-1], seen[0])
+        want = fresh.catch_up(tokens)
+        if not run["first"]:
+            assert f is not None and want is not None, tokens
+            np.testing.assert_allclose(f, want, atol=1e-4)
+            checked.append(len(tokens))
+        run["first"] = False
+        return f
+
+    eagle.catch_up = checked_catch_up
+    for seed, prompt in enumerate(([3, 17, 5, 9], [3, 17, 6], [8] * 5, [3, 17, 5, 9, 1])):
+        run["first"] = True
+        assert speculative_generate(target, eagle, prompt, 16, k=3, temperature=1.0, seed=seed).stats.drafted > 0
+        run["first"] = True
+        res = tree_speculative_generate(target, eagle, prompt, 12, shape=(2, 2), temperature=1.0, seed=seed)
+        assert res.stats.drafted > 0
+    assert len(checked) > 20
+
+
+def test_the_heads_logits_room_and_a_refused_first_guess(big_pair, big_eagle_dir):
+    """The head's logits are float32 and -inf outside its frequent tokens, its room is what the context has left,
+    and a ``keep`` that refuses the first guess gets no guesses (bug: the early stop returns nothing at all)."""
+    target = big_pair[0]
+    eagle = load_eagle(big_eagle_dir, target)
+    prompt = [3, 4, 5, 6, 7]
+    target.forward(prompt[:-1], target.new_cache(len(prompt)), on_features=lambda f: eagle.see_features(prompt[:-1], f))
+    logits = eagle.logits(eagle.catch_up(prompt)[None])
+    assert logits.dtype == np.float32 and logits.shape == (1, target.cfg.vocab_size)
+    assert np.isfinite(logits[0, :40]).all() and np.isneginf(logits[0, 40:]).all()
+    assert eagle.room(prompt) == target.cfg.max_position_embeddings - len(prompt)
+    toks, probs = eagle.propose(prompt, 3, lambda z: warp(z, 0.0), np.random.default_rng(0), lambda j, reach: False)
+    assert toks == [] and probs.shape == (0, target.cfg.vocab_size)
+
+
+@pytest.mark.parametrize("make", ["eagle", "draft"])
+def test_a_one_wide_greedy_tree_is_the_greedy_chain(big_pair, big_eagle_dir, make):
+    """A tree of width 1 is a chain: with the same seed (one draw per level, one per guess) its nodes are the chain's
+    guesses and its q rows the chain's, at T = 1 (bugs: the tree's positions or mask one slot off, which only a
+    tree pass reads)."""
+    from minispec.drafters import DraftModel
+    from minispec.tree import propose_tree
+
+    target, draft = big_pair
+    sampled = lambda z: warp(z, 1.0)  # noqa: E731
+    for seed, prompt in enumerate(([3, 4, 5, 6, 7], [9, 1, 9, 1, 9, 1, 30, 2], [5] * 9)):
+        drafters = []
+        for _ in range(2):
+            d = load_eagle(big_eagle_dir, target) if make == "eagle" else DraftModel(draft)
+            if make == "eagle":
+                target.forward(prompt[:-1], target.new_cache(len(prompt)),
+                               on_features=lambda f, d=d, p=prompt: d.see_features(p[:-1], f))
+            drafters.append(d)
+        toks, probs = drafters[0].propose(prompt, 4, sampled, np.random.default_rng(seed))
+        tree = propose_tree(drafters[1], prompt, 1, 4, sampled, np.random.default_rng(seed))
+        assert len(toks) == 4 and tree.tokens[1:] == toks and tree.parents[1:] == [0, 1, 2, 3]
+        np.testing.assert_allclose(np.array(tree.draft_probs[1:]), probs, atol=1e-5)
+
+
+def test_the_head_asked_twice_about_texts_of_the_same_length(big_pair, big_eagle_dir):
+    """The drafter protocol allows any text: after proposing for one, a text of the same length with another last
+    token gets that text's feature, not the last one's (bug: the recovery of f^_n skipped when only the last token
+    changed)."""
+    target = big_pair[0]
+    prompt = [3, 17, 5, 9, 2]
+    eagle = load_eagle(big_eagle_dir, target)
+    target.forward(prompt, target.new_cache(8), on_features=lambda f: eagle.see_features(prompt, f))
+    for last in (4, 11, 4):
+        fresh = load_eagle(big_eagle_dir, target)
+        target.forward(prompt, target.new_cache(8), on_features=lambda f, fresh=fresh: fresh.see_features(prompt, f))
+        np.testing.assert_allclose(eagle.catch_up(prompt + [last]), fresh.catch_up(prompt + [last]), atol=1e-4)
+
+
+def test_eagle_inputs_are_checked_one_by_one(big_pair, big_eagle_dir, tmp_path):
+    """Each check of a head directory and of the frequent tokens refuses on its own (bugs: checks joined with "and",
+    a bool taken for a token id, a list expected of anything) and names the file; what loads is labelled by its
+    directory and held in float32 whatever the file's dtype."""
+    from minispec.drafters.eagle import is_eagle_dir
+
+    target = big_pair[0]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    assert not is_eagle_dir(broken)
+    bad = write_random_eagle(tmp_path / "bad", target.cfg, range(40))
+    for tokens in (5, {"0": 1}, [True] + list(range(1, 40)), [0.0] + list(range(1, 40))):
+        (bad / "frequent_tokens.json").write_text(json.dumps(tokens))
+        with pytest.raises(ModelFormatError, match="frequent_tokens.json"):
+            load_eagle(bad, target)
+    assert load_eagle(big_eagle_dir, target).name == f"eagle:{big_eagle_dir.name}"
+    tensors = {k: v.astype(np.float64) for k, v in read_safetensors(big_eagle_dir / "eagle.safetensors").items()}
+    V = target.cfg.vocab_size
+    for ids in ([[1, 2], [3, 4]], [], [0.0, 1.0], [-1, 2], [0, V], [3, 3], [1, 2, 2]):
+        with pytest.raises(ModelFormatError, match="distinct token ids"):
+            Eagle(target, tensors, ids)
+    head = Eagle(target, tensors, range(40))
+    assert head.name == "eagle" and all(a.dtype == np.float32 for a in (head.w_fc, head.b_fc, head.layer.w_qkv))
+    prompt = [3, 4, 5, 6, 7]
+    target.forward(prompt[:-1], target.new_cache(8), on_features=lambda f: head.see_features(prompt[:-1], f))
+    assert head.catch_up(prompt).dtype == np.float32 and head.feats.dtype == np.float32
+
+
+def test_features_of_another_text_are_dropped_and_a_shorter_text_is_served(big_pair, big_eagle_dir):
+    """Features handed on for a text that does not extend the one the head holds are dropped (the head waits for a
+    prefill); a text shorter than the last one asked about gets its own feature (bugs: the dropped list set to
+    None, the feature of the longer text returned)."""
+    target = big_pair[0]
+    eagle = load_eagle(big_eagle_dir, target)
+    text = [3, 17, 5, 9, 2, 8, 8]
+    target.forward(text, target.new_cache(8), on_features=lambda f: eagle.see_features(text, f))
+
+    def fresh_catch_up(tokens):  # a new head, which has been asked nothing before
+        fresh = load_eagle(big_eagle_dir, target)
+        target.forward(text, target.new_cache(8), on_features=lambda f: fresh.see_features(text, f))
+        return fresh.catch_up(tokens)
+
+    for tokens in (text + [1], text[:5], text[:4] + [1], text):  # longer, then a prefix of it, then others
+        np.testing.assert_allclose(eagle.catch_up(tokens), fresh_catch_up(tokens), atol=1e-4)
+    eagle.see_features([4, 4, 4, 4], np.zeros((1, target.cfg.hidden_size), np.float32))  # not an extension of text
+    assert eagle.ftokens == [] and eagle.catch_up([4, 4, 4, 4, 1]) is None
+    target.forward(text, target.new_cache(8), on_features=lambda f: eagle.see_features(text, f))
+    np.testing.assert_allclose(eagle.catch_up(text + [1]), fresh_catch_up(text + [1]), atol=1e-4)

@@ -259,3 +259,46 @@ def test_a_cache_that_grows_keeps_every_entry():
     np.testing.assert_array_equal(g.k[:, :, :3], c.k[:, :, :3])
     np.testing.assert_array_equal(g.v[:, :, :3], c.v[:, :, :3])
     assert c.with_room(5, 6).max_len == 6 and c.with_room(20, 100).max_len == 20
+
+
+def test_common_prefix_and_kept_prefix_against_a_loop():
+    """common_prefix against a plain loop on 500 random pairs (equal, one a prefix of the other, empty); kept_prefix
+    is the smallest of the common prefix, len(tokens) - 1 (one token is always fed, for its logits) and the
+    cache's length (bugs: the second difference taken for the first, a bound dropped or moved by one)."""
+    from minispec.model.kvcache import common_prefix, kept_prefix
+
+    def loop(a, b):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    rng = np.random.default_rng(0)
+    for i in range(500):
+        a = [int(t) for t in rng.integers(0, 3, rng.integers(0, 9))]
+        b = (a + [int(t) for t in rng.integers(0, 3, rng.integers(0, 4))])[: rng.integers(0, 12)] if i % 2 else \
+            [int(t) for t in rng.integers(0, 3, rng.integers(0, 9))]
+        assert common_prefix(a, b) == loop(a, b) == common_prefix(b, a), (a, b)
+        if b:
+            length = int(rng.integers(0, len(a) + 1))
+            assert kept_prefix(a, b, length) == min(loop(a, b), len(b) - 1, length), (a, b, length)
+    assert kept_prefix([1, 2, 3], [1, 2, 3], 3) == 2  # the same tokens: the last is fed again for its logits
+    assert kept_prefix([1, 2, 3, 4], [1, 2, 3, 4, 5], 2) == 2  # the cache holds only 2 of them
+
+
+def test_keep_compacts_and_refuses_bad_offsets():
+    """keep(start, offsets) moves the kept entries to start, start + 1, ..; offsets must be ascending, distinct and
+    inside the cache (bugs: the last valid index taken for one past it, a repeated offset allowed, either check
+    alone); no offsets keep nothing past start."""
+    from minispec.model import KVCache
+
+    c = KVCache(1, 1, 8, 2)
+    c.k[0, 0, :6] = np.arange(6)[:, None]
+    c.length = 6
+    c.keep(2, [0, 2, 3])
+    assert c.length == 5 and list(c.k[0, 0, :5, 0]) == [0, 1, 2, 4, 5]
+    for start, offsets in ((2, [0, 3]), (2, [1, 1]), (2, [2, 1]), (0, [0, 5]), (1, [4, 2])):
+        with pytest.raises(ValueError, match="ascending and inside"):
+            c.keep(start, offsets)
+    c.keep(3, [])
+    assert c.length == 3

@@ -179,3 +179,14 @@ def test_level2_k3_rounds_monte_carlo():
     assert p > 1e-3, (chi2, dof, p)
     chi2, dof, p = chisquare_gof(three_token_counts(accept_reject_broken), exact)
     assert p < 1e-6, (chi2, dof, p)
+
+
+def test_verification_rule_names_and_functions():
+    """"token" and "block" name the two rules; a function of their signature is used as it is (the checks pass a
+    broken twin that way); anything else is refused."""
+    twin = lambda target_probs, draft_probs, draft_tokens, rng: (0, 0)  # noqa: E731
+    assert rejection.verification_rule(twin) is twin
+    assert rejection.verification_rule("token") is rejection.accept_reject
+    assert rejection.verification_rule("block") is rejection.block_verify
+    with pytest.raises(ValueError, match="rule must be"):
+        rejection.verification_rule("tree")

@@ -53,12 +53,28 @@ def test_temperature_zero_is_the_argmax_and_sample_inverts_the_cdf():
 
     p = np.array([0.2, 0.5, 0.3])
     assert [sample(p, Fixed(u)) for u in (0.0, 0.19, 0.2, 0.69, 0.7, 0.999)] == [0, 0, 1, 1, 2, 2]
+    # a row that does not sum to 1 is read as its normalised self (bug: the draw divided by the total)
+    assert [sample(10 * p, Fixed(u)) for u in (0.0, 0.19, 0.2, 0.69, 0.7, 0.999)] == [0, 0, 1, 1, 2, 2]
 
 
 def test_bad_warp_arguments_are_refused():
-    for kw, msg in ((dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p")):
+    bad = ((dict(temperature=-1), "temperature"), (dict(temperature=np.inf), "temperature"),
+           (dict(temperature="1"), "temperature"), (dict(temperature=True), "temperature"),
+           (dict(top_k=0), "top_k"), (dict(top_k=2.5), "top_k"), (dict(top_k=True), "top_k"),
+           (dict(top_p=1.5), "top_p"), (dict(top_p=0.0), "top_p"), (dict(top_p=False), "top_p"))
+    for kw, msg in bad:
         with pytest.raises(ValueError, match=msg):
             warp(np.zeros(3), **{"temperature": 1.0, **kw})
+    warp(np.zeros(3), 0.0, top_k=3, top_p=1.0)  # the edges that are allowed
+
+
+def test_warp_defaults_and_precision():
+    """warp's default is T = 1 and no filter; it works in float64 whatever the logits' dtype (float32 logits from
+    a pass; the rule then compares float64 probabilities)."""
+    z = np.array([0.5, -1.0, 2.0, 0.0], dtype=np.float32)
+    np.testing.assert_array_equal(warp(z), warp(z, 1.0, top_k=None, top_p=None))
+    np.testing.assert_allclose(warp(z), np.exp(z) / np.exp(z).sum(), rtol=1e-6)
+    assert warp(z).dtype == np.float64 and warp(z, 0.7, top_k=2).dtype == np.float64
 
 
 def hf_warp(logits, temperature, top_k, top_p):
@@ -100,6 +116,21 @@ def test_warps_match_transformers_warpers():
 def test_top_p_ties_keep_the_lower_ids():
     z = np.log([0.4, 0.2, 0.2, 0.2])  # top_p 0.55: one of the three tied tokens must go in
     np.testing.assert_allclose(warp(z, 1.0, top_p=0.55), [2 / 3, 1 / 3, 0, 0])
+    # 100 tokens of two values (a sort that is not stable reorders ties past 16 entries): of the likelier tokens,
+    # the lowest ids go in
+    z = np.where(np.random.default_rng(0).integers(0, 2, 100) == 1, 1.0, 0.0)
+    likely = np.flatnonzero(z == 1.0)
+    kept = warp(z, 1.0, top_p=0.1) > 0
+    assert kept.sum() > 1 and np.array_equal(np.flatnonzero(kept), likely[: kept.sum()])
+
+
+def test_warp_rows_are_warped_one_by_one():
+    """A batch [T, V] is warped row by row: rows of very different scales (a pass's rows) each get their own
+    softmax, filters included (bug: one maximum for the whole batch, which underflows every other row)."""
+    z = np.array([[0.0, 1.0, -1.0], [1000.0, 1001.0, 999.0], [-800.0, -799.0, -801.0]])
+    for kw in (dict(), dict(top_k=2), dict(top_p=0.7)):
+        np.testing.assert_allclose(warp(z, 1.0, **kw), np.stack([warp(row, 1.0, **kw) for row in z]))
+        np.testing.assert_allclose(warp(z, 1.0, **kw)[1], warp(z[0], 1.0, **kw))
 
 
 def test_top_p_drops_a_token_whose_mass_before_it_is_exactly_p():

@@ -24,6 +24,35 @@ def test_tree_mask_sees_context_and_ancestors_only():
     assert m[:, :3].all()
     assert m[3, 3 + np.array([0, 1, 3])].all() and not m[3, 3 + 2] and not m[3, 3 + 4]
     assert m[4, 3 + np.array([0, 2, 4])].all() and not m[4, 3 + 1]
+    assert tree_mask(parents, prefix=3).dtype == np.float32  # added to float32 scores: no silent float64
+
+
+def test_greedy_candidates_among_tied_logits_are_the_lowest_ids():
+    """At T = 0 the top W logits are the candidates, ties going to the lowest ids as argmax's do (bug: a sort that is
+    not stable, which reorders ties past 16 entries, so the tree depends on the sort)."""
+    from minispec.tree import add_children
+
+    logits = np.where(np.random.default_rng(0).integers(0, 2, 100) == 1, 1.0, 0.0)
+    tree = Tree()
+    kids = add_children(tree, 0, logits, 5, lambda z: warp(z, 0.0), np.random.default_rng(0))
+    assert [tree.tokens[c] for c in kids] == list(np.flatnonzero(logits == 1.0)[:5])
+
+
+def test_siblings_are_drawn_without_replacement():
+    """add_children at T = 1 draws distinct children, each from q with the siblings before it removed (bug: a drawn
+    token put back with all the mass; still lossless, as each child keeps its own q, but it wastes the tree)."""
+    from minispec.tree import add_children
+
+    logits = np.array([2.0, 1.5, 1.0, 0.5, 0.0])
+    for seed in range(30):
+        tree = Tree()
+        kids = add_children(tree, 0, logits, 4, lambda z: warp(z, 1.0), np.random.default_rng(seed))
+        toks = [tree.tokens[c] for c in kids]
+        assert len(set(toks)) == 4
+        for j, c in enumerate(kids):
+            q = tree.draft_probs[c]
+            assert q[toks[:j]].sum() == 0 and q.sum() == pytest.approx(1.0)
+            np.testing.assert_allclose(q, without(warp(logits, 1.0), toks[:j]))
 
 
 @st.composite
