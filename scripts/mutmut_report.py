@@ -2,7 +2,7 @@
 
     pip install -e ".[dev,mutation]"
     python scripts/mutmut_report.py --json docs/mutation/mutmut.json       # every group
-    python scripts/mutmut_report.py --json out.json --groups rule,cache      # some of them
+    python scripts/mutmut_report.py --json docs/mutation/mutmut.json --groups rule,cache   # run these again
 
 pyproject.toml's [tool.mutmut] section holds mutmut's settings: the files to mutate (the rule, the tree, the
 warps, the loops, the KV cache and the drafters), the default suite's fast files, the tests left out and the
@@ -10,10 +10,10 @@ lines not mutated. mutmut copies the tree to mutants/, plants every mutant behin
 records which tests call which function, and runs only those tests for each mutant (fastest first, stopping at
 the first failure). A mutant that survives costs every test that calls its function: the warps are called by
 150 tests (three minutes), so one run over everything takes hours on 2 cores. This script runs it file group by
-file group (GROUPS), each in a scratch copy of the working tree and against the test files that exercise the
-group directly, which is minutes each.
+file group (GROUPS), each in a scratch copy of the committed tree (HEAD: the report names a commit, and what is
+not committed is not in it) and against the test files that exercise the group directly, which is minutes each.
 
-The JSON holds the run's provenance, the counts per file and status, and every mutant that was not killed
+The JSON holds each group's provenance (commit, date, time), the counts per file and status, and every mutant that was not killed
 with the lines it changed (``old`` -> ``new``). Killed mutants are counted, not listed (the tracked tree
 has a size limit); ``mutmut show NAME`` in the run's checkout prints any of them. Each survivor is keyed
 ``file function: old -> new`` (no line number, no mutant number: both move when the code moves), and
@@ -41,7 +41,7 @@ GROUPS = {  # name: (files mutated, test files run against them)
              ["test_rejection.py", "test_block.py", "test_sampling.py", "test_tree.py", "test_exact_loop.py", "test_eagle.py"]),
     "cache": (["model/kvcache.py"], ["test_model.py", "test_tree.py", "test_exact_loop.py"]),
     "loops": (["speculative.py", "rounds.py", "textbook.py"],
-              ["test_speculative.py", "test_textbook.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_block.py"]),
+              ["test_speculative.py", "test_textbook.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py"]),
     "drafters": (["drafters/draft_model.py", "drafters/prompt_lookup.py"],
                  ["test_speculative.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_adaptive.py",
                   "test_untrusted.py"]),
@@ -118,13 +118,14 @@ def group_config(base: str, files, tests) -> str:
 
 
 def run_group(name: str, scratch: Path, max_children: int) -> tuple[dict, float]:
-    """Copy the working tree to scratch/name, narrow the config to the group, run mutmut there, collect."""
+    """Export the committed tree (HEAD) to scratch/name, narrow the config to the group, run mutmut there, collect."""
     files, tests = GROUPS[name]
     where = scratch / name
     if where.exists():
         shutil.rmtree(where)
-    shutil.copytree(".", where, ignore=shutil.ignore_patterns(".git", "mutants", "__pycache__", ".pytest_cache",
-                                                               ".hypothesis", ".ruff_cache", "*.egg-info", "out"))
+    where.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
     (where / "pyproject.toml").write_text(group_config(Path("pyproject.toml").read_text(), files, tests))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # one BLAS thread per mutant
     start = time.perf_counter()
@@ -142,10 +143,7 @@ def run_group(name: str, scratch: Path, max_children: int) -> tuple[dict, float]
 
 
 def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def main(argv=None) -> int:
@@ -165,30 +163,33 @@ def main(argv=None) -> int:
         sys.exit(f"--groups: unknown {unknown or 'none given'}; the groups are {', '.join(GROUPS)}")
     from importlib.metadata import version
 
-    report = {"provenance": {
-        "tool": f"mutmut {version('mutmut')}",
-        "command": "python scripts/mutmut_report.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit(),
-        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
-        "max_children": args.max_children,
-    }, "groups": {}, "files": {}, "survivors": []}
-    for g in groups:
+    out = Path(args.json)
+    try:
+        report = json.loads(out.read_text()) if out.exists() else {"groups": {}, "files": {}, "survivors": []}
+    except json.JSONDecodeError as e:
+        sys.exit(f"{out}: not a report this script wrote ({e}); give another --json or remove it")
+    report["provenance"] = {"tool": f"mutmut {version('mutmut')}",
+                            "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
+                            "max_children": args.max_children}
+    for g in groups:  # a group run again replaces its own results; the others stay as they were
         print(f"group {g}: {', '.join(GROUPS[g][0])} against {', '.join(GROUPS[g][1])}", flush=True)
         found, seconds = run_group(g, Path(args.scratch), args.max_children)
-        report["groups"][g] = {"files": GROUPS[g][0], "tests": GROUPS[g][1], "seconds": round(seconds)}
-        report["files"].update(found["files"])
-        report["survivors"] += found["survivors"]
+        mine = {"minispec/" + f for f in GROUPS[g][0]}
+        report["groups"][g] = {"files": GROUPS[g][0], "tests": GROUPS[g][1], "seconds": round(seconds),
+                               "commit": commit(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                               "command": "python scripts/mutmut_report.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+        report["files"] = {f: c for f, c in report["files"].items() if f not in mine} | found["files"]
+        report["survivors"] = [s for s in report["survivors"] if s["file"] not in mine] + found["survivors"]
         n = {s: sum(c.get(s, 0) for c in found["files"].values()) for s in ("killed", "survived")}
         print(f"  {sum(sum(c.values()) for c in found['files'].values())} mutants, {n['killed']} killed, "
               f"{n['survived']} survived, {seconds:.0f} s", flush=True)
+        out.write_text(json.dumps(report, indent=0, ensure_ascii=False) + "\n")  # after each group: a stop loses one
     total = {}
     for counts in report["files"].values():
         for status, n in counts.items():
             total[status] = total.get(status, 0) + n
     if total.get("not checked"):
-        sys.exit(f"{total['not checked']} mutants were not checked: a run did not finish (run it again)")
-    Path(args.json).write_text(json.dumps(report, indent=0, ensure_ascii=False) + "\n")
+        sys.exit(f"{total['not checked']} mutants were not checked: a run did not finish (run its group again)")
     print(f"{sum(total.values())} mutants: " + ", ".join(f"{n} {s}" for s, n in sorted(total.items())) + f" -> {args.json}")
     return 0
 
