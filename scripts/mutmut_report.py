@@ -48,7 +48,7 @@ GROUPS = {  # name: (files mutated, test files run against them)
     "eagle": (["drafters/eagle.py"], ["test_eagle.py"]),
     "crossvocab": (["drafters/crossvocab.py", "drafters/tli.py", "drafters/slem.py"], ["test_crossvocab.py"]),
 }
-NOT_KILLED = ("survived", "timeout", "no tests", "suspicious", "segfault", "skipped")
+NOT_KILLED = ("survived", "no tests", "suspicious", "segfault", "skipped")  # a timeout counts as detected
 
 
 def changed_lines(diff: str) -> tuple[str, str]:
@@ -142,6 +142,13 @@ def run_group(name: str, scratch: Path, max_children: int) -> tuple[dict, float]
         os.chdir(here)
 
 
+def dumps(report: dict) -> str:
+    """The report as JSON, one survivor a line."""
+    head = json.dumps({k: v for k, v in report.items() if k != "survivors"}, indent=1, ensure_ascii=False)
+    rows = ",\n".join(json.dumps(s, ensure_ascii=False) for s in report["survivors"])
+    return head[:-2] + ',\n "survivors": [\n' + rows + "\n ]\n}\n"
+
+
 def commit() -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -183,7 +190,7 @@ def main(argv=None) -> int:
         n = {s: sum(c.get(s, 0) for c in found["files"].values()) for s in ("killed", "survived")}
         print(f"  {sum(sum(c.values()) for c in found['files'].values())} mutants, {n['killed']} killed, "
               f"{n['survived']} survived, {seconds:.0f} s", flush=True)
-        out.write_text(json.dumps(report, indent=0, ensure_ascii=False) + "\n")  # after each group: a stop loses one
+        out.write_text(dumps(report))  # after each group: a stop loses one
     total = {}
     for counts in report["files"].values():
         for status, n in counts.items():
