@@ -41,7 +41,8 @@ GROUPS = {  # name: (files mutated, test files run against them)
              ["test_rejection.py", "test_block.py", "test_sampling.py", "test_tree.py", "test_exact_loop.py", "test_eagle.py"]),
     "cache": (["model/kvcache.py"], ["test_model.py", "test_tree.py", "test_exact_loop.py"]),
     "loops": (["speculative.py", "rounds.py", "textbook.py"],
-              ["test_speculative.py", "test_textbook.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py"]),
+              ["test_speculative.py", "test_textbook.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_seeds.py",
+               "test_trace.py"]),
     "drafters": (["drafters/draft_model.py", "drafters/prompt_lookup.py"],
                  ["test_speculative.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_adaptive.py",
                   "test_untrusted.py"]),
@@ -129,11 +130,13 @@ def run_group(name: str, scratch: Path, max_children: int) -> tuple[dict, float]
     (where / "pyproject.toml").write_text(group_config(Path("pyproject.toml").read_text(), files, tests))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # one BLAS thread per mutant
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)], cwd=where,
-                          env=env, stdout=subprocess.DEVNULL)
+    with open(where / "mutmut.log", "w") as log:
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)], cwd=where,
+                              env=env, stdout=log, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        sys.exit(f"group {name}: mutmut run exited with {done.returncode} (run it in {where} to see why)")
+        tail = (where / "mutmut.log").read_text(errors="replace")[-2000:]
+        sys.exit(f"group {name}: mutmut run exited with {done.returncode}; the end of {where / 'mutmut.log'}:\n{tail}")
     here = os.getcwd()
     os.chdir(where)
     try:

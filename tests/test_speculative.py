@@ -231,6 +231,7 @@ def test_default_names_and_layers(tmp_path, big_pair):
     assert DraftModel(draft).name == f"draft:{draft.name}" and DraftModel(draft, name="mine").name == "mine"
     five = load_model(write_random_model(tmp_path / "five", tiny_config(num_hidden_layers=5), seed=2))
     assert LayerSkip(five).name == "layer-skip:4" and LayerSkip.default_layers(draft) == 1  # 4/5 of 5; at least 1
+    assert LayerSkip(five, 5).name == "layer-skip:5"  # every layer: the target itself, allowed (bug: refused)
     for bad in (True, 2.0, 0, 4):
         with pytest.raises(ValueError, match="layer-skip layers"):
             LayerSkip(target, bad)
