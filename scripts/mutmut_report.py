@@ -43,9 +43,8 @@ GROUPS = {  # name: (files mutated, test files run against them)
     "loops": (["speculative.py", "rounds.py", "textbook.py"],
               ["test_speculative.py", "test_textbook.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_seeds.py",
                "test_trace.py"]),
-    "drafters": (["drafters/draft_model.py", "drafters/prompt_lookup.py"],
-                 ["test_speculative.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_adaptive.py",
-                  "test_untrusted.py"]),
+    "drafters": (["drafters/draft_model.py", "drafters/prompt_lookup.py"],  # (test_untrusted's CLI tests fail under mutmut)
+                 ["test_speculative.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_adaptive.py"]),
     "eagle": (["drafters/eagle.py"], ["test_eagle.py"]),
     "crossvocab": (["drafters/crossvocab.py", "drafters/tli.py", "drafters/slem.py"], ["test_crossvocab.py"]),
 }

@@ -143,6 +143,9 @@ def test_prompt_lookup_finds_what_a_brute_force_search_finds():
     """Proposals, and the trie of continuations, against the search done the slow way on 400 random texts over 3
     to 5 token values (bugs: an n-gram size skipped or one too many, a match one token off, a hit list taken
     every other entry, a trie that repeats a child)."""
+    for max_ngram, min_ngram in ((True, 1), (3, True), (2.0, 1), (3, 0), (2, 3)):
+        with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
+            PromptLookup(max_ngram, min_ngram)
     rng = np.random.default_rng(0)
     for case in range(400):
         seq = [int(t) for t in rng.integers(0, 3 + case % 3, rng.integers(1, 16))]
