@@ -41,8 +41,7 @@ GROUPS = {  # name: (files mutated, test files run against them)
              ["test_rejection.py", "test_block.py", "test_sampling.py", "test_tree.py", "test_exact_loop.py", "test_eagle.py"]),
     "cache": (["model/kvcache.py"], ["test_model.py", "test_tree.py", "test_exact_loop.py"]),
     "loops": (["speculative.py", "rounds.py", "textbook.py"],
-              ["test_speculative.py", "test_textbook.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_seeds.py",
-               "test_trace.py"]),
+              ["test_speculative.py", "test_textbook.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_seeds.py"]),
     "drafters": (["drafters/draft_model.py", "drafters/prompt_lookup.py"],  # (test_untrusted's CLI tests fail under mutmut)
                  ["test_speculative.py", "test_exact_loop.py", "test_tree.py", "test_eagle.py", "test_adaptive.py"]),
     "eagle": (["drafters/eagle.py"], ["test_eagle.py"]),
