@@ -9,6 +9,7 @@ Every speed figure carries its spread: the interquartile range over the prompts 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -458,52 +459,83 @@ def level4_values(root: Path) -> dict[str, str]:
     return out
 
 
-# ---- mutation testing (docs/mutation/full.json, scripts/mutation.py) ------------------------------------------
+# ---- mutation testing (docs/mutation/mutmut.json, scripts/mutmut_report.py) ----------------------------------
 
-MUTATION = "docs/mutation/full.json"
+MUTMUT = "docs/mutation/mutmut.json"
+REASONS = "docs/mutation/equivalent.json"
+DETECTED = ("killed", "timeout")  # a mutant that makes the tests fail, or run 30 times longer than they do
 
 
-def mutants(root: Path) -> list[dict]:
-    """Each distinct mutant (its file and the index of its node in the syntax tree) once, with its last status: a
-    survivor re-run against the tests added to kill it counts as killed."""
-    last = {}
-    for r in load(root, MUTATION):
-        last[(r["file"], r["index"], r["kind"])] = r
-    return list(last.values())
+def survivor_key(s: dict) -> str:
+    """How docs/mutation/equivalent.json names a survivor: file, function and the words changed; no line or mutant
+    number, which move when code moves."""
+    return f"{s['file']} {s['function']}: {s['change']}"
+
+
+def survivors(root: Path) -> list[dict]:
+    """mutmut's undetected mutants (survived, or no test calls their function), each with its reason class."""
+    eq = load(root, REASONS)
+    out = []
+    for s in load(root, MUTMUT)["survivors"]:
+        why = eq["survivors"].get(survivor_key(s))
+        if why is None:
+            raise KeyError(f"mutant {survivor_key(s)} was not detected and {REASONS} does not say why it is harmless")
+        if why not in eq["classes"]:
+            raise KeyError(f"{REASONS}: {survivor_key(s)} has the reason class {why!r}, which classes does not define")
+        out.append(dict(s, why=why))
+    return out
+
+
+def mutation_counts(root: Path) -> dict[str, dict[str, int]]:
+    """file -> {"mutants", "detected", "undetected"}."""
+    out = {}
+    for f, counts in load(root, MUTMUT)["files"].items():
+        n = sum(counts.values())
+        found = sum(counts.get(s, 0) for s in DETECTED)
+        out[f] = {"mutants": n, "detected": found, "undetected": n - found}
+    return out
 
 
 def mutation_table(root: Path) -> str:
-    rows = mutants(root)
-    lines = ["| file | mutants | killed | survived |", "|---|---|---|---|"]
-    for f in dict.fromkeys(r["file"] for r in rows):
-        mine = [r for r in rows if r["file"] == f]
-        alive = sum(r["status"] == "survived" for r in mine)
-        lines.append(f"| `{f}` | {len(mine)} | {len(mine) - alive} | {alive} |")
-    alive = sum(r["status"] == "survived" for r in rows)
-    lines.append(f"| all | {len(rows)} | {len(rows) - alive} | {alive} |")
-    return "\n".join(lines)
+    res = load(root, MUTMUT)
+    counts = mutation_counts(root)
+    lines = ["| group | files | test files | mutants | killed | timed out | not detected | time |", "|---|---|---|---|---|---|---|---|"]
+    for g, info in res["groups"].items():
+        mine = ["minispec/" + f for f in info["files"]]
+        raw = [res["files"].get(f, {}) for f in mine]
+        lines.append(f"| {g} | {', '.join(f'`{f}`' for f in info['files'])} | {', '.join(info['tests'])} | "
+                     f"{sum(counts[f]['mutants'] for f in mine if f in counts):,} | {sum(r.get('killed', 0) for r in raw):,} | "
+                     f"{sum(r.get('timeout', 0) for r in raw)} | {sum(counts[f]['undetected'] for f in mine if f in counts)} | "
+                     f"{info['seconds'] / 60:.1f} min |")
+    total = {k: sum(c[k] for c in counts.values()) for k in ("mutants", "detected", "undetected")}
+    killed = sum(c.get("killed", 0) for c in res["files"].values())
+    lines.append(f"| all | {len(counts)} files | | {total['mutants']:,} | {killed:,} | {total['detected'] - killed} | "
+                 f"{total['undetected']} | {sum(g['seconds'] for g in res['groups'].values()) / 60:.1f} min |")
+    runs = [f"{g}: {info['date']}, commit {info['commit'][:7]}" for g, info in res["groups"].items()]
+    return ("\n".join(lines) + f"\n\n{res['provenance']['tool']} on {res['provenance']['machine']}, "
+            f"{res['provenance']['max_children']} mutants at a time. Runs: " + "; ".join(runs) + ".")
 
 
-def mutation_survivors(root: Path) -> str:
-    """Every surviving mutant with the reason it leaves the law unchanged (docs/mutation/equivalent.json); a survivor
-    without one is an error, so a new survivor cannot go unargued."""
-    eq = load(root, "docs/mutation/equivalent.json")
-    alive = sorted({(r["file"], r["mutation"]) for r in mutants(root) if r["status"] == "survived"},
-                   key=lambda fm: (fm[0], int(fm[1].split()[1].rstrip(":")), fm[1]))
-    lines = ["| file | mutant | why the law is unchanged |", "|---|---|---|"]
-    for f, m in alive:
-        why = eq["survivors"].get(f"{f} {m}")
-        if why is None:
-            raise KeyError(f"mutant {f} {m} survived and docs/mutation/equivalent.json does not say why it is harmless")
-        lines.append(f"| `{f}` | {m} | {eq['classes'].get(why, why)} |")
+def mutation_classes(root: Path) -> str:
+    """How many undetected mutants each reason covers, per file."""
+    eq, alive = load(root, REASONS), survivors(root)
+    lines = ["| reason | why the law (and greedy identity) is unchanged | mutants | in |", "|---|---|---|---|"]
+    for c, text in eq["classes"].items():
+        mine = [s for s in alive if s["why"] == c]
+        if mine:
+            files = ", ".join(f"{Path(f).stem} {n}" for f, n in Counter(s["file"] for s in mine).items())
+            lines.append(f"| {c} | {text} | {len(mine)} | {files} |")
     return "\n".join(lines)
 
 
 def mutation_values(root: Path) -> dict[str, str]:
-    rows = mutants(root)
-    alive = sum(r["status"] == "survived" for r in rows)
-    return {"mutation.mutants": f"{len(rows):,}", "mutation.killed": f"{len(rows) - alive:,}",
-            "mutation.survived": str(alive), "mutation.files": str(len({r["file"] for r in rows}))}
+    counts = mutation_counts(root)
+    total = {k: sum(c[k] for c in counts.values()) for k in ("mutants", "detected", "undetected")}
+    res = load(root, MUTMUT)
+    return {"mutation.mutants": f"{total['mutants']:,}", "mutation.killed": f"{total['detected']:,}",
+            "mutation.survived": str(total["undetected"]), "mutation.files": str(len(counts)),
+            "mutation.tool": res["provenance"]["tool"],
+            "mutation.minutes": f"{sum(g['seconds'] for g in res['groups'].values()) / 60:.0f}"}
 
 
 def line_counts(root: Path) -> dict[str, str]:
@@ -514,7 +546,7 @@ def line_counts(root: Path) -> dict[str, str]:
 
 SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_model, "power": power_table,
             "eagle_speed": eagle_speed, "eagle_targets": eagle_targets, "mutation": mutation_table,
-            "mutation_survivors": mutation_survivors,
+            "mutation_classes": mutation_classes,
             "vocab_greedy": lambda root: crossvocab_table(root, "greedy", [(1, TLI), (1, SLEM), (1, DRAFT), (4, TLI),
                                                                            (4, DRAFT)]),
             "vocab_t1": lambda root: crossvocab_table(root, "T=1", [(1, TLI), (1, SLEM), (1, DRAFT), (2, TLI), (2, DRAFT)])}
