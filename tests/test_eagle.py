@@ -411,3 +411,21 @@ def test_features_of_another_text_are_dropped_and_a_shorter_text_is_served(big_p
     assert eagle.ftokens == [] and eagle.catch_up([4, 4, 4, 4, 1]) is None
     target.forward(text, target.new_cache(8), on_features=lambda f: eagle.see_features(text, f))
     np.testing.assert_allclose(eagle.catch_up(text + [1]), fresh_catch_up(text + [1]), atol=1e-4)
+
+
+def test_features_kept_when_the_buffer_grows_mid_run(tmp_path):
+    """The feature buffer grows (256 rows, then twice) while a run is under way: the rows already held move over
+    (bug: they are lost, read as NaN by a later text that is a shorter prefix, whose q is then NaN)."""
+    target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2, max_position_embeddings=1024),
+                                           seed=6))
+    head_dir = write_random_eagle(tmp_path / "e", target.cfg, range(40), seed=7, scale=3.0)
+    eagle = load_eagle(head_dir, target)
+    text = [int(t) for t in np.random.default_rng(2).integers(0, 64, 300)]
+    seen = []
+    target.forward(text, target.new_cache(310), on_features=seen.append)
+    eagle.see_features(text[:200], seen[0][:200])
+    eagle.see_features(text, seen[0][200:])  # rows 200..299 arrive later: the buffer grows past 256 here
+    assert len(eagle.feats) >= 300 and np.isfinite(eagle.feats[:300]).all()
+    fresh = load_eagle(head_dir, target)
+    fresh.see_features(text, seen[0])
+    np.testing.assert_allclose(eagle.catch_up(text[:150] + [1]), fresh.catch_up(text[:150] + [1]), atol=1e-4)
