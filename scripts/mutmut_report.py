@@ -79,7 +79,7 @@ def change(old: str, new: str, context: int = 24) -> str:
 
 def function_of(name: str) -> str:
     """mutmut's mangled name -> Class.method or function: 'minispec.tree.x_sample_tree__mutmut_3' -> 'sample_tree',
-    'minispec.kvcache.xǁKVCacheǁcrop__mutmut_1' -> 'KVCache.crop'."""
+    'minispec.model.kvcache.xǁKVCacheǁcrop__mutmut_1' -> 'KVCache.crop'."""
     stem = name.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[-1]
     if stem.startswith("xǁ"):
         return ".".join(stem[2:].split("ǁ"))
