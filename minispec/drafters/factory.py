@@ -69,7 +69,7 @@ def make_drafter(spec: str, target: Model, layers: int | None = None):
         if len(tli.cross.shared_draft) >= len(tli.cross.draft_bytes) / 2:
             return tli  # measured better than SLEM for the shipped pair (docs/crossvocab.md)
         return SLEM(tli.draft_model, tli.cross, target.cfg.vocab_size)  # TLI would forbid most of what it says
-    return DraftModel(load_model(spec), target.cfg.vocab_size)
+    return DraftModel(load_model(spec, kernel=target.kernel), target.cfg.vocab_size)
 
 
 def cross_vocab_drafter(cls, draft_dir, target: Model, empty_ok: bool = False):
@@ -79,7 +79,7 @@ def cross_vocab_drafter(cls, draft_dir, target: Model, empty_ok: bool = False):
         raise ValueError(f"{cls.algorithm} drafter: {draft_dir!r} is not a model directory")
     if target.path is None:
         raise ValueError(f"{cls.algorithm} needs the target's tokenizer: load the target from its directory")
-    draft = load_model(draft_dir)
+    draft = load_model(draft_dir, kernel=target.kernel)
     cross = CrossVocab(target.path, draft_dir, target.cfg.vocab_size, draft.cfg.vocab_size)
     if cls is TLI and not len(cross.shared_draft) and not empty_ok:
         raise ValueError(f"{draft_dir}: no token of the draft's vocabulary is spelled like one of the target's; "

@@ -11,6 +11,8 @@ round times next to the measured ones (see ``auto_eval.py``);
 ``minispec bench rules``: the token-wise rule and block verification side by side at T = 1 (``rules_eval.py``);
 ``minispec bench power``: how large a departure level 4's statistics catch (``power.py``).
 ``--device cuda`` runs ``forward``, ``decode`` and the study on CuPy (timings synchronise the device).
+``--kernel numpy|numba`` chooses the CPU kernel of every model a subcommand loads (``model/kernel.py``); ``forward``
+takes a list, ``--kernel numpy,numba``, and measures each side by side.
 
 Every figure is a median over repeats, and ratios are taken inside one run.
 """
@@ -30,46 +32,64 @@ from ..drafters import DraftModel, make_drafter
 from ..generate import generate
 from ..model import backend, load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
+from ..model.kernel import KERNELS, blas_threads, check_kernel, default_kernel, use_kernel
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from . import auto_eval, crossvocab_eval, draft_eval, eagle_eval, gpu, power, rules_eval, stop_eval
-from .measure import stream_time, timed
+from .measure import numba_stream_time, stream_time, timed
+from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
 
 
 def bench_forward(argv) -> int:
     p = argparse.ArgumentParser(prog="minispec bench forward",
-                                description="median ms of a target pass over n tokens, and r(n) = t(n)/t(1)")
+                                description="median ms of a target pass over n tokens, and r(n) = t(n)/t(1), for each "
+                                            "kernel side by side in one run, and the time to read the weights once")
     p.add_argument("--model", help="model directory (default: random weights of SmolLM2-135M's shape)")
-    p.add_argument("--ns", default="1,2,4,8,16", help="comma-separated token counts (default 1,2,4,8,16)")
+    p.add_argument("--ns", default="1,2,3,4,5,6,8,12,16", help="comma-separated token counts (default 1,2,3,4,5,6,8,12,16)")
     p.add_argument("--context", type=int, default=256, help="cached tokens before the pass (default 256)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_device(p)
+    p.add_argument("--kernel", default=None, help="kernels to compare, comma-separated: numpy,numba (default: "
+                                                  "$MINISPEC_KERNEL, else numpy)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cpu (NumPy) or cuda (CuPy); default cpu")
     a = p.parse_args(argv)
     backend.use_device(a.device)
     ns = tuple(int(x) for x in a.ns.split(","))
-    if a.model:
-        model = load_model(a.model)
-    else:
-        tmp = tempfile.mkdtemp()
-        write_random_model(tmp, tiny_config(**SMOLLM2_SHAPE))
-        model = load_model(tmp, name="random SmolLM2-135M shape")
-    t = forward_times(model, ns, a.context, a.repeats)
-    floor = stream_time(model.weight_bytes)
-    res = {"model": model.name, "device": backend.device_name(), "weight_bytes": model.weight_bytes, "context": a.context,
-           "ms": {n: 1e3 * t[n] for n in ns}, "r": {n: t[n] / t[ns[0]] for n in ns},
-           "weight_stream_ms": 1e3 * floor, "decode_over_stream": t[1] / floor if 1 in t else None}
+    if 1 not in ns or any(n < 1 for n in ns):
+        raise ValueError(f"--ns must hold 1 (r(n) is t(n)/t(1)) and positive counts, got {a.ns}")
+    kernels = [check_kernel(k) for k in (a.kernel.split(",") if a.kernel else [default_kernel()])]
+    model_dir = a.model
+    if not model_dir:
+        model_dir = tempfile.mkdtemp()
+        write_random_model(model_dir, tiny_config(**SMOLLM2_SHAPE))
+    rows, name, nbytes = {}, None, None
+    floor = {"BLAS gemv": stream_time}  # the weights read once, by the fastest reader each kernel has
+    for k in kernels:
+        model = load_model(model_dir, name=None if a.model else "random SmolLM2-135M shape", kernel=k)
+        name, nbytes = model.name, model.weight_bytes
+        with blas_threads(k):
+            t = forward_times(model, ns, a.context, a.repeats)
+        rows[k] = {"ms": {n: 1e3 * t[n] for n in ns}, "r": {n: t[n] / t[1] for n in ns}}
+        if k == "numba":
+            floor["numba read"] = numba_stream_time
+        del model
+    floors = {how: 1e3 * f(nbytes) for how, f in floor.items()}
+    best = min(floors.values())
+    for k in kernels:
+        rows[k]["decode_over_stream"] = rows[k]["ms"][1] / best
+    res = {"model": name, "device": backend.device_name(), "weight_bytes": nbytes, "context": a.context,
+           "repeats": a.repeats, "kernels": rows, "weight_stream_ms": floors, "provenance": provenance()}
     if a.json:
         print(json.dumps(res, indent=2))
         return 0
-    print(f"{model.name}: {model.weight_bytes / 1e6:.0f} MB of float32 weights, context {a.context}, "
-          f"median of {a.repeats}, on {res['device']}")
-    print(f"{'n':>4} {'ms':>8} {'r(n)':>6}")
+    print(f"{name}: {nbytes / 1e6:.0f} MB of float32 weights, context {a.context}, median of {a.repeats}, "
+          f"on {res['device']}")
+    print(f"{'n':>4} " + " ".join(f"{k + ' ms':>10} {'r(n)':>6}" for k in kernels))
     for n in ns:
-        print(f"{n:>4} {res['ms'][n]:8.2f} {res['r'][n]:6.2f}")
-    print(f"reading the weights once takes {res['weight_stream_ms']:.2f} ms; "
-          f"1-token decode / weight stream = {res['decode_over_stream']:.2f}")
+        print(f"{n:>4} " + " ".join(f"{rows[k]['ms'][n]:10.2f} {rows[k]['r'][n]:6.2f}" for k in kernels))
+    print("reading the weights once takes " + ", ".join(f"{v:.2f} ms ({how})" for how, v in floors.items()) + "; "
+          + ", ".join(f"{k}'s 1-token pass is {rows[k]['decode_over_stream']:.2f}x the fastest" for k in kernels))
     return 0
 
 
@@ -101,7 +121,7 @@ def bench_study(argv) -> int:
     p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
     add_device(p)
     a = p.parse_args(argv)
-    backend.use_device(a.device)
+    use_device_and_kernel(a)
     q = a.quick
     ks = tuple(int(x) for x in (a.ks or ("1,2,4" if q else "1,2,3,4,5,6,7,8")).split(","))
     slow = tuple(int(x) for x in (a.slow_ks or ("4" if q else "1,4,8")).split(","))
@@ -157,7 +177,7 @@ def bench_decode(argv) -> int:
     p.add_argument("--prompt", default="Write a short story about a robot who learns to paint.")
     add_device(p)
     a = p.parse_args(argv)
-    backend.use_device(a.device)
+    use_device_and_kernel(a)
     d = resolve_model(a.model)
     model, tok = load_model(d), load_tokenizer(d)
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": a.prompt}]))
@@ -202,6 +222,31 @@ def bench_decode(argv) -> int:
 
 def add_device(p) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cpu (NumPy) or cuda (CuPy); default cpu")
+    p.add_argument("--kernel", choices=KERNELS, help="the CPU kernel of every model loaded: numpy (the reference) or "
+                                                     "numba (pip install -e \".[fast]\"); default $MINISPEC_KERNEL, else numpy")
+
+
+def use_device_and_kernel(a) -> None:
+    backend.use_device(a.device)
+    if a.kernel:
+        use_kernel(a.kernel)
+
+
+def kernel_from(argv: list[str]) -> list[str]:
+    """``--kernel NAME`` (or ``--kernel=NAME``) taken out of a subcommand's arguments and applied (``use_kernel``):
+    every bench subcommand runs its models with it, whether or not its own parser knows the option."""
+    rest, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--kernel" and i + 1 < len(argv):
+            use_kernel(argv[i + 1])
+            i += 2
+            continue
+        if argv[i].startswith("--kernel="):
+            use_kernel(argv[i].split("=", 1)[1])
+        else:
+            rest.append(argv[i])
+        i += 1
+    return rest
 
 
 def main(argv=None) -> int:
@@ -210,6 +255,8 @@ def main(argv=None) -> int:
         return bench_forward(argv[1:])
     if argv and argv[0] == "decode":
         return bench_decode(argv[1:])
+    if argv and argv[0] in ("draft", "eagle", "vocab", "stop", "gpu-predict", "auto", "rules", "power"):
+        argv = [argv[0], *kernel_from(argv[1:])]
     if argv and argv[0] == "draft":
         return draft_eval.main(argv[1:])
     if argv and argv[0] == "eagle":

@@ -45,6 +45,16 @@ def stream_time(nbytes: int, repeats: int = 7) -> float:
     return float(np.median([timed(lambda: x @ w)[1] for _ in range(repeats)]))
 
 
+def numba_stream_time(nbytes: int, repeats: int = 7) -> float:
+    """Seconds for the numba kernel's own loads to read ``nbytes`` of float32 once, both cores at work
+    (``numba_kernel.read_once``): the floor under its 1-token pass."""
+    from ..model.numba_kernel import read_once
+
+    w = np.ones((max(nbytes // 4 // 576, 1), 576), dtype=np.float32)  # [rows, 576], SmolLM2's width
+    read_once(w)
+    return float(np.median([timed(lambda: read_once(w))[1] for _ in range(repeats)]))
+
+
 def kv_bytes_per_token(model) -> int:
     c = model.cfg
     return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4

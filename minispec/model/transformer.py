@@ -19,13 +19,18 @@ import numpy as np
 from . import backend
 from .blas import skinny_matmul
 from .config import ModelConfig
+from .kernel import PackedMatrix, check_kernel, default_kernel
 from .kvcache import KVCache
 from .weights import load_weights
 
 
 def linear(x, w):  # [T, in], [in, out] -> [T, out]
-    """x @ w. On a CPU, a product of 2 or more rows goes through ``blas.skinny_matmul``: the same
-    product, shaped so that verifying K guesses costs little more than one token (see blas.py)."""
+    """x @ w, by the kernel the weight was packed for at load (kernel.py). A weight packed for the numba
+    kernel multiplies itself, reading each weight once for all T rows (numba_kernel.py). Otherwise NumPy:
+    on a CPU, a product of 2 or more rows goes through ``blas.skinny_matmul``, the same product shaped
+    for OpenBLAS (see blas.py)."""
+    if hasattr(w, "rmatmul"):
+        return w.rmatmul(x)
     if x.shape[0] == 1 or backend.xp is not np:
         return x @ w
     return skinny_matmul(x, w)
@@ -107,20 +112,30 @@ def rope_tables(cfg: ModelConfig, max_len: int):  # -> cos, sin [max_len, HD/2],
 class Model:
     """Weights plus ``forward(token_ids, cache) -> logits``: prefill, decode and verification alike."""
 
-    def __init__(self, cfg: ModelConfig, embed, layers: list[LayerWeights], final_norm, lm_head, name: str = "model"):
+    def __init__(self, cfg: ModelConfig, embed, layers: list[LayerWeights], final_norm, lm_head, name: str = "model",
+                 kernel: str = "numpy"):
         self.cfg, self.embed, self.layers, self.final_norm, self.lm_head = cfg, embed, layers, final_norm, lm_head
         self.name, self.path = name, None  # path: the directory it was loaded from, if any
+        self.kernel = kernel  # "numpy" or "numba": how its matrices are stored and multiplied (kernel.py)
         self.cos, self.sin = rope_tables(cfg, cfg.max_position_embeddings)
 
     @classmethod
-    def from_hf(cls, cfg: ModelConfig, t, name: str = "model") -> "Model":
-        """Build from Hugging Face tensors ([out, in] matrices): fuse Q/K/V and gate/up, transpose to [in, out].
+    def from_hf(cls, cfg: ModelConfig, t, name: str = "model", kernel: str = "numpy") -> "Model":
+        """Build from Hugging Face tensors ([out, in] matrices): fuse Q/K/V and gate/up, transpose to [in, out],
+        or, for ``kernel="numba"``, keep the file's [out, in] rows and wrap each matrix in a ``PackedMatrix``.
 
         ``t`` maps names to tensors and is consumed. Each fused matrix is allocated once and every tensor
         is written into its column block: from a ``weights.Checkpoint`` (what ``load_model`` passes) straight
         from the file, a block of rows at a time, so loading holds one copy of the weights, not two.
         A dict of arrays works too. On CuPy each finished host array moves to the device, then is freed."""
         xp = backend.xp
+        packed = check_kernel(kernel) == "numba"
+        if packed and xp is not np:
+            raise ValueError("the numba kernel runs on the CPU: use --kernel numpy with --device cuda")
+        if packed:
+            from .numba_kernel import claim_cores
+
+            claim_cores()
         D, F = cfg.hidden_size, cfg.intermediate_size
         q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
 
@@ -133,7 +148,20 @@ class Model:
             else:
                 t.pop_transposed_into(tensor_name, out)
 
+        def rows_into(tensor_name, out):  # out[...] = t.pop(tensor_name)
+            if isinstance(t, dict):
+                out[...] = t.pop(tensor_name)
+            else:
+                t.pop_into(tensor_name, out)
+
         def fused(in_dim, *parts):  # parts: (name, out_dim) of [out_dim, in_dim] tensors -> [in_dim, sum out_dim]
+            if packed:  # the numba kernel's layout: the parts' rows one after the other, [sum out_dim, in_dim]
+                rows = np.empty((sum(n for _, n in parts), in_dim), np.float32)
+                row = 0
+                for tensor_name, out_dim in parts:
+                    rows_into(tensor_name, rows[row: row + out_dim])
+                    row += out_dim
+                return PackedMatrix(rows)
             w = np.empty((in_dim, sum(n for _, n in parts)), np.float32)
             col = 0
             for tensor_name, out_dim in parts:
@@ -155,8 +183,11 @@ class Model:
                 w_down=fused(F, (p + "mlp.down_proj.weight", D)),
             ))
         embed = dev(t.pop("model.embed_tokens.weight"))  # [V, D]: the file's layout already
-        lm_head = embed.T if cfg.tie_word_embeddings else fused(D, ("lm_head.weight", cfg.vocab_size))  # [D, V]
-        return cls(cfg, embed, layers, dev(t.pop("model.norm.weight")), lm_head, name)
+        if cfg.tie_word_embeddings:  # [D, V], the embedding's memory either way: embed is the head's rows
+            lm_head = PackedMatrix(embed) if packed else embed.T
+        else:
+            lm_head = fused(D, ("lm_head.weight", cfg.vocab_size))  # [D, V]
+        return cls(cfg, embed, layers, dev(t.pop("model.norm.weight")), lm_head, name, kernel)
 
     def truncated(self, num_layers: int) -> "Model":
         """The first ``num_layers`` layers with the same final norm and head; shares every array."""
@@ -237,10 +268,12 @@ def causal_mask(pos0: int, T: int) -> np.ndarray:  # -> [T, pos0 + T] additive m
     return np.where(np.arange(pos0 + T)[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)
 
 
-def load_model(path, name: str | None = None) -> Model:
+def load_model(path, name: str | None = None, kernel: str | None = None) -> Model:
     """Load a Hugging Face-format Llama-family directory (config.json + safetensors). ``load_weights`` only
-    locates and checks the tensors; ``from_hf`` reads each one into its place (one copy of the weights)."""
+    locates and checks the tensors; ``from_hf`` reads each one into its place (one copy of the weights).
+    ``kernel``: "numpy" or "numba" (kernel.py); default ``kernel.default_kernel()``."""
+    kernel = check_kernel(kernel) if kernel is not None else default_kernel()
     cfg = ModelConfig.from_dir(path)
-    model = Model.from_hf(cfg, load_weights(path, cfg), name or Path(path).name)
+    model = Model.from_hf(cfg, load_weights(path, cfg), name or Path(path).name, kernel)
     model.path = Path(path)
     return model

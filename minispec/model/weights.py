@@ -122,8 +122,9 @@ class Checkpoint(Mapping):
     """The tensors a config needs, by Hugging Face name, read from the files only when asked for.
 
     ``ckpt[name]`` reads a whole tensor as float32 and refuses NaN or infinite values; ``pop`` reads it and forgets it;
-    ``pop_transposed_into(name, out)`` writes its transpose into ``out`` a block of rows at a time,
-    so no full-size copy of the tensor ever exists besides ``out`` (see the module docstring).
+    ``pop_into(name, out)`` reads it into ``out`` as it is (the numba kernel's layout), and ``pop_transposed_into(name,
+    out)`` writes its transpose into ``out``, each a block of rows at a time, so no full-size copy of the tensor ever
+    exists besides ``out`` (see the module docstring).
     """
 
     def __init__(self, path, cfg: ModelConfig):
@@ -148,6 +149,18 @@ class Checkpoint(Mapping):
         tensor = self[name]
         del self.where[name]
         return tensor
+
+    def pop_into(self, name: str, out: np.ndarray) -> None:
+        """``out[...] = self.pop(name)`` (``out`` C-contiguous), BLOCK_BYTES of it at a time: the numba kernel's
+        packed layout is the file's own ([out, in]), so its weights are read straight into place."""
+        f, info, data_start = self.where.pop(name)
+        rows = info["shape"][0]
+        step = max(1, BLOCK_BYTES // (4 * max(1, out[0].size)))
+        with open(f, "rb") as fh:
+            for first in range(0, rows, step):
+                part = out[first: first + step]
+                read_rows_into(fh, info, data_start, first, part)
+                check_finite(part, name, f)
 
     def pop_transposed_into(self, name: str, out: np.ndarray) -> None:
         """``out[...] = self.pop(name).T`` for a 2-D tensor, holding only BLOCK_BYTES of it at a time."""

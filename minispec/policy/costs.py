@@ -84,12 +84,21 @@ _MEMORY: dict[str, Calibration] = {}  # calibration_key -> the validated calibra
 
 
 def calibration_key(model, ns) -> str:
-    """What a measurement depends on: the model (name, size, shape), the device and the machine. It keys
+    """What a measurement depends on: the model (name, size, shape), the device, the kernel and the machine. It keys
     the cache in memory too, so that a model loaded again (or a new drafter around the same model) finds
     the same figures: a seeded run then chooses the same K (see ``policy/__init__.py``)."""
     c = model.cfg
-    return (f"{model.name}|{model.weight_bytes}|{c.num_layers}x{c.hidden_size}|{backend.DEVICE}|{','.join(map(str, ns))}|"
+    return (f"{model.name}|{model.weight_bytes}|{c.num_layers}x{c.hidden_size}|{backend.DEVICE}|{kernel_of(model)}|"
+            f"{','.join(map(str, ns))}|"
             f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
+
+
+def kernel_of(what) -> str:
+    """The kernel (model/kernel.py) a model runs with, or a drafter's model, or a feature head's target."""
+    for owner in (what, getattr(what, "model", None), getattr(what, "target", None)):
+        if isinstance(getattr(owner, "kernel", None), str):
+            return owner.kernel
+    return "numpy"
 
 
 def load_per_core() -> float | None:

@@ -1,0 +1,120 @@
+"""The kernel: which code multiplies a few rows by a weight matrix, chosen when a model is loaded.
+
+- ``numpy`` (the default and the reference): ``x @ w`` through NumPy's BLAS, with ``blas.skinny_matmul``
+  for 2 or more rows. Weights are [in, out] arrays.
+- ``numba`` (optional: ``pip install -e ".[fast]"``): ``numba_kernel.matmul_rows``, which reads each
+  weight once for every row. Weights are packed once, at load, as a ``PackedMatrix``: the same numbers
+  stored by output rows ([out, in], the file's own layout), and no second copy.
+
+The seam is ``transformer.linear(x, w)``: a packed weight multiplies itself (``w.rmatmul(x)``), any
+other goes to NumPy. So the layer functions read the same under both kernels.
+
+A kernel is chosen, in this order, by the ``kernel=`` argument of ``load_model``, by ``use_kernel`` (what
+``--kernel`` on the command line calls), or by ``$MINISPEC_KERNEL``; else it is ``numpy``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+
+import numpy as np
+
+KERNELS = ("numpy", "numba")
+INSTALL = 'pip install -e ".[fast]"  (numba and threadpoolctl from PyPI)'
+_chosen: str | None = None  # set by use_kernel
+
+
+class KernelUnavailable(RuntimeError):
+    """The numba kernel was asked for and numba is not installed."""
+
+
+def check_kernel(name) -> str:
+    """``name`` if it is a known kernel whose packages are installed; else a clear error."""
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r}: use one of {', '.join(KERNELS)}")
+    if name == "numba":  # found, not imported: numba_kernel sets numba's CPU features before its first import
+        missing = [m for m in ("numba", "threadpoolctl") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise KernelUnavailable(f"the numba kernel needs numba and threadpoolctl ({', '.join(missing)} missing): "
+                                    f"install them with {INSTALL}")
+    return name
+
+
+def use_kernel(name: str) -> str:
+    """Choose the kernel for every model loaded afterwards without a ``kernel=`` argument."""
+    global _chosen
+    _chosen = check_kernel(name)
+    return _chosen
+
+
+def default_kernel() -> str:
+    """The kernel a model gets when ``load_model`` is not told: ``use_kernel``'s, else $MINISPEC_KERNEL's, else numpy."""
+    if _chosen is not None:
+        return _chosen
+    env = os.environ.get("MINISPEC_KERNEL", "").strip()
+    if env and env not in KERNELS:
+        raise ValueError(f"MINISPEC_KERNEL={env!r} is not a kernel: use one of {', '.join(KERNELS)}")
+    return check_kernel(env or "numpy")
+
+
+def blas_threads(kernel: str):
+    """A context in which NumPy's BLAS runs as ``kernel`` needs it: the process's own threads for numpy, one
+    thread for numba (whose threads and OpenBLAS's contend for the cores: numba_kernel.py). Loading a model
+    with the numba kernel sets that one thread for the whole process; the benchmarks compare kernels in one
+    run by entering this around each kernel's measurements."""
+    if kernel == "numpy" and "minispec.model.numba_kernel" not in sys.modules:
+        return contextlib.nullcontext()
+    from . import numba_kernel
+
+    return numba_kernel.blas_limited(kernel == "numba")
+
+
+class PackedMatrix:
+    """A weight ``w`` [in, out] packed for the numba kernel: its rows ``w.T`` [out, in], C-contiguous.
+
+    ``rmatmul(x)`` is ``x @ w``. It behaves as the [in, out] matrix where NumPy asks for an array
+    (``np.asarray(w)`` is a view, ``w.shape`` is [in, out]), so code that reads a weight (the EAGLE head's
+    reduced head, a test) sees the same matrix under both kernels."""
+
+    def __init__(self, rows: np.ndarray):  # rows [out, in]
+        if rows.ndim != 2 or rows.dtype != np.float32 or not rows.flags.c_contiguous:
+            raise ValueError(f"a packed weight is a C-contiguous float32 [out, in] matrix, got {rows.dtype} "
+                             f"{rows.shape} (contiguous: {rows.flags.c_contiguous})")
+        self.rows = rows  # [out, in]
+
+    def rmatmul(self, x):  # [T, in] -> [T, out]
+        from . import numba_kernel
+
+        return numba_kernel.matmul(x, self.rows)
+
+    def __array__(self, dtype=None, copy=None):  # [in, out], a view of the rows
+        w = self.rows.T
+        return w if dtype is None else w.astype(dtype, copy=False)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows.shape[::-1]
+
+    @property
+    def dtype(self):
+        return self.rows.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes
+
+    def __repr__(self) -> str:
+        return f"PackedMatrix([in, out] = {list(self.shape)}, stored by rows)"
+
+
+def pack(w, kernel: str):  # [in, out] -> the weight ``linear`` reads under ``kernel``
+    """A small weight made at run time (the EAGLE head's) in the layout of ``kernel``; under numba this
+    copies it once into rows, and the caller drops the original."""
+    if kernel == "numpy" or not isinstance(w, np.ndarray):  # a CuPy array stays as it is
+        return w
+    if w.ndim != 2:
+        raise ValueError(f"only a matrix is packed, got shape {w.shape}")
+    return PackedMatrix(np.ascontiguousarray(np.asarray(w, dtype=np.float32).T))

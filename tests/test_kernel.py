@@ -1,0 +1,209 @@
+"""The numba kernel (model/numba_kernel.py) computes what NumPy computes, to float32 rounding, and the choice
+of kernel (model/kernel.py) is refused clearly where it cannot be honoured.
+
+Float32 rounding, stated: a dot product of I float32 terms summed in any order lies within
+gamma_I * (|x| @ |w|) of the exact sum, gamma_I = I * eps / (1 - I * eps) (Higham, Accuracy and Stability, 3.1).
+Every comparison below is against a float64 product, with that bound per element; NumPy's own float32
+product meets it too. A planted off-by-one in the kernel's row loop (a twin built from the kernel's source)
+fails the same check.
+"""
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minispec import load_model
+from minispec.generate import generate
+from minispec.model import kernel as kernel_mod
+from minispec.model.config import ModelConfig
+from minispec.model.kernel import KernelUnavailable, PackedMatrix, check_kernel, default_kernel
+from minispec.model.tiny import SMOLLM2_SHAPE, tiny_config
+
+from .helpers import CONFIGS, make_config, run_cli
+
+numba_kernel = pytest.importorskip("minispec.model.numba_kernel", reason="the numba kernel needs pip install -e '.[fast]'")
+EPS = float(np.finfo(np.float32).eps)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bound(x, w):  # [T, I], [I, N] -> [T, N]: gamma_I * (|x| @ |w|), float32 rounding of any summation order
+    n = x.shape[1] * EPS
+    return n / (1 - n) * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64)) + 1e-30
+
+
+def rounding_failures(matmul, shapes, ns, seed=0) -> list[str]:
+    """Each (I, N, T) whose product by ``matmul(x, rows)`` leaves the float32 bound: '(I, N, T): worst excess'."""
+    rng = np.random.default_rng(seed)
+    bad = []
+    for I, N in shapes:
+        w = rng.standard_normal((I, N), dtype=np.float32)  # [I, N]
+        rows = np.ascontiguousarray(w.T)  # [N, I]
+        for T in ns:
+            x = rng.standard_normal((T, I), dtype=np.float32)  # [T, I]
+            got = matmul(x, rows)
+            exact = x.astype(np.float64) @ w.astype(np.float64)
+            with np.errstate(invalid="ignore"):  # a broken kernel may leave garbage (NaN) where it wrote nothing
+                excess = np.abs(got - exact) / bound(x, w)
+            if got.shape != (T, N) or got.dtype != np.float32 or not (excess <= 1).all():
+                bad.append(f"({I}, {N}, {T}): {got.dtype} {got.shape}, excess {np.nanmax(excess, initial=0):.3g}")
+    return bad
+
+
+def shipped_shapes() -> list[tuple[int, int]]:
+    """Every [in, out] matrix shape of SmolLM2-135M, the shipped drafts and the EAGLE head."""
+    cfgs = [ModelConfig.from_dict(tiny_config(**SMOLLM2_SHAPE))]
+    for d in ("smoldraft-3l-192", "bpe8k-draft-4l-384"):
+        cfgs.append(ModelConfig.from_dict(json.loads((ROOT / "weights" / d / "config.json").read_text())))
+    shapes = set()
+    for c in cfgs:
+        q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        D, F = c.hidden_size, c.intermediate_size
+        shapes |= {(D, q + 2 * kv), (q, D), (D, 2 * F), (F, D), (D, c.vocab_size)}
+    D = cfgs[0].hidden_size
+    eagle = json.loads((ROOT / "weights" / "eagle-smollm2-135m" / "frequent_tokens.json").read_text())
+    n_frequent = len(eagle["tokens"] if isinstance(eagle, dict) else eagle)
+    shapes |= {(2 * D, D), (D, n_frequent)}  # the head's fc and its reduced head
+    return sorted(shapes)
+
+
+def test_every_shipped_shape_for_1_to_16_rows():
+    shapes = shipped_shapes()
+    assert (576, 49152) in shapes and (1536, 576) in shapes and len(shapes) >= 10
+    assert rounding_failures(numba_kernel.matmul, shapes, range(1, 17)) == []
+
+
+def test_numpys_own_product_meets_the_same_bound():  # the bound is not loose enough to pass anything: numpy sits inside it
+    failures = rounding_failures(lambda x, rows: x @ rows.T, [(576, 960), (1536, 576)], range(1, 17))
+    assert failures == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(I=st.integers(1, 70), N=st.integers(1, 70), T=st.integers(1, 17), seed=st.integers(0, 2**16))
+def test_odd_shapes(I, N, T, seed):
+    assert rounding_failures(numba_kernel.matmul, [(I, N)], [T], seed) == []
+
+
+def twin_kernel(old: str, new: str):
+    """The numba kernel's module built again from its source with ``old`` replaced by ``new``: a planted bug."""
+    src = Path(numba_kernel.__file__).read_text()
+    assert src.count(old) == 1, old
+    mod = types.ModuleType("numba_kernel_twin")
+    exec(compile(src.replace(old, new).replace("cache=True", "cache=False"), "numba_kernel_twin", "exec"), mod.__dict__)
+    return mod
+
+
+@pytest.mark.parametrize("old, new", [
+    ("            while t + 4 <= T:\n", "            while t + 4 < T:\n"),  # a last group of 4 rows left to the 2-row tile
+    ("                _tile1(x, rows, out, t, j)\n", "                _tile1(x, rows, out, t - 1, j)\n"),  # the odd row one too early
+    ("        for jj in range(j, end):", "        for jj in range(j + 1, end):"),  # the last outputs one too late
+])
+def test_a_planted_off_by_one_in_the_row_loop_is_caught(old, new):
+    twin = twin_kernel(old, new)
+    failures = rounding_failures(twin.matmul, shipped_shapes()[:3] + [(70, 67)], range(1, 17))
+    assert failures, f"the twin ({new.strip()}) passed"
+
+
+def test_packed_weight_is_the_same_matrix():
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)  # [in, out]
+    p = PackedMatrix(np.ascontiguousarray(w.T))
+    assert p.shape == (3, 4) and p.dtype == np.float32 and p.nbytes == w.nbytes
+    assert np.array_equal(np.asarray(p), w) and np.shares_memory(np.asarray(p), p.rows)
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        PackedMatrix(w.T)  # a transposed view: not contiguous
+    with pytest.raises(ValueError, match="float32"):
+        PackedMatrix(np.zeros((2, 2)))
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def both(request, tmp_path_factory):
+    from minispec.model.tiny import write_random_model
+
+    d = write_random_model(tmp_path_factory.mktemp(f"k-{request.param}"), make_config(request.param), seed=3)
+    return load_model(d, kernel="numpy"), load_model(d, kernel="numba")
+
+
+def test_whole_forward_and_greedy_output_of_tiny_models(both):
+    a, b = both
+    assert a.kernel == "numpy" and b.kernel == "numba"
+    assert type(b.layers[0].w_qkv).__name__ == "PackedMatrix" and type(a.layers[0].w_qkv) is np.ndarray
+    assert a.weight_bytes == b.weight_bytes
+    ids = np.arange(1, 20) % a.cfg.vocab_size
+    for T in (1, 2, 5, 19):
+        la, lb = a.forward(ids[:T], a.new_cache(32)), b.forward(ids[:T], b.new_cache(32))
+        assert lb.dtype == np.float32
+        np.testing.assert_allclose(lb, la, rtol=1e-4, atol=1e-4)
+    assert generate(a, [1, 2, 3], 24) == generate(b, [1, 2, 3], 24)
+
+
+def test_a_tied_head_shares_the_embedding(both):
+    a, b = both
+    if a.cfg.tie_word_embeddings:
+        assert b.lm_head.rows is b.embed  # no second copy of the largest matrix
+
+
+def test_drafters_take_the_targets_kernel(tmp_path):
+    from minispec.drafters import make_drafter
+    from minispec.model.tiny import write_random_model
+
+    t = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2), seed=1), kernel="numba")
+    t.path = None  # no tokenizer files here: the factory then takes the draft's tokenizer on trust
+    d = write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2)
+    assert make_drafter(str(d), t).model.kernel == "numba"
+    assert make_drafter("layer-skip", t, 1).model.kernel == "numba"
+
+
+def test_the_choice_of_kernel(monkeypatch):
+    monkeypatch.setattr(kernel_mod, "_chosen", None)
+    monkeypatch.delenv("MINISPEC_KERNEL", raising=False)
+    assert default_kernel() == "numpy"
+    monkeypatch.setenv("MINISPEC_KERNEL", "numba")
+    assert default_kernel() == "numba"
+    monkeypatch.setenv("MINISPEC_KERNEL", "blis")
+    with pytest.raises(ValueError, match="MINISPEC_KERNEL='blis' is not a kernel"):
+        default_kernel()
+    with pytest.raises(ValueError, match="unknown kernel 'fast'"):
+        check_kernel("fast")
+
+
+def test_without_numba_the_kernel_says_how_to_install_it(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+    with pytest.raises(KernelUnavailable, match=r'pip install -e "\.\[fast\]"'):
+        check_kernel("numba")
+    from minispec.model.tiny import write_random_model
+
+    d = write_random_model(tmp_path / "m", tiny_config(num_hidden_layers=1), seed=1)
+    code, out, err = run_cli(["generate", "--model", str(d), "--prompt", "hi", "--kernel", "numba", "--draft", "none",
+                              "--no-compare", "--max-new-tokens", "2"])
+    assert code == 2 and "numba" in err and ".[fast]" in err and out == "", (code, out, err)
+
+
+def test_numba_on_a_gpu_is_refused(tmp_path, monkeypatch):
+    from minispec.model import backend
+    from minispec.model.tiny import write_random_model
+
+    d = write_random_model(tmp_path / "m", tiny_config(num_hidden_layers=1), seed=1)
+    monkeypatch.setattr(backend, "xp", types.SimpleNamespace(asarray=np.asarray))  # any array module that is not NumPy
+    with pytest.raises(ValueError, match="numba kernel runs on the CPU"):
+        load_model(d, kernel="numba")
+
+
+def test_loading_numba_keeps_blas_on_one_thread_and_the_context_restores_it():
+    from threadpoolctl import threadpool_info
+
+    from minispec.model.kernel import blas_threads
+
+    before = numba_kernel._BLAS_THREADS
+    numba_kernel.claim_cores()
+    assert {x["num_threads"] for x in threadpool_info() if x["user_api"] == "blas"} == {1}
+    with blas_threads("numpy"):
+        now = {x["internal_api"]: x["num_threads"] for x in threadpool_info() if x["user_api"] == "blas"}
+        assert now == before or max(before.values(), default=1) == 1
+    assert "numba" in sys.modules
