@@ -42,17 +42,17 @@ def rounding_failures(matmul, shapes, ns, seed=0) -> list[str]:
     """Each (I, N, T) whose product by ``matmul(x, rows)`` leaves the float32 bound: '(I, N, T): worst excess'."""
     rng = np.random.default_rng(seed)
     bad = []
-    for I, N in shapes:
-        w = rng.standard_normal((I, N), dtype=np.float32)  # [I, N]
+    for n_in, N in shapes:
+        w = rng.standard_normal((n_in, N), dtype=np.float32)  # [I, N]
         rows = np.ascontiguousarray(w.T)  # [N, I]
         for T in ns:
-            x = rng.standard_normal((T, I), dtype=np.float32)  # [T, I]
+            x = rng.standard_normal((T, n_in), dtype=np.float32)  # [T, I]
             got = matmul(x, rows)
             exact = x.astype(np.float64) @ w.astype(np.float64)
             with np.errstate(invalid="ignore"):  # a broken kernel may leave garbage (NaN) where it wrote nothing
                 excess = np.abs(got - exact) / bound(x, w)
             if got.shape != (T, N) or got.dtype != np.float32 or not (excess <= 1).all():
-                bad.append(f"({I}, {N}, {T}): {got.dtype} {got.shape}, excess {np.nanmax(excess, initial=0):.3g}")
+                bad.append(f"({n_in}, {N}, {T}): {got.dtype} {got.shape}, excess {np.nanmax(excess, initial=0):.3g}")
     return bad
 
 
@@ -85,9 +85,9 @@ def test_numpys_own_product_meets_the_same_bound():  # the bound is not loose en
 
 
 @settings(max_examples=60, deadline=None)
-@given(I=st.integers(1, 70), N=st.integers(1, 70), T=st.integers(1, 17), seed=st.integers(0, 2**16))
-def test_odd_shapes(I, N, T, seed):
-    assert rounding_failures(numba_kernel.matmul, [(I, N)], [T], seed) == []
+@given(n_in=st.integers(1, 70), N=st.integers(1, 70), T=st.integers(1, 17), seed=st.integers(0, 2**16))
+def test_odd_shapes(n_in, N, T, seed):
+    assert rounding_failures(numba_kernel.matmul, [(n_in, N)], [T], seed) == []
 
 
 def twin_kernel(old: str, new: str):
