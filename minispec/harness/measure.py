@@ -3,6 +3,7 @@ and after the runs it is compared with, the weight-streaming floor and peak memo
 
 from __future__ import annotations
 
+import json
 import resource
 import sys
 import time
@@ -53,6 +54,21 @@ def numba_stream_time(nbytes: int, repeats: int = 7) -> float:
     w = np.ones((max(nbytes // 4 // 576, 1), 576), dtype=np.float32)  # [rows, 576], SmolLM2's width
     read_once(w)
     return float(np.median([timed(lambda: read_once(w))[1] for _ in range(repeats)]))
+
+
+def compact_json(result) -> str:
+    """A measurement as compact JSON: no indentation, and floats to 6 significant digits, far finer than the noise of
+    any timing here (the tracked tree has a size budget: tests/test_weights.py)."""
+    def rounded(v):
+        if isinstance(v, (float, np.floating)):
+            return float(f"{float(v):.6g}")
+        if isinstance(v, dict):
+            return {k: rounded(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [rounded(x) for x in v]
+        return v
+
+    return json.dumps(rounded(result), separators=(",", ":"), default=float) + "\n"
 
 
 def kv_bytes_per_token(model) -> int:

@@ -12,7 +12,6 @@ probability a and each later one with b given the one before (b = a in the paper
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..model.progress import Progress
 from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
 from ..policy.costs import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
-from .measure import SETTINGS, kv_bytes_per_token, peak_rss_bytes, side_by_side
+from .measure import SETTINGS, compact_json, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import machine_info, provenance
 
@@ -250,7 +249,7 @@ def transformers_peer(target_dir, draft_dir, ks=(4,)):
 
 def write_report(result: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "study.json").write_text(json.dumps(result, indent=2, default=float))
+    (out / "study.json").write_text(compact_json(result))
     plots = make_plots(result, out)
     md = format_report(result, plots)
     (out / "report.md").write_text(md)
