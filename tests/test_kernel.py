@@ -258,3 +258,28 @@ def test_packing_at_load_makes_no_second_copy(tmp_path):
                              env=env).stdout
         grown[k] = int(out)
     assert grown["numba"] <= 1.1 * grown["numpy"], grown
+
+
+def test_a_calibration_is_stored_per_kernel(both):
+    """The cost model's key (policy/costs.py) names the kernel: a numba calibration is never read for NumPy's."""
+    from minispec.policy.costs import calibration_key
+
+    a, b = both
+    assert calibration_key(a, (1, 2)) != calibration_key(b, (1, 2))
+    assert "|numba|" in calibration_key(b, (1, 2)) and "|numpy|" in calibration_key(a, (1, 2))
+    head = types.SimpleNamespace(name="eagle", weight_bytes=1, cfg=b.cfg, target=b)  # a feature head: its target's kernel
+    assert "|numba|" in calibration_key(head, ("guess", "fed"))
+
+
+def test_bench_forward_compares_kernels_side_by_side(tmp_path, capsys):
+    from minispec.harness.bench import main as bench_main
+    from minispec.model.tiny import write_random_model
+
+    d = write_random_model(tmp_path / "m", tiny_config(num_hidden_layers=2), seed=1)
+    assert bench_main(["forward", "--model", str(d), "--kernel", "numpy,numba", "--ns", "1,2,4", "--repeats", "2",
+                       "--context", "8", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res["kernels"]) == {"numpy", "numba"} and set(res["weight_stream_ms"]) == {"BLAS gemv", "numba read"}
+    assert all(v["r"]["1"] == 1.0 and set(v["ms"]) == {"1", "2", "4"} for v in res["kernels"].values())
+    with pytest.raises(ValueError, match="unknown kernel 'blis'"):
+        bench_main(["forward", "--model", str(d), "--kernel", "numpy,blis"])
