@@ -11,6 +11,7 @@ import numpy as np
 
 from .drafters import make_drafter
 from .generate import check_generate_args, generate
+from .harness.bench_commands import SUBCOMMANDS
 from .harness.measure import timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
@@ -353,8 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_kernel_arg(k)
     k.set_defaults(func=cmd_check)
 
-    b = sub.add_parser("bench", help="the latency study (`minispec bench --help`); subcommands forward, draft, decode, stop, "
-                            "eagle, vocab, gpu-predict, auto, rules, power (`minispec bench auto --help`)",
+    b = sub.add_parser("bench", help=f"the latency study (`minispec bench --help`); subcommands {', '.join(SUBCOMMANDS)} "
+                            "(`minispec bench auto --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(func=cmd_bench)

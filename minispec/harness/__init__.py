@@ -6,8 +6,8 @@
     exact_loop.py   level 3, exact: the loop itself walked over every branch of its randomness
     power.py        ``minispec bench power``: how large a departure level 4 catches (planted, of exact size)
     study.py        ``minispec bench``: acceptance, speedup, r(n), c and memory per drafter and K
-    bench.py        the ``minispec bench`` commands (study, forward, decode, draft, stop, eagle, vocab, gpu-predict,
-                    auto, rules, power)
+    bench.py        ``minispec bench``: the study, ``forward`` and ``decode``, and the dispatch of the subcommands
+    bench_commands.py  the table of ``minispec bench``'s subcommands, which the dispatcher and both helps read
     auto_eval.py    ``minispec bench auto``: k="auto" against plain decoding, and predicted against measured rounds
     rules_eval.py   ``minispec bench rules``: the token-wise rule and block verification side by side
     draft_eval.py   ``minispec bench draft``: a draft model's acceptance by position and confidence

@@ -1,15 +1,6 @@
-"""Benchmarks. ``minispec bench``: the latency study (see ``study.py``);
-``minispec bench forward``: the cost of a target pass over n tokens;
-``minispec bench draft``: acceptance and cost of a draft model;
-``minispec bench eagle``: the EAGLE head's reduced-head sizes, acceptance by position, c and memory;
-``minispec bench vocab``: a draft with its own tokenizer (SLEM, TLI) against the same-tokenizer draft;
-``minispec bench decode``: plain decoding against transformers' generate;
-``minispec bench stop``: the early stop on the draft's confidence (see ``stop_eval.py``);
-``minispec bench gpu-predict``: costs on a GPU and the speedups they predict (see ``gpu.py``);
-``minispec bench auto``: ``k="auto"`` against plain decoding for every drafter, and the cost model's predicted
-round times next to the measured ones (see ``auto_eval.py``);
-``minispec bench rules``: the token-wise rule and block verification side by side at T = 1 (``rules_eval.py``);
-``minispec bench power``: how large a departure level 4's statistics catch (``power.py``).
+"""Benchmarks. ``minispec bench``: the latency study (see ``study.py``); ``minispec bench SUBCOMMAND``: the
+benchmarks listed in ``bench_commands.SUBCOMMANDS``, two of them here (``forward``, the cost of a target pass over
+n tokens; ``decode``, plain decoding against transformers' generate), the others in their own modules.
 ``--device cuda`` runs ``forward``, ``decode`` and the study on CuPy (timings synchronise the device).
 ``--kernel numpy|numba`` chooses the CPU kernel of every model a subcommand loads (``model/kernel.py``); ``forward``
 takes a list, ``--kernel numpy,numba``, and measures each side by side.
@@ -35,7 +26,7 @@ from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
 from ..model.kernel import KERNELS, blas_threads, check_kernel, default_kernel, use_kernel
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
-from . import auto_eval, crossvocab_eval, draft_eval, eagle_eval, gpu, power, rules_eval, stop_eval
+from . import bench_commands
 from .measure import numba_stream_time, stream_time, timed
 from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
@@ -99,12 +90,7 @@ def bench_study(argv) -> int:
         description="The latency study: acceptance, speedup (measured and predicted), verify cost r(n), cost ratio c "
                     "and memory, per drafter and K, greedy and T=1, with plain decoding interleaved; transformers side "
                     "by side when installed. Writes report.md, study.json and PNG plots to --out. "
-                    "Subcommands, each with --help: `forward` (the verify-cost curve alone), `draft` (a draft's acceptance), "
-                    "`decode` (plain decoding against transformers), `stop` (the early stop on the draft's confidence), "
-                    "`eagle` (the EAGLE head's sizes and costs), `vocab` (drafts with their own tokenizer), `gpu-predict` "
-                    "(costs on a GPU and the speedups they predict), `auto` (k=auto against plain decoding for every "
-                    "drafter, and the cost model's predicted round times next to the measured ones), `rules` (the token-wise rule "
-                    "and block verification side by side at T = 1), `power` (the power of level 4: planted departures of exact size on tiny models).")
+                    f"Subcommands, each with --help: {bench_commands.summary()}.")
     p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped head, when present)")
@@ -251,28 +237,9 @@ def kernel_from(argv: list[str]) -> list[str]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else [a for i, a in enumerate(argv) if not (i == 0 and a == "--")]
-    if argv and argv[0] == "forward":
-        return bench_forward(argv[1:])
-    if argv and argv[0] == "decode":
-        return bench_decode(argv[1:])
-    if argv and argv[0] in ("draft", "eagle", "vocab", "stop", "gpu-predict", "auto", "rules", "power"):
-        argv = [argv[0], *kernel_from(argv[1:])]
-    if argv and argv[0] == "draft":
-        return draft_eval.main(argv[1:])
-    if argv and argv[0] == "eagle":
-        return eagle_eval.main(argv[1:])
-    if argv and argv[0] == "vocab":
-        return crossvocab_eval.main(argv[1:])
-    if argv and argv[0] == "stop":
-        return stop_eval.main(argv[1:])
-    if argv and argv[0] == "gpu-predict":
-        return gpu.main(argv[1:])
-    if argv and argv[0] == "auto":
-        return auto_eval.main(argv[1:])
-    if argv and argv[0] == "rules":
-        return rules_eval.main(argv[1:])
-    if argv and argv[0] == "power":
-        return power.main(argv[1:])
+    if argv and argv[0] in bench_commands.SUBCOMMANDS:
+        name, rest = argv[0], argv[1:]
+        return bench_commands.run(name, rest if name in bench_commands.OWN_KERNEL_OPTION else kernel_from(rest))
     return bench_study(argv)
 
 
