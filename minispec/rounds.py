@@ -31,7 +31,7 @@ import numpy as np
 from .drafters import as_drafter
 from .generate import check_generate_args, stop_set
 from .model import Model, backend
-from .policy import k_policy, tree_policy
+from .policy import follows_clock, k_policy, tree_policy
 from .rejection import overlap
 from .sampling import warp
 from .stats import SpecStats
@@ -195,7 +195,7 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
     drafter = as_drafter(drafter, target)
-    learn = seed is None or temperature == 0  # greedy output does not depend on K: it may follow the clock
+    learn = follows_clock(seed, temperature)  # greedy output does not depend on K: it may follow the clock
     if shape is NOT_A_TREE:
         policy = k_policy(k, target, drafter, learn=learn)
     else:

@@ -95,3 +95,22 @@ def test_same_seed_same_tokens_in_fresh_processes(pair, tmp_path):
                            text=True, timeout=300, check=True).stdout for _ in range(2)]
     assert json.loads(outs[0]) == json.loads(outs[1])
     assert (tmp_path / "cache" / "calibration.json").exists()
+
+
+def test_the_cli_and_the_loops_ask_one_rule_whether_a_run_follows_its_clock(tmp_path, monkeypatch):
+    """policy.follows_clock: unseeded or greedy runs learn from their clock; a seeded run at T > 0 does not. The CLI's
+    policies are built with its answer for the CLI's own seed and temperature, as the loops' are."""
+    from minispec import cli
+    from minispec.policy import follows_clock
+
+    from .helpers import chat_model_dir, run_cli
+
+    assert follows_clock(None, 0.8) and follows_clock(3, 0.0) and follows_clock(None, 0.0)
+    assert not follows_clock(0, 0.8)  # seed 0 is a seed
+    asked = []
+    monkeypatch.setattr(cli, "follows_clock", lambda seed, t: asked.append((seed, t)) or follows_clock(seed, t))
+    model_dir = chat_model_dir(tmp_path / "model")
+    code, _, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", "prompt-lookup",
+                            "--temperature", "0.8", "--seed", "5", "--max-new-tokens", "3", "--no-compare"])
+    assert code == 0, err
+    assert asked and set(asked) == {(5, 0.8)}

@@ -24,8 +24,8 @@ and a cheap probe) and may be measured afresh then; the run's result lists the c
 (``SpecResult.calibration``). So a seeded ``k="auto"`` run repeats its tokens exactly in the same
 process, and in another process that uses the same calibration: ``MINISPEC_TRUST_CALIBRATION=1`` uses
 the stored one as it is (the physics checks still apply). What else can change them: another
-machine, a cleared or disabled disk cache (``MINISPEC_NO_CALIBRATION_CACHE=1``), another NumPy or
-device, and a policy object passed in by the caller (used as it is). Fixed K and fixed trees never
+machine, a cleared or disabled disk cache (``MINISPEC_NO_CALIBRATION_CACHE=1``), another NumPy, kernel
+(model/kernel.py: each has its own calibration) or device, and a policy object passed in by the caller (used as it is). Fixed K and fixed trees never
 depend on timings. The output *distribution* never depends on the calibration, nor on K at all: every
 token comes from the rejection rule.
 """
@@ -41,7 +41,13 @@ from .tree_shape import TreeShape, auto_tree_shape
 
 __all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreeShape", "auto_k",
            "auto_tree_shape", "calibrate", "calibrate_verify", "drafter_costs", "expected_tokens", "forward_times",
-           "k_policy", "notes_of", "probe_cost", "run_length", "stopped_k", "tree_policy"]
+           "follows_clock", "k_policy", "notes_of", "probe_cost", "run_length", "stopped_k", "tree_policy"]
+
+
+def follows_clock(seed, temperature: float) -> bool:
+    """Whether a run's automatic policy may learn from its own clock (``learn``): unless a seed at T > 0 must repeat
+    its draws ("Seeds" above). The loops and the CLI both ask this."""
+    return seed is None or temperature == 0
 
 
 def k_policy(k, target, drafter, learn: bool = True):
