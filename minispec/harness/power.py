@@ -16,7 +16,7 @@ round's bonus token is drawn from the target's own row. So the mean per-token to
 the target over a run is sum over its rounds of TV(P, p) at that round's context, over its tokens: computed
 here at every round of every run (``round_tv``) and averaged.
 
-``minispec bench power`` writes docs/power/power.json (and a plot); the SmolLM2 point comes from the same TV
+``minispec bench power`` writes power.json (and a plot) to ``--out`` (the committed run: docs/power); the SmolLM2 point comes from the same TV
 formula at the contexts of level 4's plain runs with the shipped draft (``smollm2_point``).
 """
 
@@ -208,7 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="48,192,768", help="paired runs per experiment (default 48,192,768)")
     ap.add_argument("--run-tokens", type=int, default=16, help="tokens per run (default 16)")
     ap.add_argument("--smollm2", action="store_true", help="also the SmolLM2 point (loads the target)")
-    ap.add_argument("--out", default="docs/power", help="directory for power.json and power.png (default docs/power)")
+    ap.add_argument("--out", default="bench-out/power", help="directory for power.json and power.png (default bench-out/power, "
+                                                             "git-ignored; the committed run is docs/power: name it to replace it)")
     a = ap.parse_args(argv)
     sizes = tuple(int(x) for x in a.sizes.split(","))
     if a.repeats < 1 or a.run_tokens < 2 or min(sizes) < 2:

@@ -50,7 +50,7 @@ from __future__ import annotations
 from .acceptance import Acceptance, PerContext, expected_tokens
 from .costs import drafter_calibration, verify_calibration
 
-PRIOR = 0.3  # a guess is expected accepted this often until measured: below what pays on a CPU (about 0.42 at K = 1)
+PRIOR = 0.3  # a guess is expected accepted this often until measured: below what pays at K = 1 with NumPy's kernel here (a > c + r(2) - 1)
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
 
 
