@@ -56,7 +56,8 @@ from ..tree import Tree, add_children, tree_mask_rows
 
 def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
     """The head's arrays as eagle.safetensors stores them: already in the layout ``x @ w`` wants ([in, out]) and
-    fused like the target's layers (transformer.LayerWeights), so that loading copies nothing."""
+    fused like the target's layers (transformer.LayerWeights), so that loading copies nothing (with the numba kernel,
+    each matrix is copied once into its rows: model/kernel.py's ``pack``)."""
     D, F, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     return {"w_fc": (2 * D, D), "b_fc": (D,), "attn_norm": (D,), "w_qkv": (D, q + 2 * kv), "w_o": (q, D),
             "mlp_norm": (D,), "w_gate_up": (D, 2 * F), "w_down": (F, D)}

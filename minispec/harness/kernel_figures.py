@@ -20,16 +20,16 @@ def forward_table(root: Path) -> str:
     f = load(root, FORWARD)
     kernels = list(f["kernels"])
     ns = list(f["kernels"][kernels[0]]["ms"])
-    floors = ", ".join(f"{v:.1f} ms ({how})" for how, v in f["weight_stream_ms"].items())
+    floors = ", ".join(f"{v['weight_stream_ms']:.1f} ms with {k}'s loads ({v['weight_stream_by']})" for k, v in f["kernels"].items())
     lines = [f"From [`{FORWARD}`]({FORWARD}) ({run_line(f)}): {f['model']}, {f['weight_bytes'] / 1e6:.0f} MB of "
-             f"float32 weights, {f['context']} cached tokens, median of {f['repeats']}. Reading the weights once takes "
-             f"{floors}.", "",
+             f"float32 weights, {f['context']} cached tokens, median of {f['repeats']}, each kernel with the BLAS threads "
+             f"it runs with. Reading the weights once takes {floors}.", "",
              "| n | " + " | ".join(f"{k}: t(n) | {k}: r(n)" for k in kernels) + " |",
              "|---|" + "---|---|" * len(kernels)]
     for n in ns:
         lines.append(f"| {n} | " + " | ".join(f"{f['kernels'][k]['ms'][n]:.1f} ms | {f['kernels'][k]['r'][n]:.2f}"
                                              for k in kernels) + " |")
-    lines.append("| t(1) / fastest read | " + " | ".join(f"{f['kernels'][k]['decode_over_stream']:.2f}x | -"
+    lines.append("| t(1) / its read | " + " | ".join(f"{f['kernels'][k]['decode_over_stream']:.2f}x | -"
                                                        for k in kernels) + " |")
     return "\n".join(lines)
 
@@ -93,6 +93,10 @@ def values(root: Path) -> dict[str, str]:
         out[f"kernel.{k}.draft.needs"] = f"{s['c'][DRAFT] + s['r']['2'] - 1:.2f}"
         out[f"kernel.{k}.draft.a"] = f"{row(s, DRAFT, 1)['a_first']:.2f}"
         out[f"kernel.{k}.study_r2"] = f"{s['r']['2']:.2f}"
+        paying = [NAMES[d] for d in (EAGLE, DRAFT) if best_fixed(s, d)["speedup"] > 1.0]  # over all prompts
+        out[f"kernel.{k}.models_paying"] = ("neither model drafter pays over all prompts" if not paying else
+                                            "both model drafters pay over all prompts" if len(paying) == 2 else
+                                            f"of the model drafters only the {paying[0]} pays over all prompts")
     return out
 
 

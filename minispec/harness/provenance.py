@@ -25,6 +25,11 @@ def machine_info() -> dict:
                 break
     except OSError:
         pass
+    if "numba" in sys.modules:  # the numba kernel ran: its compiler and the vector setting it compiled with
+        info["numba"] = sys.modules["numba"].__version__
+        info["numba_cpu_features"] = ("the host's, without -prefer-256-bit"
+                                      if os.environ.get("NUMBA_CPU_FEATURES", "").endswith(",-prefer-256-bit")
+                                      else os.environ.get("NUMBA_CPU_FEATURES", "the host's"))
     try:
         from threadpoolctl import threadpool_info
 

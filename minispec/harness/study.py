@@ -186,7 +186,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
             memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=per_token,
                                kv_bytes_at_context=per_token * used_ctx))
     result = dict(
-        machine=machine_info(), target=target.name, context_for_costs=context, max_new_tokens=max_new_tokens,
+        machine=machine_info(), target=target.name, kernel=target.kernel, context_for_costs=context, max_new_tokens=max_new_tokens,
         prompts_per_set=prompts_per_set, prompt_sets=list(prompt_sets), ks=list(ks), settings=list(settings),
         target_step_ms=1e3 * t[1], forward_ms={n: 1e3 * v for n, v in t.items()}, r=r,
         draft_step_ms={n: 1e3 * v for n, v in step.items()}, c=c,

@@ -90,8 +90,12 @@ class PackedMatrix:
 
         return numba_kernel.matmul(x, self.rows)
 
-    def __array__(self, dtype=None, copy=None):  # [in, out], a view of the rows
+    def __array__(self, dtype=None, copy=None):  # [in, out]: a view of the rows unless a copy is asked for or needed
         w = self.rows.T
+        if copy is False and dtype is not None and np.dtype(dtype) != w.dtype:
+            raise ValueError(f"a {np.dtype(dtype)} array of this float32 weight needs a copy")
+        if copy:
+            return np.array(w, dtype=dtype, copy=True)
         return w if dtype is None else w.astype(dtype, copy=False)
 
     @property
@@ -111,8 +115,8 @@ class PackedMatrix:
 
 
 def pack(w, kernel: str):  # [in, out] -> the weight ``linear`` reads under ``kernel``
-    """A small weight made at run time (the EAGLE head's) in the layout of ``kernel``; under numba this
-    copies it once into rows, and the caller drops the original."""
+    """A weight read from a file in the [in, out] layout (the EAGLE head's) in the layout of ``kernel``; under numba
+    this copies it once into rows, and the caller drops the original."""
     if kernel == "numpy" or not isinstance(w, np.ndarray):  # a CuPy array stays as it is
         return w
     if w.ndim != 2:

@@ -6,8 +6,8 @@ streaming the weights from memory, 538 MB for SmolLM2-135M. OpenBLAS's sgemm is 
 blocks and is far slower than its gemv over a few rows, and ``blas.skinny_matmul`` runs one gemv per
 row, reading each column block from the cache once per row: r(2) = t(2)/t(1) is 1.4-1.6 there. Here each output's weight row is loaded from
 memory once, and every input row is multiplied by it while it sits in registers and L1: the rows
-after the first add arithmetic, not traffic, and r(n) stays near 1 while the arithmetic hides behind
-the stream (llamafile's tinyBLAS does the same in C++).
+after the first add arithmetic, not traffic (llamafile's tinyBLAS does the same in C++). How flat r(n)
+stays then depends on how much of that arithmetic hides behind the stream: ``minispec bench forward``.
 
 The work is cut into tiles of 4 outputs by 4 rows (then 2, then 1 for the rows left over): 16 running
 sums that the compiler keeps in vector registers, over the shared dimension. Output blocks of
@@ -17,9 +17,11 @@ Dimension key, as in ``transformer.linear``: T rows of ``x`` (tokens), in inputs
 outputs.
 
 Two settings decide the speed, and both are made here (what was measured: docs/policy.md):
-- LLVM prefers 256-bit vectors on Intel's server cores, and 512-bit ones make this loop's tiles
-  faster where the CPU has them. So ``NUMBA_CPU_FEATURES`` is set to the host's features without that
-  preference before numba is imported, unless it is set already or numba was imported first.
+- LLVM prefers 256-bit vectors on many Intel cores (on this machine's Xeon it names the host
+  "rocketlake"), and 512-bit ones make this loop's tiles faster where the CPU has them. So
+  ``NUMBA_CPU_FEATURES`` is set to the host's features without that preference before numba is
+  imported, unless it is set already or numba was imported first. Being in ``os.environ``, it
+  reaches child processes too (their numba then compiles the same way).
 - OpenBLAS's threads spin between calls, and numba's threads then wait for the cores: ``claim_cores``
   (called when a model is loaded with this kernel) keeps OpenBLAS on one thread; ``blas_limited``
   gives it back its threads inside a context, for a NumPy-kernel model measured in the same process.
@@ -43,9 +45,10 @@ import threadpoolctl  # noqa: E402
 from numba import njit, prange  # noqa: E402
 
 BLOCK = 32  # outputs per parallel task: 32 weight rows, 74-197 KB for SmolLM2's matrices
+FASTMATH = {"reassoc", "contract"}  # sums in any order and fused multiply-adds; NaN and infinity still propagate
 
 
-@njit(fastmath=True, inline="always")
+@njit(fastmath=FASTMATH, inline="always")
 def _tile4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
     w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each: loaded once per tile
     x0, x1, x2, x3 = x[t], x[t + 1], x[t + 2], x[t + 3]  # [in] each
@@ -64,7 +67,7 @@ def _tile4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
     out[t + 3, j], out[t + 3, j + 1], out[t + 3, j + 2], out[t + 3, j + 3] = s30, s31, s32, s33
 
 
-@njit(fastmath=True, inline="always")
+@njit(fastmath=FASTMATH, inline="always")
 def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+4] = x[t:t+2] @ rows[j:j+4].T
     w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each
     x0, x1 = x[t], x[t + 1]  # [in] each
@@ -78,7 +81,7 @@ def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+4] = x[t:t+2] @ rows[j:j+4].T
     out[t + 1, j], out[t + 1, j + 1], out[t + 1, j + 2], out[t + 1, j + 3] = s10, s11, s12, s13
 
 
-@njit(fastmath=True, inline="always")
+@njit(fastmath=FASTMATH, inline="always")
 def _tile1(x, rows, out, t, j):  # out[t, j:j+4] = x[t] @ rows[j:j+4].T
     w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each
     x0 = x[t]  # [in]
@@ -89,7 +92,7 @@ def _tile1(x, rows, out, t, j):  # out[t, j:j+4] = x[t] @ rows[j:j+4].T
     out[t, j], out[t, j + 1], out[t, j + 2], out[t, j + 3] = s0, s1, s2, s3
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
 def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
     """``out = x @ rows.T`` (module docstring): every task takes BLOCK weight rows, 4 at a time, and
     applies each group of 4 to every row of ``x`` before moving on, so that each weight leaves memory once."""
@@ -115,10 +118,10 @@ def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x
                 out[t, jj] = s
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
 def read_once(rows):  # [out, in] -> float: the sum of every weight, a pass that only streams them
-    """Sum every element, each row on its own core: the time of one read of the matrix from memory, the floor
-    under a 1-row ``matmul_rows`` (``minispec bench forward`` measures it with this kernel's own loads)."""
+    """Sum every element, the rows shared between numba's threads: the time of one read of the matrix from memory,
+    the floor under a 1-row ``matmul_rows`` (``minispec bench forward`` measures it with this kernel's own loads)."""
     n_out = rows.shape[0]
     sums = np.zeros(n_out, np.float32)  # [out]
     for j in prange(n_out):
@@ -130,10 +133,17 @@ def read_once(rows):  # [out, in] -> float: the sum of every weight, a pass that
 
 
 def matmul(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [T, in], [out, in] -> [T, out]
-    """x @ rows.T in float32, through ``matmul_rows``; ``x`` is made contiguous float32 if it is not."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    """x @ rows.T through ``matmul_rows``, for a float32 ``x`` of any memory layout (made contiguous). Refused: another
+    dtype (activations stay float32: a float64 ``x`` is a bug upstream, not something to cast away) and a width that
+    is not the matrix's (the compiled loop has no bounds checks)."""
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float32:
+        raise TypeError(f"the numba kernel multiplies a 2-D float32 x, got {getattr(x, 'dtype', type(x).__name__)} "
+                        f"{getattr(x, 'shape', '')}")
+    if x.shape[1] != rows.shape[1]:
+        raise ValueError(f"x has {x.shape[1]} columns, the weight takes {rows.shape[1]} inputs")
     out = np.empty((x.shape[0], rows.shape[0]), np.float32)  # [T, out]
-    matmul_rows(x, rows, out)
+    if x.shape[0]:
+        matmul_rows(np.ascontiguousarray(x), rows, out)
     return out
 
 

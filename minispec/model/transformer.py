@@ -5,8 +5,9 @@ Dimension key used in every shape comment:
   T new tokens, S cached + new positions, D model width, H query heads, KVH key/value heads,
   G = H // KVH query heads per kv head, HD head dim, F MLP width, V vocabulary, L layers.
 
-Weights are stored in the layout ``x @ w`` wants ([in, out]); Q/K/V and gate/up are fused into one
-matrix each at load time, so one token costs 4 matrix products per layer plus the head.
+Weights are stored in the layout ``x @ w`` wants ([in, out]), or, with the numba kernel, by rows ([out, in], the
+file's layout) inside a ``kernel.PackedMatrix``; Q/K/V and gate/up are fused into one matrix each at load time,
+so one token costs 4 matrix products per layer plus the head.
 """
 
 from __future__ import annotations

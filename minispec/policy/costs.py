@@ -94,11 +94,12 @@ def calibration_key(model, ns) -> str:
 
 
 def kernel_of(what) -> str:
-    """The kernel (model/kernel.py) a model runs with, or a drafter's model, or a feature head's target."""
-    for owner in (what, getattr(what, "model", None), getattr(what, "target", None)):
+    """The kernel (model/kernel.py) of what is measured: a model's own, a draft's model's (``model``, or
+    ``draft_model`` for a draft with its own tokenizer), or a feature head's target's."""
+    for owner in (what, *(getattr(what, name, None) for name in ("model", "draft_model", "target"))):
         if isinstance(getattr(owner, "kernel", None), str):
             return owner.kernel
-    return "numpy"
+    raise ValueError(f"{getattr(what, 'name', type(what).__name__)}: no model to say which kernel its costs were measured with")
 
 
 def load_per_core() -> float | None:
