@@ -94,9 +94,8 @@ def values(root: Path) -> dict[str, str]:
         out[f"kernel.{k}.draft.a"] = f"{row(s, DRAFT, 1)['a_first']:.2f}"
         out[f"kernel.{k}.study_r2"] = f"{s['r']['2']:.2f}"
         paying = [NAMES[d] for d in (EAGLE, DRAFT) if best_fixed(s, d)["speedup"] > 1.0]  # over all prompts
-        out[f"kernel.{k}.models_paying"] = ("neither model drafter pays over all prompts" if not paying else
-                                            "both model drafters pay over all prompts" if len(paying) == 2 else
-                                            f"of the model drafters only the {paying[0]} pays over all prompts")
+        out[f"kernel.{k}.models_paying"] = (f"{len(paying)} of its 2 model drafters pay{'s' if len(paying) == 1 else ''} "
+                                            "over all prompts at their best fixed K")
     return out
 
 
