@@ -29,3 +29,13 @@ def test_both_helps_list_the_table():
     assert ", ".join(SUBCOMMANDS) in " ".join(top.split())
     assert all(f"`{name}`" in " ".join(study.split()) for name in SUBCOMMANDS)
     assert summary().count("`") == 2 * len(SUBCOMMANDS)
+
+
+def test_the_harness_index_names_every_file():
+    from pathlib import Path
+
+    import minispec.harness as harness
+
+    files = {p.name for p in Path(harness.__file__).parent.glob("*.py")} - {"__init__.py"}
+    missing = [f for f in sorted(files) if f not in harness.__doc__]
+    assert not missing, f"harness/__init__.py's index leaves out {missing}"

@@ -11,13 +11,17 @@
     auto_eval.py    ``minispec bench auto``: k="auto" against plain decoding, and predicted against measured rounds
     rules_eval.py   ``minispec bench rules``: the token-wise rule and block verification side by side
     draft_eval.py   ``minispec bench draft``: a draft model's acceptance by position and confidence
+    eagle_eval.py   ``minispec bench eagle``: the EAGLE head's reduced-head sizes, acceptance by position, c, memory
+    crossvocab_eval.py  ``minispec bench vocab``: drafts with their own tokenizer (SLEM, TLI) against the same-tokenizer draft
+    gpu.py          ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict
     stop_eval.py    ``minispec bench stop``: the early stop, measured
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
     first_guess.py  a drafter's teacher-forced first guess, for level 4's acceptance statistic
     provenance.py   where a measurement comes from: date, commit, command, machine
     docs_tables.py  README sections generated from the committed JSON (``--check`` compares)
-    doc_figures.py  the figures those sections quote; kernel_figures.py: the two kernels' (docs/kernel/)
+    doc_figures.py  the figures those sections quote
+    kernel_figures.py  the two kernels' figures (docs/kernel/)
 
 The recipes that trained the shipped drafters are in recipes/.
 """
