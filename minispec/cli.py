@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from .drafters import make_drafter
+from .drafters.protocol import ProposesTrees
 from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
 from .harness.measure import timed
@@ -145,7 +146,7 @@ def cmd_generate(args) -> int:
     trace_path = check_trace_path(args.trace) if args.trace else None
     if (args.show or args.trace) and drafter is None:
         raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
-    if args.tree and drafter is not None and not hasattr(drafter, "propose_tree"):
+    if args.tree and drafter is not None and not isinstance(drafter, ProposesTrees):
         raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
                          "drop --tree")
     if args.tree and args.rule != "token":

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from .drafters import as_drafter
+from .drafters.protocol import ProposesTrees, ReadsFeatures
 from .generate import check_generate_args, stop_set
 from .model import Model, backend
 from .policy import follows_clock, k_policy, tree_policy
@@ -85,7 +86,7 @@ class Run:
     @property
     def on_features(self):
         """The target pass's ``on_features``: None unless the drafter reads the target's features (eagle.py)."""
-        return self.keep_features if hasattr(self.drafter, "see_features") else None
+        return self.keep_features if isinstance(self.drafter, ReadsFeatures) else None
 
     def keep_features(self, features) -> None:
         """Called by the target pass (``Model.forward``) with its features [T, D], of cache positions ending at
@@ -199,7 +200,7 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     if shape is NOT_A_TREE:
         policy = k_policy(k, target, drafter, learn=learn)
     else:
-        if not hasattr(drafter, "propose_tree"):
+        if not isinstance(drafter, ProposesTrees):
             raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} drafts chains only, not trees "
                              "(it has no propose_tree; a draft with its own tokenizer has none)")
         policy = tree_policy(shape, target, drafter, learn=learn)

@@ -29,6 +29,7 @@ import numpy as np
 from ..model import Model
 from ..model.config import ModelFormatError, read_json
 from ..model.kvcache import kept_prefix
+from ..sampling import warp
 
 
 @lru_cache(maxsize=1)
@@ -221,3 +222,22 @@ class OtherTokenizerDraft:
         self.forwards += 1
         self.fed.append(int(draft_token))
         return self.draft_model.forward([int(draft_token)], self.cache)[0]
+
+    def measure_costs(self, clock, repeats: int = 5, n: int = 64) -> tuple[float, float]:
+        """The cost hook (drafters/protocol.py: TimesItself): (seconds per guess, seconds per target token caught up),
+        greedy, after a text of about n target tokens made of random draft tokens; the draft forgets it after."""
+        rng = np.random.default_rng(0)
+        text = self.cross.draft_text(rng.integers(0, len(self.cross.draft_bytes), n)).decode(errors="ignore")
+        tokens = self.cross.target_ids(text)[:n] or [0]
+        per_guess, per_fed = [], []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            self.cache, self.fed, self._read = None, [], ((), None)
+            t0 = clock()
+            self.feed(self.read(tokens) or [0])
+            t1 = clock()
+            self.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
+            t2 = clock()
+            per_fed.append((t1 - t0) / len(tokens))
+            per_guess.append((t2 - t1) / 4)
+        self.cache, self.fed, self._read = None, [], ((), None)
+        return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))

@@ -50,7 +50,7 @@ from ..model.kernel import pack
 from ..model.kvcache import KVCache, common_prefix
 from ..model.safetensors_io import read_safetensors
 from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
-from ..sampling import sample, top_probability
+from ..sampling import sample, top_probability, warp
 from ..tree import Tree, add_children, tree_mask_rows
 
 
@@ -219,6 +219,47 @@ class Eagle:
 
     def ensure_room(self, length: int) -> None:
         self.cache = self.cache.with_room(length, self.cfg.max_position_embeddings)
+
+    # ---- cost hooks (drafters/protocol.py: TimesItself, TimesItsTreeLevels): the policy times the head with these,
+    # on random tokens and features, and finds it as it was (no features, an empty cache) ----
+
+    def forget(self) -> None:
+        """Drop every feature and cache entry: the head as it was loaded."""
+        self.ftokens, self.htokens, self.f_at = [], [], -1
+        self.cache.crop(0)
+
+    def measure_costs(self, clock, repeats: int = 5, n: int = 64) -> tuple[float, float]:
+        """(seconds per guess, seconds per entry caught up), after n random tokens and features, greedy."""
+        rng = np.random.default_rng(0)
+        tokens = [int(t) for t in rng.integers(0, self.vocab, n + 1)]
+        feats = rng.standard_normal((n, self.cfg.hidden_size)).astype(np.float32)
+        per_guess, per_fed = [], []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            self.forget()
+            self.see_features(tokens[:n], feats)
+            t0 = clock()
+            self.catch_up(tokens)
+            t1 = clock()
+            self.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
+            t2 = clock()
+            per_fed.append((t1 - t0) / n)
+            per_guess.append((t2 - t1) / 4)
+        self.forget()
+        return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))
+
+    def level_times(self, clock, widths, repeats: int = 5, n: int = 64) -> dict[int, float]:
+        """Seconds of one tree level of w nodes: a head pass over w entries and their reduced logits, after n."""
+        rng = np.random.default_rng(0)
+        self.ensure_room(n + max(widths))
+        self.head(rng.integers(0, self.vocab, n), rng.standard_normal((n, self.cfg.hidden_size)), 0)
+        times = {w: [] for w in widths}
+        for _ in range(repeats + 1):
+            for w in widths:
+                t0 = clock()
+                self.logits(self.head(rng.integers(0, self.vocab, w), rng.standard_normal((w, self.cfg.hidden_size)), n))
+                times[w].append(clock() - t0)
+        self.forget()
+        return {w: float(np.median(t[1:])) for w, t in times.items()}
 
 
 def is_eagle_dir(path) -> bool:

@@ -47,6 +47,7 @@ import numpy as np
 from scipy import stats
 
 from ..drafters import SLEM, TLI, Eagle, LayerSkip, PromptLookup, make_drafter
+from ..drafters.protocol import ReadsFeatures
 from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
@@ -403,7 +404,7 @@ def main_check(args) -> int:
     for spec, main in zip(specs, mains):
         greedy = [d for d in greedy_set(spec, main, target) if d.name not in done]  # each drafter greedily once
         done |= {d.name for d in greedy}
-        trees = [main] if hasattr(main, "see_features") else []  # a feature head: its trees too
+        trees = [main] if isinstance(main, ReadsFeatures) else []  # a feature head: its trees too
         res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, **quick)
         res["provenance"] = origin
         print(format_check(res) + ("\n" if several else ""))

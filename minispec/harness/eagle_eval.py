@@ -23,7 +23,7 @@ from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_eagle
 from ..model.progress import Progress
 from ..model.safetensors_io import read_safetensors
-from ..policy.timing import eagle_costs, forward_times
+from ..policy.timing import clock, forward_times
 from ..speculative import speculative_generate
 from .prompts import load_prompts
 
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     for size in sizes:
         eagle = Eagle(target, tensors, order[:size], name=f"eagle-{size}")
         t_step = forward_times(target, (1,), context=64, repeats=10)[1]
-        per_guess = eagle_costs(eagle, repeats=10)[0]
+        per_guess = eagle.measure_costs(clock, repeats=10)[0]
         t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
         row = dict(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step,
                    head_mb=eagle.weight_bytes / 1e6)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..drafters import as_drafter
+from ..drafters.protocol import HasModel, ReadsFeatures
 from ..generate import generate
 from ..model.progress import Progress
 from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
@@ -175,13 +176,13 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                              tree_speedup=tr["speedup"] if tr else None,
                              tree_tokens_per_pass=tr["tokens_per_pass"] if tr else None))
     models = {"target": target}
-    models.update({n: d.model for n, d in drafters.items() if hasattr(d, "model") and n != "self"})
+    models.update({n: d.model for n, d in drafters.items() if isinstance(d, HasModel) and n != "self"})
     used_ctx = int(np.mean([len(p) for v in prompts.values() for p in v])) + max_new_tokens
     memory = [dict(model=n, weight_bytes=(0 if n.startswith("layer-skip") else m.weight_bytes),
                    kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
               for n, m in models.items()]
     for n, d in drafters.items():  # a feature head (eagle.py): its weights, one layer's cache and the features it keeps
-        if hasattr(d, "see_features"):
+        if isinstance(d, ReadsFeatures):
             per_token = 2 * d.cfg.num_kv_heads * d.cfg.head_dim * 4 + d.cfg.hidden_size * 4
             memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=per_token,
                                kv_bytes_at_context=per_token * used_ctx))

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..drafters.protocol import HasModel, TimesItsTreeLevels
 from ..model import backend
 from ..model.fetch import cache_dir
-from .timing import eagle_level_times, forward_times, guess_time, self_timed_costs
+from .timing import forward_times, guess_time, self_timed_costs, tree_level_times
 
 REPEATS = 7  # interleaved repeats of a calibration: the median of 7 moves only when 4 of them are hit
 TRIES = 3  # measurements of a calibration that fails a physical check before the last one is repaired
@@ -86,9 +87,11 @@ _MEMORY: dict[str, Calibration] = {}  # calibration_key -> the validated calibra
 def calibration_key(model, ns) -> str:
     """What a measurement depends on: the model (name, size, shape), the device, the kernel and the machine. It keys
     the cache in memory too, so that a model loaded again (or a new drafter around the same model) finds
-    the same figures: a seeded run then chooses the same K (see ``policy/__init__.py``)."""
-    c = model.cfg
-    return (f"{model.name}|{model.weight_bytes}|{c.num_layers}x{c.hidden_size}|{backend.DEVICE}|{kernel_of(model)}|"
+    the same figures: a seeded run then chooses the same K (see ``policy/__init__.py``). A drafter that times
+    itself is keyed by its name, and by its size and shape where it has them."""
+    c = getattr(model, "cfg", None)
+    shape = f"{c.num_layers}x{c.hidden_size}" if c is not None else "-"
+    return (f"{model.name}|{getattr(model, 'weight_bytes', 0)}|{shape}|{backend.DEVICE}|{kernel_of(model)}|"
             f"{','.join(map(str, ns))}|"
             f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
 
@@ -227,9 +230,9 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
     timed = self_timed_costs(drafter)  # an EAGLE head, a draft with its own tokenizer: timed on their own inputs
     if timed is not None:
         return calibrated(calibration_key(drafter, ("guess", "fed")), f"guesses of {drafter.name}",
-                          lambda: dict(zip(("guess", "fed"), timed(drafter, repeats=REPEATS))), check_drafter,
-                          lambda: dict(zip(("guess", "fed"), timed(drafter, repeats=1))), fresh)
-    model = getattr(drafter, "model", None)
+                          lambda: dict(zip(("guess", "fed"), timed(REPEATS))), check_drafter,
+                          lambda: dict(zip(("guess", "fed"), timed(1))), fresh)
+    model = drafter.model if isinstance(drafter, HasModel) else None
     if model is None:
         return None
     n = min(64, model.cfg.max_position_embeddings // 2)
@@ -245,12 +248,12 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
 
 
 def level_calibration(drafter) -> Calibration:
-    """{w: seconds} of one tree level of w nodes, w = 1..4, for an EAGLE head (timed on random features) or a
-    draft model (a pass over w tokens)."""
-    if hasattr(drafter, "see_features"):
+    """{w: seconds} of one tree level of w nodes, w = 1..4: a drafter's own level times (its cost hook; an EAGLE head
+    times itself on random features), or else its model's pass over w tokens."""
+    if isinstance(drafter, TimesItsTreeLevels):
         return calibrated(calibration_key(drafter, ("level", 1, 2, 3, 4)), f"tree levels of {drafter.name}",
-                          lambda: eagle_level_times(drafter, range(1, 5), repeats=REPEATS), check_verify,
-                          lambda: eagle_level_times(drafter, (1, 4), repeats=1))
+                          lambda: tree_level_times(drafter, range(1, 5), REPEATS), check_verify,
+                          lambda: tree_level_times(drafter, (1, 4), 1))
     return verify_calibration(drafter.model, range(1, 5))
 
 
