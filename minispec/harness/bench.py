@@ -26,7 +26,7 @@ from ..model.kernel import KERNELS, blas_threads, check_kernel, default_kernel, 
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from . import bench_commands
-from .measure import compact_json, numba_stream_time, stream_time, timed
+from .measure import STREAM_READERS, compact_json, stream_time, timed
 from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
 
@@ -56,16 +56,14 @@ def bench_forward(argv) -> int:
         model_dir = tempfile.mkdtemp()
         write_random_model(model_dir, tiny_config(**SMOLLM2_SHAPE))
     rows, name, nbytes = {}, None, None
-    reader = {"numpy": ("BLAS gemv", stream_time), "numba": ("numba read", numba_stream_time)}  # each kernel's own loads
     for k in kernels:
         model = load_model(model_dir, name=None if a.model else "random SmolLM2-135M shape", kernel=k)
         name, nbytes = model.name, model.weight_bytes
         with blas_threads(k):  # each kernel with the BLAS threads it runs with, its floor too
             t = forward_times(model, ns, a.context, a.repeats)
-            how, read = reader[k]
-            floor = read(nbytes)
+            floor = stream_time(nbytes, kernel=k)  # with the kernel's own loads
         rows[k] = {"ms": {n: 1e3 * t[n] for n in ns}, "r": {n: t[n] / t[1] for n in ns},
-                   "weight_stream_ms": 1e3 * floor, "weight_stream_by": how, "decode_over_stream": t[1] / floor}
+                   "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k], "decode_over_stream": t[1] / floor}
         del model
     res = {"model": name, "device": backend.device_name(), "weight_bytes": nbytes, "context": a.context,
            "repeats": a.repeats, "kernels": rows, "provenance": provenance()}

@@ -36,24 +36,25 @@ def side_by_side(plain, runs: list, done=lambda: None) -> tuple[list[int], float
     return tokens, len(tokens) / ((t_before + t_after) / 2), results[1:-1]
 
 
-def stream_time(nbytes: int, repeats: int = 7) -> float:
-    """Seconds for BLAS (on the active device: NumPy or CuPy) to stream ``nbytes`` of float32 weights once:
-    one vector times a matrix that size (too big for any cache). A 1-token decode step cannot beat it."""
-    xp = backend.xp
-    w = xp.ones((max(nbytes // 4 // 1536, 1), 1536), dtype=np.float32)  # [rows, 1536]
-    x = xp.ones((1, w.shape[0]), dtype=np.float32)
-    x @ w
-    return float(np.median([timed(lambda: x @ w)[1] for _ in range(repeats)]))
+STREAM_READERS = {"numpy": "BLAS gemv", "numba": "numba read"}  # how each kernel's own loads read the weights
 
 
-def numba_stream_time(nbytes: int, repeats: int = 7) -> float:
-    """Seconds for the numba kernel's own loads to read ``nbytes`` of float32 once, both cores at work
-    (``numba_kernel.read_once``): the floor under its 1-token pass."""
-    from ..model.numba_kernel import read_once
+def stream_time(nbytes: int, repeats: int = 7, kernel: str = "numpy") -> float:
+    """Seconds to stream ``nbytes`` of float32 weights once with ``kernel``'s own loads: for numpy, BLAS (on the
+    active device: NumPy or CuPy) multiplying one vector by a matrix that size (too big for any cache); for numba,
+    ``numba_kernel.read_once`` summing it on every core. A 1-token decode step with that kernel cannot beat it."""
+    if kernel == "numba":
+        from ..model.numba_kernel import read_once
 
-    w = np.ones((max(nbytes // 4 // 576, 1), 576), dtype=np.float32)  # [rows, 576], SmolLM2's width
-    read_once(w)
-    return float(np.median([timed(lambda: read_once(w))[1] for _ in range(repeats)]))
+        w = np.ones((max(nbytes // 4 // 576, 1), 576), dtype=np.float32)  # [rows, 576], SmolLM2's width
+        read = lambda: read_once(w)  # noqa: E731
+    else:
+        xp = backend.xp
+        w = xp.ones((max(nbytes // 4 // 1536, 1), 1536), dtype=np.float32)  # [rows, 1536]
+        x = xp.ones((1, w.shape[0]), dtype=np.float32)
+        read = lambda: x @ w  # noqa: E731
+    read()
+    return float(np.median([timed(read)[1] for _ in range(repeats)]))
 
 
 def compact_json(result) -> str:

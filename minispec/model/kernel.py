@@ -83,12 +83,13 @@ class PackedMatrix:
         if rows.ndim != 2 or rows.dtype != np.float32 or not rows.flags.c_contiguous:
             raise ValueError(f"a packed weight is a C-contiguous float32 [out, in] matrix, got {rows.dtype} "
                              f"{rows.shape} (contiguous: {rows.flags.c_contiguous})")
+        from . import numba_kernel  # imported here, once per weight: NumPy-kernel runs never load numba
+
         self.rows = rows  # [out, in]
+        self._matmul = numba_kernel.matmul
 
     def rmatmul(self, x):  # [T, in] -> [T, out]
-        from . import numba_kernel
-
-        return numba_kernel.matmul(x, self.rows)
+        return self._matmul(x, self.rows)
 
     def __array__(self, dtype=None, copy=None):  # [in, out]: a view of the rows unless a copy is asked for or needed
         w = self.rows.T
