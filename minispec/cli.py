@@ -344,9 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--draft", action="append",
                    help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR (default: "
                         "the shipped draft, else layer-skip); repeat it to check several against one set of plain runs")
-    k.add_argument("--runs", type=int, default=192, help="paired runs of up to 48 tokens in the T=1 test (default 192; "
-                                                         "a run stops early at an end-of-sequence token)")
-    k.add_argument("--quick", action="store_true", help="24 paired runs, 3 greedy prompts, no calibration")
+    k.add_argument("--runs", type=int, help="paired runs of up to 48 tokens in the T=1 test (default 192, or 24 with "
+                                            "--quick; a run stops early at an end-of-sequence token)")
+    k.add_argument("--quick", action="store_true", help="24 paired runs (unless --runs), 3 greedy prompts, no calibration")
     k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")
     k.add_argument("--rule", choices=["token", "block"], default="token",
                    help="the verification rule the T=1 test checks, each against its broken twin (default token)")

@@ -19,7 +19,8 @@ from minispec.drafters import DraftModel, make_drafter
 from minispec.drafters.crossvocab import CrossVocab, intersection, token_bytes
 from minispec.drafters.slem import SLEM, exact_match
 from minispec.drafters.tli import TLI
-from minispec.harness.equivalence import TrustingSLEM, chisquare_gof, prefix_match
+from minispec.drafters.slem import BoundaryKeepingSLEM
+from minispec.harness.equivalence import chisquare_gof, prefix_match
 from minispec.harness.exact_loop import loop_law
 from minispec.model import ModelFormatError
 from minispec.model.tiny import tiny_config, write_random_model
@@ -335,7 +336,7 @@ def test_level3_exact_catches_a_trusted_boundary_token(cross_models):
     target, drafts = cross_models
     cross = CrossVocab(target.path, drafts["bpe"], V, 6)
     model = load_model(drafts["bpe"])
-    law, _ = loop_law(target, lambda: TrustingSLEM(model, cross, V), PROMPT, 2, V, k=2, temperature=1.0,
+    law, _ = loop_law(target, lambda: BoundaryKeepingSLEM(model, cross, V), PROMPT, 2, V, k=2, temperature=1.0,
                       rule=prefix_match(cross.target_bytes))
     tv = 0.5 * np.abs(law - exact_two_tokens(target, PROMPT, temperature=1.0)).sum()
     assert tv > 0.01, tv

@@ -6,26 +6,42 @@
     eagle.py           a head that drafts from the target's own features
     crossvocab.py      a draft with its own tokenizer, following the target's text; slem.py and tli.py
                        add how it proposes
-    factory.py         ``make_drafter`` (the CLI's spec), ``as_drafter`` and the tokenizer checks
+    factory.py         ``make_drafter`` (the CLI's spec), ``register_drafter`` (a new kind for it),
+                       ``as_drafter`` and the tokenizer checks
     protocol.py        the protocol every drafter implements (``Drafter``) and the optional capabilities the
-                       rest of minispec asks for: ``HasRoom``, ``ProposesTrees``, ``ReadsFeatures``,
-                       ``HasModel``, and the cost hooks ``TimesItself`` and ``TimesItsTreeLevels``
+                       rest of minispec asks for with ``has``: ``HasRoom``, ``ProposesTrees``,
+                       ``ReadsFeatures``, ``HasModel``, ``HasFirstGuessRows``, ``HasOwnTokenizer``,
+                       ``DraftsText``, and the cost hooks ``TimesItself`` and ``TimesItsTreeLevels``
 
 A drafter implements ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens, draft_probs)``, where
 ``draft_probs`` [k', V] are exactly the distributions the k' <= k guesses were drawn from, and
 ``context(tokens)``; protocol.py says what each part means. Callers ask for a capability
-(``isinstance(drafter, ReadsFeatures)``), never for a class.
+(``has(drafter, ReadsFeatures)``), never for a class.
 """
 
 from .crossvocab import CrossVocab, OtherTokenizerDraft
 from .draft_model import DraftModel, LayerSkip
 from .eagle import Eagle, load_eagle
-from .factory import as_drafter, make_drafter, same_tokenizer
+from .factory import as_drafter, make_drafter, register_drafter, same_tokenizer, unregister_drafter
 from .prompt_lookup import PromptLookup
-from .protocol import Drafter, HasModel, HasRoom, ProposesTrees, ReadsFeatures, TimesItself, TimesItsTreeLevels
+from .protocol import (
+    CAPABILITIES,
+    Drafter,
+    DraftsText,
+    HasFirstGuessRows,
+    HasModel,
+    HasOwnTokenizer,
+    HasRoom,
+    ProposesTrees,
+    ReadsFeatures,
+    TimesItself,
+    TimesItsTreeLevels,
+    has,
+)
 from .slem import SLEM
 from .tli import TLI
 
-__all__ = ["CrossVocab", "DraftModel", "Drafter", "Eagle", "HasModel", "HasRoom", "LayerSkip", "OtherTokenizerDraft",
-           "PromptLookup", "ProposesTrees", "ReadsFeatures", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself",
-           "as_drafter", "load_eagle", "make_drafter", "same_tokenizer"]
+__all__ = ["CAPABILITIES", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "Eagle", "HasFirstGuessRows", "HasModel",
+           "HasOwnTokenizer", "HasRoom", "LayerSkip", "OtherTokenizerDraft", "PromptLookup", "ProposesTrees",
+           "ReadsFeatures", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself", "as_drafter", "has", "load_eagle",
+           "make_drafter", "register_drafter", "same_tokenizer", "unregister_drafter"]

@@ -70,6 +70,14 @@ class DraftModel:
         self.forwards += 1
         return self.pad(self.model.forward(tokens[common:], self.cache, last=1))[0]
 
+    def first_guess_rows(self, tokens, start: int, warp, features=None) -> np.ndarray:  # -> [len(tokens) - start, V]
+        """Row i: what the first guess after tokens[:start + i] is drawn from, warp(the draft's logits there), from one
+        pass over ``tokens`` in a cache of its own (the drafter's cache is not touched)."""
+        if not 1 <= start <= len(tokens):
+            raise ValueError(f"first_guess_rows: start {start} must be in 1..{len(tokens)} (a guess follows a token)")
+        logits = self.pad(self.model.forward(tokens, self.model.new_cache(len(tokens))))  # [T, V]
+        return warp(logits[start - 1: len(tokens) - 1])
+
     def propose(self, tokens, k, warp, rng, keep=None):
         """Sample up to k guesses one after another. With ``keep``, stop before guess j when the draft's
         belief that guesses 1..j are all right (the product of its top probabilities) does not pay for

@@ -220,6 +220,25 @@ class Eagle:
     def ensure_room(self, length: int) -> None:
         self.cache = self.cache.with_room(length, self.cfg.max_position_embeddings)
 
+    def first_guess_rows(self, tokens, start: int, warp, features=None) -> np.ndarray:  # -> [len(tokens) - start, V]
+        """Row i: what the head draws its first guess after tokens[:start + i] from, teacher-forced on the target's
+        ``features`` [len(tokens), D] of ``tokens``: one head pass in a cache of its own (the head's own cache is put
+        back). The first row of a text, with no feature before it, is uniform over the frequent tokens."""
+        if features is None or len(features) < len(tokens) or not 1 <= start <= len(tokens):
+            raise ValueError(f"first_guess_rows: needs the target's features of all {len(tokens)} tokens and start "
+                             f"in 1..{len(tokens)}")
+        first = np.full((1, self.vocab), -np.inf, np.float32)  # [1, V]
+        first[0, self.tokens_r] = 0.0
+        logits = first
+        if len(tokens) >= 2:
+            own, self.cache = self.cache, KVCache(1, self.cfg.num_kv_heads, len(tokens) - 1, self.cfg.head_dim)
+            try:
+                out = self.head(tokens[1:], features[: len(tokens) - 1], 0)  # [n-1, D]: f^_1 .. f^_{n-1}
+            finally:
+                self.cache = own
+            logits = np.concatenate([first, self.logits(out)])  # [n, V]: row j guesses x_{j+1}
+        return warp(logits[start - 1: len(tokens) - 1])
+
     # ---- cost hooks (drafters/protocol.py: TimesItself, TimesItsTreeLevels): the policy times the head with these,
     # on random tokens and features, and finds it as it was (no features, an empty cache) ----
 

@@ -1,5 +1,5 @@
-"""Which drafter: ``make_drafter`` turns the CLI's spec into one, ``as_drafter`` checks what a caller passes in,
-and ``same_tokenizer`` decides whether a draft may use the standard rule (its q and p rows compared entry by
+"""Which drafter: ``make_drafter`` turns the CLI's spec into one, ``register_drafter`` adds a kind of drafter to
+the specs it knows, ``as_drafter`` checks what a caller passes in, and ``same_tokenizer`` decides whether a draft may use the standard rule (its q and p rows compared entry by
 entry) or needs one of the cross-vocabulary algorithms (slem.py, tli.py).
 """
 
@@ -37,12 +37,36 @@ def as_drafter(drafter, target: Model):
 
 
 CROSS_VOCAB = {"slem": SLEM, "tli": TLI}  # drafts with their own tokenizer (slem.py, tli.py)
+BUILT_IN = ("none", "prompt-lookup", "layer-skip", *CROSS_VOCAB)
+REGISTERED = {}  # kind -> make(target, argument or None): the kinds ``register_drafter`` added
+
+
+def register_drafter(kind: str, make) -> None:
+    """Let ``make_drafter`` (and so the CLI's ``--draft``, ``minispec check`` and ``minispec bench``) build a kind of
+    drafter minispec does not ship: the spec ``kind`` or ``kind:ARGUMENT`` gives ``make(target, ARGUMENT or None)``,
+    which returns the drafter (drafters/protocol.py says what it must provide). A kind must be a new lower-case name.
+
+    tests/test_protocol.py registers a Medusa-style drafter this way: ``register_drafter("medusa", lambda target, arg:
+    Medusa(target))``, then runs ``minispec check --draft medusa``.
+    """
+    if not (isinstance(kind, str) and re.fullmatch(r"[a-z][a-z0-9-]*", kind)):
+        raise ValueError(f"drafter kind {kind!r}: expected a lower-case name (letters, digits, '-')")
+    if kind in BUILT_IN or kind in REGISTERED:
+        raise ValueError(f"drafter kind {kind!r} is already taken")
+    if not callable(make):
+        raise TypeError(f"drafter kind {kind!r}: make must be callable as make(target, argument)")
+    REGISTERED[kind] = make
+
+
+def unregister_drafter(kind: str) -> None:
+    """Forget a kind ``register_drafter`` added (a test cleans up with it)."""
+    REGISTERED.pop(kind, None)
 
 
 def make_drafter(spec: str, target: Model, layers: int | None = None):
     """The CLI's drafter spec -> a drafter (None for plain decoding): ``prompt-lookup``, ``layer-skip`` (the
     target's first ``layers`` layers), ``none``, an EAGLE head directory (eagle.py), or a draft model
-    directory. A draft with the target's tokenizer runs the standard rule. One with its own tokenizer runs
+    directory, or a kind ``register_drafter`` added. A draft with the target's tokenizer runs the standard rule. One with its own tokenizer runs
     TLI (tli.py) when at least half of its tokens are spelled like a target token, else SLEM (slem.py);
     ``tli:<dir>`` and ``slem:<dir>`` choose.
     ``layers`` belongs to layer-skip only: given with another drafter it is refused, not ignored."""
@@ -57,11 +81,13 @@ def make_drafter(spec: str, target: Model, layers: int | None = None):
     if spec == "layer-skip":
         return LayerSkip(target, layers)
     algorithm, _, rest = spec.partition(":")
+    if algorithm in REGISTERED:
+        return as_drafter(REGISTERED[algorithm](target, rest or None), target)
     if algorithm in CROSS_VOCAB and rest:
         return cross_vocab_drafter(CROSS_VOCAB[algorithm], rest, target)
     if not Path(spec).is_dir():
         raise ValueError(f"drafter {spec!r}: not a model directory, nor prompt-lookup, layer-skip, none, "
-                         "slem:<dir> or tli:<dir>")
+                         "slem:<dir>, tli:<dir>" + "".join(f", {k}" for k in REGISTERED) + " (register_drafter adds kinds)")
     if is_eagle_dir(spec):  # a feature head for this target (eagle.py), not a model
         return load_eagle(spec, target)
     if target.path is not None and not same_tokenizer(target.path, spec):

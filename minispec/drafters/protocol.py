@@ -1,9 +1,11 @@
 """What a drafter is, declared: the protocol every drafter implements, and the optional capabilities that the
-loops, the policy and the harness ask for by name (``isinstance(drafter, ReadsFeatures)``), never by class.
+loops, the policy and the harness ask for by name (``has(drafter, ReadsFeatures)``), never by class.
 
-``typing.Protocol`` with ``runtime_checkable``: a drafter need not inherit from anything; an ``isinstance`` check
-asks whether it has the capability's methods (or attributes). A new kind of drafter implements ``Drafter`` and the
-capabilities it has, and the rest of minispec uses it as it is.
+``typing.Protocol`` with ``runtime_checkable``: a drafter need not inherit from anything; ``has`` asks whether it
+has the capability's methods (or attributes), and refuses to be asked for anything but a capability listed in
+``CAPABILITIES``. A new kind of drafter implements ``Drafter`` and the capabilities it has, and the rest of
+minispec uses it as it is (tests/test_protocol.py drives one that minispec has never seen through the loops, the
+policy, ``minispec check`` and ``minispec bench``).
 
 Names: ``draft_tokens`` x_1..x_k, ``draft_probs`` q_1..q_k (rule.py's), ``warp`` the sampling warps (sampling.py).
 """
@@ -77,3 +79,48 @@ class TimesItsTreeLevels(Protocol):
     repeats) -> {w: seconds of one level of w nodes}``."""
 
     def level_times(self, clock: Callable[[], float], widths, repeats: int) -> dict[int, float]: ...
+
+
+@runtime_checkable
+class HasFirstGuessRows(Protocol):
+    """A drafter that can say, for every position of a text at once, what its first guess there would be drawn
+    from: ``first_guess_rows(tokens, start, warp, features=None) -> [len(tokens) - start, V]`` (or None when it has
+    no such distribution), row i the distribution of the first guess after ``tokens[:start + i]``, teacher-forced,
+    leaving the drafter as it found it. ``features`` [len(tokens), D] are the target's, for a drafter that
+    ``ReadsFeatures``. Level 4's acceptance statistic reads it (harness/check.py)."""
+
+    def first_guess_rows(self, tokens, start: int, warp: Callable, features=None) -> np.ndarray | None: ...
+
+
+@runtime_checkable
+class HasOwnTokenizer(Protocol):
+    """A draft with a tokenizer of its own that follows the target's text (crossvocab.py): ``cross`` spells both
+    vocabularies (a ``CrossVocab``), ``draft_model`` is its model, and ``algorithm`` says how it proposes ("SLEM"
+    or "TLI", the CLI's ``slem:``/``tli:`` spec in capitals)."""
+
+    cross: object
+    draft_model: object
+    algorithm: str
+
+
+@runtime_checkable
+class DraftsText(Protocol):
+    """A drafter that proposes the target's tokens of a text its draft wrote (slem.py), so its last guess may be
+    a boundary token cut inside a word: ``keeping_boundary()`` is the same drafter proposing that token too, the
+    first half of the hazard level 4 plants (harness/check.py pairs it with a verifier that trusts it by prefix)."""
+
+    def keeping_boundary(self): ...
+
+
+CAPABILITIES = (Drafter, HasRoom, ProposesTrees, ReadsFeatures, HasModel, TimesItself, TimesItsTreeLevels,
+                HasFirstGuessRows, HasOwnTokenizer, DraftsText)
+
+
+def has(drafter, capability) -> bool:
+    """Whether ``drafter`` has ``capability``, one of ``CAPABILITIES``: the one way the rest of minispec asks about
+    a drafter. Asking for a class is refused (TypeError), so that a new kind of drafter with the same methods is
+    served as the shipped ones are."""
+    if capability not in CAPABILITIES:
+        raise TypeError(f"has(drafter, {getattr(capability, '__name__', capability)!r}): ask for a capability "
+                        f"({', '.join(c.__name__ for c in CAPABILITIES)}), not a class")
+    return isinstance(drafter, capability)

@@ -50,6 +50,7 @@ import numpy as np
 
 from ..sampling import one_hot_rows, sample
 from .crossvocab import OtherTokenizerDraft
+from .tli import TLI
 
 LOOK_BEHIND = 4  # target tokens re-tokenised together with the draft's text
 
@@ -78,6 +79,18 @@ class SLEM(OtherTokenizerDraft):
     def room(self, tokens) -> int:
         """Guesses that fit in the draft's context: a round may step the draft 2k + 1 times for k guesses."""
         return super().room(tokens) // 2
+
+    def keeping_boundary(self) -> BoundaryKeepingSLEM:
+        """The same draft proposing its boundary token as well (``BoundaryKeepingSLEM``)."""
+        return BoundaryKeepingSLEM(self.draft_model, self.cross, self.vocab)
+
+    def first_guess_rows(self, tokens, start: int, warp, features=None) -> np.ndarray | None:
+        """SLEM's guesses are one-hot, so it has no q of its own to read: these are the rows TLI would draw its first
+        guess from with the same draft (tli.py), a fixed function of the text that level 4's acceptance statistic can
+        read, or None when the two vocabularies share no token."""
+        if not len(self.cross.shared_draft):
+            return None
+        return TLI(self.draft_model, self.cross, self.vocab).first_guess_rows(tokens, start, warp)
 
     def candidates(self, tokens: list[int], text: bytes, ended: bool) -> list[int]:
         """The target tokens of the draft's ``text`` after ``tokens``: re-tokenised with a look-behind window,
@@ -124,3 +137,29 @@ class SLEM(OtherTokenizerDraft):
                     break
             logits = self.step(d)
         return guesses[:k], one_hot_rows(guesses[:k], self.vocab)
+
+
+class BoundaryKeepingSLEM(SLEM):
+    """SLEM keeping its boundary token: harmless under exact match, which checks it like any other guess; with a
+    verifier that trusts it by prefix (harness/equivalence.py: ``prefix_match``), the broken twin that level 4
+    plants. Its proposal stops at the boundary token: the draft writes until its text holds more than k target
+    tokens and proposes the text before that last step, so that the guess the draft broke off inside a word is in
+    the proposal, last."""
+
+    def candidates(self, tokens, text, ended):
+        return super().candidates(tokens, text, True)
+
+    def propose(self, tokens, k, warp, rng, keep=None):
+        draft_ids = self.read(tokens) if k > 0 else None
+        if draft_ids is None:
+            return [], np.zeros((0, self.vocab))
+        logits, text, guesses = self.feed(draft_ids), b"", []
+        for _ in range(2 * k + 2):
+            logits[self.cross.draft_blank] = -np.inf
+            d = sample(warp(logits), rng)
+            more = self.candidates(list(tokens), text + self.cross.draft_bytes[d], True)
+            if len(more) > k or d in self.cross.draft_specials:
+                break
+            text, guesses = text + self.cross.draft_bytes[d], more
+            logits = self.step(d)
+        return guesses, one_hot_rows(guesses, self.vocab)

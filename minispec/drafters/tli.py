@@ -52,6 +52,17 @@ class TLI(OtherTokenizerDraft):
         """q' [S] on the target's ids -> [V_target] (two draft ids spelled alike would add up on one target id)."""
         return np.bincount(self.cross.shared_target, weights=q, minlength=self.vocab)
 
+    def first_guess_rows(self, tokens, start: int, warp, features=None) -> np.ndarray:  # -> [len(tokens) - start, V]
+        """q' of a first guess at every position j >= start of ``tokens``: what ``propose`` would draw the guess for
+        tokens[j] from, after tokens[:j] (a zero row where the text ends inside a character). The draft reads each
+        prefix in its own tokens, so its cache follows the text as it does after a proposal."""
+        rows = np.zeros((len(tokens) - start, self.vocab))
+        for j in range(start, len(tokens)):
+            draft_ids = self.read(tokens[:j])
+            if draft_ids is not None:
+                rows[j - start] = self.target_row(self.restrict(self.feed(draft_ids), warp))
+        return rows
+
     def propose(self, tokens, k, warp, rng, keep=None):
         """Up to k guesses drawn from q', as target ids, with their [k', V_target] rows. ``keep`` is ignored."""
         draft_ids = self.read(tokens) if k > 0 else None

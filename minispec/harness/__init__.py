@@ -17,7 +17,6 @@
     stop_eval.py    ``minispec bench stop``: the early stop, measured
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
-    first_guess.py  a drafter's teacher-forced first guess, for level 4's acceptance statistic
     provenance.py   where a measurement comes from: date, commit, command, machine
     docs_tables.py  README sections generated from the committed JSON (``--check`` compares)
     doc_figures.py  the figures those sections quote

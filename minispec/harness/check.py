@@ -10,21 +10,21 @@
                   For any method whose output follows p its expectation is sum min(p, q) at each
                   position; a rule that resamples from p instead of the residual raises it, by
                   sum min(p, q)^2 / p - (sum min(p, q))^2 >= 0 (Cauchy-Schwarz). It is aimed at the
-                  bug the token frequencies dilute. (SLEM's q is one-hot: TLI's q' of the same draft
-                  stands in for it.)
-     prefix       SLEM only: the mean over emitted tokens y of m(y), the target's mass on the tokens that
-                  extend y's text (``PrefixMass``). A verifier that trusts a guess by string prefix emits
+                  bug the token frequencies dilute. q is the drafter's own (``HasFirstGuessRows``, read
+                  teacher-forced); any q that is a fixed function of the prefix keeps the expectation, so
+                  a drafter with a one-hot q (SLEM) may offer another (TLI's q' of the same draft).
+     prefix       a drafter that ``DraftsText`` (SLEM): the mean over emitted tokens y of m(y), the target's
+                  mass on the tokens that extend y's text (``PrefixMass``). A verifier that trusts a guess by string prefix emits
                   " wor" where the target drew " world", so the tokens it emits have more such mass.
    No statistic's null distribution is assumed. When both methods sample p, the two runs of a
    pair are exchangeable, so the p-value is the share of random swaps of whole runs (2,000) whose
    statistic is at least as extreme (``equivalence.paired_permutation_test``): exact, however
-   dependent the tokens within a run are. (The token-level chi-square p-value used before treated
-   every token as independent and ran low: p = 0.037 and 0.044 on two full runs of the exact rule.)
+   dependent the tokens within a run are.
    PASS: the smallest p-value, times the number of tests (Bonferroni), is above ALPHA = 0.01.
 2. Broken twins: the same comparison with a deliberately broken control must FAIL: it shows the test
    has the power to catch a wrong rule at this size (``broken_twins``: the residual bug of
-   ``equivalence.broken_accept_reject``, or the same bug in block verification; for SLEM also a
-   boundary token trusted by prefix).
+   ``equivalence.broken_accept_reject``, or the same bug in block verification; for a drafter that
+   ``DraftsText`` also a boundary token trusted by prefix).
 3. Calibration (the full check): plain against plain, ``seeds`` times: each statistic's p-values
    should look uniform (a Kolmogorov-Smirnov test against U(0, 1) is shown).
 4. Greedy: for each drafter, speculative output == plain greedy output token for token. A mismatch
@@ -46,8 +46,8 @@ import weakref
 import numpy as np
 from scipy import stats
 
-from ..drafters import SLEM, TLI, Eagle, LayerSkip, PromptLookup, make_drafter
-from ..drafters.protocol import ReadsFeatures
+from ..drafters import LayerSkip, PromptLookup, make_drafter
+from ..drafters.protocol import DraftsText, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
 from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
@@ -55,8 +55,7 @@ from ..model.progress import Progress
 from ..rejection import accept_reject, block_verify
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
-from .equivalence import TrustingSLEM, block_residual_bug, broken_accept_reject, mean_test, prefix_match, token_test
-from .first_guess import eagle_first_guess_logits, tli_first_guess_rows
+from .equivalence import block_residual_bug, broken_accept_reject, mean_test, prefix_match, token_test
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
 
@@ -88,23 +87,17 @@ RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify,
 def broken_twins(drafter, rule: str = "token") -> dict:
     """The deliberately broken controls for ``drafter`` under ``rule``: {result key: (drafter, rule function)}.
     Every drafter gets its rule's twin in equivalence.py: the residual bug, in the token-wise rule or in block
-    verification. SLEM also gets the real hazard of string-level drafting, a boundary token trusted by prefix
-    (``prefix_match`` with ``TrustingSLEM``)."""
+    verification. A drafter that ``DraftsText`` (SLEM) also gets the real hazard of string-level drafting, a
+    boundary token trusted by prefix (``prefix_match`` with the drafter ``keeping_boundary``)."""
     twins = dict(sampling_broken_rule=(drafter, RULES[rule][1]))
-    if isinstance(drafter, SLEM) and rule == "token":
-        twins["sampling_trusted_boundary"] = (TrustingSLEM(drafter.draft_model, drafter.cross, drafter.vocab),
-                                              prefix_match(drafter.cross.target_bytes))
+    if has(drafter, DraftsText) and rule == "token":
+        twins["sampling_trusted_boundary"] = (drafter.keeping_boundary(), prefix_match(drafter.cross.target_bytes))
     return twins
 
 
 def speculative_sampler(target, drafter, stop, k: int, rule_fn):
     return lambda p, n, s: speculative_generate(target, drafter, p, n, k=k, temperature=1.0, seed=s, stop_ids=stop,
                                                 rule=rule_fn).tokens
-
-
-def has_q(drafter) -> bool:
-    """Whether the drafter has a distribution q over the target's ids to compare with p (SLEM's is one-hot)."""
-    return getattr(drafter, "model", None) is not None or isinstance(drafter, (Eagle, TLI, SLEM))
 
 
 def successor(b: bytes) -> bytes:
@@ -138,29 +131,22 @@ class PrefixMass:
 def per_token_values(target, drafter, prompt, run) -> dict[str, np.ndarray]:  # -> {statistic: [len(run)]}
     """For each token y of ``run`` at T = 1, from one teacher-forced pass of the target and of the drafter over
     prompt + run:
-      acceptance   min(1, q(y) / p(y)), what the rule would accept y with had the draft proposed it (drafters with
-                   a q over the target's ids: ``has_q``; SLEM's q is one-hot, so it is read as TLI would);
-      prefix       SLEM only: ``PrefixMass`` m(y), aimed at a verifier that trusts a guess by string prefix."""
+      acceptance   min(1, q(y) / p(y)), what the rule would accept y with had the draft proposed it, with q the
+                   drafter's first-guess rows (``HasFirstGuessRows``; the target's features go to a drafter that
+                   ``ReadsFeatures``);
+      prefix       a drafter that ``DraftsText``: ``PrefixMass`` m(y), aimed at a verifier that trusts a guess by
+                   string prefix."""
     seq = list(prompt) + list(run)
-    rows = slice(len(prompt) - 1, len(seq) - 1)  # the rows that predict the run's tokens
-    idx = np.arange(len(run))
-    if isinstance(drafter, Eagle):  # a feature head: its first guess at every position, from the target's features
-        features = []
-        logits = target.forward(seq, target.new_cache(len(seq)), on_features=features.append)
-        p, q = warp(logits[rows], 1.0), warp(eagle_first_guess_logits(drafter, seq, features[0])[rows], 1.0)  # [n, V]
-        return dict(acceptance=np.minimum(1.0, q[idx, run] / p[idx, run]))
-    p = warp(target.forward(seq, target.new_cache(len(seq)))[rows], 1.0)  # [n, V]
-    out = {}
-    if isinstance(drafter, SLEM):
+    features = [] if has(drafter, ReadsFeatures) else None
+    logits = target.forward(seq, target.new_cache(len(seq)), on_features=None if features is None else features.append)
+    p = warp(logits[len(prompt) - 1: len(seq) - 1], 1.0)  # [n, V]: the rows that predict the run's tokens
+    idx, out = np.arange(len(run)), {}
+    if has(drafter, DraftsText):
         out["prefix"] = prefix_mass(drafter.cross)(p, run)
-        drafter = TLI(drafter.draft_model, drafter.cross, drafter.vocab) if len(drafter.cross.shared_draft) else None
-        if drafter is None:
-            return out
-    if isinstance(drafter, TLI):  # a draft with its own tokenizer: q' over the target's ids
-        q = tli_first_guess_rows(drafter, seq, len(prompt), lambda z: warp(z, 1.0))  # [n, V]
-    else:
-        q = warp(drafter.pad(drafter.model.forward(seq, drafter.model.new_cache(len(seq))))[rows], 1.0)  # [n, V]
-    out["acceptance"] = np.minimum(1.0, q[idx, run] / p[idx, run])
+    q = drafter.first_guess_rows(seq, len(prompt), lambda z: warp(z, 1.0), features[0] if features else None) \
+        if has(drafter, HasFirstGuessRows) else None  # [n, V]
+    if q is not None:
+        out["acceptance"] = np.minimum(1.0, q[idx, run] / p[idx, run])
     return out
 
 
@@ -343,7 +329,7 @@ def format_check(res: dict) -> str:
                     if ok["broken_rule_caught"] else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
     if "sampling_trusted_boundary" in res:
         good = ok["trusted_boundary_caught"]
-        lines.append(f"{word(good)}  T=1, SLEM trusting its boundary token by prefix (the real hazard, "
+        lines.append(f"{word(good)}  T=1, a boundary token trusted by prefix (the real hazard of drafting text, "
                      f"{res['sampling_trusted_boundary']['rule']}): " + format_sampling(res["sampling_trusted_boundary"])
                      + (f" <= {ALPHA}: caught" if good else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
     if "calibration" in res:
@@ -363,14 +349,14 @@ def format_check(res: dict) -> str:
 def greedy_set(spec: str, main, target) -> list:
     """The drafters checked greedily beside ``main``: for a draft with its own tokenizer, both algorithms over it;
     otherwise prompt lookup and layer skip as well."""
-    if getattr(main, "draft_model", None) is not None:  # a draft with its own tokenizer (slem.py, tli.py)
+    if has(main, HasOwnTokenizer):  # both algorithms over the same draft
         algorithm, _, draft_dir = spec.partition(":")
         draft_dir = draft_dir if algorithm in ("slem", "tli") else spec
         greedy = [main]
         if main.algorithm == "TLI" or len(main.cross.shared_draft):  # TLI needs shared tokens
             greedy.append(make_drafter(f"{'tli' if main.algorithm == 'SLEM' else 'slem'}:{draft_dir}", target))
         return greedy
-    return [main, PromptLookup()] + ([] if isinstance(main, LayerSkip) else [LayerSkip(target)])
+    return [main] + [d for d in (PromptLookup(), LayerSkip(target)) if d.name != main.name]
 
 
 def json_path(pattern: str, drafter, several: bool) -> str:
@@ -393,18 +379,21 @@ def main_check(args) -> int:
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     mains = [make_drafter(spec, target) for spec in specs]  # every spec checked before anything runs
     for spec, main in zip(specs, mains):
-        if not has_q(main) and not isinstance(main, SLEM):
-            raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with its own distribution (a draft model, "
-                             "an EAGLE head, a draft with its own tokenizer, or layer-skip); prompt lookup is checked "
-                             "greedily")
-    quick = dict(n_runs=24, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0) if args.quick else \
-        dict(n_runs=args.runs, calibration_seeds=0 if args.no_calibration else 20)
+        if not (has(main, HasFirstGuessRows) or has(main, DraftsText)):
+            raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with a statistic to read (first-guess rows: "
+                             "a draft model, an EAGLE head, a draft with its own tokenizer, or layer-skip); prompt lookup "
+                             "is checked greedily")
+    if args.runs is not None and args.runs < 2:
+        raise ValueError(f"--runs {args.runs}: the permutation tests need at least 2 paired runs")
+    n_runs = args.runs if args.runs is not None else 24 if args.quick else 192
+    quick = dict(n_runs=n_runs, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0) if args.quick else \
+        dict(n_runs=n_runs, calibration_seeds=0 if args.no_calibration else 20)
     plain = plain_runs(target, tok, quick["n_runs"]) if several else None  # shared by every drafter
     done, failed, origin = set(), False, provenance()
     for spec, main in zip(specs, mains):
         greedy = [d for d in greedy_set(spec, main, target) if d.name not in done]  # each drafter greedily once
         done |= {d.name for d in greedy}
-        trees = [main] if isinstance(main, ReadsFeatures) else []  # a feature head: its trees too
+        trees = [main] if has(main, ReadsFeatures) else []  # a feature head: its trees too
         res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, **quick)
         res["provenance"] = origin
         print(format_check(res) + ("\n" if several else ""))

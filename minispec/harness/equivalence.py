@@ -12,7 +12,6 @@ import numpy as np
 from scipy import stats
 
 from .. import rejection
-from ..drafters.slem import SLEM
 from ..sampling import one_hot_rows, sample
 from ..tree import Tree, without
 
@@ -64,7 +63,7 @@ def prefix_match(target_bytes):
     guess is kept when the target's own token *starts with* its text, a string-level match where only a token
     match is valid. At the boundary token, where the draft stopped inside a word (" wor" for the target's
     " world"), that is the mistake a verifier of text makes; this twin makes it at every guess. Run it with
-    ``TrustingSLEM``, which keeps the boundary token."""
+    ``SLEM.keeping_boundary()`` (drafters/slem.py), which proposes the boundary token."""
     def prefix_match_rule(target_probs, draft_probs, draft_tokens, rng):
         for i, x in enumerate(draft_tokens):
             y = sample(target_probs[i], rng)
@@ -72,31 +71,6 @@ def prefix_match(target_bytes):
                 return i, y
         return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
     return prefix_match_rule
-
-
-class TrustingSLEM(SLEM):
-    """SLEM keeping its boundary token, for ``prefix_match`` to trust: together, the broken twin (keeping it
-    alone would be harmless: exact match checks it like any other guess). Its proposal stops at the boundary
-    token: the draft writes until its text holds more than k target tokens and proposes the text before that
-    last step, so that the guess the draft broke off inside a word is in the proposal, last."""
-
-    def candidates(self, tokens, text, ended):
-        return super().candidates(tokens, text, True)
-
-    def propose(self, tokens, k, warp, rng, keep=None):
-        draft_ids = self.read(tokens) if k > 0 else None
-        if draft_ids is None:
-            return [], np.zeros((0, self.vocab))
-        logits, text, guesses = self.feed(draft_ids), b"", []
-        for _ in range(2 * k + 2):
-            logits[self.cross.draft_blank] = -np.inf
-            d = sample(warp(logits), rng)
-            more = self.candidates(list(tokens), text + self.cross.draft_bytes[d], True)
-            if len(more) > k or d in self.cross.draft_specials:
-                break
-            text, guesses = text + self.cross.draft_bytes[d], more
-            logits = self.step(d)
-        return guesses, one_hot_rows(guesses, self.vocab)
 
 
 class ScriptedRng:
