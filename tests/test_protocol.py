@@ -253,3 +253,35 @@ def test_minispec_bench_runs_medusa(chat_target, medusa_kind, tmp_path):
     row, = json.loads(out.read_text())["drafters"].values()
     assert set(row["speedup"]) == {"chat", "code", "grounded"}
     assert medusa_kind[0].timed > 0  # k=auto's cost model timed it by its own hook (its random heads need not pay)
+
+
+def test_docs_drafters_table_matches_the_shipped_drafters():
+    """docs/drafters.md's table of the shipped drafters' capabilities, against ``has`` on each one (real files)."""
+    from pathlib import Path
+
+    from minispec import load_model
+    from minispec.drafters import make_drafter
+
+    from .helpers import TARGET_DIR
+
+    root = Path(__file__).resolve().parent.parent
+    if not (TARGET_DIR / "model.safetensors").exists():
+        from minispec.model.fetch import fetch_smollm2
+
+        fetch_smollm2(TARGET_DIR, progress=False, log=lambda m: None)
+    target = load_model(TARGET_DIR)
+    doc = (root / "docs" / "drafters.md").read_text()
+    table = doc[doc.index("## The shipped drafters"):doc.index("## A new kind")]
+    rows = {cells[0].strip("` "): {c.strip("` ") for c in cells[1].split(",")}
+            for line in table.splitlines() if line.startswith("| `")
+            for cells in [line.strip("|").split("|")]}
+    specs = {"DraftModel": root / "weights" / "smoldraft-3l-192", "LayerSkip": "layer-skip",
+             "PromptLookup": "prompt-lookup", "Eagle": root / "weights" / "eagle-smollm2-135m",
+             "TLI": f"tli:{root / 'weights' / 'bpe8k-draft-4l-384'}", "SLEM": f"slem:{root / 'weights' / 'bpe8k-draft-4l-384'}"}
+    assert set(rows) == set(specs)
+    for kind, spec in specs.items():
+        d = make_drafter(str(spec), target)
+        assert type(d).__name__ == kind
+        assert {c.__name__ for c in CAPABILITIES if has(d, c)} - {"Drafter"} == rows[kind], kind
+    names = {c.__name__ for c in CAPABILITIES} - {"Drafter"}
+    assert all(f"| `{n}` |" in doc for n in names)  # every capability described
