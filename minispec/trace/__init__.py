@@ -6,8 +6,8 @@ answer, what each guess met: p(x), q(x), the threshold its draw was compared wit
 h_i for block verification) and the draw; where the round stopped; after a rejection, the residual's most likely
 tokens; the bonus token after a round that kept every guess. Which rule it is comes from what the rule declares
 (``rejection.decides_jointly``), not from its name: a rule that declares nothing is traced as "undeclared", its
-draws and thresholds recorded, no residual claimed for it. ``Trace.round_done`` (called by ``rounds.Run.emit``) adds what the round emitted and how long its
-drafting and its target pass took. Tracing draws nothing itself, so a traced run emits the same tokens.
+draws and thresholds recorded, no residual claimed for it. ``Trace.round_done`` (called by ``rounds.Run.emit``)
+adds what the round emitted and how long its drafting and its target pass took. Tracing draws nothing itself, so a traced run emits the same tokens.
 
 Where each emitted token came from (``kind``):
 
