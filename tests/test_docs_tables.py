@@ -172,3 +172,50 @@ def test_the_shared_token_count_is_of_the_shipped_tokenizers():
     assert now["tokenizer_sha256"]["target"] == committed["tokenizer_sha256"]["target"], "another target tokenizer"
     assert {k: now[k] for k in ("shared", "draft_vocab", "target_vocab")} == \
         {k: committed[k] for k in ("shared", "draft_vocab", "target_vocab")}
+
+
+def resolve(name: str, classes: dict):
+    """A dotted name of the docs -> the object: ``Class.attr`` of a known class, else the longest importable module
+    prefix (``minispec.`` added where missing) and attributes after it."""
+    import importlib
+
+    head, *rest = name.split(".")
+    if head in classes:
+        obj = classes[head]
+    else:
+        parts = name.split(".") if head == "minispec" else ["minispec", *name.split(".")]
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            rest = parts[cut:]
+            break
+    for attr in rest:
+        obj = getattr(obj, attr)
+    return obj
+
+
+def test_the_glossary_names_only_what_the_code_has():
+    """docs/glossary.md: every dotted name resolves (``rejection.overlap``, ``AutoK.probe``), every other code name
+    is an identifier of minispec's source, and every capability of drafters/protocol.py is listed."""
+    import importlib
+    import inspect
+
+    from minispec.drafters import protocol
+
+    text = (docs_tables.ROOT / "docs" / "glossary.md").read_text()
+    source = "\n".join(p.read_text() for p in (docs_tables.ROOT / "minispec").rglob("*.py"))
+    classes = {n: c for m in ("rejection", "rounds", "policy.auto_k", "policy.acceptance", "drafters.tli", "drafters.protocol")
+               for n, c in inspect.getmembers(importlib.import_module(f"minispec.{m}"), inspect.isclass)}
+    for name in set(re.findall(r"`([A-Za-z_][\w./]*)`", text)):
+        if name.endswith(".py"):
+            assert (docs_tables.ROOT / "minispec" / name).is_file(), name
+        elif "." in name:
+            assert resolve(name, classes) is not None, name
+        else:
+            assert re.search(rf"\b{re.escape(name)}\b", source), name
+    for cap in ("Drafter", "HasRoom", "ProposesTrees", "ReadsFeatures", "HasModel", "TimesItself", "TimesItsTreeLevels"):
+        assert hasattr(protocol, cap) and f"`{cap}`" in text, cap
+    with pytest.raises(AttributeError):
+        resolve("rejection.no_such_rule", classes)

@@ -5,7 +5,7 @@ loops, the policy and the harness ask for by name (``isinstance(drafter, ReadsFe
 asks whether it has the capability's methods (or attributes). A new kind of drafter implements ``Drafter`` and the
 capabilities it has, and the rest of minispec uses it as it is.
 
-Names: ``draft_tokens`` x_1..x_k, ``draft_probs`` q_1..q_k (rule.py's), ``warp`` the sampling warps (sampling.py).
+Names: ``draft_tokens`` x_1..x_k, ``draft_probs`` q_1..q_k (rejection.py's), ``warp`` the sampling warps (sampling.py).
 """
 
 from __future__ import annotations
