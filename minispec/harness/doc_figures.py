@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from fractions import Fraction
 from functools import lru_cache
+from math import prod
 from pathlib import Path
 
+from ..model.safetensors_io import read_header
 from ..policy import expected_tokens
 from .study import predicted_speedup, spread
 
@@ -366,8 +369,6 @@ RULES_EXACT = "docs/block/rules_exact.json"
 
 def fraction(x: float) -> str:
     """An exact figure as a small fraction where it is one (11/9), else to 3 decimals."""
-    from fractions import Fraction
-
     f = Fraction(x).limit_denominator(9)
     return f"{f.numerator}/{f.denominator}" if f.denominator > 1 and abs(float(f) - x) < 1e-12 else f"{x:.3f}"
 
@@ -568,10 +569,6 @@ def mutation_values(root: Path) -> dict[str, str]:
 def weights_values(root: Path) -> dict[str, str]:
     """The shipped drafters' parameter counts, read from their committed safetensors headers, and the EAGLE head's
     kept vocabulary (its frequent_tokens.json)."""
-    from math import prod
-
-    from ..model.safetensors_io import read_header
-
     out = {}
     for tag, f in (("draft", "weights/smoldraft-3l-192/model.safetensors"), ("eagle", "weights/eagle-smollm2-135m/eagle.safetensors"),
                    ("bpe", "weights/bpe8k-draft-4l-384/model.safetensors")):
