@@ -21,7 +21,6 @@ and set next to the target's; and the exact expected number of guesses kept per 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
@@ -121,12 +120,13 @@ def main(argv=None) -> None:
     ok = ok and table["typical"][0] > 1e-3 and table["block"][1] >= table["token-wise"][1] - 1e-12
     print(f"- verdict: {'PASS' if ok else 'FAIL'}: four lossless rules, one lossy one caught, block never below token-wise.")
     if a.json:
+        from minispec.harness.measure import compact_json
         from minispec.harness.provenance import provenance
 
         typed = ["python", "examples/05_rules.py", *(sys.argv[1:] if argv is None else argv)]
         res = dict(figures(paper, table), provenance=provenance(typed))
         with open(a.json, "w") as f:
-            f.write(json.dumps(res, indent=1) + "\n")
+            f.write(compact_json(res))
 
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@ counts again where the target is present.
 """
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 
 from minispec.drafters.crossvocab import CrossVocab
+from minispec.harness.measure import compact_json
 from minispec.harness.provenance import provenance
 from minispec.model.config import ModelConfig
 from minispec.model.fetch import resolve_model, shipped_bpe_draft
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     if draft_dir is None:
         raise SystemExit("no draft with its own tokenizer in weights/: pass DRAFT_DIR")
     res = dict(shared_tokens(target_dir, draft_dir), provenance=provenance(["python", "scripts/shared_tokens.py", *argv]))
-    out.write_text(json.dumps(res, indent=1) + "\n")
+    out.write_text(compact_json(res))
     print(f"{res['shared']:,} of the draft's {res['draft_vocab']:,} tokens are target tokens: {out}")
     return 0
 

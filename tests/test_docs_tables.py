@@ -147,8 +147,8 @@ def test_the_rules_table_is_the_examples_exact_integration():
     for case in ("paper", "table"):
         assert committed[case]["K"] == now[case]["K"]
         for rule, v in now[case]["rules"].items():
-            assert committed[case]["rules"][rule] == pytest.approx(v, abs=1e-12), (case, rule)
-    assert doc_figures.fraction(11 / 9) == "11/9" and doc_figures.fraction(0.6419753) == "0.642"
+            assert committed[case]["rules"][rule] == pytest.approx(v, rel=1e-5, abs=1e-12), (case, rule)  # 6 digits
+    assert doc_figures.fraction(1.22222) == "11/9" and doc_figures.fraction(0.641975) == "0.642"
 
 
 def test_the_shared_token_count_is_of_the_shipped_tokenizers():

@@ -368,9 +368,10 @@ RULES_EXACT = "docs/block/rules_exact.json"
 
 
 def fraction(x: float) -> str:
-    """An exact figure as a small fraction where it is one (11/9), else to 3 decimals."""
+    """An exact figure as a small fraction where it is one (11/9, to the 6 digits a measurement is stored with), else
+    to 3 decimals."""
     f = Fraction(x).limit_denominator(9)
-    return f"{f.numerator}/{f.denominator}" if f.denominator > 1 and abs(float(f) - x) < 1e-12 else f"{x:.3f}"
+    return f"{f.numerator}/{f.denominator}" if f.denominator > 1 and abs(float(f) - x) < 1e-5 * abs(x) else f"{x:.3f}"
 
 
 # ---- the power of level 4 (docs/power/power.json) -------------------------------------------------------------
@@ -573,7 +574,8 @@ def weights_values(root: Path) -> dict[str, str]:
     for tag, f in (("draft", "weights/smoldraft-3l-192/model.safetensors"), ("eagle", "weights/eagle-smollm2-135m/eagle.safetensors"),
                    ("bpe", "weights/bpe8k-draft-4l-384/model.safetensors")):
         header = read_header(root / f)[0]
-        n = sum(prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+        n = sum(prod(v["shape"]) for k, v in header.items()  # an int8 matrix's row scales are not parameters
+                if not (k.endswith("_scale") and header.get(k[:-len("_scale")], {}).get("dtype") == "I8"))
         out[f"weights.{tag}.params"] = f"{n / 1e6:.1f}M"
     out["weights.eagle.frequent"] = f"{len(load(root, 'weights/eagle-smollm2-135m/frequent_tokens.json')):,}"
     return out
