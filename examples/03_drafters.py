@@ -64,7 +64,7 @@ def main():
         acc = a[0] / max(a[1], 1)
         c = guess_time(d, prompts[0] * 4, repeats=5) / t[1]
         steps = sum(k * c + r[k + 1] for k, _ in rounds[d.name])  # what the rounds cost, in target steps
-        tokens = sum(n + 1 for _, n in rounds[d.name])  # the accepted guesses and the target's own token
+        tokens = sum(n + 1 for _, n in rounds[d.name])  # the accepted guesses and next_token (correction or bonus)
         speedup = total["plain"] / total[d.name]
         print(f"{d.name:<34} {acc:>7.2f} {a[2] / a[3]:>9.2f} {n_tokens / total[d.name]:>7.1f} {speedup:>8.2f} {c:>6.3f} "
               f"{tokens / steps:>9.2f}x")

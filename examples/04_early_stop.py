@@ -3,7 +3,7 @@
     python examples/04_early_stop.py [--draws 20000] [--threshold 0.25]
 
 One position of a chain whose earlier guesses were accepted. The draft may stop here: then no
-guess is verified and the target's own token (drawn from p) is emitted. Two ways to decide:
+guess is verified and the round's bonus token (drawn from p) is emitted. Two ways to decide:
 
   before: look at the draft's distribution q (its top probability) and decide; if it goes on,
           draw x from q and let the rejection rule judge it. Either way the token is distributed

@@ -309,10 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--layers", type=int_arg(1), help="layers kept by --draft layer-skip (default 4/5 of the target's)")
     g.add_argument("--rule", choices=["token", "block"], default="token",
                    help="verification rule: token (Leviathan et al.'s, the default) or block (Sun et al. 2025: the "
-                        "guesses decided jointly; lossless too, never fewer kept in expectation); trees keep the token-wise rule")
+                        "guesses decided jointly; lossless too, and the paper proves it keeps no fewer in expectation); trees keep "
+                        "the token-wise rule")
     g.add_argument("--show", action="store_true", help="colour each token by where it came from: a kept guess, the "
-                                                        "target's token after a rejection, the bonus token, a plain "
-                                                        "round (plain-text marks without a terminal or with NO_COLOR)")
+                                                        "correction after a rejection, the bonus token after every "
+                                                        "guess kept, a plain round (plain-text marks without a terminal or with NO_COLOR)")
     g.add_argument("--trace", help="record every round (p, q, min(1, p/q), the draw, the residual, timings) to FILE.json "
                                    "or FILE.html (a self-contained page)")
     g.add_argument("--no-compare", dest="compare", action="store_false",

@@ -9,13 +9,20 @@ Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1; Chen et al. 202
                       the last one, p_{K+1}, is for the bonus token after all K guesses)
   rng.random()        r_i ~ U(0, 1)
   n_accepted          n, the number of guesses kept
-  next_token          t, sampled from p'(x) = norm(max(0, p_{n+1}(x) - q_{n+1}(x))) after a
-                      rejection, or from p_{K+1}(x) when every guess was accepted
+  next_token          t: after a rejection the *correction*, sampled from the residual
+                      p'(x) = norm(max(0, p_{n+1}(x) - q_{n+1}(x))); after every guess was kept
+                      the *bonus* token, sampled from p_{K+1}(x)
 
 Every token the round emits, ``draft_tokens[:n] + [next_token]``, is distributed exactly as if
 sampled from the target one token at a time. Greedy decoding is the special case of one-hot p
 and q; ``accept_greedy`` spells it out. ``block_verify`` is the same contract with the guesses
-decided jointly (Sun et al. 2025): lossless too, and never fewer guesses kept in expectation.
+decided jointly (Sun et al. 2025): lossless too; the paper proves it keeps no fewer guesses in
+expectation, which tests/test_block.py checks exactly on small tables.
+
+Each rule says what it is in an attribute, ``joint``: False for a rule that decides each guess on its own
+(``accept_reject``: the threshold min(1, p/q), the residual norm(max(0, p - q))), True for one that decides
+the K guesses jointly (``block_verify``: its threshold h_i, a residual weighted by the kept prefix's running
+weight). ``decides_jointly(rule)`` reads it, for a caller that explains a rule (trace/), whatever its name.
 """
 
 from __future__ import annotations
@@ -23,6 +30,21 @@ from __future__ import annotations
 import numpy as np
 
 from .sampling import sample
+
+
+def declares(*, joint: bool):
+    """Marks a verification rule with what it is: ``joint``, whether it decides the K guesses jointly."""
+    def mark(rule):
+        rule.joint = joint
+        return rule
+    return mark
+
+
+def decides_jointly(rule) -> bool | None:
+    """True for a rule that declares it decides the guesses jointly, False for one that decides each on its own,
+    None for a rule that declares neither (a caller's own function)."""
+    joint = getattr(rule, "joint", None)
+    return joint if isinstance(joint, bool) else None
 
 
 def acceptance_probability(target_p: float, draft_q: float) -> float:
@@ -49,6 +71,7 @@ def residual(target_row: np.ndarray, draft_row: np.ndarray) -> np.ndarray:
     return r / total
 
 
+@declares(joint=False)
 def accept_reject(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
     """The rule for one round: target_probs [K+1, V], draft_probs [K, V], draft_tokens [K] -> (n_accepted, next_token)."""
     K = len(draft_tokens)
@@ -59,10 +82,11 @@ def accept_reject(target_probs, draft_probs, draft_tokens, rng: np.random.Genera
         r = rng.random()
         if r < acceptance_probability(target_probs[i, x], draft_probs[i, x]):
             continue  # x_{i+1} accepted
-        return i, sample(residual(target_probs[i], draft_probs[i]), rng)  # rejected: resample and stop
-    return K, sample(target_probs[K], rng)  # all K accepted: one bonus token from p_{K+1}
+        return i, sample(residual(target_probs[i], draft_probs[i]), rng)  # rejected: the correction, and stop
+    return K, sample(target_probs[K], rng)  # all K accepted: the bonus token from p_{K+1}
 
 
+@declares(joint=True)
 def block_verify(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
     """Block verification (Sun et al., ICLR 2025, arXiv 2403.10444, Algorithm 2): the K guesses decided jointly.
     target_probs [K+1, V], draft_probs [K, V], draft_tokens [K] -> (n_accepted, next_token), like ``accept_reject``.
@@ -75,13 +99,15 @@ def block_verify(target_probs, draft_probs, draft_tokens, rng: np.random.Generat
       h[i]            h_i = mass / (mass + 1 - p_i) for i < K, h_K = p_K: P(the block is kept through X_i), given
                       that it is not kept further (a stop after X_i is only taken when no longer prefix is)
       rng.random()    eta_i ~ U(0, 1), one per guess, all drawn; tau = the LAST i with eta_i <= h_i (0 if none)
-      next_token      Y ~ norm(max(0, p_tau M_b(. | X^tau) - M_s(. | X^tau))) for tau < K, or M_b(. | X^K) when
-                      tau = K: the residual is weighted by p_tau, the running weight of the kept prefix
+      next_token      Y: for tau < K the correction, ~ norm(max(0, p_tau M_b(. | X^tau) - M_s(. | X^tau))), the
+                      residual weighted by p_tau, the running weight of the kept prefix; for tau = K the bonus
+                      token, ~ M_b(. | X^K)
 
     Lossless: the emitted tokens X_1..X_tau, Y are distributed as the target's (the paper's Theorem 1; level 1
-    integrates it exactly, tests/test_block.py). It keeps at least as many guesses as ``accept_reject`` in
-    expectation and is optimal among valid rules (Theorem 2): on the paper's example, target (1/3, 2/3) and draft
-    (2/3, 1/3) at K = 2, 11/9 guesses per round against 10/9. Where the token-wise rule stops at the first
+    integrates it exactly, tests/test_block.py). The paper proves (Theorem 2) that it keeps the most guesses in
+    expectation of all valid rules, so no fewer than ``accept_reject``; tests/test_block.py checks the "no fewer"
+    exactly on generated tables (K <= 3, V <= 3) and the paper's example, target (1/3, 2/3) and draft (2/3, 1/3)
+    at K = 2: 11/9 guesses per round against 10/9. Where the token-wise rule stops at the first
     rejection for good, here a later guess that the target likes more than the draft did can buy back an earlier
     one (p_i can rise again). Greedy (one-hot rows) it is the greedy rule: p_i is 1 up to the first mismatch, 0
     from it on. It adds no target work: the same K + 1 rows.

@@ -150,7 +150,7 @@ class Run:
         return measured
 
     def emit(self, new_tokens: list[int], accepted: int, target_probs: np.ndarray, feature_rows=None) -> None:
-        """Append the round's tokens (the accepted guesses and the rule's next token) and record the round.
+        """Append the round's tokens (the accepted guesses and the rule's next_token: the correction or the bonus) and record the round.
         ``target_probs[0]`` is p for the first new position: what a probe is measured against. A drafter that
         reads features gets those of the tokens the cache kept: the pass's first rows up to the cache's length
         (a chain), or ``feature_rows`` (a tree, whose kept nodes the cache compacted); not once the run is done

@@ -6,7 +6,7 @@ drafter: ``DraftModel.feed`` keeps the prefix it shares with the sequence), and 
 tokens for the same K and seed (tests/test_textbook.py). Each addition has a name and lives elsewhere:
 
     choosing K          the policy asks for K each round, or "auto" from the cost model (policy/)
-    probes              a plain round (K = 0) may measure one unverified guess (policy/auto_k.py)
+    probes              a plain round (K = 0) may measure one unverified guess (rounds.py; when: policy/auto_k.py)
     drafters            any kind (drafters/): a draft model, prompt lookup, layer skip, an EAGLE head, a draft
                         with its own tokenizer; ``run.draft()`` lets it catch up and propose
     features            a drafter that reads the target's features gets them from the same pass

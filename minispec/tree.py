@@ -8,7 +8,8 @@ ends the round.
 A tree: node 0 is the root (the last emitted token, not yet in the cache); node i > 0 holds
 ``tokens[i]``, a child of ``parents[i]``, drawn from ``draft_probs[i]`` (a [V] row). One target pass
 runs all nodes: node i sits at position ``cache.length + depth[i]`` and attends to the cache and to
-its ancestors only (``tree_mask``). Then ``accept_tree`` walks down from the root.
+its ancestors only (``tree_mask``); ``verify_tree`` runs that pass on the target. Then ``accept_tree``, a pure
+function of the pass's rows, the tree and a generator, walks down from the root.
 
 The rule (multi-candidate speculative sampling: SpecInfer, Miao et al. 2023, arXiv 2305.09781; in
 the without-replacement form of Recursive Speculative Decoding, Jeon et al. 2024, arXiv 2402.14160):
@@ -17,7 +18,7 @@ at a node with target distribution p and children x_1..x_m, where x_j was drawn 
 candidate):
     accept x_j with probability min(1, p(x_j) / q_j(x_j)) and descend into it;
     else p <- norm(max(0, p - q_j)) and try x_{j+1};
-    when every child is rejected, emit a token sampled from the current p and stop;
+    when every child is rejected, emit the correction, sampled from the current p, and stop;
     at a leaf, emit a bonus token sampled from the leaf's p.
 Each step is the one-candidate rule of ``rejection.py`` with target p and proposal q_j, applied
 given everything drawn before, so the emitted tokens are distributed exactly as the target's.
@@ -109,7 +110,7 @@ def kept_rows(head: int, path: list[int]) -> np.ndarray:  # -> [head + len(path)
 
 
 def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) -> tuple[list[int], int]:
-    """Walk the tree with the multi-candidate rule -> (accepted nodes, root to deepest, next token)."""
+    """Walk the tree with the multi-candidate rule -> (accepted nodes, root to deepest, next_token)."""
     node, accepted = 0, []
     while True:
         p = target_probs[node]

@@ -16,6 +16,7 @@ from minispec.drafters.eagle import load_eagle
 from minispec.generate import generate
 from minispec.harness.first_guess import eagle_first_guess_logits
 from minispec.harness.prompts import load_prompts
+from minispec.harness.provenance import provenance
 from minispec.model import load_model, load_tokenizer
 from minispec.model.fetch import resolve_model
 from minispec.sampling import warp
@@ -39,7 +40,7 @@ def main(f32_dir: str, out: str) -> None:
     res = dict(positions=len(tv), tv_mean=float(np.mean(tv)), tv_max=float(np.max(tv)),
                acceptance={k: float(np.mean(v)) for k, v in acc.items()},
                greedy_agreement={k: float(np.mean(v)) for k, v in greedy.items()},
-               command="python scripts/eagle_bf16.py F32_DIR docs/eagle/bf16.json")
+               command="python scripts/eagle_bf16.py F32_DIR docs/eagle/bf16.json", provenance=provenance())
     with open(out, "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res, indent=2))

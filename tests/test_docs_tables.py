@@ -3,6 +3,7 @@ committed JSON they come from, and a figure edited by hand is caught."""
 
 import re
 
+import numpy as np
 import pytest
 
 from minispec.harness import doc_figures, docs_tables
@@ -94,3 +95,127 @@ def test_no_reason_outlives_its_survivor():
     alive = {doc_figures.survivor_key(s) for s in doc_figures.survivors(docs_tables.ROOT)}
     reasons = json.loads((docs_tables.ROOT / doc_figures.REASONS).read_text())["survivors"]
     assert set(reasons) <= alive, sorted(set(reasons) - alive)
+
+
+NOT_MEASUREMENTS = {"docs/mutation/equivalent.json"}  # the reasons mutants are harmless, written by hand: no run
+
+
+def provenance_gaps(record: dict) -> list[str]:
+    """What a measurement does not say about where it comes from: date, commit, command, machine. mutmut.json keeps
+    date, commit and command per group of files (each group ran apart) and the machine once."""
+    p = record.get("provenance") or {}
+    runs = [g for g in record.get("groups", {}).values()] if "groups" in record and "date" not in p else [p]
+    gaps = [f"{k} of {name}" for name, r in enumerate(runs) for k in ("date", "commit", "command") if not r.get(k)]
+    return gaps + ([] if p.get("machine") else ["machine"])
+
+
+def test_every_committed_measurement_records_where_it_comes_from():
+    """Date, commit, command and machine in every JSON under docs/ (the README and docs quote them); a record
+    written after the fact says so in ``backfilled``, and says the machine is unknown."""
+    import json
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "docs/*.json"], cwd=docs_tables.ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert len(tracked) > 20
+    for rel in sorted(set(tracked) - NOT_MEASUREMENTS):
+        record = json.loads((docs_tables.ROOT / rel).read_text())
+        assert not provenance_gaps(record), (rel, provenance_gaps(record))
+        p = record["provenance"]
+        if p.get("backfilled"):
+            assert "unknown" in p["machine"] and "after the fact" in p["backfilled"], rel
+    assert provenance_gaps({"provenance": {"date": "d", "commit": "c", "command": "x"}}) == ["machine"]
+    assert provenance_gaps({"groups": {"a": {"date": "d", "commit": "c"}}, "provenance": {"machine": "m"}}) == \
+        ["command of 0"]
+
+
+def test_the_rules_table_is_the_examples_exact_integration():
+    """docs/block/rules_exact.json, which README's table of rules quotes, is what examples/05_rules.py computes now."""
+    import contextlib
+    import importlib.util
+    import io
+    import json
+
+    spec = importlib.util.spec_from_file_location("rules_example", docs_tables.ROOT / "examples" / "05_rules.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    with contextlib.redirect_stdout(io.StringIO()):
+        paper = example.show("paper", lambda prefix: np.array([1 / 3, 2 / 3]), lambda prefix: np.array([2 / 3, 1 / 3]), 2, 2)
+        table = example.show("table", example.context_table(3, 3), example.context_table(4, 3), 3, 3)
+    now = example.figures(paper, table)
+    committed = json.loads((docs_tables.ROOT / doc_figures.RULES_EXACT).read_text())
+    for case in ("paper", "table"):
+        assert committed[case]["K"] == now[case]["K"]
+        for rule, v in now[case]["rules"].items():
+            assert committed[case]["rules"][rule] == pytest.approx(v, rel=1e-5, abs=1e-12), (case, rule)  # 6 digits
+    assert doc_figures.fraction(1.22222) == "11/9" and doc_figures.fraction(0.641975) == "0.642"
+
+
+def test_the_shared_token_count_is_of_the_shipped_tokenizers():
+    """docs/crossvocab/shared_tokens.json names the tokenizer files it counted (sha256): the draft's is the committed
+    one; where the target is present (git-ignored, fetched), the count is made again and must agree."""
+    import hashlib
+    import importlib.util
+    import json
+
+    root = docs_tables.ROOT
+    committed = json.loads((root / doc_figures.SHARED).read_text())
+    draft = root / "weights" / committed["draft"]
+    assert hashlib.sha256((draft / "tokenizer.json").read_bytes()).hexdigest() == committed["tokenizer_sha256"]["draft"]
+    target = root / "weights" / committed["target"]
+    if not (target / "tokenizer.json").is_file():
+        pytest.skip(f"{target} is not fetched (minispec fetch smollm2): the count is checked where it is")
+    spec = importlib.util.spec_from_file_location("shared_tokens", root / "scripts" / "shared_tokens.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    now = script.shared_tokens(target, draft)
+    assert now["tokenizer_sha256"]["target"] == committed["tokenizer_sha256"]["target"], "another target tokenizer"
+    assert {k: now[k] for k in ("shared", "draft_vocab", "target_vocab")} == \
+        {k: committed[k] for k in ("shared", "draft_vocab", "target_vocab")}
+
+
+def resolve(name: str, classes: dict):
+    """A dotted name of the docs -> the object: ``Class.attr`` of a known class, else the longest importable module
+    prefix (``minispec.`` added where missing) and attributes after it."""
+    import importlib
+
+    head, *rest = name.split(".")
+    if head in classes:
+        obj = classes[head]
+    else:
+        parts = name.split(".") if head == "minispec" else ["minispec", *name.split(".")]
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            rest = parts[cut:]
+            break
+    for attr in rest:
+        obj = getattr(obj, attr)
+    return obj
+
+
+def test_the_glossary_names_only_what_the_code_has():
+    """docs/glossary.md: every dotted name resolves (``rejection.overlap``, ``AutoK.probe``), every other code name
+    is an identifier of minispec's source, and every capability of drafters/protocol.py is listed."""
+    import importlib
+    import inspect
+
+    from minispec.drafters import protocol
+
+    text = (docs_tables.ROOT / "docs" / "glossary.md").read_text()
+    source = "\n".join(p.read_text() for p in (docs_tables.ROOT / "minispec").rglob("*.py"))
+    classes = {n: c for m in ("rejection", "rounds", "policy.auto_k", "policy.acceptance", "drafters.tli", "drafters.protocol")
+               for n, c in inspect.getmembers(importlib.import_module(f"minispec.{m}"), inspect.isclass)}
+    for name in set(re.findall(r"`([A-Za-z_][\w./]*)`", text)):
+        if name.endswith(".py"):
+            assert (docs_tables.ROOT / "minispec" / name).is_file(), name
+        elif "." in name:
+            assert resolve(name, classes) is not None, name
+        else:
+            assert re.search(rf"\b{re.escape(name)}\b", source), name
+    for cap in ("Drafter", "HasRoom", "ProposesTrees", "ReadsFeatures", "HasModel", "TimesItself", "TimesItsTreeLevels"):
+        assert hasattr(protocol, cap) and f"`{cap}`" in text, cap
+    with pytest.raises(AttributeError):
+        resolve("rejection.no_such_rule", classes)

@@ -50,6 +50,42 @@ def test_each_rounds_kept_count_is_the_rules_decision(big_pair):
                 assert r.residual_top and abs(sum(m for _, m in r.residual_top)) <= 1 + 1e-9
 
 
+def test_the_rule_is_explained_by_what_it_declares_not_by_its_name(big_pair):
+    """A token-wise rule named block_* is explained token-wise; block verification behind an anonymous lambda that
+    declares itself joint (rejection.declares) is explained as block, its thresholds h_i and its weighted residual;
+    the same lambda declaring nothing is "undeclared", its draws recorded and no residual claimed for it."""
+    from minispec.rejection import accept_reject, block_verify, declares
+
+    target, draft = big_pair
+
+    @declares(joint=False)
+    def block_lookalike(target_probs, draft_probs, draft_tokens, rng):  # token-wise, whatever its name says
+        return accept_reject(target_probs, draft_probs, draft_tokens, rng)
+
+    hidden_block = declares(joint=True)(lambda tp, dp, dt, rng: block_verify(tp, dp, dt, rng))
+    undeclared = lambda tp, dp, dt, rng: block_verify(tp, dp, dt, rng)  # noqa: E731
+    assert hidden_block.__name__ == undeclared.__name__ == "<lambda>"
+
+    def traced(rule):
+        trace = Trace()
+        res = speculative_generate(target, DraftModel(draft), PROMPT, 40, k=4, temperature=1.0, seed=2, rule=rule,
+                                   trace=trace)
+        assert trace.tokens() == res.tokens
+        return [r for r in trace.rounds if r.k]
+
+    for rule, kind, same_as in ((block_lookalike, "token", "token"), (hidden_block, "block", "block"),
+                                (undeclared, "undeclared", "block")):
+        rounds, reference = traced(rule), traced(same_as)
+        assert {r.rule for r in rounds} == {kind}, rule
+        assert [(r.accepted, r.accept, r.draws) for r in rounds] == [(r.accepted, r.accept, r.draws) for r in reference]
+        rejected = [(r, ref) for r, ref in zip(rounds, reference) if r.accepted < r.k]
+        assert rejected
+        for r, ref in rejected:
+            assert r.residual_top == ([] if kind == "undeclared" else ref.residual_top)
+    assert any(0 < r.accepted < r.k and r.residual_top != ref.residual_top
+               for r, ref in zip(traced("token"), traced("block")))  # the two residuals differ on this run
+
+
 def test_a_tree_and_a_plain_round_are_traced(big_pair):
     target, draft = big_pair
     trace = Trace()

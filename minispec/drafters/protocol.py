@@ -7,7 +7,7 @@ has the capability's methods (or attributes), and refuses to be asked for anythi
 minispec uses it as it is (tests/test_protocol.py drives one that minispec has never seen through the loops, the
 policy, ``minispec check`` and ``minispec bench``).
 
-Names: ``draft_tokens`` x_1..x_k, ``draft_probs`` q_1..q_k (rule.py's), ``warp`` the sampling warps (sampling.py).
+Names: ``draft_tokens`` x_1..x_k, ``draft_probs`` q_1..q_k (rejection.py's), ``warp`` the sampling warps (sampling.py).
 """
 
 from __future__ import annotations

@@ -56,9 +56,9 @@ LOOK_BEHIND = 4  # target tokens re-tokenised together with the draft's text
 
 
 def exact_match(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
-    """The paper's verification: target_probs [K+1, V], draft_tokens x_1..x_K -> (n kept, next token). The target
-    samples y_i ~ p_i; x_i is kept while y_i == x_i; the first y_i that differs is the round's last token (or
-    y_{K+1} when all K were kept). ``draft_probs`` is ignored (one-hot by construction); the signature is
+    """The paper's verification: target_probs [K+1, V], draft_tokens x_1..x_K -> (n kept, next_token). The target
+    samples y_i ~ p_i; x_i is kept while y_i == x_i; the first y_i that differs is the correction (or y_{K+1},
+    the bonus, when all K were kept). ``draft_probs`` is ignored (one-hot by construction); the signature is
     ``accept_reject``'s so that a loop can take either."""
     for i, x in enumerate(draft_tokens):
         y = sample(target_probs[i], rng)

@@ -34,6 +34,7 @@ from ..speculative import speculative_generate
 from ..stats import SpecStats
 from .measure import side_by_side
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 BUSY = {1: 2.59, 2: 6.10, 3: 1.35, 4: 1.38, 5: 1.69, 6: 1.75, 7: 1.80, 8: 1.85, 9: 1.90}  # busy / quiet t(n), measured
 
@@ -152,7 +153,8 @@ def main(argv=None) -> int:
             cost_model._MEMORY.clear()  # the corrupted figures' replacements belong to the temporary cache
     print(report(res))
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1))
+        origin = provenance(None if argv is None else [*p.prog.split(), *argv])  # date, commit, command, machine
+        Path(a.json).write_text(json.dumps(dict(res, provenance=origin), indent=1))
     return 0
 
 

@@ -29,6 +29,7 @@ from ..policy.costs import guess_time
 from ..speculative import speculative_generate
 from .measure import SETTINGS, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 
 def accepted_chars(tokens: list[int], rounds_log, token_bytes) -> int:
@@ -221,6 +222,7 @@ def main(argv) -> int:
         res["peer_skipped"] = "--no-peer"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    res["provenance"] = provenance(None if argv is None else [*p.prog.split(), *argv])
     (out / "vocab.json").write_text(json.dumps(res, indent=2))
     report = format_report(res)
     (out / "report.md").write_text(report)

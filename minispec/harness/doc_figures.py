@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from fractions import Fraction
 from functools import lru_cache
+from math import prod
 from pathlib import Path
 
+from ..model.safetensors_io import read_header
 from ..policy import expected_tokens
 from .study import predicted_speedup, spread
 
@@ -33,6 +36,8 @@ def run_line(res: dict) -> str:
         return "provenance not recorded"
     m, commit = p["machine"], str(p["commit"] or "?")
     commit = commit[:7] + (" with uncommitted changes" if commit.endswith("+changes") else "")
+    if p.get("backfilled"):  # written after the fact from git history: no run date, no machine
+        return f"`{p['command']}`, added in commit {commit} on {p['date'][:10]} (provenance written after the fact)"
     return (f"`{p['command']}`, {p['date'][:10]}, commit {commit}, "
             f"{m.get('cpus')} vCPUs ({m.get('cpu', m.get('processor'))}), NumPy {m.get('numpy')}")
 
@@ -297,17 +302,21 @@ def auto_values(root: Path) -> dict[str, str]:
         out[f"auto.{calibration}.range"] = f"{min(rest):.2f}x-{max(rest):.2f}x"
         out[f"auto.{calibration}.pl.grounded"] = f"{d[PL]['speedup']['grounded']:.2f}x"
         out[f"auto.{calibration}.control"] = f"{min(control):.2f}x-{max(control):.2f}x"
+    out["auto.repeats"] = str(load(root, "docs/policy/auto_honest.json")["repeats"])
     return out
 
 
 # ---- drafts with their own tokenizer (docs/crossvocab/vocab.json) --------------------------------------------
 
 TLI, SLEM = "tli:bpe8k-draft-4l-384", "slem:bpe8k-draft-4l-384"
+SHARED = "docs/crossvocab/shared_tokens.json"
 
 
 def crossvocab_values(root: Path) -> dict[str, str]:
     v = load(root, "docs/crossvocab/vocab.json")
-    out = {"vocab.c.tli": f"{v['c'][TLI]:.3f}", "vocab.c.slem": f"{v['c'][SLEM]:.3f}", "vocab.c.draft": f"{v['c'][DRAFT]:.3f}",
+    shared = load(root, SHARED)  # scripts/shared_tokens.py: counted from the two tokenizer files
+    out = {"vocab.shared": f"{shared['shared']:,} of the shipped draft's {shared['draft_vocab']:,}",
+           "vocab.c.tli": f"{v['c'][TLI]:.3f}", "vocab.c.slem": f"{v['c'][SLEM]:.3f}", "vocab.c.draft": f"{v['c'][DRAFT]:.3f}",
            "vocab.prompts": str(v["prompts_per_set"])}
     for r in v["rows"]:
         if r["k"] == 1 and r["setting"] == "greedy":
@@ -344,8 +353,25 @@ def rules_values(root: Path) -> dict[str, str]:
     d = r["drafters"].values()
     gain = [100 * (v["block"]["tokens_per_pass"] / v["token"]["tokens_per_pass"] - 1) for v in d]
     faster = [v["block"]["speedup"] - v["token"]["speedup"] for v in d]
-    return {"rules.gain": f"{min(gain):.1f}-{max(gain):.1f}%", "rules.faster": f"{min(faster):.2f}-{max(faster):.2f}x",
-            "rules.runs": str(r["prompts"] * r["seeds"]), "rules.k": str(r["k"])}
+    out = {"rules.gain": f"{min(gain):.1f}-{max(gain):.1f}%", "rules.faster": f"{min(faster):.2f}-{max(faster):.2f}x",
+           "rules.runs": str(r["prompts"] * r["seeds"]), "rules.k": str(r["k"])}
+    exact = load(root, RULES_EXACT)  # python examples/05_rules.py --json: integrated exactly, no sampling
+    for case in ("paper", "table"):
+        out[f"rules.exact.{case}.k"] = str(exact[case]["K"])
+        for name, v in exact[case]["rules"].items():
+            out[f"rules.exact.{case}.{name.replace(' ', '-')}.kept"] = fraction(v["kept"])
+            out[f"rules.exact.{case}.{name.replace(' ', '-')}.tv"] = f"{v['tv']:.3f}"
+    return out
+
+
+RULES_EXACT = "docs/block/rules_exact.json"
+
+
+def fraction(x: float) -> str:
+    """An exact figure as a small fraction where it is one (11/9, to the 6 digits a measurement is stored with), else
+    to 3 decimals."""
+    f = Fraction(x).limit_denominator(9)
+    return f"{f.numerator}/{f.denominator}" if f.denominator > 1 and abs(float(f) - x) < 1e-5 * abs(x) else f"{x:.3f}"
 
 
 # ---- the power of level 4 (docs/power/power.json) -------------------------------------------------------------
@@ -376,6 +402,9 @@ def power_values(root: Path) -> dict[str, str]:
         out[key + ".tv"] = f"{d['tv_per_token']:.3f}"
         for n in res["sizes"]:
             out[f"{key}.{n}"] = f"{d['rejected'][str(n)]} of {res['repeats']}"
+    faint = [d["rejected"][str(max(res["sizes"]))] for d in res["departures"].values() if 0 < d["tv_per_token"] < 0.01]
+    out["power.faint.most"] = f"{max(faint)} of {res['repeats']}" if faint else "-"
+    out["power.largest"] = str(max(res["sizes"]))
     draft = load(root, "docs/level4_draft.json")["sampling"]["tokens"]
     out["level4.draft.tokens"] = f"{draft['tokens_a']:,}"
     out["level4.draft.runs_of_16"] = f"{draft['tokens_a'] / 16:.0f}"
@@ -538,6 +567,20 @@ def mutation_values(root: Path) -> dict[str, str]:
             "mutation.minutes": f"{sum(g['seconds'] for g in res['groups'].values()) / 60:.0f}"}
 
 
+def weights_values(root: Path) -> dict[str, str]:
+    """The shipped drafters' parameter counts, read from their committed safetensors headers, and the EAGLE head's
+    kept vocabulary (its frequent_tokens.json)."""
+    out = {}
+    for tag, f in (("draft", "weights/smoldraft-3l-192/model.safetensors"), ("eagle", "weights/eagle-smollm2-135m/eagle.safetensors"),
+                   ("bpe", "weights/bpe8k-draft-4l-384/model.safetensors")):
+        header = read_header(root / f)[0]
+        n = sum(prod(v["shape"]) for k, v in header.items()  # an int8 matrix's row scales are not parameters
+                if not (k.endswith("_scale") and header.get(k[:-len("_scale")], {}).get("dtype") == "I8"))
+        out[f"weights.{tag}.params"] = f"{n / 1e6:.1f}M"
+    out["weights.eagle.frequent"] = f"{len(load(root, 'weights/eagle-smollm2-135m/frequent_tokens.json')):,}"
+    return out
+
+
 def line_counts(root: Path) -> dict[str, str]:
     """The lines of the files README's reading order names."""
     files = ["minispec/rejection.py", "minispec/textbook.py", "minispec/model/transformer.py"]
@@ -555,5 +598,5 @@ SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_m
 def values(root: Path) -> dict[str, str]:
     return {**study_values(root), **auto_values(root), **crossvocab_values(root), **rules_values(root),
             **power_values(root), **level4_values(root),
-            **eagle_values(root), **bf16_values(root), **line_counts(root),
+            **eagle_values(root), **bf16_values(root), **line_counts(root), **weights_values(root),
             **mutation_values(root)}

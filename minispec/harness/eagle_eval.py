@@ -26,6 +26,7 @@ from ..model.safetensors_io import read_safetensors
 from ..policy.timing import clock, forward_times
 from ..speculative import speculative_generate
 from .prompts import load_prompts
+from .provenance import provenance
 
 RSS_SCRIPT = """
 import os, sys, minispec
@@ -126,7 +127,8 @@ def main(argv=None) -> int:
           f"the head adds {m['added_mb']:.1f} MB ({m['added_over_plain_mb']:.1f} MB over plain decoding; its arrays: "
           f"{m['head_arrays_mb']:.1f} MB)")
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2))
+        origin = provenance(None if argv is None else [*p.prog.split(), *argv])  # date, commit, command, machine
+        Path(a.json).write_text(json.dumps(dict(res, provenance=origin), indent=2))
     return 0
 
 

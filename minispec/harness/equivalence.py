@@ -60,7 +60,7 @@ for block verification (``broken_block_verify``'s error is too small for 192 run
 
 def prefix_match(target_bytes):
     """The broken twin of SLEM's verification (drafters/slem.py), the real hazard of string-level drafting: a
-    guess is kept when the target's own token *starts with* its text, a string-level match where only a token
+    guess is kept when the target's sample y_i *starts with* its text, a string-level match where only a token
     match is valid. At the boundary token, where the draft stopped inside a word (" wor" for the target's
     " world"), that is the mistake a verifier of text makes; this twin makes it at every guess. Run it with
     ``SLEM.keeping_boundary()`` (drafters/slem.py), which proposes the boundary token."""

@@ -1,7 +1,7 @@
 """Level 1 for a whole round: the exact law of the tokens a rule emits, integrated over every random draw.
 
 A rule (``rejection.accept_reject``'s signature) draws uniforms and compares them with thresholds it computes,
-then samples its last token from a row. Here every uniform is *symbolic*: comparing it with a threshold h
+then samples next_token (the correction or the bonus) from a row. Here every uniform is *symbolic*: comparing it with a threshold h
 branches (true with probability h, false with 1 - h; a second comparison of the same draw is conditioned on
 the first), and every branch is followed; the final ``sample`` records the row it would draw from instead of
 drawing. So the law is exact, and the thresholds are the code's own: no
@@ -120,7 +120,7 @@ def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
             target_probs = np.array([p_of(xs[:i]) for i in range(K + 1)])  # [K+1, V]
             draft_probs = np.array([q_of(xs[:i]) for i in range(K)]).reshape(K, V)  # [K, V]
             for (n, row), prob in paths(lambda rng, t=target_probs, d=draft_probs, g=list(xs): run(rng, t, d, g)):
-                law[xs[:n]] += qx * prob * row  # the kept guesses, then the last token from ``row``
+                law[xs[:n]] += qx * prob * row  # the kept guesses, then next_token from ``row``
                 expected += qx * prob * n
     finally:
         for m, real in zip(modules, real_sample):

@@ -4,7 +4,7 @@
 unchanged, once for every branch of its randomness:
   * every uniform the rule draws is symbolic (``exact_law.SymbolicUniform``): comparing it with a threshold
     h branches, true with probability h;
-  * every ``sample(probs, rng)``, the draft's guesses and the rule's last token alike, branches over each
+  * every ``sample(probs, rng)``, the draft's guesses and the rule's next_token alike, branches over each
     token with its probability instead of drawing one.
 A depth-first walk over those decisions visits every path the loop can take; the probability of a path is the
 product of its decisions' probabilities. So on a model with a tiny vocabulary the law of the first m tokens

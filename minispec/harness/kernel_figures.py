@@ -72,7 +72,7 @@ def speed_model(root: Path) -> str:
 
 def values(root: Path) -> dict[str, str]:
     f = load(root, FORWARD)["kernels"]
-    out = {}
+    out = {"kernel.weight_mb": f"{load(root, FORWARD)['weight_bytes'] / 1e6:.0f} MB"}
     for k, v in f.items():
         out[f"kernel.{k}.r2"] = f"{v['r']['2']:.2f}"
         out[f"kernel.{k}.r4"] = f"{v['r']['4']:.2f}"

@@ -24,6 +24,7 @@ from ..model.progress import Progress
 from ..speculative import speculative_generate
 from .measure import side_by_side
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 RULES = ("token", "block")
 
@@ -88,7 +89,8 @@ def main(argv=None) -> int:
     res = run(a)
     print(report(res))
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1))
+        origin = provenance(None if argv is None else [*p.prog.split(), *argv])  # date, commit, command, machine
+        Path(a.json).write_text(json.dumps(dict(res, provenance=origin), indent=1))
     return 0
 
 

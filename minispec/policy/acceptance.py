@@ -24,7 +24,7 @@ def run_length(b: float, k: int) -> float:
 
 def expected_tokens(a: float, k: int, b: float | None = None) -> float:
     """Expected tokens of a round with k guesses: first accepted with probability a, each later one with b
-    given the one before (default b = a), plus the target's own token."""
+    given the one before (default b = a), plus next_token (the correction or the bonus)."""
     return 1.0 + a * run_length(a if b is None else b, k) if k else 1.0
 
 

@@ -2,16 +2,18 @@
 
 The loop does not change. ``Trace.observe(rule)`` wraps the verification rule (rejection.py): it hands the rule
 a generator that remembers every uniform the rule draws, and afterwards reads, from the rule's own inputs and
-answer, what each guess met: p(x), q(x), min(1, p(x)/q(x)) and the draw that decided it; where the round
-stopped; after a rejection, the residual's most likely tokens; the bonus token after a round that kept every
-guess. ``Trace.round_done`` (called by ``rounds.Run.emit``) adds what the round emitted and how long its
-drafting and its target pass took. Tracing draws nothing itself, so a traced run emits the same tokens.
+answer, what each guess met: p(x), q(x), the threshold its draw was compared with (min(1, p(x)/q(x)) token-wise,
+h_i for block verification) and the draw; where the round stopped; after a rejection, the residual's most likely
+tokens; the bonus token after a round that kept every guess. Which rule it is comes from what the rule declares
+(``rejection.decides_jointly``), not from its name: a rule that declares nothing is traced as "undeclared", its
+draws and thresholds recorded, no residual claimed for it. ``Trace.round_done`` (called by ``rounds.Run.emit``)
+adds what the round emitted and how long its drafting and its target pass took. Tracing draws nothing itself, so a traced run emits the same tokens.
 
 Where each emitted token came from (``kind``):
 
     kept        a guess the rule accepted
-    correction  the target's token after a rejection (drawn from the residual)
-    bonus       the target's token after every guess was kept (drawn from p_{K+1})
+    correction  next_token after a rejection (drawn from the residual)
+    bonus       next_token after every guess was kept (drawn from p_{K+1})
     plain       a plain round's token (K = 0: no guess was verified)
 
 ``to_json`` gives the data; ``write`` saves it as FILE.json, or as FILE.html, a self-contained page (page.py).
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..rejection import residual, weighted_residual
+from ..rejection import decides_jointly, residual, weighted_residual
 from .page import html_page
 
 TOP = 5  # residual tokens kept per rejection
@@ -65,13 +67,13 @@ class Round:
     guesses: list  # x_1..x_K
     p: list  # p_i(x_i)
     q: list  # q_i(x_i)
-    accept: list  # min(1, p/q) (token-wise) or the rule's own threshold (block: h_i)
+    accept: list  # the threshold each draw was compared with: min(1, p/q) (token-wise), h_i (block)
     draws: list  # the uniform that decided each guess
     accepted: int
     next_token: int
     next_kind: str  # "correction", "bonus" or "plain"
     residual_top: list  # [(token id, mass)] of the distribution the correction was drawn from
-    rule: str = "token"
+    rule: str = "token"  # "token", "block" (rejection.decides_jointly), "undeclared" (neither said), "tree"
     emitted: list = field(default_factory=list)  # what the round emitted (cut at a stop token or the length)
     t_draft: float = 0.0
     t_verify: float = 0.0
@@ -92,15 +94,16 @@ class Trace:
 
     def observe(self, rule):
         """``rule`` (accept_reject's signature) with every decision recorded; it returns what ``rule`` returns."""
-        name = getattr(rule, "__name__", "rule")
+        joint = decides_jointly(rule)
+        kind = "undeclared" if joint is None else "block" if joint else "token"
 
         def traced(target_probs, draft_probs, draft_tokens, rng):
             recorder = RecordingRng(rng)
             n, next_token = rule(target_probs, draft_probs, draft_tokens, recorder)
-            self.pending = describe(name, target_probs, draft_probs, list(draft_tokens), recorder.compared, n, next_token)
+            self.pending = describe(kind, target_probs, draft_probs, list(draft_tokens), recorder.compared, n, next_token)
             return n, next_token
 
-        traced.__name__ = f"traced {name}"
+        traced.__name__ = f"traced {getattr(rule, '__name__', 'rule')}"
         return traced
 
     def round_done(self, emitted: list[int], accepted: int, t_draft: float, t_verify: float, tree: bool = False) -> None:
@@ -168,22 +171,22 @@ def write_trace(trace: "Trace", path, decode=None, title: str = "minispec trace"
 
 def describe(rule: str, target_probs, draft_probs, guesses: list[int], compared: list, n: int,
              next_token: int) -> Round:
-    """What one round of the rule met, from its inputs, the (draw, threshold) of each decision and its answer."""
+    """What one round of the rule met, from its inputs, the (draw, threshold) of each decision and its answer.
+    ``rule``: "token", "block" or "undeclared" (``Trace.observe``); the residual is shown for the first two only."""
     K = len(guesses)
     p = [float(target_probs[i, x]) for i, x in enumerate(guesses)]
     q = [float(draft_probs[i, x]) for i, x in enumerate(guesses)]
-    block = "block" in rule
     decided, accept = [u for u, _ in compared], [h for _, h in compared]  # min(1, p/q), or block's h_i
     weight = 1.0  # block: the running weight of the kept prefix, which its residual is weighted by
     for pi, qi in zip(p[:n], q[:n]):
         weight = min(1.0, weight * pi / qi) if qi > 0 else 0.0
     top = []
-    if n < K:
-        row = (weighted_residual(target_probs[n], draft_probs[n], weight) if block
+    if n < K and rule != "undeclared":
+        row = (weighted_residual(target_probs[n], draft_probs[n], weight) if rule == "block"
                else residual(target_probs[n], draft_probs[n]))
         order = np.argsort(-row, kind="stable")[:TOP]
         top = [(int(t), float(row[t])) for t in order if row[t] > 0]
     kind = "plain" if K == 0 else ("bonus" if n == K else "correction")
     return Round(k=K, guesses=[int(x) for x in guesses], p=p, q=q, accept=[float(a) for a in accept],
                  draws=[float(u) for u in decided], accepted=int(n), next_token=int(next_token), next_kind=kind,
-                 residual_top=top, rule="block" if block else "token")
+                 residual_top=top, rule=rule)

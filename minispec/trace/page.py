@@ -35,6 +35,7 @@ window.onerror = function (msg) { document.documentElement.dataset.scriptError =
   const data = JSON.parse(document.getElementById('trace-data').textContent);
   const s = data.summary, fmt = (x, d) => (x === null || x === undefined) ? '-' : Number(x).toFixed(d);
   const show = (t) => t === null || t === undefined ? '?' : JSON.stringify(t);
+  const threshold = (rule) => rule === 'block' ? 'h' : rule === 'token' ? 'min(1, p/q)' : 'threshold';
   const fig = document.getElementById('figures');
   const items = [['tokens', s.tokens], ['target passes', s.target_passes],
                  ['tokens per pass', fmt(s.tokens / Math.max(1, s.target_passes), 2)],
@@ -54,13 +55,14 @@ window.onerror = function (msg) { document.documentElement.dataset.scriptError =
       c.textContent = r.emitted_text[j] === null ? ('<' + t + '>') : r.emitted_text[j];
       let info = 'round ' + (i + 1) + ', token ' + (j + 1) + ': ' + r.kinds[j] + ' ' + show(r.emitted_text[j]);
       if (j < r.k && r.p.length) info += '\n  guess ' + show(r.guess_text[j]) + '  p(x) = ' + fmt(r.p[j], 4) +
-        '  q(x) = ' + fmt(r.q[j], 4) + '  ' + (r.rule === 'block' ? 'h' : 'min(1, p/q)') + ' = ' + fmt(r.accept[j], 4) +
+        '  q(x) = ' + fmt(r.q[j], 4) + '  ' + threshold(r.rule) + ' = ' + fmt(r.accept[j], 4) +
         '  draw = ' + fmt(r.draws[j], 4);
       if (r.kinds[j] === 'correction') {
         const j0 = r.accepted;
         if (j0 < r.p.length) info += '\n  rejected ' + show(r.guess_text[j0]) + ': p = ' + fmt(r.p[j0], 4) + ', q = ' +
-          fmt(r.q[j0], 4) + ', draw ' + fmt(r.draws[j0], 4) + (r.rule === 'block' ? '' : ' > ' + fmt(r.accept[j0], 4));
-        info += '\n  residual: ' + r.residual_top.map(x => show(x.text) + ' ' + fmt(x.mass, 3)).join(', ');
+          fmt(r.q[j0], 4) + ', draw ' + fmt(r.draws[j0], 4) + (r.rule === 'token' ? ' >= ' + fmt(r.accept[j0], 4) : '');
+        info += '\n  residual: ' + (r.rule === 'undeclared' ? 'not shown: the rule does not declare which it draws from' :
+          r.residual_top.map(x => show(x.text) + ' ' + fmt(x.mass, 3)).join(', '));
       }
       if (r.kinds[j] === 'bonus') info += '\n  every guess kept: drawn from p_{K+1}';
       info += '\n  round: drafting ' + fmt(1e3 * r.t_draft, 1) + ' ms, target pass ' + fmt(1e3 * r.t_verify, 1) + ' ms';
@@ -92,9 +94,9 @@ def html_page(data: dict, title: str = "minispec trace") -> str:
 <body>
 <h1>{title}</h1>
 <div class="figures" id="figures"></div>
-<div class="legend"><span class="chip kept">kept guess</span><span class="chip correction">the target's token after
-a rejection</span><span class="chip bonus">bonus token: every guess kept</span><span class="chip plain">a plain
-round</span></div>
+<div class="legend"><span class="chip kept">kept guess</span><span class="chip correction">correction: after a
+rejection, from the residual</span><span class="chip bonus">bonus: every guess kept, from p<sub>K+1</sub></span><span
+class="chip plain">a plain round</span></div>
 <p>One row per round (one target pass). Hover or click a token for what the rule saw.</p>
 <div id="rounds"></div>
 <h2 style="font-size:1rem">Acceptance by position in the round</h2>

@@ -1,7 +1,7 @@
 """``minispec generate --show``: the text, coloured by where each token came from, round by round.
 
-On a terminal (and without ``NO_COLOR``): a kept guess green, the target's token after a rejection red, the
-bonus token after a round that kept every guess blue, a plain round's token as it is. Without colour the same
+On a terminal (and without ``NO_COLOR``): a kept guess green, the correction (next_token after a rejection) red,
+the bonus token (next_token after a round that kept every guess) blue, a plain round's token as it is. Without colour the same
 structure in plain text: each round's kept guesses in [brackets], then *correction or +bonus.
 """
 
@@ -41,7 +41,7 @@ class ShowStream:
     def legend(self) -> str:
         if self.colour:
             return ("[legend: " + "  ".join(f"{COLOURS[k]}{name}{RESET}" for k, name in
-                                            (("kept", "kept guess"), ("correction", "the target's token after a rejection"),
-                                             ("bonus", "bonus token: every guess kept"))) + "  plain round: uncoloured]")
-        return ("[legend: [kept guesses] of a round, *the target's token after a rejection, +the bonus token after "
+                                            (("kept", "kept guess"), ("correction", "correction: after a rejection"),
+                                             ("bonus", "bonus: every guess kept"))) + "  plain round: uncoloured]")
+        return ("[legend: [kept guesses] of a round, *the correction after a rejection, +the bonus token after "
                 "every guess was kept; a plain round's token as it is]")
