@@ -215,7 +215,7 @@ def test_the_glossary_names_only_what_the_code_has():
             assert resolve(name, classes) is not None, name
         else:
             assert re.search(rf"\b{re.escape(name)}\b", source), name
-    for cap in ("Drafter", "HasRoom", "ProposesTrees", "ReadsFeatures", "HasModel", "TimesItself", "TimesItsTreeLevels"):
-        assert hasattr(protocol, cap) and f"`{cap}`" in text, cap
+    for cap in protocol.CAPABILITIES:
+        assert f"`{cap.__name__}`" in text, cap.__name__
     with pytest.raises(AttributeError):
         resolve("rejection.no_such_rule", classes)
