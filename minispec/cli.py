@@ -217,10 +217,10 @@ def cmd_generate(args) -> int:
 def write_run_trace(trace, path, tok, model, drafter, policy, args, measured) -> None:
     """The trace with the run's figures: the speed model's prediction from the calibrated costs, next to the
     measured speedup (when --compare measured one)."""
-    from .policy.costs import calibrate_verify, drafter_costs
+    from .policy.costs import drafter_costs, verify_calibration
 
     k_max = max([r.k for r in trace.rounds] + [1])
-    verify = getattr(policy, "verify_time", None) or calibrate_verify(model, k_max + 1)
+    verify = getattr(policy, "verify_time", None) or verify_calibration(model, range(1, k_max + 2)).times
     draft_time = getattr(policy, "draft_time", None)
     draft_time = drafter_costs(drafter)[0] if draft_time is None else draft_time
     write_trace(trace, path, decode=lambda t: tok.decode([t]), title=f"minispec trace: {drafter.name}",

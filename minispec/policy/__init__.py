@@ -19,7 +19,7 @@ this run's clock. Greedy runs (T = 0) follow their clock whatever the seed: thei
 depend on K. Unseeded runs follow it too, and fall back to plain rounds when drafting runs slower than
 predicted (auto_k.py).
 
-The calibration a run uses is validated when its process first needs it (costs.py: the physics checks
+The calibration a run uses is validated when its process first needs it (calibration.py: the physics checks
 and a cheap probe) and may be measured afresh then; the run's result lists the calibrations it used
 (``SpecResult.calibration``). So a seeded ``k="auto"`` run repeats its tokens exactly in the same
 process, and in another process that uses the same calibration: ``MINISPEC_TRUST_CALIBRATION=1`` uses
@@ -36,12 +36,15 @@ import numpy as np
 
 from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
-from .costs import Calibration, calibrate, calibrate_verify, drafter_costs, forward_times, notes_of
+from .calibration import Calibration, notes_of
+from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
+from .timing import forward_times
 from .tree_shape import TreeShape, auto_tree_shape
 
 __all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreeShape", "auto_k",
-           "auto_tree_shape", "calibrate", "calibrate_verify", "drafter_costs", "expected_tokens", "forward_times",
-           "follows_clock", "k_policy", "notes_of", "probe_cost", "run_length", "stopped_k", "tree_policy"]
+           "auto_tree_shape", "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times",
+           "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "stopped_k", "tree_policy",
+           "verify_calibration"]
 
 
 def follows_clock(seed, temperature: float) -> bool:

@@ -48,7 +48,7 @@ docs/policy.md.
 from __future__ import annotations
 
 from .acceptance import Acceptance, PerContext, expected_tokens
-from .costs import drafter_calibration, verify_calibration
+from .costs import drafter_calibration, drafter_costs, verify_calibration
 
 PRIOR = 0.3  # a guess is expected accepted this often until measured: below what pays at K = 1 with NumPy's kernel here (a > c + r(2) - 1)
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
@@ -115,7 +115,7 @@ class AutoK:
         self.slowdown = 1.0  # measured / predicted seconds of this run's drafting rounds (learning only)
         self.margin = margin
         self.timed: list[tuple[int, float, float]] = []  # (K, predicted, measured seconds) of every timed round
-        self.calibrations: list = []  # the Calibration records its costs came from (costs.py), if any
+        self.calibrations: list = []  # the Calibration records its costs came from (calibration.py), if any
 
     @property
     def estimate(self) -> Acceptance:
@@ -215,26 +215,21 @@ class StoppedK(AutoK):
         return self.k
 
 
-def calibrated_costs(target, drafter, n_max: int) -> tuple[list, dict, float, float]:
-    """(the calibrations, t_verify(n) for n = 1..n_max, seconds per guess, per token fed) for this pair."""
-    verify, draft = verify_calibration(target, range(1, n_max + 1)), drafter_calibration(drafter)
-    guess, fed = (0.0, 0.0) if draft is None else (draft.times["guess"], draft.times["fed"])
-    return [verify, draft], dict(verify.times), guess, fed
-
-
 def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
     """An AutoK calibrated for this target and drafter; ``learn=False``: it keeps the calibrated costs (a
     seeded run), else it refines them with each round's timings. K stays below the target's context."""
     k_max = max(1, min(k_max, target.cfg.max_position_embeddings - 1))
-    calibrations, verify, guess, fed = calibrated_costs(target, drafter, k_max + 1)
-    policy = AutoK(verify, guess, k_max, fed, learn_costs=learn)
-    policy.calibrations = calibrations
+    verify = verify_calibration(target, range(1, k_max + 2))
+    guess, fed = drafter_costs(drafter)
+    policy = AutoK(verify.times, guess, k_max, fed, learn_costs=learn)
+    policy.calibrations = [verify, drafter_calibration(drafter)]
     return policy
 
 
 def stopped_k(target, drafter, k: int) -> StoppedK:
     """A StoppedK calibrated for this target and drafter."""
-    calibrations, verify, guess, fed = calibrated_costs(target, drafter, max(k, 8) + 1)
-    policy = StoppedK(k, verify, guess, feed_time=fed)
-    policy.calibrations = calibrations
+    verify = verify_calibration(target, range(1, max(k, 8) + 2))
+    guess, fed = drafter_costs(drafter)
+    policy = StoppedK(k, verify.times, guess, feed_time=fed)
+    policy.calibrations = [verify, drafter_calibration(drafter)]
     return policy
