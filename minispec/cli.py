@@ -27,7 +27,7 @@ from .model.fetch import (
     shipped_eagle,
 )
 from .model.kernel import KERNELS, use_kernel
-from .policy import FixedK, follows_clock, k_policy, notes_of, tree_policy
+from .policy import FixedK, follows_clock, k_policy, notes_of, shape_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
 from .trace import Trace, check_trace_path, write_trace
@@ -168,7 +168,7 @@ def cmd_generate(args) -> int:
         # seeded at T > 0: choices from the validated calibration only, so that a seed repeats; greedy output does not
         # depend on K, so a greedy run follows its own clock (and falls back to plain rounds when drafting is slower)
         learn = follows_clock(args.seed, args.temperature)
-        return tree_policy(args.tree, model, drafter, learn) if args.tree else k_policy(args.k, model, drafter, learn)
+        return shape_policy(args.tree, model, drafter, learn) if args.tree else k_policy(args.k, model, drafter, learn)
 
     def speculative(on_token=None, trace=None):
         loop = tree_speculative_generate if args.tree else speculative_generate

@@ -7,7 +7,7 @@ The loops never look inside a policy; their ``Run`` (rounds.py) asks it four thi
     probe() -> bool                      in a plain round: draft one unverified guess to measure it?
     observe(drafted, accepted, t_draft, t_verify, probed, nodes)     how the round went
 
-``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``) and ``TreeShape`` (``tree="auto"``)
+``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``) and ``TreePolicy`` (``tree="auto"``)
 choose from a cost model fed by measured costs (costs.py) and acceptance estimates (acceptance.py).
 None of them changes the output distribution: every token still comes from the rejection rule.
 
@@ -39,11 +39,11 @@ from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, st
 from .calibration import Calibration, notes_of
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 from .timing import forward_times
-from .tree_shape import TreeShape, auto_tree_shape
+from .tree_policy import TreePolicy, auto_tree_policy
 
-__all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreeShape", "auto_k",
-           "auto_tree_shape", "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times",
-           "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "stopped_k", "tree_policy",
+__all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreePolicy", "auto_k",
+           "auto_tree_policy", "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times",
+           "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
            "verify_calibration"]
 
 
@@ -67,14 +67,14 @@ def k_policy(k, target, drafter, learn: bool = True):
     raise ValueError(f"k must be a non-negative integer, 'auto' or a policy object, got {k!r}")
 
 
-def tree_policy(shape, target, drafter, learn: bool = True) -> TreeShape:
-    """shape: (width, depth), "auto" (TreeShape chosen per round, calibrated for this pair), or a TreeShape.
+def shape_policy(shape, target, drafter, learn: bool = True) -> TreePolicy:
+    """shape: (width, depth), "auto" (TreePolicy chosen per round, calibrated for this pair), or a TreePolicy.
     ``learn``: as for ``k_policy``."""
-    if isinstance(shape, TreeShape):
+    if isinstance(shape, TreePolicy):
         return shape
     if isinstance(shape, str) and shape == "auto":
-        return auto_tree_shape(target, drafter, learn=learn)
+        return auto_tree_policy(target, drafter, learn=learn)
     if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
-        raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a TreeShape, "
+        raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a TreePolicy, "
                          f"got {shape!r}")
-    return TreeShape.fixed(shape[0], shape[1])
+    return TreePolicy.fixed(shape[0], shape[1])

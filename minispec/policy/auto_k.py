@@ -72,6 +72,13 @@ class FixedK:
         pass
 
 
+def best(options, rate) -> tuple:
+    """(the option with the highest ``rate``, that rate): the cost model's argmax (the first of equals wins), for
+    chains (K) and trees (width, depth) alike."""
+    option = max(options, key=rate)
+    return option, rate(option)
+
+
 def probe_cost(unseen: int, feed_time: float, guess_time: float) -> float:
     """Seconds a probe adds to a plain round: the drafter catching up on the ``unseen`` - 1 tokens it
     skipped (the last one it feeds anyway), then one guess."""
@@ -133,8 +140,7 @@ class AutoK:
 
     def best_drafting(self) -> tuple[int, float]:
         """(K >= 1, its expected tokens per second) with the best rate under the current estimates."""
-        k = max(range(1, self.k_max + 1), key=self.rate)
-        return k, self.rate(k)
+        return best(range(1, self.k_max + 1), self.rate)
 
     def hopeless(self) -> bool:
         """True when no K could beat plain decoding even if every guess were accepted."""
@@ -156,8 +162,8 @@ class AutoK:
     def choose(self) -> int:
         """The K with the highest expected rate (K = 0 is plain decoding, so ``planned`` is never below it); a
         drafting K only when it expects to beat plain decoding by ``margin``."""
-        k = max(range(1, self.k_max + 1), key=self.rate)
-        return k if self.rate(k) > (1 + self.margin) * self.rate(0) else 0
+        k, rate = self.best_drafting()
+        return k if rate > (1 + self.margin) * self.rate(0) else 0
 
     def keep(self, j: int, reach: float) -> bool:
         """Early stop: is guess j (2 <= j <= K) worth its row in the verification pass? It adds a token only
