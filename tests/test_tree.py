@@ -9,7 +9,8 @@ from minispec import generate, rejection
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.harness.equivalence import chisquare_gof, exact_tree_first_token_distribution
 from minispec.harness.exact_loop import loop_law
-from minispec.policy import Acceptance, TreePolicy
+from minispec.policy import Acceptance, AutoK, TreePolicy
+from minispec.policy.acceptance import PRIOR
 from minispec.sampling import sample, warp
 from minispec.speculative import tree_speculative_generate
 from minispec.tree import Tree, accept_tree, tree_mask, verify_tree, without
@@ -200,6 +201,17 @@ def test_auto_shape_prefers_wide_trees_when_nodes_are_free():
     pol = TreePolicy(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
     pol.acc[0] = Acceptance(prior=0.0, weight=20.0)  # context 0: nothing is ever accepted
     assert pol.next_shape() == (0, 0)
+
+
+def test_chains_and_trees_start_from_one_prior_and_wait_for_measurements():
+    """Both policies start from acceptance.PRIOR: on costs where one guess pays only above it, neither drafts before a
+    round or a probe has measured the drafter (bug: a tree policy starting from 0.5 drafted a 1 x 1 tree on the
+    prior's word, where a chain did not)."""
+    steep = {n: 0.010 * (1 + 0.3 * (n - 1)) for n in range(1, 18)}  # r(2) = 1.3: one free guess pays at a > 0.3
+    chain = AutoK(steep, 0.0, learn_costs=False)
+    tree = TreePolicy(steep, {w: 0.0 for w in range(1, 5)}, learn=False)
+    assert chain.estimate.first == tree.acc[0].first == PRIOR
+    assert chain.next_k() == 0 and tree.next_shape() == (0, 0)
 
 
 def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):

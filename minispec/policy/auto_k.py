@@ -7,11 +7,9 @@ The model (Leviathan et al. 2022, section 3, with measured costs and two accepta
     K*   = argmax_{0 <= K <= k_max} E(K) / T(K)
 
 K = 0 is a plain decoding step, so the chosen K never plans to be slower than plain decoding. Two
-guards keep noisy estimates from costing time: a drafter starts from an acceptance of PRIOR = 0.3
-(below what pays here; probes and rounds raise it), and a drafting K is chosen only when it expects
-to beat plain decoding by MARGIN = 5%. Measured with ``minispec bench auto`` (docs/policy.md): without
-them, 0.94-0.96x on code and chat for most drafters; with them, 0.98-1.02x, and prompt lookup's
-grounded prompts gained (1.17x -> 1.32x).
+guards keep noisy estimates from costing time: a drafter starts from a low acceptance (acceptance.PRIOR;
+probes and rounds raise it), and a drafting K is chosen only when it expects to beat plain decoding by
+MARGIN = 5% (``minispec bench auto`` measures both: docs/policy.md).
 Dividing by t_verify(1), E(K) / T(K) is the papers' speedup E(K) / (K c + r(K + 1)).
 
 Probes. While K = 0 the estimates of a and b would get no news. So a plain round may draft one
@@ -41,8 +39,7 @@ falls back to them: "never slower" kept at run time, not only at calibration. A 
 keeps its calibrated costs instead, so that its choices, and with them its random draws, repeat.
 
 The policy only chooses how many guesses to draft: every token still comes from the same rejection
-rule, so the output distribution is unchanged. Measurements and the history of this design:
-docs/policy.md.
+rule, so the output distribution is unchanged. Measurements: docs/policy.md.
 """
 
 from __future__ import annotations
@@ -50,7 +47,6 @@ from __future__ import annotations
 from .acceptance import Acceptance, PerContext, expected_tokens
 from .costs import drafter_calibration, drafter_costs, verify_calibration
 
-PRIOR = 0.3  # a guess is expected accepted this often until measured: below what pays at K = 1 with NumPy's kernel here (a > c + r(2) - 1)
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
 
 
@@ -111,7 +107,7 @@ class AutoK:
                  margin: float = MARGIN):
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
-        self.acc = PerContext(acceptance or Acceptance(prior=PRIOR))  # context -> its estimate
+        self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
         self.learn_costs = learn_costs
@@ -171,9 +167,9 @@ class AutoK:
         top probabilities). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's
         planned rate would have bought that many tokens. So the threshold is not a fixed guess (like
         transformers' ``assistant_confidence_threshold`` or llama.cpp's ``--draft-p-min``): it follows the
-        cost curve, high where a row is dear (2 -> 3 rows: 0.37 of a step here), near zero where rows are
-        almost free (5 -> 8 rows), and high again at 9. The first guess is always kept: K >= 1 already
-        says it pays, and keeping it keeps the estimate of ``a`` a measure of every first guess."""
+        cost curve, high where a row is dear and near zero where rows are almost free (where r(n) is flat).
+        The first guess is always kept: K >= 1 already says it pays, and keeping it keeps the estimate of
+        ``a`` a measure of every first guess."""
         if j == 1:
             return True
         return reach >= (self.verify_time[j + 1] - self.verify_time[j]) * self.planned
