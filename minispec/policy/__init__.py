@@ -1,14 +1,20 @@
 """The policy: how many guesses to draft each round (or which tree), and when to stop early.
 
-The loops never look inside a policy; their ``Run`` (rounds.py) asks it four things:
+The loops never look inside a policy. Their ``Run`` (rounds.py) asks a chain policy three things each round,
+and hands the drafter a fourth:
 
-    next_k(unseen, context) -> K         a tree policy: next_shape(unseen, context) -> (width, depth)
-    keep(j, reach) -> bool               the early stop before guess j (or ``keep = None``: none)
-    probe() -> bool                      in a plain round: draft one unverified guess to measure it?
+    next_k(unseen, context) -> K         how many guesses to draft (0: a plain round)
+    probe() -> bool                      asked in a plain round only: draft one unverified guess to measure it?
     observe(drafted, accepted, t_draft, t_verify, probed, nodes)     how the round went
+    keep(j, reach) -> bool               handed to ``drafter.propose``: the early stop before guess j (None: none)
 
-``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``) and ``TreePolicy`` (``tree="auto"``)
-choose from a cost model fed by measured costs (costs.py) and acceptance estimates (acceptance.py).
+A tree policy is asked ``next_shape(unseen, context) -> (width, depth)`` instead of ``next_k``, and has no
+``keep``; ``start_run`` reads its ``max_room`` (the most nodes a tree takes in the cache). ``Run.result``
+lists a policy's ``calibrations``, where it has them.
+
+``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``, auto_k.py) and ``TreePolicy`` (``tree="auto"``,
+tree_policy.py) choose from a cost model fed by measured costs (costs.py: each a calibration, calibration.py, of a
+timing, timing.py) and acceptance estimates (acceptance.py).
 None of them changes the output distribution: every token still comes from the rejection rule.
 
 Seeds. The policy decides how many random numbers a round draws (one per guess drafted, one per
