@@ -96,7 +96,7 @@ def test_a_corrupted_calibration_does_not_make_auto_draft_where_drafting_cannot_
     if stored == "corrupted":
         corrupt(f, {n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3)
         fresh_process(monkeypatch)
-        fooled = AutoK({n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3, learn_costs=False)
+        fooled = AutoK({n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3, learn=False)
         assert fooled.next_k() > 0  # what the corrupted figures alone would do
     fresh_process(monkeypatch)
     pol = auto_k(target, drafter, learn=False)
@@ -173,7 +173,7 @@ def test_a_run_that_learns_falls_back_to_plain_rounds_when_drafting_is_slower_th
     """The calibration says drafting pays; the rounds say they took twice as long as predicted."""
     verify = {n: 0.010 * (1 + 0.2 * (n - 1)) for n in range(1, 10)}
     for learn in (True, False):
-        pol = AutoK(verify, 0.001, learn_costs=learn)
+        pol = AutoK(verify, 0.001, learn=learn)
         pol.acc[0].counts[0] = (8.0, 2.0)  # first guesses accepted 0.8 of the time
         k = pol.next_k()
         assert k > 0

@@ -25,3 +25,21 @@ def test_a_traced_tree_run_writes_its_trace_with_the_speed_models_prediction(mod
     summary = json.loads(path.read_text())["summary"]
     assert summary["k"] == f"tree {tree if tree == 'auto' else (2, 2)}"
     assert isinstance(summary["predicted_speedup"], float) and math.isfinite(summary["predicted_speedup"])
+
+
+@pytest.mark.parametrize("extra, learns", [(["--temperature", "0.8", "--seed", "5"], False),
+                                           (["--temperature", "0.8"], False),  # --seed defaults to 0: a seed
+                                           (["--temperature", "0", "--seed", "5"], True)],
+                         ids=["seeded", "default-seed", "greedy"])
+def test_the_cli_builds_its_policy_with_the_loops_rule_for_following_the_clock(model_dir, monkeypatch, extra, learns):
+    """The policy ``generate`` builds keeps its calibrated costs exactly when the loops' own rule says so
+    (policy.follows_clock: a seeded run at T > 0, so that the seed repeats); a greedy run follows its clock."""
+    from minispec import cli
+
+    built = []
+    real = cli.k_policy
+    monkeypatch.setattr(cli, "k_policy", lambda *a, **kw: built.append(real(*a, **kw)) or built[-1])
+    code, _, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "a b a b", "--draft", "prompt-lookup",
+                            "--max-new-tokens", "3", "--no-compare", *extra])
+    assert code == 0, err
+    assert [p.learn for p in built] == [learns]

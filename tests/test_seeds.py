@@ -49,11 +49,11 @@ def test_seeded_auto_policies_keep_their_calibrated_costs(pair):
 
     for how in (dict(k="auto"), dict(shape="auto")):
         pol = start_run(target, draft, PROMPT, 4, seed=1, temperature=0.8, **how).policy
-        assert getattr(pol, "learn_costs", getattr(pol, "learn", None)) is False
+        assert pol.learn is False
         pol = start_run(target, draft, PROMPT, 4, seed=None, temperature=0.8, **how).policy
-        assert getattr(pol, "learn_costs", getattr(pol, "learn", None)) is True
+        assert pol.learn is True
         pol = start_run(target, draft, PROMPT, 4, seed=1, **how).policy  # greedy: the output does not depend on K
-        assert getattr(pol, "learn_costs", getattr(pol, "learn", None)) is True
+        assert pol.learn is True
 
 
 def test_drafter_costs_are_cached_by_model_not_by_drafter_object(pair, monkeypatch):

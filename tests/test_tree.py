@@ -208,7 +208,7 @@ def test_chains_and_trees_start_from_one_prior_and_wait_for_measurements():
     round or a probe has measured the drafter (bug: a tree policy starting from 0.5 drafted a 1 x 1 tree on the
     prior's word, where a chain did not)."""
     steep = {n: 0.010 * (1 + 0.3 * (n - 1)) for n in range(1, 18)}  # r(2) = 1.3: one free guess pays at a > 0.3
-    chain = AutoK(steep, 0.0, learn_costs=False)
+    chain = AutoK(steep, 0.0, learn=False)
     tree = TreePolicy(steep, {w: 0.0 for w in range(1, 5)}, learn=False)
     assert chain.estimate.first == tree.acc[0].first == PRIOR
     assert chain.next_k() == 0 and tree.next_shape() == (0, 0)

@@ -29,7 +29,7 @@ from it (drafters.DraftModel.propose says why a rule that looks at the drawn tok
 lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's planned rate
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
-Runs that notice (``learn_costs``). A run that may follow its own clock (unseeded, or greedy, whose
+Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy, whose
 output does not depend on K) refines t_verify(1) from its plain rounds, and keeps ``slowdown``: how much
 slower its drafting rounds ran than the calibrated cost model predicted for them (a decaying mean of
 measured / predicted seconds). It covers what no calibration sees: re-reading the text in a
@@ -100,17 +100,17 @@ class ProbeBudget:
 class AutoK:
     """Choose K per round from the cost model (module docstring). Costs in seconds: ``verify_time``
     {n: one target pass over n tokens}, ``draft_time`` per guess, ``feed_time`` per token the drafter
-    must catch up on. ``learn_costs=False`` keeps the given costs (deterministic, for tests)."""
+    must catch up on. ``learn=False`` keeps the given costs (deterministic, for tests)."""
 
     def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
-                 acceptance: Acceptance | None = None, probe_share: float = 0.01, learn_costs: bool = True,
+                 acceptance: Acceptance | None = None, probe_share: float = 0.01, learn: bool = True,
                  margin: float = MARGIN):
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
         self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
-        self.learn_costs = learn_costs
+        self.learn = learn
         self.unseen = 1  # tokens the drafter has not seen at this round's start
         self.history: list[int] = []  # K of every round
         self.probes = 0  # plain rounds that probed
@@ -189,12 +189,12 @@ class AutoK:
         if t_verify is not None:  # (None: the pass also carried the prompt)
             catch_up = max(self.unseen - 1, 0) * self.feed_time if drafted or probed is not None else 0.0
             predicted = self.round_time(drafted) + catch_up + (self.draft_time if probed is not None else 0.0)
-            if self.learn_costs and probed is not None:  # a probe is paid what it really cost, not what was modelled
+            if self.learn and probed is not None:  # a probe is paid what it really cost, not what was modelled
                 self.budget.saved -= max(0.0, t_draft - self.probe_cost(self.unseen))
             self.timed.append((drafted, predicted, t_draft + t_verify))  # (`minispec bench auto` shows them)
-            if self.learn_costs and drafted:  # measured against what the cost model predicted for this round
+            if self.learn and drafted:  # measured against what the cost model predicted for this round
                 self.slowdown = 0.7 * self.slowdown + 0.3 * (t_draft + t_verify) / predicted
-            elif self.learn_costs:  # a plain step: the rate every K is compared with
+            elif self.learn:  # a plain step: the rate every K is compared with
                 self.verify_time[1] = 0.8 * self.verify_time[1] + 0.2 * t_verify
         if drafted:
             self.estimate.update(drafted, accepted)
@@ -223,7 +223,7 @@ def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
     k_max = max(1, min(k_max, target.cfg.max_position_embeddings - 1))
     verify = verify_calibration(target, range(1, k_max + 2))
     guess, fed = drafter_costs(drafter)
-    policy = AutoK(verify.times, guess, k_max, fed, learn_costs=learn)
+    policy = AutoK(verify.times, guess, k_max, fed, learn=learn)
     policy.calibrations = [verify, drafter_calibration(drafter)]
     return policy
 
