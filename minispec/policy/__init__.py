@@ -23,7 +23,8 @@ check), so a seeded run reproduces its output only if its policy makes the same 
 ``learn=False``: they choose from the calibrated costs and the acceptances they observe, never from
 this run's clock. Greedy runs (T = 0) follow their clock whatever the seed: their output does not
 depend on K. Unseeded runs follow it too, and fall back to plain rounds when drafting runs slower than
-predicted (auto_k.py).
+predicted (auto_k.py). ``minispec generate`` seeds every run (``--seed``, default 0) and asks the same rule
+(``follows_clock``), so at T > 0 its automatic policies keep their calibrated costs.
 
 The calibration a run uses is validated when its process first needs it (calibration.py: the physics checks
 and a cheap probe) and may be measured afresh then; the run's result lists the calibrations it used
