@@ -27,7 +27,7 @@ from .model.fetch import (
     shipped_eagle,
 )
 from .model.kernel import KERNELS, use_kernel
-from .policy import FixedK, follows_clock, k_policy, notes_of, tree_policy
+from .policy import FixedK, follows_clock, k_policy, notes_of, shape_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
 from .trace import Trace, check_trace_path, write_trace
@@ -127,100 +127,119 @@ def verdict(stats, policy, drafter) -> str:
     return f"no guess was drafted in {stats.rounds} rounds ({causes})"
 
 
+class Generation:
+    """One ``minispec generate``: the model, tokenizer and drafter, the prompt and the sampling settings, every one
+    checked (and loaded) before the first output."""
+
+    def __init__(self, args):
+        if args.layers is not None and args.draft != "layer-skip":
+            raise ValueError(f"--layers {args.layers} applies only to --draft layer-skip (got --draft {args.draft or DEFAULT_DRAFTER})")
+        check_warp_args(args.temperature, args.top_k, args.top_p)
+        backend.use_device(args.device)
+        model_dir = resolve_model(args.model)
+        t0 = time.perf_counter()
+        self.args, self.model, self.tok = args, load_model(model_dir), load_tokenizer(model_dir)
+        self.drafter = drafter = make_drafter(args.draft or DEFAULT_DRAFTER, self.model, args.layers)
+        text = self.tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+        self.prompt_ids = self.tok.encode(text)
+        stop = [] if args.no_stop else self.tok.eos_ids  # --no-stop wins, with or without --chat
+        self.sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                             stop_ids=stop)
+        check_generate_args(self.model, self.prompt_ids, args.max_new_tokens, **self.sampling)
+        self.trace_path = check_trace_path(args.trace) if args.trace else None
+        if (args.show or args.trace) and drafter is None:
+            raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
+        if args.tree and drafter is not None and not isinstance(drafter, ProposesTrees):
+            raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
+                             "drop --tree")
+        if args.tree and args.rule != "token":
+            raise ValueError("--rule block applies to chains: a tree keeps the token-wise multi-candidate rule")
+        how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
+        what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
+        if getattr(drafter, "algorithm", None) in ("SLEM", "TLI"):  # a draft with its own tokenizer (slem.py, tli.py)
+            what += f"; the draft has its own tokenizer: {drafter.summary()}"
+        print(f"[loaded {self.model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
+
+    def policy(self):
+        """The run's policy, built (and its cost model calibrated) outside every timed run. Whether it follows its
+        clock is the loops' rule (policy.follows_clock): a seeded run at T > 0 keeps its calibrated costs, so that
+        the seed repeats."""
+        a, learn = self.args, follows_clock(self.args.seed, self.args.temperature)
+        return (shape_policy(a.tree, self.model, self.drafter, learn) if a.tree
+                else k_policy(a.k, self.model, self.drafter, learn))
+
+    def speculative(self, policy, on_token=None, trace=None):
+        loop = tree_speculative_generate if self.args.tree else speculative_generate
+        kw = dict(shape=policy) if self.args.tree else dict(k=policy, rule=self.args.rule)
+        return loop(self.model, self.drafter, self.prompt_ids, self.args.max_new_tokens, on_token=on_token, trace=trace,
+                    **kw, **self.sampling)
+
+    def plain(self, on_token=None):
+        return generate(self.model, self.prompt_ids, self.args.max_new_tokens, on_token=on_token, **self.sampling)
+
+
 def cmd_generate(args) -> int:
     """Everything is checked (arguments, model, tokenizer, drafter, policy) before the first output."""
-    if args.layers is not None and args.draft != "layer-skip":
-        raise ValueError(f"--layers {args.layers} applies only to --draft layer-skip (got --draft {args.draft or DEFAULT_DRAFTER})")
-    check_warp_args(args.temperature, args.top_k, args.top_p)
-    backend.use_device(args.device)
-    model_dir = resolve_model(args.model)
-    t0 = time.perf_counter()
-    model = load_model(model_dir)
-    tok = load_tokenizer(model_dir)
-    drafter = make_drafter(args.draft or DEFAULT_DRAFTER, model, args.layers)
-    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-    prompt_ids = tok.encode(text)
-    stop = [] if args.no_stop else tok.eos_ids  # --no-stop wins, with or without --chat
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_ids=stop)
-    check_generate_args(model, prompt_ids, args.max_new_tokens, **sampling)
-    trace_path = check_trace_path(args.trace) if args.trace else None
-    if (args.show or args.trace) and drafter is None:
-        raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
-    if args.tree and drafter is not None and not isinstance(drafter, ProposesTrees):
-        raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
-                         "drop --tree")
-    if args.tree and args.rule != "token":
-        raise ValueError("--rule block applies to chains: a tree keeps the token-wise multi-candidate rule")
-    how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
-    what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
-    if getattr(drafter, "algorithm", None) in ("SLEM", "TLI"):  # a draft with its own tokenizer (slem.py, tli.py)
-        what += f"; the draft has its own tokenizer: {drafter.summary()}"
-    print(f"[loaded {model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
-    stream = TextStream(tok)
-    if drafter is None:
+    gen = Generation(args)
+    stream = TextStream(gen.tok)
+    if gen.drafter is None:
         if not args.chat:
             sys.stdout.write(args.prompt)
-        out, dt = timed(lambda: generate(model, prompt_ids, args.max_new_tokens, on_token=stream, **sampling))
+        out, dt = timed(lambda: gen.plain(stream))
         print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
         return 0
-
-    def policy():  # the one-time calibration of the cost model happens here, outside every timed run
-        # seeded at T > 0: choices from the validated calibration only, so that a seed repeats; greedy output does not
-        # depend on K, so a greedy run follows its own clock (and falls back to plain rounds when drafting is slower)
-        learn = follows_clock(args.seed, args.temperature)
-        return tree_policy(args.tree, model, drafter, learn) if args.tree else k_policy(args.k, model, drafter, learn)
-
-    def speculative(on_token=None, trace=None):
-        loop = tree_speculative_generate if args.tree else speculative_generate
-        kw = dict(shape=pol) if args.tree else dict(k=pol, rule=args.rule)
-        return loop(model, drafter, prompt_ids, args.max_new_tokens, on_token=on_token, trace=trace, **kw, **sampling)
-
-    pol, t_setup = timed(policy)
+    pol, t_setup = timed(gen.policy)
     calibrations = [c for c in getattr(pol, "calibrations", []) if c is not None]
     if any(c.source == "measured" for c in calibrations):
         print(f"[calibrated the cost model in {t_setup:.1f}s: cached for later runs (checked by a probe before each "
               "use), and not in any figure below]", file=sys.stderr)
     for note in notes_of(calibrations):  # what was measured again or distrusted, and why
         print(f"[calibration: {note}]", file=sys.stderr)
-    show = ShowStream(tok, sys.stdout, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")) if args.show else None
-    trace = Trace(on_round=show) if (show or trace_path) else None
+    show = ShowStream(gen.tok, sys.stdout, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")) if args.show else None
+    trace = Trace(on_round=show) if (show or gen.trace_path) else None
     if not args.chat:
         sys.stdout.write(args.prompt)
-    first_pol = pol
-    res, dt = timed(lambda: speculative(None if show else stream, trace))
+    res, dt = timed(lambda: gen.speculative(pol, None if show else stream, trace))
     sys.stdout.write("\n")
     if show:
         print(show.legend(), file=sys.stderr)
-    line = f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; {verdict(res.stats, pol, drafter)}"
-    ratios = []
-    if args.compare:
-        plain = None
-        for i in range(3):  # alternate with plain decoding; a short run is repeated (greedy repeats are the same text)
-            if i:
-                pol = policy()
-                res, dt = timed(speculative)
-            plain, dp = timed(lambda: generate(model, prompt_ids, args.max_new_tokens, **sampling))
-            ratios.append((len(res.tokens) / dt) / (len(plain) / dp))
-            if dt >= SHORT_RUN_S:
-                break
-        same = "identical output" if plain == res.tokens else "same distribution, different sample"
-        line += f"; plain decoding in the same run: speedup {np.median(ratios):.2f}x ({same}"
-        line += (f"; median of {len(ratios)} alternating runs, each under {SHORT_RUN_S:.0f}s: a short run's speed "
-                 f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 1 else ")")
-    print(line + "]", file=sys.stderr)
-    if trace_path:
-        write_run_trace(trace, trace_path, tok, model, drafter, first_pol, args, float(np.median(ratios)) if ratios else None)
-        print(f"[trace of {len(trace.rounds)} rounds written to {trace_path}]", file=sys.stderr)
+    line = f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; {verdict(res.stats, pol, gen.drafter)}"
+    ratios, compared = compare_with_plain(gen, res, dt) if args.compare else ([], "")
+    print(line + compared + "]", file=sys.stderr)
+    if gen.trace_path:
+        write_run_trace(trace, gen.trace_path, gen.tok, gen.model, gen.drafter, pol, args,
+                        float(np.median(ratios)) if ratios else None)
+        print(f"[trace of {len(trace.rounds)} rounds written to {gen.trace_path}]", file=sys.stderr)
     return 0
+
+
+def compare_with_plain(gen: Generation, res, dt: float) -> tuple[list[float], str]:
+    """(speedups, the words that say them): the speculative run ``res`` (``dt`` seconds) against plain decoding in the
+    same process, alternating; a run shorter than SHORT_RUN_S is repeated, up to 3 pairs, each with a new policy
+    (greedy repeats are the same text), and the median taken."""
+    ratios, plain = [], None
+    for i in range(3):
+        if i:
+            pol = gen.policy()
+            res, dt = timed(lambda: gen.speculative(pol))
+        plain, dp = timed(gen.plain)
+        ratios.append((len(res.tokens) / dt) / (len(plain) / dp))
+        if dt >= SHORT_RUN_S:
+            break
+    same = "identical output" if plain == res.tokens else "same distribution, different sample"
+    words = f"; plain decoding in the same run: speedup {np.median(ratios):.2f}x ({same}"
+    words += (f"; median of {len(ratios)} alternating runs, each under {SHORT_RUN_S:.0f}s: a short run's speed "
+              f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 1 else ")")
+    return ratios, words
 
 
 def write_run_trace(trace, path, tok, model, drafter, policy, args, measured) -> None:
     """The trace with the run's figures: the speed model's prediction from the calibrated costs, next to the
     measured speedup (when --compare measured one)."""
-    from .policy.costs import calibrate_verify, drafter_costs
+    from .policy.costs import drafter_costs, verify_calibration
 
     k_max = max([r.k for r in trace.rounds] + [1])
-    verify = getattr(policy, "verify_time", None) or calibrate_verify(model, k_max + 1)
+    verify = getattr(policy, "verify_time", None) or verify_calibration(model, range(1, k_max + 2)).times
     draft_time = getattr(policy, "draft_time", None)
     draft_time = drafter_costs(drafter)[0] if draft_time is None else draft_time
     write_trace(trace, path, decode=lambda t: tok.decode([t]), title=f"minispec trace: {drafter.name}",
@@ -284,10 +303,7 @@ def add_kernel_arg(p: argparse.ArgumentParser) -> None:
                                                      "default $MINISPEC_KERNEL, else numpy")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="minispec", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-
+def add_generate(sub) -> None:
     g = sub.add_parser("generate", help="generate text, streaming it to the terminal")
     g.add_argument("--model", help="Hugging Face-format model directory (default: SmolLM2-135M-Instruct, "
                                    "fetched on first use)")
@@ -321,6 +337,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(g)
     g.set_defaults(func=cmd_generate)
 
+
+def add_check(sub) -> None:
+    k = sub.add_parser("check", help="level-4 losslessness check on the real target (tens of minutes for one drafter; "
+                                     "--quick: minutes)")
+    k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    k.add_argument("--draft", action="append",
+                   help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR (default: "
+                        "the shipped draft, else layer-skip); repeat it to check several against one set of plain runs")
+    k.add_argument("--runs", type=int, help="paired runs of up to 48 tokens in the T=1 test (default 192, or 24 with "
+                                            "--quick; a run stops early at an end-of-sequence token)")
+    k.add_argument("--quick", action="store_true", help="24 paired runs (unless --runs), 3 greedy prompts, no calibration")
+    k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")
+    k.add_argument("--rule", choices=["token", "block"], default="token",
+                   help="the verification rule the T=1 test checks, each against its broken twin (default token)")
+    k.add_argument("--json", help="also write the figures to this JSON file (several --draft: a path with {kind}, "
+                                  "for example docs/level4_{kind}.json)")
+    add_kernel_arg(k)
+    k.set_defaults(func=cmd_check)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minispec", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    add_generate(sub)
+
     cal = sub.add_parser("calibrate", help="measure the cost model afresh and print it: t(n), r(n) and each drafter's c")
     cal.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     cal.add_argument("--draft", action="append", help="a drafter spec as for generate --draft; repeat for several "
@@ -338,23 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("gguf", help="input .gguf file")
     c.add_argument("outdir", help="output directory")
     c.set_defaults(func=cmd_convert)
-
-    k = sub.add_parser("check", help="level-4 losslessness check on the real target (one drafter, --no-calibration: "
-                                     "22 min here on 2 quiet cores, 27-43 min on one shared core; --quick: about 3 min)")
-    k.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
-    k.add_argument("--draft", action="append",
-                   help="drafter for the T=1 test: a draft model or EAGLE head directory, slem:DIR or tli:DIR (default: "
-                        "the shipped draft, else layer-skip); repeat it to check several against one set of plain runs")
-    k.add_argument("--runs", type=int, help="paired runs of up to 48 tokens in the T=1 test (default 192, or 24 with "
-                                            "--quick; a run stops early at an end-of-sequence token)")
-    k.add_argument("--quick", action="store_true", help="24 paired runs (unless --runs), 3 greedy prompts, no calibration")
-    k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")
-    k.add_argument("--rule", choices=["token", "block"], default="token",
-                   help="the verification rule the T=1 test checks, each against its broken twin (default token)")
-    k.add_argument("--json", help="also write the figures to this JSON file (several --draft: a path with {kind}, "
-                                  "for example docs/level4_{kind}.json)")
-    add_kernel_arg(k)
-    k.set_defaults(func=cmd_check)
+    add_check(sub)
 
     b = sub.add_parser("bench", help=f"the latency study (`minispec bench --help`); subcommands {', '.join(SUBCOMMANDS)} "
                             "(`minispec bench auto --help`)",

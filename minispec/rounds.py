@@ -32,7 +32,7 @@ from .drafters import as_drafter
 from .drafters.protocol import ProposesTrees, ReadsFeatures
 from .generate import check_generate_args, stop_set
 from .model import Model, backend
-from .policy import follows_clock, k_policy, tree_policy
+from .policy import follows_clock, k_policy, shape_policy
 from .rejection import overlap
 from .sampling import warp
 from .stats import SpecStats
@@ -203,7 +203,7 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
         if not isinstance(drafter, ProposesTrees):
             raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} drafts chains only, not trees "
                              "(it has no propose_tree; a draft with its own tokenizer has none)")
-        policy = tree_policy(shape, target, drafter, learn=learn)
+        policy = shape_policy(shape, target, drafter, learn=learn)
     room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,

@@ -61,8 +61,8 @@ def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens
                               seed: int | None = None, stop_ids=None,
                               on_token: Callable[[int], None] | None = None, trace=None) -> SpecResult:
     """Like ``speculative_generate``, but each round verifies a token tree in one target pass (tree.py).
-    ``shape``: (width, depth), "auto" (chosen per round by the cost model, policy/tree_shape.py), or a
-    TreeShape. A tree keeps the token-wise multi-candidate rule: block verification decides one chain
+    ``shape``: (width, depth), "auto" (chosen per round by the cost model, policy/tree_policy.py), or a
+    TreePolicy. A tree keeps the token-wise multi-candidate rule: block verification decides one chain
     (for trees see Traversal Verification, arXiv 2505.12398). A ``trace`` records each round's accepted path."""
     run = start_run(target, drafter, prompt_ids, max_new_tokens, shape=shape, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace)

@@ -24,7 +24,7 @@ Each step is the one-candidate rule of ``rejection.py`` with target p and propos
 given everything drawn before, so the emitted tokens are distributed exactly as the target's.
 Greedy decoding is the one-hot case: descend into the child equal to the target's argmax.
 
-The loop is ``speculative.tree_speculative_generate``; the shape per round, ``policy/tree_shape.py``.
+The loop is ``speculative.tree_speculative_generate``; the shape per round, ``policy/tree_policy.py``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ FLAT = {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}  # verification n
 
 
 def policy(costs, draft_time, prior=0.5, **kw):
-    return AutoK(costs, draft_time, k_max=8, learn_costs=False, acceptance=Acceptance(prior), **kw)
+    return AutoK(costs, draft_time, k_max=8, learn=False, acceptance=Acceptance(prior), **kw)
 
 
 def test_expected_tokens():
@@ -46,7 +46,7 @@ def test_later_guesses_follow_the_first_until_seen():
 
 
 def test_a_run_drafter_pays_where_one_rate_would_say_it_cannot():
-    sticky = AutoK(CPU_LIKE, 0.0, learn_costs=False, acceptance=Acceptance(prior=0.3, prior_next=0.95))  # 30%, then runs
+    sticky = AutoK(CPU_LIKE, 0.0, learn=False, acceptance=Acceptance(prior=0.3, prior_next=0.95))  # 30%, then runs
     assert sticky.next_k() >= 6
     iid = policy(CPU_LIKE, draft_time=0.0, prior=0.3)  # one rate of 0.3 for every guess
     assert iid.next_k() == 0
@@ -168,7 +168,7 @@ def auto_counts(target, draft, runs, prompt):
     verifies, which moves the rng and the draft's cache) in every plain round it can."""
     counts, ks, probes = np.zeros(V * V), set(), 0
     for seed in range(runs):
-        pol = AutoK(MIXED, 0.002, k_max=3, learn_costs=False, probe_share=1.0, margin=0.0,
+        pol = AutoK(MIXED, 0.002, k_max=3, learn=False, probe_share=1.0, margin=0.0,
                     acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5, prior_next=0.8))
         toks = speculative_generate(target, DraftModel(draft), prompt, 3, k=pol, seed=seed, temperature=1.0).tokens
         counts[toks[0] * V + toks[1]] += 1
@@ -179,7 +179,7 @@ def auto_counts(target, draft, runs, prompt):
 
 
 def auto_policy():
-    return AutoK(MIXED, 0.002, k_max=3, learn_costs=False, probe_share=1.0, margin=0.0,
+    return AutoK(MIXED, 0.002, k_max=3, learn=False, probe_share=1.0, margin=0.0,
                  acceptance=Acceptance(prior=0.6, weight=1.0, decay=0.5, prior_next=0.8))
 
 
@@ -416,11 +416,11 @@ def test_greedy_with_early_stop_equals_plain(big_pair):
 
 
 def test_stopped_k_is_the_textbook_k_cut_by_the_stop():
-    p = StoppedK(4, MEASURED, 0.001, learn_costs=False, acceptance=Acceptance(0.2))
+    p = StoppedK(4, MEASURED, 0.001, learn=False, acceptance=Acceptance(0.2))
     assert [p.next_k() for _ in range(3)] == [4, 4, 4] and not p.probe()
     assert p.planned == 1 / MEASURED[1]  # K = 4 cannot beat plain at a = 0.2: a row is priced at plain's rate
     assert not p.keep(2, 0.3) and p.keep(2, 0.4)  # r(3) - r(2) = 0.37
-    rich = StoppedK(4, MEASURED, 0.001, learn_costs=False, acceptance=Acceptance(0.95))
+    rich = StoppedK(4, MEASURED, 0.001, learn=False, acceptance=Acceptance(0.95))
     rich.next_k()
     assert rich.planned == pytest.approx(rich.rate(4)) and rich.planned > 1 / MEASURED[1]
 

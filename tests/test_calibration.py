@@ -10,7 +10,7 @@ import pytest
 from minispec import load_model, speculative_generate
 from minispec.drafters import DraftModel
 from minispec.model.tiny import write_random_model
-from minispec.policy import AutoK, auto_k, costs, timing
+from minispec.policy import AutoK, auto_k, calibration, costs, timing
 
 
 class ScriptedClock:
@@ -49,7 +49,7 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MINISPEC_NO_CALIBRATION_CACHE", raising=False)
     monkeypatch.delenv("MINISPEC_TRUST_CALIBRATION", raising=False)
-    monkeypatch.setattr(costs, "_MEMORY", {})
+    monkeypatch.setattr(calibration, "_MEMORY", {})
     clock = ScriptedClock()
     monkeypatch.setattr(timing, "clock", clock)
     target = load_model(write_random_model(tmp_path / "t", seed=1), name="target")
@@ -82,7 +82,7 @@ def corrupt(f, verify_times: dict, guess: float):
 
 
 def fresh_process(monkeypatch):
-    monkeypatch.setattr(costs, "_MEMORY", {})
+    monkeypatch.setattr(calibration, "_MEMORY", {})
 
 
 @pytest.mark.parametrize("stored", ["honest", "corrupted"])
@@ -96,12 +96,12 @@ def test_a_corrupted_calibration_does_not_make_auto_draft_where_drafting_cannot_
     if stored == "corrupted":
         corrupt(f, {n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3)
         fresh_process(monkeypatch)
-        fooled = AutoK({n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3, learn_costs=False)
+        fooled = AutoK({n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3, learn=False)
         assert fooled.next_k() > 0  # what the corrupted figures alone would do
     fresh_process(monkeypatch)
     pol = auto_k(target, drafter, learn=False)
     assert pol.next_k() == 0 and pol.verify_time[1] == pytest.approx(0.010) and pol.draft_time == pytest.approx(0.005)
-    notes = costs.notes_of(pol.calibrations)
+    notes = calibration.notes_of(pol.calibrations)
     if stored == "corrupted":
         assert any("distrusted (t(1) stored 50.00 ms, a probe now 10.00 ms)" in n for n in notes), notes
         assert any("distrusted (guess stored 1.67 ms, a probe now 5.00 ms)" in n for n in notes), notes
@@ -116,7 +116,7 @@ def test_the_calibration_that_fooled_k_auto_fails_the_physics_checks(machine, mo
     target, draft, clock, f = machine
     costs.verify_calibration(target, (1, 2, 3, 4, 5, 9))
     corrupt(f, {1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184}, 0.005)
-    problems = costs.check_verify({1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184})
+    problems = calibration.check_verify({1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184})
     assert "r(2) = 3.50 > 2" in problems and "t(3) = 92.0 ms < t(2) = 354.0 ms" in problems
     fresh_process(monkeypatch)
     monkeypatch.setenv("MINISPEC_TRUST_CALIBRATION", "1")  # even a trusted one is checked against physics
@@ -127,7 +127,7 @@ def test_the_calibration_that_fooled_k_auto_fails_the_physics_checks(machine, mo
 
 def test_one_burst_cannot_move_a_calibration_and_an_implausible_one_is_measured_again(machine, monkeypatch):
     target, draft, clock, f = machine
-    n_passes = len(range(1, 5)) * (costs.REPEATS + 1)  # one calibration of t(1..4): warmup + repeats, interleaved
+    n_passes = len(range(1, 5)) * (calibration.REPEATS + 1)  # one calibration of t(1..4): warmup + repeats, interleaved
 
     def burst(n, i):  # two of the seven repeats run 5x slower: the median does not move
         return target_cost(n, i) * (5.0 if 4 <= i < 12 else 1.0)
@@ -151,17 +151,17 @@ def test_one_burst_cannot_move_a_calibration_and_an_implausible_one_is_measured_
     fresh_process(monkeypatch)
     clock.attach(monkeypatch, target, lambda n, i: 0.010 * (5 - n))  # never plausible: kept, repaired, and said
     cal = costs.verify_calibration(target, range(1, 5))
-    assert list(cal.times.values()) == sorted(cal.times.values()) and len(cal.notes) == costs.TRIES + 1
+    assert list(cal.times.values()) == sorted(cal.times.values()) and len(cal.notes) == calibration.TRIES + 1
 
 
 def test_a_drafter_guess_must_cost_something():
-    assert costs.check_drafter({"guess": 0.0, "fed": 0.0}) == ["a guess measured 0.0 s"]
-    assert costs.check_drafter({"guess": 1e-4, "fed": 0.0}) == []
+    assert calibration.check_drafter({"guess": 0.0, "fed": 0.0}) == ["a guess measured 0.0 s"]
+    assert calibration.check_drafter({"guess": 1e-4, "fed": 0.0}) == []
 
 
 def test_an_old_or_unreadable_entry_is_measured_afresh(machine, monkeypatch):
     target, draft, clock, f = machine
-    key = costs.calibration_key(target, (1, 2))
+    key = calibration.calibration_key(target, (1, 2))
     f.parent.mkdir(parents=True)
     f.write_text(json.dumps({key: {"1": 0.5, "2": 0.6}}))  # the format before records: figures only
     cal = costs.verify_calibration(target, (1, 2))
@@ -173,7 +173,7 @@ def test_a_run_that_learns_falls_back_to_plain_rounds_when_drafting_is_slower_th
     """The calibration says drafting pays; the rounds say they took twice as long as predicted."""
     verify = {n: 0.010 * (1 + 0.2 * (n - 1)) for n in range(1, 10)}
     for learn in (True, False):
-        pol = AutoK(verify, 0.001, learn_costs=learn)
+        pol = AutoK(verify, 0.001, learn=learn)
         pol.acc[0].counts[0] = (8.0, 2.0)  # first guesses accepted 0.8 of the time
         k = pol.next_k()
         assert k > 0
@@ -200,12 +200,12 @@ def test_generate_says_when_it_distrusted_a_stored_calibration(tmp_path, monkeyp
 
     monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MINISPEC_NO_CALIBRATION_CACHE", raising=False)
-    monkeypatch.setattr(costs, "_MEMORY", {})
+    monkeypatch.setattr(calibration, "_MEMORY", {})
     model_dir = chat_model_dir(tmp_path / "model")
-    key = costs.calibration_key(load_model(model_dir), range(1, 10))
+    key = calibration.calibration_key(load_model(model_dir), range(1, 10))
     f = tmp_path / "cache" / "calibration.json"
     f.parent.mkdir(parents=True)
-    planted = costs.Calibration("t(n)", {n: 0.010 * (n if n != 3 else 0.5) for n in range(1, 10)})
+    planted = calibration.Calibration("t(n)", {n: 0.010 * (n if n != 3 else 0.5) for n in range(1, 10)})
     f.write_text(json.dumps({key: planted.to_json()}))
     code, out, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", "layer-skip",
                               "--layers", "1", "--max-new-tokens", "3", "--no-compare"])

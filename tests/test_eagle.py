@@ -98,7 +98,7 @@ def test_greedy_chain_equals_plain(big_pair, big_eagle_dir, k):
     eagle = load_eagle(big_eagle_dir, target)
     if k == "auto":
         assert speculative_generate(target, eagle, prompt, 40, k="auto").tokens == plain  # calibrated here: may not draft
-        k = AutoK({n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}, 0.0005, learn_costs=False)
+        k = AutoK({n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 10)}, 0.0005, learn=False)
         eagle = load_eagle(big_eagle_dir, target)
     res = speculative_generate(target, eagle, prompt, 40, k=k)
     assert res.tokens == plain

@@ -298,8 +298,8 @@ def test_packing_at_load_makes_no_second_copy(tmp_path):
 
 
 def test_a_calibration_is_stored_per_kernel(both):
-    """The cost model's key (policy/costs.py) names the kernel: a numba calibration is never read for NumPy's."""
-    from minispec.policy.costs import calibration_key
+    """The calibration store's key (policy/calibration.py) names the kernel: a numba calibration is never read for NumPy's."""
+    from minispec.policy.calibration import calibration_key
 
     a, b = both
     assert calibration_key(a, (1, 2)) != calibration_key(b, (1, 2))

@@ -14,7 +14,7 @@ import pytest
 
 from minispec import PromptLookup, load_model, speculative_generate, tree_speculative_generate
 from minispec.model.tiny import tiny_config, write_random_model
-from minispec.policy import costs
+from minispec.policy import calibration, costs
 
 POLICIES = {"fixed": dict(k=3), "auto": dict(k="auto"), "tree fixed": dict(shape=(2, 3)), "tree auto": dict(shape="auto")}
 PROMPT = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
@@ -49,17 +49,17 @@ def test_seeded_auto_policies_keep_their_calibrated_costs(pair):
 
     for how in (dict(k="auto"), dict(shape="auto")):
         pol = start_run(target, draft, PROMPT, 4, seed=1, temperature=0.8, **how).policy
-        assert getattr(pol, "learn_costs", getattr(pol, "learn", None)) is False
+        assert pol.learn is False
         pol = start_run(target, draft, PROMPT, 4, seed=None, temperature=0.8, **how).policy
-        assert getattr(pol, "learn_costs", getattr(pol, "learn", None)) is True
+        assert pol.learn is True
         pol = start_run(target, draft, PROMPT, 4, seed=1, **how).policy  # greedy: the output does not depend on K
-        assert getattr(pol, "learn_costs", getattr(pol, "learn", None)) is True
+        assert pol.learn is True
 
 
 def test_drafter_costs_are_cached_by_model_not_by_drafter_object(pair, monkeypatch):
     from minispec.drafters import DraftModel
 
-    monkeypatch.setattr(costs, "_MEMORY", {})
+    monkeypatch.setattr(calibration, "_MEMORY", {})
     model = load_model(pair[1])
     first = costs.drafter_costs(DraftModel(model))
 

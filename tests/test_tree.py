@@ -9,7 +9,8 @@ from minispec import generate, rejection
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.harness.equivalence import chisquare_gof, exact_tree_first_token_distribution
 from minispec.harness.exact_loop import loop_law
-from minispec.policy import Acceptance, TreeShape
+from minispec.policy import Acceptance, AutoK, TreePolicy
+from minispec.policy.acceptance import PRIOR
 from minispec.sampling import sample, warp
 from minispec.speculative import tree_speculative_generate
 from minispec.tree import Tree, accept_tree, tree_mask, verify_tree, without
@@ -193,13 +194,24 @@ def test_cache_keep_compacts_accepted_path(models):
 
 def test_auto_shape_prefers_wide_trees_when_nodes_are_free():
     flat = {n: 0.01 * (1 + 0.02 * n) for n in range(1, 18)}
-    pol = TreeShape(flat, {w: 0.0005 for w in range(1, 5)}, learn=False)
+    pol = TreePolicy(flat, {w: 0.0005 for w in range(1, 5)}, learn=False)
     w, d = pol.next_shape()
     assert w * d >= 8
     steep = {n: 0.01 * n for n in range(1, 18)}  # every node costs a full pass
-    pol = TreeShape(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
+    pol = TreePolicy(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
     pol.acc[0] = Acceptance(prior=0.0, weight=20.0)  # context 0: nothing is ever accepted
     assert pol.next_shape() == (0, 0)
+
+
+def test_chains_and_trees_start_from_one_prior_and_wait_for_measurements():
+    """Both policies start from acceptance.PRIOR: on costs where one guess pays only above it, neither drafts before a
+    round or a probe has measured the drafter (bug: a tree policy starting from 0.5 drafted a 1 x 1 tree on the
+    prior's word, where a chain did not)."""
+    steep = {n: 0.010 * (1 + 0.3 * (n - 1)) for n in range(1, 18)}  # r(2) = 1.3: one free guess pays at a > 0.3
+    chain = AutoK(steep, 0.0, learn=False)
+    tree = TreePolicy(steep, {w: 0.0 for w in range(1, 5)}, learn=False)
+    assert chain.estimate.first == tree.acc[0].first == PRIOR
+    assert chain.next_k() == 0 and tree.next_shape() == (0, 0)
 
 
 def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
@@ -207,7 +219,7 @@ def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
     would have been accepted move an auto shape off (0, 0) without a verified round."""
     target, _ = models
 
-    class ProbeEveryRound(TreeShape):
+    class ProbeEveryRound(TreePolicy):
         def __init__(self):
             super().__init__({}, {}, auto=False, shape=(0, 0))
             self.probed = []
@@ -228,7 +240,7 @@ def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
         want = warp(target.forward(seq, target.new_cache(len(seq)))[-1], 1.0)[guess[0]] if guess else None
         assert (got is None) == (want is None) and (got is None or got[0] == pytest.approx(want, abs=1e-6)), i
     cpu_like = {n: 0.010 * (1.0 if n == 1 else 2.2 + 0.02 * n) for n in range(1, 18)}
-    auto = TreeShape(cpu_like, {w: 0.0 for w in range(1, 5)}, learn=False)
+    auto = TreePolicy(cpu_like, {w: 0.0 for w in range(1, 5)}, learn=False)
     auto.acc[0] = Acceptance(prior=0.0)
     assert auto.next_shape() == (0, 0) and auto.probe()
     for _ in range(10):

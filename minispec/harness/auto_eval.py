@@ -27,7 +27,7 @@ from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
 from ..model.progress import Progress
-from ..policy import costs as cost_model
+from ..policy import calibration as store
 from ..policy import k_policy, notes_of
 from ..rounds import SpecResult
 from ..speculative import speculative_generate
@@ -50,7 +50,7 @@ def corrupt_calibration(target, drafters) -> None:
     """Measure and store honest calibrations, then scale the stored figures as a busy machine once had them."""
     for d in drafters:
         k_policy("auto", target, d)
-    f = cost_model.cache_dir() / "calibration.json"
+    f = store.cache_dir() / "calibration.json"
     data = json.loads(f.read_text())
     for entry in data.values():
         t = entry["times"]
@@ -60,7 +60,7 @@ def corrupt_calibration(target, drafters) -> None:
             for n in t:
                 t[n] *= BUSY.get(int(n), 1.9)
     f.write_text(json.dumps(data))
-    cost_model._MEMORY.clear()  # a new process: it reads the corrupted file
+    store._MEMORY.clear()  # a new process: it reads the corrupted file
 
 
 def round_ratios(timed) -> dict:
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
         if a.calibration == "corrupted":  # a cache of its own: the user's calibrations stay as they are
             os.environ["MINISPEC_CACHE"] = tempfile.mkdtemp(prefix="minispec-corrupted-")
             os.environ.pop("MINISPEC_NO_CALIBRATION_CACHE", None)
-            cost_model._MEMORY.clear()  # measured afresh, stored there, then corrupted
+            store._MEMORY.clear()  # measured afresh, stored there, then corrupted
         res = run(a)
     finally:
         for k, v in saved.items():
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
             else:
                 os.environ[k] = v
         if a.calibration == "corrupted":
-            cost_model._MEMORY.clear()  # the corrupted figures' replacements belong to the temporary cache
+            store._MEMORY.clear()  # the corrupted figures' replacements belong to the temporary cache
     print(report(res))
     if a.json:
         origin = provenance(None if argv is None else [*p.prog.split(), *argv])  # date, commit, command, machine

@@ -22,7 +22,7 @@ from ..drafters import as_drafter
 from ..drafters.protocol import HasModel, ReadsFeatures
 from ..generate import generate
 from ..model.progress import Progress
-from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
+from ..policy import drafter_costs, expected_tokens, forward_times, verify_calibration
 from ..policy.costs import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, compact_json, kv_bytes_per_token, peak_rss_bytes, side_by_side
@@ -78,8 +78,8 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     fixed_ctx = list(np.resize(np.asarray(ctx), context))
     step = {name: guess_time(d, fixed_ctx) for name, d in drafters.items()}
     if auto:  # calibrate once, outside the timed runs (the cost model caches it per model)
-        calibrate_verify(target, max(list(ks) + list(slow_ks or ())) + 1)
-        calibrate_verify(target, 17)
+        verify_calibration(target, range(1, max(list(ks) + list(slow_ks or ())) + 2))
+        verify_calibration(target, range(1, 18))
         for d in drafters.values():
             drafter_costs(d)
     c = {name: s / t[1] for name, s in step.items()}

@@ -1,14 +1,20 @@
 """The policy: how many guesses to draft each round (or which tree), and when to stop early.
 
-The loops never look inside a policy; their ``Run`` (rounds.py) asks it four things:
+The loops never look inside a policy. Their ``Run`` (rounds.py) asks a chain policy three things each round,
+and hands the drafter a fourth:
 
-    next_k(unseen, context) -> K         a tree policy: next_shape(unseen, context) -> (width, depth)
-    keep(j, reach) -> bool               the early stop before guess j (or ``keep = None``: none)
-    probe() -> bool                      in a plain round: draft one unverified guess to measure it?
+    next_k(unseen, context) -> K         how many guesses to draft (0: a plain round)
+    probe() -> bool                      asked in a plain round only: draft one unverified guess to measure it?
     observe(drafted, accepted, t_draft, t_verify, probed, nodes)     how the round went
+    keep(j, reach) -> bool               handed to ``drafter.propose``: the early stop before guess j (None: none)
 
-``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``) and ``TreeShape`` (``tree="auto"``)
-choose from a cost model fed by measured costs (costs.py) and acceptance estimates (acceptance.py).
+A tree policy is asked ``next_shape(unseen, context) -> (width, depth)`` instead of ``next_k``, and has no
+``keep``; ``start_run`` reads its ``max_room`` (the most nodes a tree takes in the cache). ``Run.result``
+lists a policy's ``calibrations``, where it has them.
+
+``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``, auto_k.py) and ``TreePolicy`` (``tree="auto"``,
+tree_policy.py) choose from a cost model fed by measured costs (costs.py: each a calibration, calibration.py, of a
+timing, timing.py) and acceptance estimates (acceptance.py).
 None of them changes the output distribution: every token still comes from the rejection rule.
 
 Seeds. The policy decides how many random numbers a round draws (one per guess drafted, one per
@@ -17,9 +23,10 @@ check), so a seeded run reproduces its output only if its policy makes the same 
 ``learn=False``: they choose from the calibrated costs and the acceptances they observe, never from
 this run's clock. Greedy runs (T = 0) follow their clock whatever the seed: their output does not
 depend on K. Unseeded runs follow it too, and fall back to plain rounds when drafting runs slower than
-predicted (auto_k.py).
+predicted (auto_k.py). ``minispec generate`` seeds every run (``--seed``, default 0) and asks the same rule
+(``follows_clock``), so at T > 0 its automatic policies keep their calibrated costs.
 
-The calibration a run uses is validated when its process first needs it (costs.py: the physics checks
+The calibration a run uses is validated when its process first needs it (calibration.py: the physics checks
 and a cheap probe) and may be measured afresh then; the run's result lists the calibrations it used
 (``SpecResult.calibration``). So a seeded ``k="auto"`` run repeats its tokens exactly in the same
 process, and in another process that uses the same calibration: ``MINISPEC_TRUST_CALIBRATION=1`` uses
@@ -36,12 +43,15 @@ import numpy as np
 
 from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
-from .costs import Calibration, calibrate, calibrate_verify, drafter_costs, forward_times, notes_of
-from .tree_shape import TreeShape, auto_tree_shape
+from .calibration import Calibration, notes_of
+from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
+from .timing import forward_times
+from .tree_policy import TreePolicy, auto_tree_policy
 
-__all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreeShape", "auto_k",
-           "auto_tree_shape", "calibrate", "calibrate_verify", "drafter_costs", "expected_tokens", "forward_times",
-           "follows_clock", "k_policy", "notes_of", "probe_cost", "run_length", "stopped_k", "tree_policy"]
+__all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreePolicy", "auto_k",
+           "auto_tree_policy", "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times",
+           "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
+           "verify_calibration"]
 
 
 def follows_clock(seed, temperature: float) -> bool:
@@ -64,14 +74,14 @@ def k_policy(k, target, drafter, learn: bool = True):
     raise ValueError(f"k must be a non-negative integer, 'auto' or a policy object, got {k!r}")
 
 
-def tree_policy(shape, target, drafter, learn: bool = True) -> TreeShape:
-    """shape: (width, depth), "auto" (TreeShape chosen per round, calibrated for this pair), or a TreeShape.
+def shape_policy(shape, target, drafter, learn: bool = True) -> TreePolicy:
+    """shape: (width, depth), "auto" (TreePolicy chosen per round, calibrated for this pair), or a TreePolicy.
     ``learn``: as for ``k_policy``."""
-    if isinstance(shape, TreeShape):
+    if isinstance(shape, TreePolicy):
         return shape
     if isinstance(shape, str) and shape == "auto":
-        return auto_tree_shape(target, drafter, learn=learn)
+        return auto_tree_policy(target, drafter, learn=learn)
     if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
-        raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a TreeShape, "
+        raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a TreePolicy, "
                          f"got {shape!r}")
-    return TreeShape.fixed(shape[0], shape[1])
+    return TreePolicy.fixed(shape[0], shape[1])

@@ -10,11 +10,17 @@ its b is far above its a. Each estimate decays (recent rounds weigh more), and o
 *context*: a label the drafter gives cheaply before drafting (``drafter.context(tokens)``; for
 prompt lookup, the length of the n-gram it matched). Labels are ordered: a higher one says the
 drafter has more reason to be right.
+
+Every estimate starts from PRIOR = 0.3, for chains and trees alike: below the acceptance at which even one
+guess pays (at K = 1, a > c + r(2) - 1; the README gives the study's figure), so that a policy drafts only
+once rounds or probes have measured that drafting pays, not on the prior's word.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+PRIOR = 0.3  # a guess is expected accepted this often until measured (module docstring)
 
 
 def run_length(b: float, k: int) -> float:
@@ -35,7 +41,7 @@ class Acceptance:
     success iff n >= 1; the later ones add n - 1 successes and, if 1 <= n < K, one failure. Older rounds
     weigh ``decay`` less per round; the prior weighs as much as ``weight`` fresh observations."""
 
-    def __init__(self, prior: float = 0.5, weight: float = 2.0, decay: float = 0.8, prior_next: float | None = None):
+    def __init__(self, prior: float = PRIOR, weight: float = 2.0, decay: float = 0.8, prior_next: float | None = None):
         self.prior, self.prior_next = prior, prior_next  # prior_next None: b's prior is the current a
         self.weight, self.decay = weight, decay
         self.counts = np.zeros((2, 2))  # [first, next] x [successes, failures]

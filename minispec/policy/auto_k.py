@@ -7,11 +7,9 @@ The model (Leviathan et al. 2022, section 3, with measured costs and two accepta
     K*   = argmax_{0 <= K <= k_max} E(K) / T(K)
 
 K = 0 is a plain decoding step, so the chosen K never plans to be slower than plain decoding. Two
-guards keep noisy estimates from costing time: a drafter starts from an acceptance of PRIOR = 0.3
-(below what pays here; probes and rounds raise it), and a drafting K is chosen only when it expects
-to beat plain decoding by MARGIN = 5%. Measured with ``minispec bench auto`` (docs/policy.md): without
-them, 0.94-0.96x on code and chat for most drafters; with them, 0.98-1.02x, and prompt lookup's
-grounded prompts gained (1.17x -> 1.32x).
+guards keep noisy estimates from costing time: a drafter starts from a low acceptance (acceptance.PRIOR;
+probes and rounds raise it), and a drafting K is chosen only when it expects to beat plain decoding by
+MARGIN = 5% (``minispec bench auto`` measures both: docs/policy.md).
 Dividing by t_verify(1), E(K) / T(K) is the papers' speedup E(K) / (K c + r(K + 1)).
 
 Probes. While K = 0 the estimates of a and b would get no news. So a plain round may draft one
@@ -31,7 +29,7 @@ from it (drafters.DraftModel.propose says why a rule that looks at the drawn tok
 lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's planned rate
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
-Runs that notice (``learn_costs``). A run that may follow its own clock (unseeded, or greedy, whose
+Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy, whose
 output does not depend on K) refines t_verify(1) from its plain rounds, and keeps ``slowdown``: how much
 slower its drafting rounds ran than the calibrated cost model predicted for them (a decaying mean of
 measured / predicted seconds). It covers what no calibration sees: re-reading the text in a
@@ -41,16 +39,14 @@ falls back to them: "never slower" kept at run time, not only at calibration. A 
 keeps its calibrated costs instead, so that its choices, and with them its random draws, repeat.
 
 The policy only chooses how many guesses to draft: every token still comes from the same rejection
-rule, so the output distribution is unchanged. Measurements and the history of this design:
-docs/policy.md.
+rule, so the output distribution is unchanged. Measurements: docs/policy.md.
 """
 
 from __future__ import annotations
 
 from .acceptance import Acceptance, PerContext, expected_tokens
-from .costs import drafter_calibration, verify_calibration
+from .costs import drafter_calibration, drafter_costs, verify_calibration
 
-PRIOR = 0.3  # a guess is expected accepted this often until measured: below what pays at K = 1 with NumPy's kernel here (a > c + r(2) - 1)
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
 
 
@@ -70,6 +66,13 @@ class FixedK:
 
     def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None, probed=None, nodes=None) -> None:
         pass
+
+
+def best(options, rate) -> tuple:
+    """(the option with the highest ``rate``, that rate): the cost model's argmax (the first of equals wins), for
+    chains (K) and trees (width, depth) alike."""
+    option = max(options, key=rate)
+    return option, rate(option)
 
 
 def probe_cost(unseen: int, feed_time: float, guess_time: float) -> float:
@@ -97,17 +100,17 @@ class ProbeBudget:
 class AutoK:
     """Choose K per round from the cost model (module docstring). Costs in seconds: ``verify_time``
     {n: one target pass over n tokens}, ``draft_time`` per guess, ``feed_time`` per token the drafter
-    must catch up on. ``learn_costs=False`` keeps the given costs (deterministic, for tests)."""
+    must catch up on. ``learn=False`` keeps the given costs (deterministic, for tests)."""
 
     def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
-                 acceptance: Acceptance | None = None, probe_share: float = 0.01, learn_costs: bool = True,
+                 acceptance: Acceptance | None = None, probe_share: float = 0.01, learn: bool = True,
                  margin: float = MARGIN):
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
-        self.acc = PerContext(acceptance or Acceptance(prior=PRIOR))  # context -> its estimate
+        self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
-        self.learn_costs = learn_costs
+        self.learn = learn
         self.unseen = 1  # tokens the drafter has not seen at this round's start
         self.history: list[int] = []  # K of every round
         self.probes = 0  # plain rounds that probed
@@ -115,7 +118,7 @@ class AutoK:
         self.slowdown = 1.0  # measured / predicted seconds of this run's drafting rounds (learning only)
         self.margin = margin
         self.timed: list[tuple[int, float, float]] = []  # (K, predicted, measured seconds) of every timed round
-        self.calibrations: list = []  # the Calibration records its costs came from (costs.py), if any
+        self.calibrations: list = []  # the Calibration records its costs came from (calibration.py), if any
 
     @property
     def estimate(self) -> Acceptance:
@@ -133,8 +136,7 @@ class AutoK:
 
     def best_drafting(self) -> tuple[int, float]:
         """(K >= 1, its expected tokens per second) with the best rate under the current estimates."""
-        k = max(range(1, self.k_max + 1), key=self.rate)
-        return k, self.rate(k)
+        return best(range(1, self.k_max + 1), self.rate)
 
     def hopeless(self) -> bool:
         """True when no K could beat plain decoding even if every guess were accepted."""
@@ -156,8 +158,8 @@ class AutoK:
     def choose(self) -> int:
         """The K with the highest expected rate (K = 0 is plain decoding, so ``planned`` is never below it); a
         drafting K only when it expects to beat plain decoding by ``margin``."""
-        k = max(range(1, self.k_max + 1), key=self.rate)
-        return k if self.rate(k) > (1 + self.margin) * self.rate(0) else 0
+        k, rate = self.best_drafting()
+        return k if rate > (1 + self.margin) * self.rate(0) else 0
 
     def keep(self, j: int, reach: float) -> bool:
         """Early stop: is guess j (2 <= j <= K) worth its row in the verification pass? It adds a token only
@@ -165,9 +167,9 @@ class AutoK:
         top probabilities). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's
         planned rate would have bought that many tokens. So the threshold is not a fixed guess (like
         transformers' ``assistant_confidence_threshold`` or llama.cpp's ``--draft-p-min``): it follows the
-        cost curve, high where a row is dear (2 -> 3 rows: 0.37 of a step here), near zero where rows are
-        almost free (5 -> 8 rows), and high again at 9. The first guess is always kept: K >= 1 already
-        says it pays, and keeping it keeps the estimate of ``a`` a measure of every first guess."""
+        cost curve, high where a row is dear and near zero where rows are almost free (where r(n) is flat).
+        The first guess is always kept: K >= 1 already says it pays, and keeping it keeps the estimate of
+        ``a`` a measure of every first guess."""
         if j == 1:
             return True
         return reach >= (self.verify_time[j + 1] - self.verify_time[j]) * self.planned
@@ -187,12 +189,12 @@ class AutoK:
         if t_verify is not None:  # (None: the pass also carried the prompt)
             catch_up = max(self.unseen - 1, 0) * self.feed_time if drafted or probed is not None else 0.0
             predicted = self.round_time(drafted) + catch_up + (self.draft_time if probed is not None else 0.0)
-            if self.learn_costs and probed is not None:  # a probe is paid what it really cost, not what was modelled
+            if self.learn and probed is not None:  # a probe is paid what it really cost, not what was modelled
                 self.budget.saved -= max(0.0, t_draft - self.probe_cost(self.unseen))
             self.timed.append((drafted, predicted, t_draft + t_verify))  # (`minispec bench auto` shows them)
-            if self.learn_costs and drafted:  # measured against what the cost model predicted for this round
+            if self.learn and drafted:  # measured against what the cost model predicted for this round
                 self.slowdown = 0.7 * self.slowdown + 0.3 * (t_draft + t_verify) / predicted
-            elif self.learn_costs:  # a plain step: the rate every K is compared with
+            elif self.learn:  # a plain step: the rate every K is compared with
                 self.verify_time[1] = 0.8 * self.verify_time[1] + 0.2 * t_verify
         if drafted:
             self.estimate.update(drafted, accepted)
@@ -215,26 +217,21 @@ class StoppedK(AutoK):
         return self.k
 
 
-def calibrated_costs(target, drafter, n_max: int) -> tuple[list, dict, float, float]:
-    """(the calibrations, t_verify(n) for n = 1..n_max, seconds per guess, per token fed) for this pair."""
-    verify, draft = verify_calibration(target, range(1, n_max + 1)), drafter_calibration(drafter)
-    guess, fed = (0.0, 0.0) if draft is None else (draft.times["guess"], draft.times["fed"])
-    return [verify, draft], dict(verify.times), guess, fed
-
-
 def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
     """An AutoK calibrated for this target and drafter; ``learn=False``: it keeps the calibrated costs (a
     seeded run), else it refines them with each round's timings. K stays below the target's context."""
     k_max = max(1, min(k_max, target.cfg.max_position_embeddings - 1))
-    calibrations, verify, guess, fed = calibrated_costs(target, drafter, k_max + 1)
-    policy = AutoK(verify, guess, k_max, fed, learn_costs=learn)
-    policy.calibrations = calibrations
+    verify = verify_calibration(target, range(1, k_max + 2))
+    guess, fed = drafter_costs(drafter)
+    policy = AutoK(verify.times, guess, k_max, fed, learn=learn)
+    policy.calibrations = [verify, drafter_calibration(drafter)]
     return policy
 
 
 def stopped_k(target, drafter, k: int) -> StoppedK:
     """A StoppedK calibrated for this target and drafter."""
-    calibrations, verify, guess, fed = calibrated_costs(target, drafter, max(k, 8) + 1)
-    policy = StoppedK(k, verify, guess, feed_time=fed)
-    policy.calibrations = calibrations
+    verify = verify_calibration(target, range(1, max(k, 8) + 2))
+    guess, fed = drafter_costs(drafter)
+    policy = StoppedK(k, verify.times, guess, feed_time=fed)
+    policy.calibrations = [verify, drafter_calibration(drafter)]
     return policy

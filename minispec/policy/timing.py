@@ -3,9 +3,15 @@
 A model pass is timed by ``forward_times``. A draft model is timed through the drafter protocol
 (``guess_time``). A drafter that cannot be timed through ``propose`` alone (an EAGLE head needs the target's
 features, a draft with its own tokenizer reads text) times itself through its cost hook
-(drafters/protocol.py: ``TimesItself``, ``TimesItsTreeLevels``), on this module's clock. Each timing leaves the
-drafter's proposals as they were; a draft model's cache may hold what it was timed on. These are the measured
-inputs of the cost model (costs.py).
+(drafters/protocol.py: ``TimesItself``, ``TimesItsTreeLevels``), on this module's clock. These are the
+measured inputs of the cost model (costs.py).
+
+What a timing leaves behind: ``forward_times`` runs on a cache of its own, so the model is as it was. A
+drafter timed through ``propose`` keeps what it was timed on in its cache; its next ``propose`` catches up
+from there, so its proposals are the same as without the timing. A drafter's own hook decides what it
+keeps: the EAGLE head and the drafts with their own tokenizer forget what they were timed on (their caches,
+and the head's features, are emptied). Either way a drafter's ``forwards`` counts the timed passes: a run
+reads it only after its policy, and with it any calibration, is built (rounds.start_run).
 
 Every timing reads ``clock``: a test puts a scripted clock in its place, so that no test's outcome depends
 on how fast the machine was a moment ago.

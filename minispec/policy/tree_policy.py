@@ -1,11 +1,12 @@
-"""Tree shapes per round (``tree="auto"``): the width x depth that maximises expected tokens per second.
+"""The tree policy (``tree="auto"``): each round, the tree shape width x depth that maximises expected tokens per
+second.
 
 The chain policy's cost model (auto_k.py) for a tree of ``width`` first guesses, each followed by a
 chain of ``depth - 1`` guesses, with first-guess acceptance a and later-guess acceptance b
 (acceptance.py), the first level tried ``width`` times, independently:
 
     E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b)
-    T = depth draft passes over ``width`` rows + t_verify(width * depth + 1)
+    T = depth tree levels of ``width`` nodes (costs.py: ``level_calibration``) + t_verify(width * depth + 1)
 
 When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (auto_k.py).
 """
@@ -16,22 +17,24 @@ import numpy as np
 
 from ..drafters.protocol import HasModel, TimesItsTreeLevels
 from .acceptance import Acceptance, PerContext, run_length
-from .auto_k import ProbeBudget, probe_cost
+from .auto_k import ProbeBudget, best, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
-class TreeShape:
+class TreePolicy:
     """Choose (width, depth) per round from the cost model (module docstring), as AutoK chooses K.
-    A fixed shape is ``TreeShape.fixed(width, depth)``; ``max_nodes`` bounds width * depth."""
+    A fixed shape is ``TreePolicy.fixed(width, depth)``; ``max_nodes`` bounds width * depth."""
 
-    def __init__(self, verify_time: dict, draft_time: dict, max_nodes: int = 16, auto: bool = True,
+    def __init__(self, verify_time: dict, level_time: dict, max_nodes: int = 16, auto: bool = True,
                  shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.01):
-        self.verify_time, self.draft_time, self.max_nodes, self.auto, self.shape = verify_time, draft_time, max_nodes, auto, shape
+        """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` {w: one tree level of
+        w nodes}, ``feed_time`` per token the drafter must catch up on."""
+        self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
 
     @classmethod
-    def fixed(cls, width: int, depth: int) -> "TreeShape":
+    def fixed(cls, width: int, depth: int) -> "TreePolicy":
         """Always (width, depth); (0, d) or (w, 0) is plain decoding."""
         for name, x in (("width", width), ("depth", depth)):
             if not (isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0):
@@ -47,16 +50,19 @@ class TreeShape:
     def cost(self, w: int, d: int) -> float:
         if w == 0 or d == 0:
             return self.verify_time[1]
-        return d * self.draft_time.get(w, self.draft_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
+        return d * self.level_time.get(w, self.level_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
 
     def shapes(self) -> list[tuple[int, int]]:
         """Every shape the policy may choose, (0, 0) (a plain round) first."""
         return [(0, 0)] + [(w, d) for w in range(1, 5) for d in range(1, 9) if w * d <= self.max_nodes]
 
+    def rate(self, shape: tuple[int, int]) -> float:
+        """Expected tokens per second of a round of this shape."""
+        return self.expected(*shape) / self.cost(*shape)
+
     def best_drafting(self) -> tuple[tuple[int, int], float]:
         """(shape, its expected tokens per second) of the best tree under the current estimates."""
-        best = max(self.shapes()[1:], key=lambda s: self.expected(*s) / self.cost(*s))
-        return best, self.expected(*best) / self.cost(*best)
+        return best(self.shapes()[1:], self.rate)
 
     def next_shape(self, unseen: int = 1, context: int = 0) -> tuple[int, int]:
         """``unseen``, ``context``: as for AutoK.next_k."""
@@ -64,9 +70,9 @@ class TreeShape:
         if not self.auto:
             return self.shape
         self.unseen = unseen
-        best = max(self.shapes(), key=lambda s: self.expected(*s) / self.cost(*s))
-        self.history.append(best)
-        return best
+        shape, _ = best(self.shapes(), self.rate)
+        self.history.append(shape)
+        return shape
 
     @property
     def max_room(self) -> int:
@@ -75,7 +81,7 @@ class TreeShape:
 
     def probe(self) -> bool:
         """As AutoK.probe: a plain round drafts one unverified guess when the budget pays for it."""
-        return self.auto and self.budget.afford(probe_cost(self.unseen, self.feed_time, self.draft_time.get(1, 0.0)))
+        return self.auto and self.budget.afford(probe_cost(self.unseen, self.feed_time, self.level_time.get(1, 0.0)))
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None,
                 probed: tuple[float, bool] | None = None, nodes: int = 0) -> None:
@@ -90,14 +96,14 @@ class TreeShape:
                 self.acc[self.context].update_probe(*probed)
 
 
-def auto_tree_shape(target, drafter, max_nodes: int = 16, learn: bool = True) -> TreeShape:
-    """A TreeShape calibrated for this target and drafter; ``learn=False`` keeps the calibrated costs (a
+def auto_tree_policy(target, drafter, max_nodes: int = 16, learn: bool = True) -> TreePolicy:
+    """A TreePolicy calibrated for this target and drafter; ``learn=False`` keeps the calibrated costs (a
     seeded run). A tree stays below the target's context."""
     max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
     verify = verify_calibration(target, range(1, max_nodes + 2))
     has_model = isinstance(drafter, (TimesItsTreeLevels, HasModel))  # a cost to time
     levels = level_calibration(drafter) if has_model else None
-    draft = {int(w): float(t) for w, t in levels.times.items()} if levels else {w: 0.0 for w in range(1, 5)}
-    shape = TreeShape(dict(verify.times), draft, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
-    shape.calibrations = [verify, levels, drafter_calibration(drafter)]
-    return shape
+    level_time = {int(w): float(t) for w, t in levels.times.items()} if levels else {w: 0.0 for w in range(1, 5)}
+    policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
+    policy.calibrations = [verify, levels, drafter_calibration(drafter)]
+    return policy

@@ -1,0 +1,45 @@
+"""`minispec generate` and the policies it builds: what the CLI hands the loops and the trace."""
+
+import json
+import math
+
+import pytest
+
+from .helpers import chat_model_dir, run_cli
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return chat_model_dir(tmp_path_factory.mktemp("cli") / "model")
+
+
+@pytest.mark.parametrize("tree", ["2x2", "auto"])
+def test_a_traced_tree_run_writes_its_trace_with_the_speed_models_prediction(model_dir, tmp_path, tree):
+    """A tree policy's costs per tree level are not a chain's seconds per guess: the trace's prediction reads the
+    drafter's cost per guess (bug: the tree policy's per-level costs, a dict, were multiplied by K and the run
+    ended in a TypeError after its output)."""
+    path = tmp_path / "run.json"
+    code, _, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "a b a b a b", "--draft", "prompt-lookup",
+                            "--tree", tree, "--max-new-tokens", "8", "--no-stop", "--no-compare", "--trace", str(path)])
+    assert code == 0, err
+    summary = json.loads(path.read_text())["summary"]
+    assert summary["k"] == f"tree {tree if tree == 'auto' else (2, 2)}"
+    assert isinstance(summary["predicted_speedup"], float) and math.isfinite(summary["predicted_speedup"])
+
+
+@pytest.mark.parametrize("extra, learns", [(["--temperature", "0.8", "--seed", "5"], False),
+                                           (["--temperature", "0.8"], False),  # --seed defaults to 0: a seed
+                                           (["--temperature", "0", "--seed", "5"], True)],
+                         ids=["seeded", "default-seed", "greedy"])
+def test_the_cli_builds_its_policy_with_the_loops_rule_for_following_the_clock(model_dir, monkeypatch, extra, learns):
+    """The policy ``generate`` builds keeps its calibrated costs exactly when the loops' own rule says so
+    (policy.follows_clock: a seeded run at T > 0, so that the seed repeats); a greedy run follows its clock."""
+    from minispec import cli
+
+    built = []
+    real = cli.k_policy
+    monkeypatch.setattr(cli, "k_policy", lambda *a, **kw: built.append(real(*a, **kw)) or built[-1])
+    code, _, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "a b a b", "--draft", "prompt-lookup",
+                            "--max-new-tokens", "3", "--no-compare", *extra])
+    assert code == 0, err
+    assert [p.learn for p in built] == [learns]
