@@ -26,12 +26,12 @@ from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_draft
 from ..model.progress import Progress
 from ..policy import forward_times
+from ..policy.acceptance import predicted_speedup
 from ..policy.costs import guess_time
 from ..sampling import warp
 from ..speculative import speculative_generate
 from .measure import SETTINGS, side_by_side
 from .prompts import load_prompts
-from .study import predicted_speedup
 
 
 def acceptance_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:

@@ -5,7 +5,8 @@ prompt, plain decoding runs before and after the speculative configurations, and
 that prompt's plain time (mean of the two bracketing runs) over the configuration's time. Medians
 and quartiles are over prompts. The Leviathan et al. model predicts the speedup from the measured
 acceptances, cost ratio c and verify-cost ratio r(K+1), with the first guess accepted with
-probability a and each later one with b given the one before (b = a in the paper; see policy/acceptance.py):
+probability a and each later one with b given the one before (b = a in the paper; policy/acceptance.py's
+``predicted_speedup``):
 
     speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + r(K+1))
 """
@@ -22,19 +23,13 @@ from ..drafters import as_drafter
 from ..drafters.protocol import HasModel, ReadsFeatures
 from ..generate import generate
 from ..model.progress import Progress
-from ..policy import calibrate_verify, drafter_costs, expected_tokens, forward_times
+from ..policy import calibrate_verify, drafter_costs, forward_times
+from ..policy.acceptance import predicted_speedup
 from ..policy.costs import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, compact_json, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import machine_info, provenance
-
-
-def predicted_speedup(a: float, c: float, r_k1: float, k: int, b: float | None = None) -> float:
-    """Expected tokens per round over the round's cost in target-step units (b = None: b = a)."""
-    if k == 0:
-        return 1.0
-    return expected_tokens(a, k, b) / (k * c + r_k1)
 
 
 def first_and_next(accepted: list, drafted: list) -> tuple[float, float | None]:
