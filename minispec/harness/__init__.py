@@ -1,8 +1,8 @@
 """The measuring harness: everything that checks or measures the library, never used by it.
 
     check.py        ``minispec check``: level-4 losslessness on the real target
-    equivalence.py  exact output distributions, chi-square tests and the deliberately broken rules
-    exact_law.py    level 1 for a whole round: a rule's exact output law, integrated over every draw
+    equivalence.py  the deliberately broken rules (twins of the real ones), chi-square and permutation tests
+    exact_law.py    level 1: a rule's exact output law (a round, its first token, a tree's), integrated over every draw
     exact_loop.py   level 3, exact: the loop itself walked over every branch of its randomness
     power.py        ``minispec bench power``: how large a departure level 4 catches (planted, of exact size)
     study.py        ``minispec bench``: acceptance, speedup, r(n), c and memory per drafter and K
