@@ -15,6 +15,7 @@
     crossvocab_eval.py  ``minispec bench vocab``: drafts with their own tokenizer (SLEM, TLI) against the same-tokenizer draft
     gpu.py          ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict
     stop_eval.py    ``minispec bench stop``: the early stop, measured
+    command.py      what the commands share: the target and drafters they load, checked first; the JSON they store
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
     first_guess.py  a drafter's teacher-forced first guess, for level 4's acceptance statistic

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from ..drafters.eagle import Eagle, load_eagle
-from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_eagle
+from ..model.fetch import shipped_eagle
 from ..model.progress import Progress
 from ..model.safetensors_io import read_safetensors
 from ..policy.timing import clock, forward_times
 from ..speculative import speculative_generate
+from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
 from .prompts import load_prompts
 
 RSS_SCRIPT = """
@@ -70,7 +70,7 @@ def full_order(listed, V: int) -> list[int]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="minispec bench eagle", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped one)")
     p.add_argument("--sizes", default="8192,16384,49152", help="reduced-head sizes (default 8192,16384,49152)")
     p.add_argument("--prompts-per-set", type=int, default=6)
@@ -78,11 +78,9 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
-    head_dir = a.eagle or shipped_eagle()
-    if head_dir is None:
-        p.error("no EAGLE head: pass --eagle DIR (the shipped one is weights/eagle-smollm2-135m)")
-    target_dir = resolve_model(a.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    check_json_path(a.json)
+    head_dir = given_or_shipped(p, a.eagle, shipped_eagle(), "no EAGLE head: pass --eagle DIR (the shipped one is weights/eagle-smollm2-135m)")
+    target, tok = load_target(a.model)
     shipped = load_eagle(head_dir, target)  # checks the directory
     tensors = read_safetensors(Path(head_dir) / "eagle.safetensors")
     order_file = Path(head_dir) / "token_frequency_order.json"
@@ -105,8 +103,8 @@ def main(argv=None) -> int:
                                                       bar)
         res["sizes"][size] = row
     bar.close()
-    plain, lookup = resident_after_run(target_dir, "none"), resident_after_run(target_dir, "prompt-lookup")
-    with_head = resident_after_run(target_dir, str(head_dir))
+    plain, lookup = resident_after_run(target.path, "none"), resident_after_run(target.path, "prompt-lookup")
+    with_head = resident_after_run(target.path, str(head_dir))
     res["memory"] = dict(plain_rss_mb=plain / 1e6, prompt_lookup_rss_mb=lookup / 1e6, eagle_rss_mb=with_head / 1e6,
                          added_mb=(with_head - lookup) / 1e6, added_over_plain_mb=(with_head - plain) / 1e6,
                          head_arrays_mb=shipped.weight_bytes / 1e6)

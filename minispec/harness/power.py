@@ -229,12 +229,11 @@ def main(argv=None) -> int:
         res = power_study(target, draft, prompts, sizes, a.repeats, a.run_tokens)
     if a.smollm2:
         from ..drafters import make_drafter
-        from ..model import load_tokenizer
-        from ..model.fetch import resolve_model, shipped_draft
+        from ..model.fetch import shipped_draft
         from .check import all_prompts
+        from .command import load_target
 
-        d = resolve_model(None)
-        smol, tok = load_model(d), load_tokenizer(d)
+        smol, tok = load_target(None)
         res["smollm2"] = smollm2_point(smol, make_drafter(shipped_draft(), smol), all_prompts(tok))
     res["provenance"] = provenance()
     out = Path(a.out)
