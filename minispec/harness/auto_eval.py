@@ -6,9 +6,10 @@ the speedup is auto's best tokens/s over plain's best, and the median is over pr
 model's predicted seconds of a round next to the measured ones: drafting rounds and plain rounds apart, as
 the mean of measured / predicted, with the share of rounds that drafted and the run's final slowdown.
 
-``--calibration corrupted`` first stores a calibration like the one a busy machine once wrote (t(n) of the
-target scaled as in docs/policy.md: t(1) x 2.6, t(2) x 6.1, t(3) x 1.35, ...; every drafter's guess 3x too
-cheap) in a cache directory of its own, then runs: the calibration must be distrusted and measured afresh.
+``--calibration corrupted`` first stores, in a cache directory of its own, calibrations that are wrong the way a
+busy machine's are (``corrupt_calibration``: the target's t(n) multiplied by ``BUSY``, t(1) x 2.6, t(2) x 6.1,
+t(3) x 1.35, ...; every drafter's guess 3x too cheap), then runs: the cost model must distrust every stored figure
+and measure it afresh.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from .command import check_json_path, drafters_parser, last_prompts, load_target
 from .measure import side_by_side
 from .prompts import PROMPT_SETS
 
-BUSY = {1: 2.59, 2: 6.10, 3: 1.35, 4: 1.38, 5: 1.69, 6: 1.75, 7: 1.80, 8: 1.85, 9: 1.90}  # busy / quiet t(n), measured
+# t(n) on a busy machine over t(n) on a quiet one: the two calibrations docs/policy.md quotes ("A cost model that
+# survives a noisy machine") for n = 1-5 and 9; n = 6-8 interpolated, and 1.9 past 9
+BUSY = {1: 2.59, 2: 6.10, 3: 1.35, 4: 1.38, 5: 1.69, 6: 1.75, 7: 1.80, 8: 1.85, 9: 1.90}
 
 
 def drafter_specs() -> list[str]:
@@ -41,7 +44,8 @@ def drafter_specs() -> list[str]:
 
 
 def corrupt_calibration(target, drafters) -> None:
-    """Measure and store honest calibrations, then scale the stored figures as a busy machine once had them."""
+    """Measure and store honest calibrations of the target and of every drafter, then rewrite the stored file: each
+    t(n) of the target multiplied by ``BUSY[n]``, each drafter's seconds per guess divided by 3."""
     for d in drafters:
         k_policy("auto", target, d)
     f = cost_model.cache_dir() / "calibration.json"
