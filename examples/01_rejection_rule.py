@@ -12,7 +12,8 @@ import argparse
 
 import numpy as np
 
-from minispec.harness.equivalence import broken_accept_reject, chisquare_gof, exact_first_token_distribution
+from minispec.harness.equivalence import broken_accept_reject, chisquare_gof
+from minispec.harness.exact_law import first_token_law
 from minispec.rejection import accept_reject
 from minispec.sampling import sample
 
@@ -44,7 +45,7 @@ def main():
     print(f"acceptance probability of a guess: sum min(p, q) = {np.minimum(p, q).sum():.2f}")
     results = {}
     for name, rule in (("real rule  ", accept_reject), ("BROKEN rule", broken_accept_reject)):
-        exact = exact_first_token_distribution(rule, target_probs, draft_probs)
+        exact = first_token_law(rule, target_probs, draft_probs)
         counts = sampled(rule, args.draws, rng)
         chi2, dof, pv = chisquare_gof(counts, p)
         results[name] = (np.abs(exact - p).max(), pv)

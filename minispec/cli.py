@@ -221,7 +221,7 @@ def compare_with_plain(gen: Generation, res, dt: float) -> tuple[list[float], st
     for i in range(3):
         if i:
             pol = gen.policy()
-            res, dt = timed(lambda: gen.speculative(pol))
+            res, dt = timed(lambda pol=pol: gen.speculative(pol))
         plain, dp = timed(gen.plain)
         ratios.append((len(res.tokens) / dt) / (len(plain) / dp))
         if dt >= SHORT_RUN_S:

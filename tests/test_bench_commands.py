@@ -39,3 +39,29 @@ def test_the_harness_index_names_every_file():
     files = {p.name for p in Path(harness.__file__).parent.glob("*.py")} - {"__init__.py"}
     missing = [f for f in sorted(files) if f not in harness.__doc__]
     assert not missing, f"harness/__init__.py's index leaves out {missing}"
+
+
+@pytest.mark.parametrize("argv", [["bench", "auto"], ["bench", "rules"], ["bench", "stop"], ["bench", "draft"],
+                                  ["bench", "eagle"], ["bench", "vocab", "--no-peer"], ["bench", "decode"], ["bench"]])
+def test_a_bad_model_directory_is_refused_by_name(argv, tmp_path):
+    """Every command loads its target through harness/command.py: a --model that is not a model directory is
+    refused with its path, before anything is measured."""
+    missing = tmp_path / "no-such-model"
+    code, _, err = run_cli([*argv, "--model", str(missing), *(["--draft", "layer-skip"] if argv[1:2] == ["stop"] else [])])
+    assert code != 0 and str(missing) in err, err
+
+
+def test_a_json_file_in_a_missing_directory_is_refused_before_loading(tmp_path):
+    for name in ("auto", "rules", "draft", "eagle"):
+        code, _, err = run_cli(["bench", name, "--model", str(tmp_path / "never-read"), "--json", str(tmp_path / "no" / "x.json")])
+        assert code != 0 and "does not exist" in err and "never-read" not in err, (name, err)
+
+
+def test_the_shipped_drafters_are_listed_once(monkeypatch):
+    from minispec.harness import command
+
+    monkeypatch.setattr(command, "shipped_draft", lambda: "D")
+    monkeypatch.setattr(command, "shipped_eagle", lambda: None)
+    monkeypatch.setattr(command, "shipped_bpe_draft", lambda: "B")
+    assert command.shipped_drafters() == ["D", "tli:B", "slem:B"]
+    assert command.shipped_drafters(own_tokenizer=("tli",)) == ["D", "tli:B"]

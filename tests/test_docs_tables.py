@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minispec.harness import doc_figures, docs_tables
-from minispec.harness.study import predicted_speedup
+from minispec.policy.acceptance import expected_tokens, predicted_speedup
 
 
 def test_generated_docs_match_their_json():
@@ -35,8 +35,8 @@ def test_a_marker_naming_nothing_is_refused():
 
 
 def test_the_worked_example_is_the_cost_models_own_prediction():
-    """README's speed model computes with one acceptance a; the study's predicted_speedup, given no later-guess rate,
-    must agree."""
+    """README's speed model computes with one acceptance a; the cost model's predicted_speedup (policy/acceptance.py),
+    given no later-guess rate, must agree."""
     s = doc_figures.study(docs_tables.ROOT)
     c, a = s["c"][doc_figures.DRAFT], doc_figures.row(s, doc_figures.DRAFT, 1)["a_first"]
     text = doc_figures.speed_model(docs_tables.ROOT)
@@ -46,9 +46,9 @@ def test_the_worked_example_is_the_cost_models_own_prediction():
 
 def test_break_even_acceptance_pays_and_a_little_less_does_not():
     r = {"2": 1.5, "3": 1.8, "4": 2.1}
-    a = doc_figures.break_even(0.05, r, ks=range(1, 4))
+    a = doc_figures.needed(1.0, 0.05, r, ks=range(1, 4))
     assert a == pytest.approx(0.55, abs=1e-6)  # K = 1: 1 + a = 0.05 + 1.5
-    assert doc_figures.tokens(a - 1e-3, 1) < 0.05 + 1.5 and doc_figures.tokens(a - 1e-3, 2) < 0.1 + 1.8
+    assert expected_tokens(a - 1e-3, 1) < 0.05 + 1.5 and expected_tokens(a - 1e-3, 2) < 0.1 + 1.8
 
 
 def test_the_study_report_is_written_from_its_json():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from minispec.harness.exact_law import round_law
+from minispec.harness.exact_law import first_token_law
 from minispec.harness.power import planted_rule, power_study, round_tv
 
 V = 5
@@ -13,17 +13,11 @@ V = 5
                                      ("bias", 2.0)])
 def test_round_tv_is_the_planted_rules_exact_law(kind, s):
     """The closed form of TV(first token, p) equals the law of the planted rule's own code, integrated over its
-    draws (exact_law.round_law), for K = 1 on random rows."""
+    draws (exact_law.first_token_law), for K = 1 on random rows."""
     rng = np.random.default_rng(7)
     for _ in range(5):
         p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V) * 0.7)
-        law, _ = round_law(planted_rule(kind, s), lambda prefix, p=p: p, lambda prefix, q=q: q, 1, V)
-        first = np.zeros(V)
-        for kept, row in law.items():  # kept guess x: the first token is x; none kept: drawn from row
-            if kept:
-                first[kept[0]] += row.sum()
-            else:
-                first += row
+        first = first_token_law(planted_rule(kind, s), np.stack([p, p]), q[None])
         assert np.isclose(first.sum(), 1.0)
         want = 0.5 * np.abs(first - p).sum()
         assert round_tv(p[None], q[None], kind, s)[0] == pytest.approx(want, abs=1e-12)

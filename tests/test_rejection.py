@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from minispec import rejection
 from minispec.harness.equivalence import broken_accept_reject as accept_reject_broken
-from minispec.harness.equivalence import chisquare_gof, exact_first_token_distribution
+from minispec.harness.equivalence import chisquare_gof
+from minispec.harness.exact_law import first_token_law
 from minispec.rejection import accept_greedy, accept_reject, residual
 from minispec.sampling import sample
 
@@ -97,7 +98,7 @@ def distribution_pairs(draw):
 @given(distribution_pairs())
 def test_level1_exact_output_distribution_is_p(pq):
     target_probs, draft_probs = pq
-    out = exact_first_token_distribution(accept_reject, target_probs, draft_probs)
+    out = first_token_law(accept_reject, target_probs, draft_probs)
     np.testing.assert_allclose(out, target_probs[0], atol=1e-9)
 
 
@@ -121,8 +122,8 @@ def test_overlap_matches_the_acceptance_rate_of_accept_reject():
 def test_level1_catches_resampling_from_p():
     target_probs = np.array([[0.6, 0.3, 0.1], [1 / 3, 1 / 3, 1 / 3]])
     draft_probs = np.array([[0.1, 0.3, 0.6]])
-    good = exact_first_token_distribution(accept_reject, target_probs, draft_probs)
-    bad = exact_first_token_distribution(accept_reject_broken, target_probs, draft_probs)
+    good = first_token_law(accept_reject, target_probs, draft_probs)
+    bad = first_token_law(accept_reject_broken, target_probs, draft_probs)
     np.testing.assert_allclose(good, target_probs[0], atol=1e-12)
     assert np.abs(bad - target_probs[0]).max() > 0.05  # caught: the broken rule over-weights token 2
 

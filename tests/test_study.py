@@ -8,8 +8,9 @@ import pytest
 from minispec import load_model
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
 from minispec.drafters.eagle import load_eagle
-from minispec.harness.study import expected_tokens, predicted_speedup, run_study, write_report
+from minispec.harness.study import run_study, write_report
 from minispec.model.tiny import tiny_config, write_random_model
+from minispec.policy.acceptance import expected_tokens, predicted_speedup
 
 from .helpers import ToyTokenizer, write_random_eagle
 

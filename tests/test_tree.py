@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from minispec import generate, rejection
 from minispec.drafters import DraftModel, PromptLookup
-from minispec.harness.equivalence import chisquare_gof, exact_tree_first_token_distribution
+from minispec.harness.equivalence import chisquare_gof
+from minispec.harness.exact_law import tree_first_token_law
 from minispec.harness.exact_loop import loop_law
 from minispec.policy import Acceptance, AutoK, TreePolicy
 from minispec.policy.acceptance import PRIOR
@@ -71,14 +72,14 @@ def pq(draw):
 @given(pq(), st.booleans())
 def test_level1_tree_rule_is_exact(dists, deterministic):
     p, q = dists
-    out = exact_tree_first_token_distribution(accept_tree, p, q, deterministic)
+    out = tree_first_token_law(accept_tree, p, q, deterministic)
     np.testing.assert_allclose(out, p, atol=1e-9)
 
 
 def test_level1_tree_rule_catches_broken_residual(monkeypatch):
     p, q = np.array([0.6, 0.3, 0.1]), np.array([0.1, 0.3, 0.6])
     monkeypatch.setattr(rejection, "residual", broken)
-    out = exact_tree_first_token_distribution(accept_tree, p, q)
+    out = tree_first_token_law(accept_tree, p, q)
     assert np.abs(out - p).max() > 0.05
 
 

@@ -1,6 +1,7 @@
 """Which drafter: ``make_drafter`` turns the CLI's spec into one, ``register_drafter`` adds a kind of drafter to
-the specs it knows, ``as_drafter`` checks what a caller passes in, and ``same_tokenizer`` decides whether a draft may use the standard rule (its q and p rows compared entry by
-entry) or needs one of the cross-vocabulary algorithms (slem.py, tli.py).
+the specs it knows, ``as_drafter`` checks what a caller passes in, and ``same_tokenizer`` decides whether a draft may
+use the standard rule (its q and p rows compared entry by entry) or needs one of the cross-vocabulary algorithms
+(slem.py, tli.py).
 """
 
 from __future__ import annotations

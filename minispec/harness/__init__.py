@@ -1,8 +1,8 @@
 """The measuring harness: everything that checks or measures the library, never used by it.
 
     check.py        ``minispec check``: level-4 losslessness on the real target
-    equivalence.py  exact output distributions, chi-square tests and the deliberately broken rules
-    exact_law.py    level 1 for a whole round: a rule's exact output law, integrated over every draw
+    equivalence.py  the deliberately broken rules (twins of the real ones), chi-square and permutation tests
+    exact_law.py    level 1: a rule's exact output law (a round, its first token, a tree's), integrated over every draw
     exact_loop.py   level 3, exact: the loop itself walked over every branch of its randomness
     power.py        ``minispec bench power``: how large a departure level 4 catches (planted, of exact size)
     study.py        ``minispec bench``: acceptance, speedup, r(n), c and memory per drafter and K
@@ -15,6 +15,7 @@
     crossvocab_eval.py  ``minispec bench vocab``: drafts with their own tokenizer (SLEM, TLI) against the same-tokenizer draft
     gpu.py          ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict
     stop_eval.py    ``minispec bench stop``: the early stop, measured
+    command.py      what the commands share: the target and drafters they load, checked first; the JSON they store
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
     provenance.py   where a measurement comes from: date, commit, command, machine

@@ -6,48 +6,46 @@ the speedup is auto's best tokens/s over plain's best, and the median is over pr
 model's predicted seconds of a round next to the measured ones: drafting rounds and plain rounds apart, as
 the mean of measured / predicted, with the share of rounds that drafted and the run's final slowdown.
 
-``--calibration corrupted`` first stores a calibration like the one a busy machine once wrote (t(n) of the
-target scaled as in docs/policy.md: t(1) x 2.6, t(2) x 6.1, t(3) x 1.35, ...; every drafter's guess 3x too
-cheap) in a cache directory of its own, then runs: the calibration must be distrusted and measured afresh.
+``--calibration corrupted`` first stores, in a cache directory of its own, calibrations that are wrong the way a
+busy machine's are (``corrupt_calibration``: the target's t(n) multiplied by ``BUSY``, t(1) x 2.6, t(2) x 6.1,
+t(3) x 1.35, ...; every drafter's guess 3x too cheap), then runs: the cost model must distrust every stored figure
+and measure it afresh.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
 
-from ..drafters import make_drafter
 from ..generate import generate
-from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
 from ..model.progress import Progress
 from ..policy import calibration as store
 from ..policy import k_policy, notes_of
 from ..rounds import SpecResult
 from ..speculative import speculative_generate
 from ..stats import SpecStats
+from .command import check_json_path, drafters_parser, last_prompts, load_target_and_drafters, markdown_table, print_and_store, shipped_drafters
 from .measure import side_by_side
-from .prompts import PROMPT_SETS, load_prompts
-from .provenance import provenance
+from .prompts import PROMPT_SETS
 
-BUSY = {1: 2.59, 2: 6.10, 3: 1.35, 4: 1.38, 5: 1.69, 6: 1.75, 7: 1.80, 8: 1.85, 9: 1.90}  # busy / quiet t(n), measured
+# t(n) on a busy machine over t(n) on a quiet one: the two calibrations docs/policy.md quotes ("A cost model that
+# survives a noisy machine") for n = 1-5 and 9; n = 6-8 interpolated, and 1.9 past 9
+BUSY = {1: 2.59, 2: 6.10, 3: 1.35, 4: 1.38, 5: 1.69, 6: 1.75, 7: 1.80, 8: 1.85, 9: 1.90}
 
 
 def drafter_specs() -> list[str]:
-    """"none" first: plain decoding against itself, the run's noise floor (a ratio off 1.00 is the machine)."""
-    draft, eagle, bpe = shipped_draft(), shipped_eagle(), shipped_bpe_draft()
-    specs = ["none", "prompt-lookup", "layer-skip"] + [s for s in (draft, eagle) if s]
-    return specs + ([f"tli:{bpe}", f"slem:{bpe}"] if bpe else [])
+    """"none" first: plain decoding against itself, the run's noise floor (a ratio off 1.00 is the machine); then
+    prompt lookup, layer skip and every shipped drafter."""
+    return ["none", "prompt-lookup", "layer-skip"] + shipped_drafters()
 
 
 def corrupt_calibration(target, drafters) -> None:
-    """Measure and store honest calibrations, then scale the stored figures as a busy machine once had them."""
+    """Measure and store honest calibrations of the target and of every drafter, then rewrite the stored file: each
+    t(n) of the target multiplied by ``BUSY[n]``, each drafter's seconds per guess divided by 3."""
     for d in drafters:
         k_policy("auto", target, d)
     f = store.cache_dir() / "calibration.json"
@@ -72,12 +70,10 @@ def round_ratios(timed) -> dict:
 
 
 def run(a) -> dict:
-    target_dir = resolve_model(a.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
-    drafters = {spec: make_drafter(spec, target) for spec in (a.draft or drafter_specs())}
+    target, tok, drafters = load_target_and_drafters(a.model, a.draft or drafter_specs())
     if a.calibration == "corrupted":
         corrupt_calibration(target, drafters.values())
-    prompts = {s: load_prompts(s, tok)[-a.prompts:] for s in PROMPT_SETS}  # the last of each set: no test uses them
+    prompts = last_prompts(tok, a.prompts)
     bar = Progress(len(drafters) * len(PROMPT_SETS) * a.prompts * a.repeats * 3, "bench auto")
     out = {"tokens": a.tokens, "repeats": a.repeats, "calibration": a.calibration, "drafters": {}}
     for drafter in drafters.values():
@@ -109,33 +105,24 @@ def run(a) -> dict:
 
 
 def report(res: dict) -> str:
-    lines = [f"k=auto against plain decoding, greedy, {res['tokens']} tokens, best of {res['repeats']} alternating runs, "
-             f"calibration {res['calibration']}: "
-             "speedup (median over prompts), and the cost model's rounds (mean measured / predicted seconds)", "",
-             "| drafter | " + " | ".join(PROMPT_SETS) + " | drafting rounds | plain rounds | rounds that drafted |",
-             "|---|" + "---|" * (len(PROMPT_SETS) + 3)]
-    for name, d in res["drafters"].items():
-        r = d["rounds"]
-        fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
-        lines.append(f"| {name} | " + " | ".join(f"{d['speedup'][s]:.2f}x" for s in PROMPT_SETS)
-                     + f" | {fmt(r['drafting'])} | {fmt(r['plain'])} | {r['drafted_share']:.2f} |")
+    fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    rows = [[name, *(f"{d['speedup'][s]:.2f}x" for s in PROMPT_SETS), fmt(d["rounds"]["drafting"]), fmt(d["rounds"]["plain"]),
+             f"{d['rounds']['drafted_share']:.2f}"] for name, d in res["drafters"].items()]
+    lines = markdown_table(f"k=auto against plain decoding, greedy, {res['tokens']} tokens, best of {res['repeats']} "
+                           f"alternating runs, calibration {res['calibration']}: speedup (median over prompts), and the cost "
+                           "model's rounds (mean measured / predicted seconds)",
+                           ["drafter", *PROMPT_SETS, "drafting rounds", "plain rounds", "rounds that drafted"], rows)
     notes = sorted({n for d in res["drafters"].values() for n in d["notes"]})
     return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="minispec bench auto", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", action="append", help="a drafter spec (repeat; default: every shipped drafter, "
-                                                    "prompt lookup and layer skip)")
-    p.add_argument("--prompts", type=int, default=3, help="prompts per set (default 3, the last of each set)")
-    p.add_argument("--tokens", type=int, default=64, help="tokens per run (default 64)")
+    p = drafters_parser("minispec bench auto", __doc__.split("\n\n")[0], "every shipped drafter, prompt lookup and layer skip",
+                        tokens=64)
     p.add_argument("--repeats", type=int, default=2, help="alternating runs per prompt; each side's best counts (default 2)")
     p.add_argument("--calibration", choices=["honest", "corrupted"], default="honest")
-    p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
-    if a.json and not Path(a.json).resolve().parent.is_dir():  # refused before the runs, not after them
-        raise ValueError(f"--json {a.json}: directory {Path(a.json).resolve().parent} does not exist")
+    check_json_path(a.json)
     saved = {k: os.environ.get(k) for k in ("MINISPEC_CACHE", "MINISPEC_NO_CALIBRATION_CACHE")}
     try:
         if a.calibration == "corrupted":  # a cache of its own: the user's calibrations stay as they are
@@ -151,10 +138,7 @@ def main(argv=None) -> int:
                 os.environ[k] = v
         if a.calibration == "corrupted":
             store._MEMORY.clear()  # the corrupted figures' replacements belong to the temporary cache
-    print(report(res))
-    if a.json:
-        origin = provenance(None if argv is None else [*p.prog.split(), *argv])  # date, commit, command, machine
-        Path(a.json).write_text(json.dumps(dict(res, provenance=origin), indent=1))
+    print_and_store(report(res), res, a.json, p.prog, argv)
     return 0
 
 

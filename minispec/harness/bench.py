@@ -20,12 +20,13 @@ import numpy as np
 
 from ..drafters import DraftModel, make_drafter
 from ..generate import generate
-from ..model import backend, load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_draft, shipped_eagle
+from ..model import backend, load_model
+from ..model.fetch import shipped_draft, shipped_eagle
 from ..model.kernel import KERNELS, blas_threads, check_kernel, default_kernel, use_kernel
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from . import bench_commands
+from .command import MODEL_HELP, load_target
 from .measure import STREAM_READERS, compact_json, stream_time, timed
 from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
@@ -81,40 +82,13 @@ def bench_forward(argv) -> int:
     return 0
 
 
-def bench_study(argv) -> int:
-    p = argparse.ArgumentParser(
-        prog="minispec bench",
-        description="The latency study: acceptance, speedup (measured and predicted), verify cost r(n), cost ratio c "
-                    "and memory, per drafter and K, greedy and T=1, with plain decoding interleaved; transformers side "
-                    "by side when installed. Writes report.md, study.json and PNG plots to --out. "
-                    f"Subcommands, each with --help: {bench_commands.summary()}.")
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
-    p.add_argument("--eagle", help="EAGLE head directory (default: the shipped head, when present)")
-    p.add_argument("--drafters", default="draft,eagle,prompt-lookup,layer-skip,self",
-                   help="which drafters to study, comma-separated (default: all of "
-                        "draft,eagle,prompt-lookup,layer-skip,self)")
-    p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
-    p.add_argument("--quick", action="store_true", help="a small study (2.4 min measured here)")
-    p.add_argument("--ks", help="comma-separated K values (default 1..8; quick 1,2,4)")
-    p.add_argument("--slow-ks", help="K values for the slow drafters layer-skip and self (default 1,4,8; quick 4)")
-    p.add_argument("--prompts-per-set", type=int, help="prompts from each of code, chat, grounded (default 3; quick 1)")
-    p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 64; quick 32)")
-    p.add_argument("--layers", type=int, help="layers of the layer-skip drafter (default 4/5 of the target's: 24 of 30)")
-    p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
-    add_device(p)
-    a = p.parse_args(argv)
-    use_device_and_kernel(a)
-    q = a.quick
-    ks = tuple(int(x) for x in (a.ks or ("1,2,4" if q else "1,2,3,4,5,6,7,8")).split(","))
-    slow = tuple(int(x) for x in (a.slow_ks or ("4" if q else "1,4,8")).split(","))
-    target_dir = resolve_model(a.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
-    want = a.drafters.split(",")
-    unknown = set(want) - {"draft", "eagle", "prompt-lookup", "layer-skip", "self"}
-    if unknown:
-        p.error(f"--drafters: unknown {', '.join(sorted(unknown))}; choose from draft,eagle,prompt-lookup,layer-skip,self")
-    drafters, draft_dir = {}, None
+DRAFTERS = ("draft", "eagle", "prompt-lookup", "layer-skip", "self")  # what ``minispec bench --drafters`` chooses from
+
+
+def study_drafters(a, target) -> tuple[dict, str | None]:
+    """The drafters ``--drafters`` names that are available, by name, and the draft model's directory (for the
+    transformers peer), from ``minispec bench``'s arguments ``a``."""
+    want, drafters, draft_dir = a.drafters.split(","), {}, None
     spec = a.draft or shipped_draft()
     if spec and "draft" in want:
         d = make_drafter(spec, target)
@@ -130,9 +104,43 @@ def bench_study(argv) -> int:
             drafters[d.name] = d
     if "self" in want:
         drafters["self"] = DraftModel(target, name="self")
+    return drafters, draft_dir
+
+
+def bench_study(argv) -> int:
+    p = argparse.ArgumentParser(
+        prog="minispec bench",
+        description="The latency study: acceptance, speedup (measured and predicted), verify cost r(n), cost ratio c "
+                    "and memory, per drafter and K, greedy and T=1, with plain decoding interleaved; transformers side "
+                    "by side when installed. Writes report.md, study.json and PNG plots to --out. "
+                    f"Subcommands, each with --help: {bench_commands.summary()}.")
+    p.add_argument("--model", help=MODEL_HELP)
+    p.add_argument("--draft", help="draft model directory (default: the shipped draft, when present)")
+    p.add_argument("--eagle", help="EAGLE head directory (default: the shipped head, when present)")
+    p.add_argument("--drafters", default=",".join(DRAFTERS),
+                   help=f"which drafters to study, comma-separated (default: all of {','.join(DRAFTERS)})")
+    p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
+    p.add_argument("--quick", action="store_true", help="a small study (2.4 min measured here)")
+    p.add_argument("--ks", help="comma-separated K values (default 1..8; quick 1,2,4)")
+    p.add_argument("--slow-ks", help="K values for the slow drafters layer-skip and self (default 1,4,8; quick 4)")
+    p.add_argument("--prompts-per-set", type=int, help="prompts from each of code, chat, grounded (default 3; quick 1)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 64; quick 32)")
+    p.add_argument("--layers", type=int, help="layers of the layer-skip drafter (default 4/5 of the target's: 24 of 30)")
+    p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
+    add_device(p)
+    a = p.parse_args(argv)
+    use_device_and_kernel(a)
+    q = a.quick
+    ks = tuple(int(x) for x in (a.ks or ("1,2,4" if q else "1,2,3,4,5,6,7,8")).split(","))
+    slow = tuple(int(x) for x in (a.slow_ks or ("4" if q else "1,4,8")).split(","))
+    unknown = set(a.drafters.split(",")) - set(DRAFTERS)
+    if unknown:  # refused before the target is loaded
+        p.error(f"--drafters: unknown {', '.join(sorted(unknown))}; choose from {','.join(DRAFTERS)}")
+    target, tok = load_target(a.model)
+    drafters, draft_dir = study_drafters(a, target)
     if not drafters:
         p.error("no drafter to study: --drafters names none that is available")
-    peer = transformers_peer(target_dir, draft_dir) if a.peer and not q and a.device == "cpu" else None
+    peer = transformers_peer(target.path, draft_dir) if a.peer and not q and a.device == "cpu" else None
     if peer is None:
         why = ("--quick" if q else "--no-peer" if not a.peer else "transformers runs on the CPU: no peer for --device cuda"
                if a.device != "cpu" else "torch or transformers is not installed")
@@ -154,15 +162,15 @@ def bench_decode(argv) -> int:
     p = argparse.ArgumentParser(prog="minispec bench decode",
                                 description="decode tokens/s of minispec and of transformers' generate (greedy), "
                                             "interleaved, median of repeats; and peak memory of `minispec generate`")
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--prompt", default="Write a short story about a robot who learns to paint.")
     add_device(p)
     a = p.parse_args(argv)
     use_device_and_kernel(a)
-    d = resolve_model(a.model)
-    model, tok = load_model(d), load_tokenizer(d)
+    model, tok = load_target(a.model)
+    d = model.path
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": a.prompt}]))
     try:
         if a.device != "cpu":

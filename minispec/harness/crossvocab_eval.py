@@ -21,12 +21,12 @@ import numpy as np
 
 from ..drafters import make_drafter
 from ..generate import generate
-from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft
+from ..model.fetch import shipped_bpe_draft, shipped_draft
 from ..model.progress import Progress
 from ..policy import forward_times
 from ..policy.costs import guess_time
 from ..speculative import speculative_generate
+from .command import MODEL_HELP, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
@@ -187,7 +187,7 @@ def format_report(res: dict) -> str:
 def main(argv) -> int:
     p = argparse.ArgumentParser(prog="minispec bench vocab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--draft", help="draft with its own tokenizer (default: the shipped one)")
     p.add_argument("--same", help="draft with the target's tokenizer to compare with (default: the shipped draft)")
     p.add_argument("--ks", default="1,2,3,4", help="comma-separated K values (default 1,2,3,4)")
@@ -202,22 +202,19 @@ def main(argv) -> int:
         p.error(f"--ks must be comma-separated integers, got {a.ks!r}")
     if not ks or min(ks) < 1 or a.prompts_per_set < 1 or a.max_new_tokens < 1:
         p.error("--ks values, --prompts-per-set and --max-new-tokens must be at least 1")
-    draft_dir = a.draft or shipped_bpe_draft()
-    if draft_dir is None:
-        p.error("no draft with its own tokenizer: pass --draft")
-    target_dir = resolve_model(a.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    draft_dir = given_or_shipped(p, a.draft, shipped_bpe_draft(), "no draft with its own tokenizer: pass --draft")
+    target, tok = load_target(a.model)
     drafters = {}
     for spec in (f"slem:{draft_dir}", f"tli:{draft_dir}", a.same or shipped_draft()):
         if spec:
             d = make_drafter(spec, target)
             drafters[d.name] = d
     from ..drafters.crossvocab import token_bytes
-    res = run(target, drafters, tok, token_bytes(target_dir), ks, ("greedy", "T=1"), a.prompts_per_set,
+    res = run(target, drafters, tok, token_bytes(target.path), ks, ("greedy", "T=1"), a.prompts_per_set,
               a.max_new_tokens, log=lambda m: print(m, file=sys.stderr))
     if a.peer:
         prompts = {s: load_prompts(s, tok, a.prompts_per_set) for s in PROMPT_SETS}
-        res["peer"] = transformers_uag(target_dir, draft_dir, prompts, a.max_new_tokens, k=max(ks))
+        res["peer"] = transformers_uag(target.path, draft_dir, prompts, a.max_new_tokens, k=max(ks))
     else:
         res["peer_skipped"] = "--no-peer"
     out = Path(a.out)

@@ -16,8 +16,8 @@ from math import prod
 from pathlib import Path
 
 from ..model.safetensors_io import read_header
-from ..policy import expected_tokens
-from .study import predicted_speedup, spread
+from ..policy.acceptance import expected_tokens, predicted_speedup
+from .study import spread
 
 DRAFT, EAGLE, PL, LS, SELF = "draft:smoldraft-3l-192", "eagle:eagle-smollm2-135m", "prompt-lookup:3", "layer-skip:24", "self"
 NAMES = {DRAFT: "shipped draft", EAGLE: "EAGLE head", PL: "prompt lookup", LS: "layer skip, 24 of 30 layers",
@@ -100,29 +100,12 @@ def study_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-def tokens(a: float, k: int) -> float:
-    """E = 1 + a + ... + a^K: expected tokens per round at acceptance a (policy.expected_tokens)."""
-    return expected_tokens(a, k)
-
-
-def break_even(c: float, r: dict, ks=range(1, 9)) -> float:
-    """The smallest acceptance a at which some K pays: E(a, K) >= K c + r(K + 1)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if any(tokens(mid, k) >= k * c + r[str(k + 1)] for k in ks if str(k + 1) in r):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 def speed_model(root: Path) -> str:
     """The worked example of README's speed model, with the shipped draft's measured c, a and r(n)."""
     s = study(root)
     c, one, four = s["c"][DRAFT], row(s, DRAFT, 1), row(s, DRAFT, 4)
     a, r2, r5 = one["a_first"], r_of(s, 2), r_of(s, 5)
-    e1, e4 = tokens(a, 1), tokens(a, 4)
+    e1, e4 = expected_tokens(a, 1), expected_tokens(a, 4)
     return "\n".join([
         f"- K = 1: E = {e1:.2f} tokens for {c:.3f} + r(2) = {c + r2:.2f} steps: **{e1 / (c + r2):.2f}x** predicted, "
         f"{speed(one)} measured;",
@@ -134,7 +117,8 @@ def speed_model(root: Path) -> str:
 
 
 def needed(target: float, c: float, r: dict, ks=range(1, 9)) -> float:
-    """The acceptance (first and later guesses alike) at which the best K reaches ``target``x."""
+    """The smallest acceptance (first and later guesses alike) at which the best K reaches ``target``x, by
+    bisection; ``target`` 1: the break-even acceptance, where some K pays."""
     lo, hi = 0.0, 1.0
     for _ in range(40):
         mid = (lo + hi) / 2
@@ -260,7 +244,7 @@ def study_values(root: Path) -> dict[str, str]:
         "study.r2-r5": f"{r_of(s, 2):.2f}-{r_of(s, 5):.2f}",
         "study.minutes": f"{s['seconds'] / 60:.0f} min",
         "study.tok_s": tokens_per_second(s),
-        "study.break_even": f"{break_even(0.0, r):.2f}-{break_even(0.1, r):.2f}",
+        "study.break_even": f"{needed(1.0, 0.0, r):.2f}-{needed(1.0, 0.1, r):.2f}",
         "study.a.draft": f"{row(s, DRAFT, 1)['a_first']:.2f}",
         "study.a.eagle": f"{row(s, EAGLE, 1)['a_first']:.2f}",
     }

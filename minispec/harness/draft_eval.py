@@ -22,16 +22,16 @@ import numpy as np
 from ..drafters import make_drafter
 from ..drafters.protocol import HasModel
 from ..generate import generate
-from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_draft
+from ..model.fetch import shipped_draft
 from ..model.progress import Progress
 from ..policy import forward_times
+from ..policy.acceptance import predicted_speedup
 from ..policy.costs import guess_time
 from ..sampling import warp
 from ..speculative import speculative_generate
+from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side
 from .prompts import load_prompts
-from .study import predicted_speedup
 
 
 def acceptance_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:
@@ -105,18 +105,16 @@ def speed_at(target, drafter, tok, k: int, sets=("code", "chat"), n_prompts=10, 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="minispec bench draft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--draft", help="draft model directory (default: the shipped draft)")
     p.add_argument("--prompts", type=int, help="prompts per set (default: all, >= 50 for code and chat)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--speed-prompts", type=int, default=10, help="prompts per set for the speedup (default 10)")
     p.add_argument("--json", help="also write the figures here")
     a = p.parse_args(argv)
-    target_dir = resolve_model(a.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
-    spec = a.draft or shipped_draft()
-    if spec is None:
-        raise SystemExit("error: no draft model: pass --draft DIR")
+    check_json_path(a.json)
+    spec = given_or_shipped(p, a.draft, shipped_draft(), "no draft model: pass --draft DIR")
+    target, tok = load_target(a.model)
     drafter = make_drafter(spec, target)
     t = forward_times(target, (1,), context=128, repeats=20)[1]
     ctx = load_prompts("code", tok, 1)[0] * 4

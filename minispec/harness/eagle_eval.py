@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from ..drafters.eagle import Eagle, load_eagle
-from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_eagle
+from ..model.fetch import shipped_eagle
 from ..model.progress import Progress
 from ..model.safetensors_io import read_safetensors
 from ..policy.timing import clock, forward_times
 from ..speculative import speculative_generate
+from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
 from .prompts import load_prompts
 from .provenance import provenance
 
@@ -68,10 +68,53 @@ def full_order(listed, V: int) -> list[int]:
     return listed + [t for t in range(V) if t not in seen]
 
 
+def size_row(target, eagle, sets: dict, k: int, max_new_tokens: int, stop, bar) -> dict:
+    """One reduced-head size: c (the head's seconds per guess over a target step timed before and after it), the
+    head's MB, and ``acceptance`` per setting (greedy, T = 1) and prompt set."""
+    t_step = forward_times(target, (1,), context=64, repeats=10)[1]
+    per_guess = eagle.measure_costs(clock, repeats=10)[0]
+    t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
+    row = dict(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step, head_mb=eagle.weight_bytes / 1e6)
+    for setting, temp in (("greedy", 0.0), ("T=1", 1.0)):
+        for name, prompts in sets.items():
+            row[f"{setting} {name}"] = acceptance(target, eagle, prompts, k, temp, max_new_tokens, stop, bar)
+    return row
+
+
+def memory_row(target_dir, head_dir, shipped) -> dict:
+    """The resident memory of fresh processes (``resident_after_run``): plain decoding, prompt lookup (the same loop,
+    no weights) and the head; what the head adds; and its arrays' size."""
+    plain, lookup = resident_after_run(target_dir, "none"), resident_after_run(target_dir, "prompt-lookup")
+    with_head = resident_after_run(target_dir, str(head_dir))
+    return dict(plain_rss_mb=plain / 1e6, prompt_lookup_rss_mb=lookup / 1e6, eagle_rss_mb=with_head / 1e6,
+                added_mb=(with_head - lookup) / 1e6, added_over_plain_mb=(with_head - plain) / 1e6,
+                head_arrays_mb=shipped.weight_bytes / 1e6)
+
+
+def report(res: dict) -> str:
+    """The table of sizes, settings and sets, and the memory, as the command prints them."""
+    lines = [f"EAGLE head {res['head']}, K = {res['k']}, {res['prompts_per_set']} prompts per set, {res['max_new_tokens']} "
+             "new tokens", "| reduced head | c | head MB | setting | set | acceptance by position | tokens/pass |",
+             "|---|---|---|---|---|---|---|"]
+    for size, row in res["sizes"].items():
+        for key, v in row.items():
+            if isinstance(v, dict):
+                setting, name = key.split(" ")
+                pos = " ".join("-" if x is None else f"{x:.2f}" for x in v["per_position"])
+                lines.append(f"| {size} | {row['c']:.3f} | {row['head_mb']:.1f} | {setting} | {name} | {pos} | "
+                             f"{v['tokens_per_pass']:.2f} |")
+    m = res["memory"]
+    lines.append(f"resident memory after 32 tokens, fresh processes: plain {m['plain_rss_mb']:.0f} MB, speculative with "
+                 f"prompt lookup (the same loop, no weights) {m['prompt_lookup_rss_mb']:.0f} MB, with the head "
+                 f"{m['eagle_rss_mb']:.0f} MB: the head adds {m['added_mb']:.1f} MB ({m['added_over_plain_mb']:.1f} MB "
+                 f"over plain decoding; its arrays: {m['head_arrays_mb']:.1f} MB)")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="minispec bench eagle", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped one)")
     p.add_argument("--sizes", default="8192,16384,49152", help="reduced-head sizes (default 8192,16384,49152)")
     p.add_argument("--prompts-per-set", type=int, default=6)
@@ -79,11 +122,9 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
-    head_dir = a.eagle or shipped_eagle()
-    if head_dir is None:
-        p.error("no EAGLE head: pass --eagle DIR (the shipped one is weights/eagle-smollm2-135m)")
-    target_dir = resolve_model(a.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    check_json_path(a.json)
+    head_dir = given_or_shipped(p, a.eagle, shipped_eagle(), "no EAGLE head: pass --eagle DIR (the shipped one is weights/eagle-smollm2-135m)")
+    target, tok = load_target(a.model)
     shipped = load_eagle(head_dir, target)  # checks the directory
     tensors = read_safetensors(Path(head_dir) / "eagle.safetensors")
     order_file = Path(head_dir) / "token_frequency_order.json"
@@ -94,38 +135,11 @@ def main(argv=None) -> int:
     res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
     bar = Progress(len(sizes) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
     for size in sizes:
-        eagle = Eagle(target, tensors, order[:size], name=f"eagle-{size}")
-        t_step = forward_times(target, (1,), context=64, repeats=10)[1]
-        per_guess = eagle.measure_costs(clock, repeats=10)[0]
-        t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
-        row = dict(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step,
-                   head_mb=eagle.weight_bytes / 1e6)
-        for setting, temp in (("greedy", 0.0), ("T=1", 1.0)):
-            for name, prompts in sets.items():
-                row[f"{setting} {name}"] = acceptance(target, eagle, prompts, a.k, temp, a.max_new_tokens, tok.eos_ids,
-                                                      bar)
-        res["sizes"][size] = row
+        res["sizes"][size] = size_row(target, Eagle(target, tensors, order[:size], name=f"eagle-{size}"), sets, a.k,
+                                      a.max_new_tokens, tok.eos_ids, bar)
     bar.close()
-    plain, lookup = resident_after_run(target_dir, "none"), resident_after_run(target_dir, "prompt-lookup")
-    with_head = resident_after_run(target_dir, str(head_dir))
-    res["memory"] = dict(plain_rss_mb=plain / 1e6, prompt_lookup_rss_mb=lookup / 1e6, eagle_rss_mb=with_head / 1e6,
-                         added_mb=(with_head - lookup) / 1e6, added_over_plain_mb=(with_head - plain) / 1e6,
-                         head_arrays_mb=shipped.weight_bytes / 1e6)
-    print(f"EAGLE head {head_dir}, K = {a.k}, {a.prompts_per_set} prompts per set, {a.max_new_tokens} new tokens")
-    print("| reduced head | c | head MB | setting | set | acceptance by position | tokens/pass |")
-    print("|---|---|---|---|---|---|---|")
-    for size, row in res["sizes"].items():
-        for key, v in row.items():
-            if isinstance(v, dict):
-                setting, name = key.split(" ")
-                pos = " ".join("-" if x is None else f"{x:.2f}" for x in v["per_position"])
-                print(f"| {size} | {row['c']:.3f} | {row['head_mb']:.1f} | {setting} | {name} | {pos} | "
-                      f"{v['tokens_per_pass']:.2f} |")
-    m = res["memory"]
-    print(f"resident memory after 32 tokens, fresh processes: plain {m['plain_rss_mb']:.0f} MB, speculative with prompt "
-          f"lookup (the same loop, no weights) {m['prompt_lookup_rss_mb']:.0f} MB, with the head {m['eagle_rss_mb']:.0f} MB: "
-          f"the head adds {m['added_mb']:.1f} MB ({m['added_over_plain_mb']:.1f} MB over plain decoding; its arrays: "
-          f"{m['head_arrays_mb']:.1f} MB)")
+    res["memory"] = memory_row(target.path, head_dir, shipped)
+    print(report(res))
     if a.json:
         origin = provenance(None if argv is None else [*p.prog.split(), *argv])  # date, commit, command, machine
         Path(a.json).write_text(json.dumps(dict(res, provenance=origin), indent=2))

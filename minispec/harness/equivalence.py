@@ -1,9 +1,10 @@
-"""Statistics of losslessness: exact output distributions and chi-square tests.
+"""The deliberately broken rules every level plants, and the statistics of level 4: chi-square tests of token
+frequencies and paired permutation tests.
 
-``exact_first_token_distribution`` integrates a rule over its uniform draws *exactly*: the rule's
-output is piecewise constant in each draw, so evaluating it once per interval between the
-breakpoints where any candidate CDF (of p, q, the residual, p_{K+1}) or acceptance threshold
-jumps, weighted by the interval's length, gives the distribution with no sampling error.
+A twin of one of rejection.py's rules is that rule's own code with one function of rejection.py replaced for the
+call (``twin``), so that it differs from its rule by exactly its bug. SLEM's twin (``prefix_match``) verifies by
+text, a rule of its own. The exact laws the twins are held to are in exact_law.py (level 1) and exact_loop.py
+(level 3).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import numpy as np
 from scipy import stats
 
 from .. import rejection
-from ..sampling import one_hot_rows, sample
-from ..tree import Tree, without
+from ..sampling import sample
 
 
 def broken_residual(target_row, draft_row):
@@ -22,40 +22,34 @@ def broken_residual(target_row, draft_row):
     return target_row / target_row.sum()
 
 
-def broken_accept_reject(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
-    """A deliberately broken twin of ``rejection.accept_reject``: after a rejection it samples from
-    ``broken_residual``. Its output is not the target's distribution; the checks run it to show they can fail."""
-    for i, x in enumerate(draft_tokens):
-        if rng.random() < rejection.acceptance_probability(target_probs[i, x], draft_probs[i, x]):
-            continue
-        return i, sample(broken_residual(target_probs[i], draft_probs[i]), rng)  # the bug
-    return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
-
-
-def block_verify_with(residual):
-    """``rejection.block_verify`` with its weighted residual replaced by ``residual(p_row, q_row, weight, real)``:
-    the one place the block-verification twins change the rule."""
-    def rule(target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> tuple[int, int]:
-        real = rejection.weighted_residual
-        rejection.weighted_residual = lambda target_row, draft_row, weight: residual(target_row, draft_row, weight, real)
+def twin(rule, replaced: str, replacement, name: str, doc: str = ""):
+    """A twin of ``rule`` (a rule of rejection.py, ``accept_reject``'s signature) called ``name``: the rule's own
+    code, with ``rejection.<replaced>`` replaced for the call by ``replacement(real, rng)`` (``real``: the function
+    replaced; ``rng``: the call's generator, for a twin that draws). The one way a twin changes a rule."""
+    def run(target_probs, draft_probs, draft_tokens, rng) -> tuple[int, int]:
+        real = getattr(rejection, replaced)
+        setattr(rejection, replaced, replacement(real, rng))
         try:
-            return rejection.block_verify(target_probs, draft_probs, draft_tokens, rng)
+            return rule(target_probs, draft_probs, draft_tokens, rng)
         finally:
-            rejection.weighted_residual = real
-    return rule
+            setattr(rejection, replaced, real)
+    run.__name__, run.__doc__ = name, doc
+    return run
 
 
-broken_block_verify = block_verify_with(lambda p, q, weight, real: real(p, q, 1.0))
-broken_block_verify.__name__ = "broken_block_verify"
-broken_block_verify.__doc__ = """A deliberately broken twin of ``rejection.block_verify``: its residual ignores the
-running weight, norm(max(0, p - q)) instead of norm(max(0, p_tau p - q)). It looks right on the paper's binary example
-(there the weight is 1 wherever a stop can happen) and is wrong elsewhere."""
+broken_accept_reject = twin(rejection.accept_reject, "residual", lambda real, rng: broken_residual, "broken_accept_reject",
+                            """A deliberately broken twin of ``rejection.accept_reject``: after a rejection it samples
+from ``broken_residual``. Its output is not the target's distribution; the checks run it to show they can fail.""")
 
-block_residual_bug = block_verify_with(lambda p, q, weight, real: broken_residual(p, q))
-block_residual_bug.__name__ = "block_residual_bug"
-block_residual_bug.__doc__ = """Block verification with the classic bug of ``broken_accept_reject``: after a stop
-before the last guess it resamples from p, not from the weighted residual norm(max(0, p_tau p - q)). Level 4's twin
-for block verification (``broken_block_verify``'s error is too small for 192 runs to see)."""
+broken_block_verify = twin(rejection.block_verify, "weighted_residual", lambda real, rng: lambda p, q, weight: real(p, q, 1.0),
+                           "broken_block_verify", """A deliberately broken twin of ``rejection.block_verify``: its
+residual ignores the running weight, norm(max(0, p - q)) instead of norm(max(0, p_tau p - q)). It looks right on the
+paper's binary example (there the weight is 1 wherever a stop can happen) and is wrong elsewhere.""")
+
+block_residual_bug = twin(rejection.block_verify, "weighted_residual", lambda real, rng: lambda p, q, weight: broken_residual(p, q),
+                          "block_residual_bug", """Block verification with the classic bug of ``broken_accept_reject``:
+after a stop before the last guess it resamples from p, not from the weighted residual norm(max(0, p_tau p - q)).
+Level 4's twin for block verification (``broken_block_verify``'s error is too small for 192 runs to see).""")
 
 
 def prefix_match(target_bytes):
@@ -73,38 +67,6 @@ def prefix_match(target_bytes):
     return prefix_match_rule
 
 
-class ScriptedRng:
-    """Stands in for a numpy Generator: ``random()`` returns the scripted values in turn."""
-
-    def __init__(self, values):
-        self.values = list(values)
-
-    def random(self):
-        return self.values.pop(0)
-
-
-def _midpoints(breaks) -> tuple[np.ndarray, np.ndarray]:
-    b = np.unique(np.clip(np.concatenate([[0.0, 1.0], np.asarray(breaks, float)]), 0.0, 1.0))
-    return (b[:-1] + b[1:]) / 2, np.diff(b)
-
-
-def exact_first_token_distribution(rule, target_probs, draft_probs) -> np.ndarray:
-    """P(first emitted token = y) for one round with K = 1 of ``rule`` (accept_reject's signature)."""
-    V = target_probs.shape[1]
-    p, q = target_probs[0], draft_probs[0]
-    cdf_breaks = []
-    for row in (p, q, np.maximum(p - q, 0), target_probs[1]):
-        if row.sum() > 0:
-            cdf_breaks.extend(np.cumsum(row) / row.sum())
-    u2, w2 = _midpoints(cdf_breaks)
-    out = np.zeros(V)
-    for x in np.flatnonzero(q):  # the draft's guess, with probability q(x)
-        u1, w1 = _midpoints([min(1.0, p[x] / q[x])])
-        for a, wa in zip(u1, w1):
-            for b, wb in zip(u2, w2):
-                n, t = rule(target_probs, draft_probs, [x], ScriptedRng([a, b]))
-                out[x if n == 1 else t] += q[x] * wa * wb
-    return out
 
 
 def chisquare_gof(counts, probs, min_expected: float = 5.0) -> tuple[float, int, float]:
@@ -187,39 +149,3 @@ def mean_test(values_a: list[np.ndarray], values_b: list[np.ndarray], **kw) -> d
     fb = np.array([[v.sum(), len(v)] for v in values_b])
     res = paired_permutation_test(fa, fb, mean_difference, **kw)
     return dict(res, mean_a=float(fa[:, 0].sum() / fa[:, 1].sum()), mean_b=float(fb[:, 0].sum() / fb[:, 1].sum()))
-
-
-def exact_tree_first_token_distribution(accept, p: np.ndarray, q: np.ndarray, deterministic: bool = False) -> np.ndarray:
-    """P(first emitted token = y) for a one-level tree of 2 children of the root, verified by ``accept``
-    (``tree.accept_tree``'s signature). Children are sampled without replacement from q, or
-    (``deterministic``) are q's top 2 with one-hot rows. Exact integration over the uniform draws."""
-
-    V = len(p)
-    leaf = np.full(V, 1.0 / V)  # children's own distributions only matter for the bonus token
-    if deterministic:
-        top = np.argsort(-q, kind="stable")[:2]
-        pairs = [((int(top[0]), int(top[1])), 1.0, *one_hot_rows([int(top[0]), int(top[1])], V))]
-    else:
-        pairs = []
-        for x1 in np.flatnonzero(q):
-            q2 = without(q, [x1])
-            for x2 in (np.flatnonzero(q2) if q2 is not None else []):
-                pairs.append(((int(x1), int(x2)), q[x1] * q2[x2], q, q2))
-    out = np.zeros(V)
-    for (x1, x2), weight, q1, q2 in pairs:
-        tree = Tree()
-        tree.add(0, x1, q1)
-        tree.add(0, x2, q2)
-        r1 = rejection.residual(p, q1)
-        rows = [p, r1, rejection.residual(r1, q2), leaf]
-        breaks = [b for row in rows if row.sum() > 0 for b in np.cumsum(row) / row.sum()]
-        u1, w1 = _midpoints([min(1.0, p[x1] / q1[x1])])
-        u2, w2 = _midpoints([min(1.0, r1[x2] / q2[x2]), min(1.0, p[x2] / q2[x2])])
-        u3, w3 = _midpoints(breaks)
-        target_probs = np.stack([p, leaf, leaf])
-        for a, wa in zip(u1, w1):
-            for b, wb in zip(u2, w2):
-                for c, wc in zip(u3, w3):
-                    path, t = accept(target_probs, tree, ScriptedRng([a, b, c]))
-                    out[tree.tokens[path[0]] if path else t] += weight * wa * wb * wc
-    return out

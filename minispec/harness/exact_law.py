@@ -9,17 +9,22 @@ formula is written twice. The draft's guesses are enumerated with their probabil
 
 Tables are context dependent: ``p_of(prefix)`` and ``q_of(prefix)`` give the target's and the draft's [V] row
 after a tuple of earlier tokens. A round's emitted tokens, continued by the target itself, must have the
-target's joint law (``joint_law``); ``expected_accepted`` is the mean number of guesses kept.
+target's joint law (``joint_law``); ``round_law`` also gives the mean number of guesses kept. With fixed rows,
+``first_token_law`` is the law of a K = 1 round's first token, which must be p; ``tree_first_token_law`` is the
+same for the tree rule over two children of the root.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from contextlib import contextmanager
 
 import numpy as np
 
 from .. import rejection
+from ..sampling import one_hot_rows
+from ..tree import Tree, without
 
 
 class SymbolicUniform:
@@ -58,6 +63,7 @@ class BranchingRng:
 
     def __init__(self, script):
         self.script, self.taken = list(script), []
+        self.sampled = None  # the row of the last ``record_sample``
 
     def random(self):
         return SymbolicUniform(self)
@@ -94,39 +100,97 @@ def paths(run):
     return out
 
 
+def record_sample(probs, rng):
+    """``sampling.sample`` at a rule's final draw, for a BranchingRng: it keeps the row it would draw from
+    (``rng.sampled``, normalised) and draws nothing, so the law of that token on the branch is the row itself."""
+    rng.sampled = np.asarray(probs) / np.sum(probs)
+    return -1
+
+
+@contextmanager
+def samples_recorded(rule):
+    """While open, ``sample`` is ``record_sample`` in ``rule``'s module and in rejection.py (a twin defined
+    elsewhere calls the rule of rejection.py)."""
+    modules = list({id(m): m for m in (rule.__globals__, rejection.__dict__) if "sample" in m}.values())
+    real = [m["sample"] for m in modules]
+    try:
+        for m in modules:
+            m["sample"] = record_sample
+        yield
+    finally:
+        for m, f in zip(modules, real):
+            m["sample"] = f
+
+
+def rule_branches(call, V: int) -> list[tuple]:
+    """Every branch of one call of a rule, ``call(rng) -> (kept, next_token)``, run within ``samples_recorded``:
+    [(kept, [V] the law of next_token on the branch, probability)]. A next_token decided by comparisons alone
+    gets all the mass."""
+    def run(rng):
+        kept, t = call(rng)
+        return kept, rng.sampled if rng.sampled is not None else np.eye(V)[t]
+    return [(kept, row, prob) for (kept, row), prob in paths(run)]
+
+
 def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
     """-> ({the kept guesses (a tuple): [V] the law of the token after them, times the probability of the round},
     expected guesses kept) for one round of ``rule`` with K guesses drawn from ``q_of``."""
-    law, expected, rows = defaultdict(lambda: np.zeros(V)), 0.0, []
-    modules = [rule.__globals__, rejection.__dict__]  # a twin defined elsewhere may call the rule of rejection.py
-    real_sample = [m.get("sample") for m in modules]
-
-    def record(probs, rng):  # the final sample: keep the row, draw nothing
-        rows.append(np.asarray(probs) / np.sum(probs))
-        return -1
-
-    def run(rng, target_probs, draft_probs, guesses):
-        rows.clear()
-        n, t = rule(target_probs, draft_probs, guesses, rng)
-        return n, rows[-1] if rows else np.eye(V)[t]  # a token decided by comparisons alone: all mass on it
-
-    try:
-        for m in modules:
-            m["sample"] = record
+    law, expected = defaultdict(lambda: np.zeros(V)), 0.0
+    with samples_recorded(rule):
         for xs in itertools.product(range(V), repeat=K):
             qx = float(np.prod([q_of(xs[:i])[xs[i]] for i in range(K)]))
             if qx == 0:
                 continue
             target_probs = np.array([p_of(xs[:i]) for i in range(K + 1)])  # [K+1, V]
             draft_probs = np.array([q_of(xs[:i]) for i in range(K)]).reshape(K, V)  # [K, V]
-            for (n, row), prob in paths(lambda rng, t=target_probs, d=draft_probs, g=list(xs): run(rng, t, d, g)):
+            guesses = list(xs)
+            for n, row, prob in rule_branches(lambda rng, t=target_probs, d=draft_probs, g=guesses: rule(t, d, g, rng), V):
                 law[xs[:n]] += qx * prob * row  # the kept guesses, then next_token from ``row``
                 expected += qx * prob * n
-    finally:
-        for m, real in zip(modules, real_sample):
-            if real is not None:
-                m["sample"] = real
     return dict(law), expected
+
+
+def first_token_law(rule, target_probs, draft_probs) -> np.ndarray:
+    """P(first emitted token = y) for one round of ``rule`` with K = 1 and the fixed rows target_probs [2, V] and
+    draft_probs [1, V]: the kept guess, or next_token (``round_law``)."""
+    V = target_probs.shape[1]
+    law, _ = round_law(rule, lambda prefix: target_probs[len(prefix)], lambda prefix: draft_probs[len(prefix)], 1, V)
+    out = np.zeros(V)
+    for kept, row in law.items():
+        if kept:
+            out[kept[0]] += row.sum()
+        else:
+            out += row
+    return out
+
+
+def tree_first_token_law(accept, p: np.ndarray, q: np.ndarray, deterministic: bool = False) -> np.ndarray:
+    """P(first emitted token = y) for a one-level tree of 2 children of the root, verified by ``accept``
+    (``tree.accept_tree``'s signature). Children are sampled without replacement from q, each pair enumerated with
+    its probability, or (``deterministic``) are q's top 2 with one-hot rows."""
+    V = len(p)
+    leaf = np.full(V, 1.0 / V)  # children's own distributions only matter for the bonus token
+    if deterministic:
+        top = np.argsort(-q, kind="stable")[:2]
+        pairs = [((int(top[0]), int(top[1])), 1.0, *one_hot_rows([int(top[0]), int(top[1])], V))]
+    else:
+        pairs = []
+        for x1 in np.flatnonzero(q):
+            q2 = without(q, [x1])
+            for x2 in (np.flatnonzero(q2) if q2 is not None else []):
+                pairs.append(((int(x1), int(x2)), q[x1] * q2[x2], q, q2))
+    target_probs, out = np.stack([p, leaf, leaf]), np.zeros(V)
+    with samples_recorded(accept):
+        for (x1, x2), weight, q1, q2 in pairs:
+            tree = Tree()
+            tree.add(0, x1, q1)
+            tree.add(0, x2, q2)
+            for path, row, prob in rule_branches(lambda rng, tree=tree: accept(target_probs, tree, rng), V):
+                if path:
+                    out[tree.tokens[path[0]]] += weight * prob
+                else:
+                    out += weight * prob * row
+    return out
 
 
 def continued_law(law: dict, p_of, m: int, V: int) -> np.ndarray:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .doc_figures import DRAFT, EAGLE, NAMES, PL, best_fixed, load, row, run_line, speed, tokens, tokens_per_second
+from ..policy.acceptance import expected_tokens
+from .doc_figures import DRAFT, EAGLE, NAMES, PL, best_fixed, load, row, run_line, speed, tokens_per_second
 
 FORWARD = "docs/kernel/forward.json"
 STUDIES = {"numpy": "docs/kernel/study_numpy.json", "numba": "docs/kernel/study_numba.json"}
@@ -63,7 +64,7 @@ def speed_model(root: Path) -> str:
         s = load(root, rel)
         c, one = s["c"][DRAFT], row(s, DRAFT, 1)
         a, r2 = one["a_first"], s["r"]["2"]
-        e1 = tokens(a, 1)
+        e1 = expected_tokens(a, 1)
         lines.append(f"- {k} kernel, K = 1: E = {e1:.2f} tokens (a = {a:.2f}) for c + r(2) = {c:.3f} + {r2:.2f} = "
                      f"{c + r2:.2f} steps: **{e1 / (c + r2):.2f}x** predicted, {speed(one)} measured; it pays when "
                      f"a > {c + r2 - 1:.2f}.")

@@ -34,10 +34,10 @@ from .. import rejection
 from ..drafters import DraftModel
 from ..generate import generate
 from ..model.progress import Progress
-from ..sampling import sample, warp
+from ..sampling import warp
 from ..speculative import speculative_generate
 from .check import ALPHA
-from .equivalence import mean_test, token_test
+from .equivalence import broken_residual, mean_test, token_test, twin
 from .provenance import provenance
 
 DEPARTURES = {"residual": (0.02, 0.05, 0.1, 0.2, 0.4, 1.0), "bias": (0.1, 0.25, 0.5, 1.0)}
@@ -51,18 +51,18 @@ def told_q(q: np.ndarray, kind: str, s: float) -> np.ndarray:  # [..., V] -> [..
 
 
 def planted_rule(kind: str, s: float):
-    """accept_reject with the departure ``kind`` at strength ``s`` (module docstring)."""
+    """accept_reject with the departure ``kind`` at strength ``s`` (module docstring): the rule's own code (a twin,
+    equivalence.py), told q_s (bias), or with a residual that is ``broken_residual`` with probability s (residual)."""
+    def residual(real, rng):
+        if kind != "residual":
+            return real
+        return lambda p, q: broken_residual(p, q) if rng.random() < s else real(p, q)  # the bug, mixed in
+
+    mixed = twin(rejection.accept_reject, "residual", residual, f"{kind}@{s:g}")
+
     def rule(target_probs, draft_probs, draft_tokens, rng):
-        told = told_q(draft_probs, kind, s)
-        for i, x in enumerate(draft_tokens):
-            if rng.random() < rejection.acceptance_probability(target_probs[i, x], told[i, x]):
-                continue
-            r = rejection.residual(target_probs[i], told[i])
-            if kind == "residual" and rng.random() < s:
-                r = target_probs[i] / target_probs[i].sum()  # the bug
-            return i, sample(r, rng)
-        return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
-    rule.__name__ = f"{kind}@{s:g}"
+        return mixed(target_probs, told_q(draft_probs, kind, s), draft_tokens, rng)
+    rule.__name__ = mixed.__name__
     return rule
 
 
@@ -229,12 +229,11 @@ def main(argv=None) -> int:
         res = power_study(target, draft, prompts, sizes, a.repeats, a.run_tokens)
     if a.smollm2:
         from ..drafters import make_drafter
-        from ..model import load_tokenizer
-        from ..model.fetch import resolve_model, shipped_draft
+        from ..model.fetch import shipped_draft
         from .check import all_prompts
+        from .command import load_target
 
-        d = resolve_model(None)
-        smol, tok = load_model(d), load_tokenizer(d)
+        smol, tok = load_target(None)
         res["smollm2"] = smollm2_point(smol, make_drafter(shipped_draft(), smol), all_prompts(tok))
     res["provenance"] = provenance()
     out = Path(a.out)

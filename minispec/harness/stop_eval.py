@@ -15,11 +15,11 @@ import numpy as np
 
 from ..drafters import make_drafter
 from ..generate import generate
-from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_draft
+from ..model.fetch import shipped_draft
 from ..model.progress import Progress
 from ..policy import auto_k, stopped_k
 from ..speculative import speculative_generate
+from .command import MODEL_HELP, given_or_shipped, load_target
 from .measure import side_by_side
 from .prompts import PROMPT_SETS, load_prompts
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="minispec bench stop",
                                 description="early stop on the draft's confidence: fixed K with and without it, "
                                             "K = auto with and without it, against plain decoding, side by side")
-    p.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--draft", help="draft model directory (default: the shipped draft)")
     p.add_argument("--k", type=int, default=4, help="the fixed K to cut (default 4)")
     p.add_argument("--prompts-per-set", type=int, default=6, help="prompts from each of code, chat, grounded (default 6)")
@@ -75,11 +75,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not 2 <= a.k <= 8:
         p.error("--k must be in 2..8: the first guess is never cut, and the cost model is calibrated up to 9 rows")
-    spec = a.draft or shipped_draft()
-    if spec is None:
-        p.error("no draft model: pass --draft DIR (the early stop needs a drafter with its own probabilities)")
-    target_dir = resolve_model(a.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    spec = given_or_shipped(p, a.draft, shipped_draft(),
+                            "no draft model: pass --draft DIR (the early stop needs a drafter with its own probabilities)")
+    target, tok = load_target(a.model)
     drafter = make_drafter(spec, target)
     if getattr(drafter, "model", None) is None:
         p.error(f"{spec}: the early stop needs a draft model (prompt lookup's guesses are certain)")

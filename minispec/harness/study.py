@@ -5,7 +5,8 @@ prompt, plain decoding runs before and after the speculative configurations, and
 that prompt's plain time (mean of the two bracketing runs) over the configuration's time. Medians
 and quartiles are over prompts. The Leviathan et al. model predicts the speedup from the measured
 acceptances, cost ratio c and verify-cost ratio r(K+1), with the first guess accepted with
-probability a and each later one with b given the one before (b = a in the paper; see policy/acceptance.py):
+probability a and each later one with b given the one before (b = a in the paper; policy/acceptance.py's
+``predicted_speedup``):
 
     speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + r(K+1))
 """
@@ -22,19 +23,13 @@ from ..drafters import as_drafter
 from ..drafters.protocol import HasModel, ReadsFeatures
 from ..generate import generate
 from ..model.progress import Progress
-from ..policy import drafter_costs, expected_tokens, forward_times, verify_calibration
+from ..policy import drafter_costs, forward_times, verify_calibration
+from ..policy.acceptance import predicted_speedup
 from ..policy.costs import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, compact_json, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import machine_info, provenance
-
-
-def predicted_speedup(a: float, c: float, r_k1: float, k: int, b: float | None = None) -> float:
-    """Expected tokens per round over the round's cost in target-step units (b = None: b = a)."""
-    if k == 0:
-        return 1.0
-    return expected_tokens(a, k, b) / (k * c + r_k1)
 
 
 def first_and_next(accepted: list, drafted: list) -> tuple[float, float | None]:
@@ -47,6 +42,8 @@ def first_and_next(accepted: list, drafted: list) -> tuple[float, float | None]:
 
 @dataclass
 class Config:
+    """One configuration of the study (a drafter, a K: an int, "auto" or "tree", a setting) and what its runs
+    measured, over all prompts and per prompt set."""
     drafter: object
     k: int
     setting: str  # "greedy" or "T=1"
@@ -60,32 +57,92 @@ class Config:
     pos_drafted: list = field(default_factory=list)
     prompt_sets: dict = field(default_factory=dict)  # set -> [accepted, drafted, speedups, tokens, rounds]
 
+    def record(self, res, seconds: float, plain_rate: float, prompt_set: str) -> None:
+        """Add one run of this configuration (its result, timed at ``seconds``) on a prompt of ``prompt_set``, next to
+        plain decoding's ``plain_rate`` tokens/s on the same prompt."""
+        s, rate = res.stats, len(res.tokens) / seconds
+        self.speedups.append(rate / plain_rate)
+        self.tok_s.append(rate)
+        self.accepted += s.accepted
+        self.drafted += s.drafted
+        self.tokens += len(res.tokens)
+        self.rounds += s.rounds
+        for j, (a_, d_) in enumerate(zip(s.position_accepted, s.position_drafted)):
+            while len(self.pos_acc) <= j:
+                self.pos_acc.append(0)
+                self.pos_drafted.append(0)
+            self.pos_acc[j] += a_
+            self.pos_drafted[j] += d_
+        ps = self.prompt_sets.setdefault(prompt_set, [0, 0, [], 0, 0])
+        ps[0] += s.accepted
+        ps[1] += s.drafted
+        ps[2].append(rate / plain_rate)
+        ps[3] += len(res.tokens)
+        ps[4] += s.rounds
+
 
 def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("greedy", "T=1"), prompts_per_set=4,
               max_new_tokens=96, prompt_sets=PROMPT_SETS, slow_ks=None, progress=True, peer=None,
               forward_ns=tuple(range(1, 17)), auto=True, tree=True, log=print) -> dict:
     """The whole study; returns a JSON-able dict. ``drafters``: name -> drafter. ``slow_ks`` limits the K
-    values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip)."""
+    values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip).
+    Its steps: the costs (``measure_costs``; then the calibrations, ``calibrate_once``), the configurations
+    (``configurations``), every prompt run side by side with plain decoding (``run_prompts``), then a row per
+    configuration (``summary_row``), the best K per drafter (``best_rows``) and the memory (``memory_rows``)."""
     t_start, origin = time.perf_counter(), provenance()
     drafters = {name: as_drafter(d, target) for name, d in drafters.items()}
     prompts = {s: load_prompts(s, tok, prompts_per_set) for s in prompt_sets}
-    stop = tok.eos_ids
-    # 1. the verify-cost curve and the draft step costs, at a fixed context
-    ctx = prompts[prompt_sets[0]][0]
-    context = min(256, target.cfg.max_position_embeddings // 2)
-    t = forward_times(target, forward_ns, context=context, repeats=10)
-    r = {n: t[n] / t[1] for n in forward_ns}
-    fixed_ctx = list(np.resize(np.asarray(ctx), context))
-    step = {name: guess_time(d, fixed_ctx) for name, d in drafters.items()}
+    costs = measure_costs(target, drafters, prompts[prompt_sets[0]][0], forward_ns)
     if auto:  # calibrate once, outside the timed runs (the cost model caches it per model)
-        verify_calibration(target, range(1, max(list(ks) + list(slow_ks or ())) + 2))
-        verify_calibration(target, range(1, 18))
-        for d in drafters.values():
-            drafter_costs(d)
-    c = {name: s / t[1] for name, s in step.items()}
+        calibrate_once(target, drafters, max(list(ks) + list(slow_ks or ())) + 1)
+    t, r, c = costs["t"], costs["r"], costs["c"]
     log(f"target step {1e3 * t[1]:.2f} ms; r(2) = {r[2]:.2f}, r(5) = {r.get(5, float('nan')):.2f}; c = "
         + ", ".join(f"{n} {v:.3f}" for n, v in c.items()))
+    configs = configurations(drafters, settings, ks, slow_ks, auto, tree)
+    bar = Progress(sum(len(v) for v in prompts.values()) * (len(configs) + 2 * len(settings)), "study", quiet=not progress)
+    baseline = run_prompts(target, configs, prompts, settings, max_new_tokens, tok.eos_ids, bar)
+    bar.close()
+    rows = [summary_row(cfg, next(n for n, d in drafters.items() if d is cfg.drafter), c, r) for cfg in configs]
+    used_ctx = int(np.mean([len(p) for v in prompts.values() for p in v])) + max_new_tokens
+    result = dict(
+        machine=machine_info(), target=target.name, kernel=target.kernel, context_for_costs=costs["context"],
+        max_new_tokens=max_new_tokens, prompts_per_set=prompts_per_set, prompt_sets=list(prompt_sets), ks=list(ks),
+        settings=list(settings), target_step_ms=1e3 * t[1], forward_ms={n: 1e3 * v for n, v in t.items()}, r=r,
+        draft_step_ms={n: 1e3 * v for n, v in costs["step"].items()}, c=c,
+        baseline_tok_s={s: float(np.median(v)) for s, v in baseline.items()},
+        baseline_tok_s_iqr={s: [float(np.quantile(v, 0.25)), float(np.quantile(v, 0.75))] for s, v in baseline.items()},
+        rows=rows, best=best_rows(rows, settings, drafters),
+        memory=dict(models=memory_rows(target, drafters, used_ctx), used_context=used_ctx, peak_rss_bytes=peak_rss_bytes()),
+    )
+    if peer is not None:
+        result["peer"] = peer(prompts, max_new_tokens)
+    result["seconds"] = time.perf_counter() - t_start
+    result["provenance"] = origin
+    return result
 
+
+def calibrate_once(target, drafters: dict, n: int) -> None:
+    """The cost model's calibrations of the target (passes of up to ``n`` and of 17 tokens) and of every drafter,
+    measured before the timed runs: the automatic policies then find them cached."""
+    verify_calibration(target, range(1, n + 1))
+    verify_calibration(target, range(1, 18))
+    for d in drafters.values():
+        drafter_costs(d)
+
+
+def measure_costs(target, drafters: dict, prompt, forward_ns) -> dict:
+    """The verify-cost curve and the draft step costs at a fixed context (``prompt`` repeated): t(n) in seconds,
+    r(n) = t(n) / t(1), each drafter's seconds per guess (step) and c = step / t(1), and the context."""
+    context = min(256, target.cfg.max_position_embeddings // 2)
+    t = forward_times(target, forward_ns, context=context, repeats=10)
+    fixed_ctx = list(np.resize(np.asarray(prompt), context))
+    step = {name: guess_time(d, fixed_ctx) for name, d in drafters.items()}
+    return dict(t=t, r={n: t[n] / t[1] for n in forward_ns}, step=step, c={name: s / t[1] for name, s in step.items()},
+                context=context)
+
+
+def configurations(drafters: dict, settings, ks, slow_ks, auto: bool, tree: bool) -> list[Config]:
+    """Per setting and drafter: each K (``slow_ks`` for 'self' and layer skip, when given), then K = auto and a tree."""
     configs = []
     for setting in settings:
         for name, d in drafters.items():
@@ -96,15 +153,19 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                 configs.append(Config(d, "auto", setting))
             if tree:
                 configs.append(Config(d, "tree", setting))
-    n_runs = sum(len(v) for v in prompts.values()) * (len(configs) + 2 * len(settings))
-    bar = Progress(n_runs, "study", quiet=not progress)
+    return configs
+
+
+def run_prompts(target, configs: list[Config], prompts: dict, settings, max_new_tokens: int, stop, bar) -> dict:
+    """Every prompt, per setting: plain decoding before and after every configuration of the setting
+    (``side_by_side``), each configuration's run recorded in it -> {setting: plain decoding's tokens/s per prompt}."""
     baseline = {s: [] for s in settings}
     for setting in settings:
         w = dict(temperature=SETTINGS[setting])
+        todo = [cfg for cfg in configs if cfg.setting == setting]
         for pset, plist in prompts.items():
             for i, p in enumerate(plist):
                 seed = 1000 * i + 7
-                todo = [c_ for c_ in configs if c_.setting == setting]
 
                 def run(cfg, p=p, seed=seed, w=w):
                     if cfg.k == "tree":
@@ -117,47 +178,33 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                     [lambda cfg=cfg: run(cfg) for cfg in todo], done=bar.update)
                 baseline[setting].append(plain_rate)
                 for cfg, (res, dt) in zip(todo, results):
-                    s = res.stats
-                    rate = len(res.tokens) / dt
-                    cfg.speedups.append(rate / plain_rate)
-                    cfg.tok_s.append(rate)
-                    cfg.accepted += s.accepted
-                    cfg.drafted += s.drafted
-                    cfg.tokens += len(res.tokens)
-                    cfg.rounds += s.rounds
-                    for j, (a_, d_) in enumerate(zip(s.position_accepted, s.position_drafted)):
-                        while len(cfg.pos_acc) <= j:
-                            cfg.pos_acc.append(0)
-                            cfg.pos_drafted.append(0)
-                        cfg.pos_acc[j] += a_
-                        cfg.pos_drafted[j] += d_
-                    ps = cfg.prompt_sets.setdefault(pset, [0, 0, [], 0, 0])
-                    ps[0] += s.accepted
-                    ps[1] += s.drafted
-                    ps[2].append(rate / plain_rate)
-                    ps[3] += len(res.tokens)
-                    ps[4] += s.rounds
-    bar.close()
+                    cfg.record(res, dt, plain_rate, pset)
+    return baseline
 
-    rows = []
-    for cfg in configs:
-        name = next(n for n, d in drafters.items() if d is cfg.drafter)
-        a = cfg.accepted / cfg.drafted if cfg.drafted else 0.0
-        a1, b = first_and_next(cfg.pos_acc, cfg.pos_drafted)
-        sp = np.array(cfg.speedups)
-        rows.append(dict(
-            drafter=name, k=cfg.k, setting=cfg.setting, acceptance=a, a_first=a1, a_next=b,
-            per_position=[x / y if y else None for x, y in zip(cfg.pos_acc, cfg.pos_drafted)],
-            tokens_per_pass=cfg.tokens / cfg.rounds, tok_s=float(np.median(cfg.tok_s)),
-            speedup=float(np.median(sp)), speedup_q1=float(np.quantile(sp, 0.25)),
-            speedup_q3=float(np.quantile(sp, 0.75)),
-            predicted=(predicted_speedup(a1, c[name], r.get(cfg.k + 1, float("nan")), cfg.k, b)
-                       if isinstance(cfg.k, int) else None),
-            r_k1=r.get(cfg.k + 1) if isinstance(cfg.k, int) else None, c=c[name],
-            by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])),
-                                    speedup_q1=float(np.quantile(v[2], 0.25)), speedup_q3=float(np.quantile(v[2], 0.75)),
-                                    tokens_per_pass=v[3] / v[4]) for ps, v in cfg.prompt_sets.items()},
-        ))
+
+def summary_row(cfg: Config, name: str, c: dict, r: dict) -> dict:
+    """A configuration's row of the result: acceptance (overall, first guess a, later guesses b, per position),
+    tokens per pass, speedup with its quartiles, the cost model's prediction (fixed K), and the same per prompt set."""
+    a = cfg.accepted / cfg.drafted if cfg.drafted else 0.0
+    a1, b = first_and_next(cfg.pos_acc, cfg.pos_drafted)
+    sp = np.array(cfg.speedups)
+    return dict(
+        drafter=name, k=cfg.k, setting=cfg.setting, acceptance=a, a_first=a1, a_next=b,
+        per_position=[x / y if y else None for x, y in zip(cfg.pos_acc, cfg.pos_drafted)],
+        tokens_per_pass=cfg.tokens / cfg.rounds, tok_s=float(np.median(cfg.tok_s)),
+        speedup=float(np.median(sp)), speedup_q1=float(np.quantile(sp, 0.25)),
+        speedup_q3=float(np.quantile(sp, 0.75)),
+        predicted=(predicted_speedup(a1, c[name], r.get(cfg.k + 1, float("nan")), cfg.k, b)
+                   if isinstance(cfg.k, int) else None),
+        r_k1=r.get(cfg.k + 1) if isinstance(cfg.k, int) else None, c=c[name],
+        by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])),
+                                speedup_q1=float(np.quantile(v[2], 0.25)), speedup_q3=float(np.quantile(v[2], 0.75)),
+                                tokens_per_pass=v[3] / v[4]) for ps, v in cfg.prompt_sets.items()},
+    )
+
+
+def best_rows(rows: list[dict], settings, drafters) -> list[dict]:
+    """Per setting and drafter: the fixed K measured fastest, the K predicted fastest, and K = auto and the tree."""
     best = []
     for setting in settings:
         for name in drafters:
@@ -175,31 +222,23 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
                              auto_tokens_per_pass=au["tokens_per_pass"] if au else None,
                              tree_speedup=tr["speedup"] if tr else None,
                              tree_tokens_per_pass=tr["tokens_per_pass"] if tr else None))
+    return best
+
+
+def memory_rows(target, drafters: dict, used_ctx: int) -> list[dict]:
+    """Weights and KV cache per model (the target and each drafter with a model of its own) at the used context;
+    a feature head (eagle.py): its weights, one layer's cache and the features it keeps."""
     models = {"target": target}
     models.update({n: d.model for n, d in drafters.items() if isinstance(d, HasModel) and n != "self"})
-    used_ctx = int(np.mean([len(p) for v in prompts.values() for p in v])) + max_new_tokens
     memory = [dict(model=n, weight_bytes=(0 if n.startswith("layer-skip") else m.weight_bytes),
                    kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
               for n, m in models.items()]
-    for n, d in drafters.items():  # a feature head (eagle.py): its weights, one layer's cache and the features it keeps
+    for n, d in drafters.items():
         if isinstance(d, ReadsFeatures):
             per_token = 2 * d.cfg.num_kv_heads * d.cfg.head_dim * 4 + d.cfg.hidden_size * 4
             memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=per_token,
                                kv_bytes_at_context=per_token * used_ctx))
-    result = dict(
-        machine=machine_info(), target=target.name, kernel=target.kernel, context_for_costs=context, max_new_tokens=max_new_tokens,
-        prompts_per_set=prompts_per_set, prompt_sets=list(prompt_sets), ks=list(ks), settings=list(settings),
-        target_step_ms=1e3 * t[1], forward_ms={n: 1e3 * v for n, v in t.items()}, r=r,
-        draft_step_ms={n: 1e3 * v for n, v in step.items()}, c=c,
-        baseline_tok_s={s: float(np.median(v)) for s, v in baseline.items()},
-        baseline_tok_s_iqr={s: [float(np.quantile(v, 0.25)), float(np.quantile(v, 0.75))] for s, v in baseline.items()},
-        rows=rows, best=best, memory=dict(models=memory, used_context=used_ctx, peak_rss_bytes=peak_rss_bytes()),
-    )
-    if peer is not None:
-        result["peer"] = peer(prompts, max_new_tokens)
-    result["seconds"] = time.perf_counter() - t_start
-    result["provenance"] = origin
-    return result
+    return memory
 
 
 def transformers_peer(target_dir, draft_dir, ks=(4,)):
@@ -299,60 +338,11 @@ def fmtx(x):
 
 
 def format_report(res: dict, plots: list[str]) -> str:
-    m = res["machine"]
-    L = [f"# minispec latency study: {res['target']}", "",
-         f"Machine: {m.get('cpu', m.get('processor'))}, {m.get('cpus')} CPUs, Python {m['python']}, NumPy {m['numpy']}"
-         + (f", BLAS {'; '.join(m['blas'])}" if m.get("blas") else "") + ".",
-         f"Prompts: {res['prompts_per_set']} per set from {', '.join(res['prompt_sets'])}; {res['max_new_tokens']} new "
-         f"tokens; speedups are medians over prompts of plain/speculative time ratios measured side by side, "
-         "with their interquartile range in brackets. These are example numbers from one machine, not promises."]
-    if res.get("provenance"):
-        p = res["provenance"]
-        L.append(f"Run: `{p['command']}`, {p['date']}, commit {p['commit']}.")
-    L += ["", "## Headline: best K per drafter", "",
-          "| setting | drafter | best K | acceptance | tokens/pass | measured speedup | predicted | predicted best K "
-          "| r(K+1) | c | K=auto speedup | tree speedup, tokens/pass |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-
-    def at(b, k):
-        return next((r for r in res["rows"] if r["drafter"] == b["drafter"] and r["setting"] == b["setting"]
-                     and r["k"] == k), {})
-
-    for b in res["best"]:
-        L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
-                 f"{fmt(b['tokens_per_pass'])} | {spread(at(b, b['best_k']))} | {fmtx(b['predicted'])} | "
-                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {spread(at(b, 'auto'))} | "
-                 f"{spread(at(b, 'tree'))}, {fmt(b.get('tree_tokens_per_pass'))} tokens/pass |")
-    L += ["", f"Plain decoding: {', '.join(f'{s} {v:.1f} tok/s' for s, v in res['baseline_tok_s'].items())} "
-          f"(median over prompts).", "", "## Verify cost", "",
-          f"Target forward over n new tokens after {res['context_for_costs']} cached ones "
-          f"(1 token = {res['target_step_ms']:.2f} ms):", "", "| n | " + " | ".join(str(n) for n in res["r"]) + " |",
-          "|---" * (len(res["r"]) + 1) + "|",
-          "| ms | " + " | ".join(f"{v:.1f}" for v in res["forward_ms"].values()) + " |",
-          "| r(n) | " + " | ".join(f"{v:.2f}" for v in res["r"].values()) + " |", "",
-          "Draft cost per drafted token: " + ", ".join(f"{n} {v:.2f} ms (c = {res['c'][n]:.3f})"
-                                                        for n, v in res["draft_step_ms"].items()) + ".", "",
-          "## Every configuration", "",
-          "a: first guess accepted; b: a later guess accepted given the one before (fixed K only: with K varying "
-          "the pooled estimate is biased); predicted from a, b, c, r(K+1).", "",
-          "| setting | drafter | K | acceptance | a, b | per position | tokens/pass | tok/s | speedup (q1-q3) | predicted "
-          "| by prompt set (acceptance / tokens per pass / speedup) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in res["rows"]:
-        per = " ".join(fmt(x) for x in r["per_position"])
-        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v.get('tokens_per_pass'))} / {fmtx(v['speedup'])}"
-                        for k, v in r["by_prompt_set"].items())
-        L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | "
-                 + (f"{fmt(r.get('a_first'))}, {fmt(r.get('a_next'))}" if isinstance(r["k"], int) else "-") + f" | {per} | "
-                 f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmtx(r['speedup'])} "
-                 f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmtx(r['predicted'])} | {bys} |")
+    """report.md of a study's result: the run, the best K per drafter, the verify cost, every configuration, per
+    prompt set, the memory, the transformers peer and the plots."""
+    L = report_head(res) + headline_table(res) + verify_cost_section(res) + configurations_table(res)
     L += [""] + by_set_table(res["rows"])
-    mem = res["memory"]
-    L += ["", "## Memory", "", f"KV cache at the used context of {mem['used_context']} tokens.", "",
-          "| model | weights (MB) | KV bytes/token | KV at context (MB) |", "|---|---|---|---|"]
-    for x in mem["models"]:
-        L.append(f"| {x['model']} | {x['weight_bytes'] / 1e6:.1f} | {x['kv_bytes_per_token']} | "
-                 f"{x['kv_bytes_at_context'] / 1e6:.2f} |")
-    L += ["", f"Peak resident memory of the process: {mem['peak_rss_bytes'] / 1e6:.0f} MB "
-          "(includes transformers and torch when the peer ran)."]
+    L += memory_section(res)
     if res.get("peer"):
         p = res["peer"]
         L += ["", f"## transformers {p.get('transformers')} (torch {p.get('torch')}), same target, same prompts, greedy",
@@ -369,7 +359,85 @@ def format_report(res: dict, plots: list[str]) -> str:
     return "\n".join(L) + "\n"
 
 
+def report_head(res: dict) -> list[str]:
+    """The title, the machine, the prompts and how speedups are measured, and the run's provenance."""
+    m = res["machine"]
+    L = [f"# minispec latency study: {res['target']}", "",
+         f"Machine: {m.get('cpu', m.get('processor'))}, {m.get('cpus')} CPUs, Python {m['python']}, NumPy {m['numpy']}"
+         + (f", BLAS {'; '.join(m['blas'])}" if m.get("blas") else "") + ".",
+         f"Prompts: {res['prompts_per_set']} per set from {', '.join(res['prompt_sets'])}; {res['max_new_tokens']} new "
+         f"tokens; speedups are medians over prompts of plain/speculative time ratios measured side by side, "
+         "with their interquartile range in brackets. These are example numbers from one machine, not promises."]
+    if res.get("provenance"):
+        p = res["provenance"]
+        L.append(f"Run: `{p['command']}`, {p['date']}, commit {p['commit']}.")
+    return L
+
+
+def headline_table(res: dict) -> list[str]:
+    """The best fixed K per setting and drafter, measured and predicted, next to K = auto and the tree."""
+    L = ["", "## Headline: best K per drafter", "",
+         "| setting | drafter | best K | acceptance | tokens/pass | measured speedup | predicted | predicted best K "
+         "| r(K+1) | c | K=auto speedup | tree speedup, tokens/pass |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def at(b, k):
+        return next((r for r in res["rows"] if r["drafter"] == b["drafter"] and r["setting"] == b["setting"]
+                     and r["k"] == k), {})
+
+    for b in res["best"]:
+        L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
+                 f"{fmt(b['tokens_per_pass'])} | {spread(at(b, b['best_k']))} | {fmtx(b['predicted'])} | "
+                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {spread(at(b, 'auto'))} | "
+                 f"{spread(at(b, 'tree'))}, {fmt(b.get('tree_tokens_per_pass'))} tokens/pass |")
+    return L
+
+
+def verify_cost_section(res: dict) -> list[str]:
+    """Plain decoding's rate, t(n) and r(n), and each drafter's cost per guess."""
+    return ["", f"Plain decoding: {', '.join(f'{s} {v:.1f} tok/s' for s, v in res['baseline_tok_s'].items())} "
+            f"(median over prompts).", "", "## Verify cost", "",
+            f"Target forward over n new tokens after {res['context_for_costs']} cached ones "
+            f"(1 token = {res['target_step_ms']:.2f} ms):", "", "| n | " + " | ".join(str(n) for n in res["r"]) + " |",
+            "|---" * (len(res["r"]) + 1) + "|",
+            "| ms | " + " | ".join(f"{v:.1f}" for v in res["forward_ms"].values()) + " |",
+            "| r(n) | " + " | ".join(f"{v:.2f}" for v in res["r"].values()) + " |", "",
+            "Draft cost per drafted token: " + ", ".join(f"{n} {v:.2f} ms (c = {res['c'][n]:.3f})"
+                                                          for n, v in res["draft_step_ms"].items()) + "."]
+
+
+def configurations_table(res: dict) -> list[str]:
+    """Every configuration's row: acceptance, a and b, per position, tokens per pass, speed, prediction, per set."""
+    L = ["", "## Every configuration", "",
+         "a: first guess accepted; b: a later guess accepted given the one before (fixed K only: with K varying "
+         "the pooled estimate is biased); predicted from a, b, c, r(K+1).", "",
+         "| setting | drafter | K | acceptance | a, b | per position | tokens/pass | tok/s | speedup (q1-q3) | predicted "
+         "| by prompt set (acceptance / tokens per pass / speedup) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        per = " ".join(fmt(x) for x in r["per_position"])
+        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v.get('tokens_per_pass'))} / {fmtx(v['speedup'])}"
+                        for k, v in r["by_prompt_set"].items())
+        L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | "
+                 + (f"{fmt(r.get('a_first'))}, {fmt(r.get('a_next'))}" if isinstance(r["k"], int) else "-") + f" | {per} | "
+                 f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmtx(r['speedup'])} "
+                 f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmtx(r['predicted'])} | {bys} |")
+    return L
+
+
+def memory_section(res: dict) -> list[str]:
+    """Weights and KV cache per model, and the process's peak resident memory."""
+    mem = res["memory"]
+    L = ["", "## Memory", "", f"KV cache at the used context of {mem['used_context']} tokens.", "",
+         "| model | weights (MB) | KV bytes/token | KV at context (MB) |", "|---|---|---|---|"]
+    for x in mem["models"]:
+        L.append(f"| {x['model']} | {x['weight_bytes'] / 1e6:.1f} | {x['kv_bytes_per_token']} | "
+                 f"{x['kv_bytes_at_context'] / 1e6:.2f} |")
+    return L + ["", f"Peak resident memory of the process: {mem['peak_rss_bytes'] / 1e6:.0f} MB "
+                "(includes transformers and torch when the peer ran)."]
+
+
 def make_plots(res: dict, out: Path) -> list[str]:
+    """The PNGs of report.md in ``out`` (none without matplotlib): acceptance and speedup against K per setting
+    (``plot_setting``), and the verify cost with the memory (``plot_verify_cost_memory``)."""
     try:
         import matplotlib
 
@@ -377,35 +445,48 @@ def make_plots(res: dict, out: Path) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    files = []
+    files = [plot_setting(plt, res, setting, out) for setting in res["settings"]]
+    files.append(plot_verify_cost_memory(plt, res, out))
+    for f in files:
+        small_png(out / f)
+    return files
+
+
+def plot_setting(plt, res: dict, setting: str, out: Path) -> str:
+    """Acceptance and speedup (measured and predicted) against K for one setting; K = auto and trees as points
+    right of the K axis. -> the file's name."""
     all_ks = sorted({r["k"] for r in res["rows"] if isinstance(r["k"], int)})
-    at = {"auto": max(all_ks) + 1.5, "tree": max(all_ks) + 2.5}  # K = auto and trees: points right of the K axis
-    for setting in res["settings"]:
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-        for name in dict.fromkeys(r["drafter"] for r in res["rows"]):
-            mine = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting]
-            rows = [r for r in mine if isinstance(r["k"], int)]
-            ks = [r["k"] for r in rows]
-            ax1.plot(ks, [r["acceptance"] for r in rows], "o-", label=name)
-            line = ax2.plot(ks, [r["speedup"] for r in rows], "o-", label=f"{name} measured")[0]
-            ax2.plot(ks, [r["predicted"] for r in rows], "x--", color=line.get_color(), label=f"{name} predicted")
-            for r in mine:
-                if r["k"] in at:
-                    ax2.plot([at[r["k"]]], [r["speedup"]], "*" if r["k"] == "auto" else "s", color=line.get_color(), ms=9)
-        ax1.set(xlabel="K", ylabel="acceptance rate", title=f"acceptance vs K ({setting})", ylim=(0, 1.05))
-        ax1.set_xticks(all_ks)
-        ax2.axhline(1.0, color="gray", lw=0.8)
-        ax2.set_xticks(all_ks + [at["auto"], at["tree"]], [str(k) for k in all_ks] + ["auto", "tree"])
-        ax2.axvline(max(all_ks) + 0.75, color="gray", lw=0.5, ls=":")
-        ax2.set(xlabel="K (and the adaptive policies: auto K, a tree per round)", ylabel="speedup over plain decoding",
-                title=f"speedup vs K ({setting})")
-        ax1.legend(fontsize=7)
-        ax2.legend(fontsize=6)
-        fig.tight_layout()
-        f = f"speedup_{setting.replace('=', '').lower()}.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
+    at = {"auto": max(all_ks) + 1.5, "tree": max(all_ks) + 2.5}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in dict.fromkeys(r["drafter"] for r in res["rows"]):
+        mine = [r for r in res["rows"] if r["drafter"] == name and r["setting"] == setting]
+        rows = [r for r in mine if isinstance(r["k"], int)]
+        ks = [r["k"] for r in rows]
+        ax1.plot(ks, [r["acceptance"] for r in rows], "o-", label=name)
+        line = ax2.plot(ks, [r["speedup"] for r in rows], "o-", label=f"{name} measured")[0]
+        ax2.plot(ks, [r["predicted"] for r in rows], "x--", color=line.get_color(), label=f"{name} predicted")
+        for r in mine:
+            if r["k"] in at:
+                ax2.plot([at[r["k"]]], [r["speedup"]], "*" if r["k"] == "auto" else "s", color=line.get_color(), ms=9)
+    ax1.set(xlabel="K", ylabel="acceptance rate", title=f"acceptance vs K ({setting})", ylim=(0, 1.05))
+    ax1.set_xticks(all_ks)
+    ax2.axhline(1.0, color="gray", lw=0.8)
+    ax2.set_xticks(all_ks + [at["auto"], at["tree"]], [str(k) for k in all_ks] + ["auto", "tree"])
+    ax2.axvline(max(all_ks) + 0.75, color="gray", lw=0.5, ls=":")
+    ax2.set(xlabel="K (and the adaptive policies: auto K, a tree per round)", ylabel="speedup over plain decoding",
+            title=f"speedup vs K ({setting})")
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=6)
+    fig.tight_layout()
+    f = f"speedup_{setting.replace('=', '').lower()}.png"
+    fig.savefig(out / f, dpi=110)
+    plt.close(fig)
+    return f
+
+
+def plot_verify_cost_memory(plt, res: dict, out: Path) -> str:
+    """r(n) against the two bounds (n: no batching benefit, 1: free batching), and weights and KV cache per
+    model. -> the file's name."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     ns = [int(n) for n in res["r"]]
     ax1.plot(ns, list(res["r"].values()), "o-", label="measured r(n)")
@@ -424,10 +505,7 @@ def make_plots(res: dict, out: Path) -> list[str]:
     fig.tight_layout()
     fig.savefig(out / "verify_cost_memory.png", dpi=110)
     plt.close(fig)
-    files.append("verify_cost_memory.png")
-    for f in files:
-        small_png(out / f)
-    return files
+    return "verify_cost_memory.png"
 
 
 def small_png(path: Path, colours: int = 64) -> None:

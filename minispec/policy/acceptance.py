@@ -90,3 +90,12 @@ class PerContext(dict):
         estimate.prior = max([estimate.prior] + lower)
         self[context] = estimate
         return estimate
+
+
+def predicted_speedup(a: float, c: float, r_k1: float, k: int, b: float | None = None) -> float:
+    """The cost model's speedup of K = k over plain decoding (Leviathan et al., section 3.4, with the later-guess
+    rate b; b = None: b = a): ``expected_tokens(a, k, b)`` per round over the round's cost in target steps, k guesses
+    at c each and one verification pass of k + 1 tokens at r_k1 = r(k + 1) = t(k + 1) / t(1). k = 0 is plain decoding."""
+    if k == 0:
+        return 1.0
+    return expected_tokens(a, k, b) / (k * c + r_k1)

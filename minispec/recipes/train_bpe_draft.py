@@ -109,6 +109,64 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def texts(data, target_tok, files, order, tokenizer_chars: int, log) -> tuple[list[str], list[str], list[str]]:
+    """-> (the generated texts trained on, the held-out ones: every 20th, as in the EAGLE recipe, and the
+    standard-library files the tokenizer learns from: the first of ``order`` up to ``tokenizer_chars`` characters)."""
+    n_gen = data["generated"]
+    held = set(range(0, n_gen, 20))
+    gen_text = [target_tok.decode(data["tokens"][i]) for i in range(n_gen) if i not in held]
+    held_text = [target_tok.decode(data["tokens"][i]) for i in sorted(held)]
+    lib_text, chars = [], 0
+    for i in order:
+        lib_text.append(files[i].read_text(errors="ignore"))
+        chars += len(lib_text[-1])
+        if chars >= tokenizer_chars:
+            break
+    log(f"data: {len(gen_text)} generated texts ({sum(map(len, gen_text))} chars), {len(held_text)} held out; "
+        f"{len(lib_text)} standard-library files ({chars} chars) for the tokenizer")
+    return gen_text, held_text, lib_text
+
+
+def make_tokenizer(out: Path, target_dir, target_tok, gen_text, lib_text, vocab: int, log) -> tuple:
+    """The draft's tokenizer, trained on the generated texts and the standard-library files, its files written to
+    ``out`` -> (the tokenizer, its encode function, seconds taken, ``bytes_per_token``)."""
+    t0 = time.perf_counter()
+    tok = train_tokenizer(gen_text + lib_text, vocab)
+    write_tokenizer_files(out, tok, target_dir)
+    seconds = time.perf_counter() - t0
+    enc = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    bytes_per = bytes_per_token(enc, target_tok, gen_text, lib_text)
+    log(f"tokenizer: {tok.get_vocab_size()} tokens in {seconds:.0f} s; bytes per token (draft, target): "
+        + ", ".join(f"{k} {v['draft']:.2f}, {v['target']:.2f}" for k, v in bytes_per.items()))
+    return tok, enc, seconds, bytes_per
+
+
+def bytes_per_token(encode, target_tok, gen_text, lib_text) -> dict:
+    """Bytes of text per token, for the draft's tokenizer (``encode``) and the target's, on some generated texts
+    and some standard-library files."""
+    out = {}
+    for name, sample in (("generated", gen_text[:200]), ("stdlib", lib_text[:20])):
+        n_bytes = sum(len(t.encode()) for t in sample)
+        out[name] = dict(draft=n_bytes / sum(len(encode(t)) for t in sample),
+                         target=n_bytes / sum(len(target_tok.encode(t)) for t in sample))
+    return out
+
+
+def held_out_loss(torch, student, tok, encode, held_text, seq: int) -> dict:
+    """The student's next-token loss on the held-out texts, per token and in bits per byte (comparable across
+    tokenizers)."""
+    student.eval()
+    with torch.no_grad():
+        total, n_tok, n_bytes = 0.0, 0, 0
+        for text in held_text:
+            ids = encode(text)[:seq]
+            x = torch.tensor([ids])
+            total += student(input_ids=x, labels=x).loss.item() * (len(ids) - 1)
+            n_tok += len(ids) - 1
+            n_bytes += len(tok.decode(ids[1:], skip_special_tokens=False).encode())
+    return dict(loss_per_token=total / n_tok, bits_per_byte=total / n_bytes / np.log(2), sequences=len(held_text))
+
+
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
@@ -118,91 +176,42 @@ def main(argv=None) -> int:
     if args.width % 64 or args.width <= 0:
         p.error(f"--width must be a positive multiple of 64 (heads of 64), got {args.width}")
 
-    from .training import import_torch, start, train_next_token, write_sums
-    torch = import_torch()
-    if torch is None:
+    from .training import begin, new_student, save_student, train_next_token, write_sums
+    started = begin(args)
+    if started is None:
         return 2
+    torch, out, log, target_dir, t_start = started
     import transformers
 
-    from ..model.fetch import resolve_model
-    from ..model.safetensors_io import write_safetensors
     from ..model.tokenizer import load_tokenizer
-    from .train_draft import stdlib_files
+    from .train_draft import stdlib_chunks, stdlib_files
     from .train_eagle import load_or_make_data
 
-    out, log = start(torch, args.out, args.seed, args.threads)
-    t_start = time.perf_counter()
-    log(f"args {vars(args)}")
-    target_dir = resolve_model(args.target)
     target_tok = load_tokenizer(target_dir)
     data = load_or_make_data(eagle_data_args(args.seed), log)
-    n_gen = data["generated"]
-    held = set(range(0, n_gen, 20))  # as in the EAGLE recipe
-    gen_text = [target_tok.decode(data["tokens"][i]) for i in range(n_gen) if i not in held]
-    held_text = [target_tok.decode(data["tokens"][i]) for i in sorted(held)]
     rng = np.random.default_rng(args.seed)
     files = stdlib_files()
     order = rng.permutation(len(files))
-    lib_text, chars = [], 0
-    for i in order:
-        lib_text.append(files[i].read_text(errors="ignore"))
-        chars += len(lib_text[-1])
-        if chars >= args.tokenizer_chars:
-            break
-    log(f"data: {len(gen_text)} generated texts ({sum(map(len, gen_text))} chars), {len(held_text)} held out; "
-        f"{len(lib_text)} standard-library files ({chars} chars) for the tokenizer")
+    gen_text, held_text, lib_text = texts(data, target_tok, files, order, args.tokenizer_chars, log)
 
-    t0 = time.perf_counter()
-    tok = train_tokenizer(gen_text + lib_text, args.vocab)
-    write_tokenizer_files(out, tok, target_dir)
-    tok_s = time.perf_counter() - t0
-    enc = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    tok, enc, tok_s, bytes_per = make_tokenizer(out, target_dir, target_tok, gen_text, lib_text, args.vocab, log)
     gen_ids = [np.array(enc(t)[: args.seq], np.int64) for t in gen_text]
-    bytes_per = {}
-    for name, texts in (("generated", gen_text[:200]), ("stdlib", lib_text[:20])):
-        n_bytes = sum(len(t.encode()) for t in texts)
-        bytes_per[name] = dict(draft=n_bytes / sum(len(enc(t)) for t in texts),
-                               target=n_bytes / sum(len(target_tok.encode(t)) for t in texts))
-    log(f"tokenizer: {tok.get_vocab_size()} tokens in {tok_s:.0f} s; bytes per token (draft, target): "
-        + ", ".join(f"{k} {v['draft']:.2f}, {v['target']:.2f}" for k, v in bytes_per.items()))
-
-    need = args.steps * (args.batch - args.batch // 2) * args.seq
-    lib_ids: list[int] = []
-    for i in order[::-1]:  # the other end of the same permutation: mostly files the tokenizer did not see
-        lib_ids += enc(files[i].read_text(errors="ignore")) + [0]
-        if len(lib_ids) >= need:
-            break
-    n = len(lib_ids) // args.seq
-    code = np.array(lib_ids[: n * args.seq], dtype=np.int64).reshape(n, args.seq)
+    # the other end of the same permutation: mostly files the tokenizer did not see
+    code = stdlib_chunks(files, enc, args.steps * (args.batch - args.batch // 2) * args.seq, args.seq, order[::-1])
     log(f"training data: {sum(len(g) for g in gen_ids)} generated tokens, {code.size} standard-library tokens")
 
     cfg = student_config(args, tok.get_vocab_size())
-    student = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{k: v for k, v in cfg.items()
-                                                                        if k not in ("architectures", "model_type")}))
+    student, n_params = new_student(transformers, cfg, log)
     with torch.no_grad():
         E = np.asarray(data["embed"], np.float32)  # the target's [V, D] embedding
         student.model.embed_tokens.weight.copy_(torch.from_numpy(initial_embedding(tok, target_tok, E, args.width)))
-    n_params = sum(q.numel() for q in student.parameters())
-    log(f"student: {n_params / 1e6:.2f}M parameters")
 
     curve, train_s = train_next_token(torch, student, gen_ids, code, steps=args.steps, batch=args.batch, seq=args.seq,
                                       lr=args.lr, rng=rng, log=log)
-
-    student.eval()
-    with torch.no_grad():  # held-out loss per token and per byte (comparable across tokenizers)
-        total, n_tok, n_bytes = 0.0, 0, 0
-        for text in held_text:
-            ids = enc(text)[: args.seq]
-            x = torch.tensor([ids])
-            total += student(input_ids=x, labels=x).loss.item() * (len(ids) - 1)
-            n_tok += len(ids) - 1
-            n_bytes += len(tok.decode(ids[1:], skip_special_tokens=False).encode())
-    held_out = dict(loss_per_token=total / n_tok, bits_per_byte=total / n_bytes / np.log(2), sequences=len(held_text))
+    held_out = held_out_loss(torch, student, tok, enc, held_text, args.seq)
     log(f"held out: loss {held_out['loss_per_token']:.3f} per token, {held_out['bits_per_byte']:.3f} bits per byte")
 
-    state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
-    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.recipes.train_bpe_draft"})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    save_student(out, student, cfg, "minispec.recipes.train_bpe_draft")
     summary = dict(parameters=n_params, vocab=tok.get_vocab_size(), generated_sequences=len(gen_ids),
                    generated_tokens=int(sum(len(g) for g in gen_ids)), stdlib_tokens=int(code.size),
                    bytes_per_token=bytes_per, steps=args.steps, tokens_seen=args.steps * args.batch * args.seq,

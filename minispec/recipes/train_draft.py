@@ -99,11 +99,12 @@ def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int,
     return seqs
 
 
-def stdlib_chunks(files, tok, n_tokens: int, length: int, rng) -> np.ndarray:
-    order = rng.permutation(len(files))
+def stdlib_chunks(files, encode, n_tokens: int, length: int, order) -> np.ndarray:  # -> [n, length]
+    """Standard-library source in chunks of ``length`` ids: the files in ``order`` (indices into ``files``), each
+    encoded by ``encode`` and ended by id 0, until at least ``n_tokens`` ids; the last partial chunk dropped."""
     ids: list[int] = []
     for i in order:
-        ids += tok.encode(files[i].read_text(errors="ignore")) + [0]
+        ids += encode(files[i].read_text(errors="ignore")) + [0]
         if len(ids) >= n_tokens:
             break
     n = len(ids) // length
@@ -143,54 +144,43 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
 
-    from .training import import_torch, start, train_next_token, write_sums
-    torch = import_torch()
-    if torch is None:
+    from .training import begin, new_student, save_student, train_next_token, write_sums
+    started = begin(args)
+    if started is None:
         return 2
+    torch, out, log, target_dir, t_start = started
     import transformers
 
-    from ..model.fetch import resolve_model
-    from ..model.safetensors_io import write_safetensors
     from ..model.tokenizer import load_tokenizer
 
-    out, log = start(torch, args.out, args.seed, args.threads)
-
-    t_start = time.perf_counter()
-    target_dir = resolve_model(args.target)
     tok = load_tokenizer(target_dir)
     target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
     files = stdlib_files()
     rng = np.random.default_rng(args.seed)
-    log(f"args {vars(args)}; {len(files)} standard-library files")
+    log(f"{len(files)} standard-library files")
 
     t0 = time.perf_counter()
     generated = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed, log)
     gen_s = time.perf_counter() - t0
     gen_tokens = sum(len(s) for s in generated)
-    need = args.steps * args.batch * args.seq // 2
-    code = stdlib_chunks(files, tok, need, args.seq, rng)
+    code = stdlib_chunks(files, tok.encode, args.steps * args.batch * args.seq // 2, args.seq, rng.permutation(len(files)))
     log(f"data: {len(generated)} generated sequences ({gen_tokens} tokens, {gen_s / 60:.1f} min), "
         f"{code.size} standard-library tokens")
 
     cfg = student_config(args)
-    student = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{k: v for k, v in cfg.items()
-                                                                        if k not in ("architectures", "model_type")}))
+    student, n_params = new_student(transformers, cfg, log)
     with torch.no_grad():  # embedding: the target's, projected on its top principal directions
         E = target.model.embed_tokens.weight.detach()
         _, _, vt = torch.linalg.svd(E - E.mean(0), full_matrices=False)
         proj = E @ vt[: args.width].T
         student.model.embed_tokens.weight.copy_(proj / proj.std() * 0.05)
     del target
-    n_params = sum(p.numel() for p in student.parameters())
-    log(f"student: {n_params / 1e6:.2f}M parameters")
 
     gen_arr = [np.array(s[: args.seq], dtype=np.int64) for s in generated]
     curve, train_s = train_next_token(torch, student, gen_arr, code, steps=args.steps, batch=args.batch, seq=args.seq,
                                       lr=args.lr, rng=rng, log=log)
 
-    state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
-    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": "minispec.recipes.train_draft"})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    save_student(out, student, cfg, "minispec.recipes.train_draft")
     for f in ("tokenizer_config.json", "generation_config.json"):
         shutil.copy(Path(target_dir) / f, out / f)
     tokenizer = hashlib.sha256((Path(target_dir) / "tokenizer.json").read_bytes()).hexdigest()

@@ -24,13 +24,14 @@ Recipe (every count fixed, so a seed gives the same head on the same software):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from .training import write_sums
 
 
 def target_features(target, seqs, batch_tokens: int, log, what: str):
@@ -62,7 +63,7 @@ def make_data(args, log) -> dict:
 
     from ..model.fetch import resolve_model
     from ..model.tokenizer import load_tokenizer
-    from .train_draft import generate_data, stdlib_files
+    from .train_draft import generate_data, stdlib_chunks, stdlib_files
 
     target_dir = resolve_model(args.target)
     tok = load_tokenizer(target_dir)
@@ -73,13 +74,7 @@ def make_data(args, log) -> dict:
     gen = [s[: args.seq] for s in gen]
     gen_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed + 1)
-    text: list[int] = []
-    for i in rng.permutation(len(files)):
-        text += tok.encode(files[i].read_text(errors="ignore")) + [0]
-        if len(text) >= args.stdlib_tokens:
-            break
-    n = len(text) // args.seq
-    code = [text[j * args.seq: (j + 1) * args.seq] for j in range(n)]
+    code = stdlib_chunks(files, tok.encode, args.stdlib_tokens, args.seq, rng.permutation(len(files))).tolist()
     t1 = time.perf_counter()
     feats = target_features(target, gen + code, 8192, log, "all")
     data = dict(tokens=[np.array(s, np.int32) for s in gen + code], feats=feats, generated=len(gen),
@@ -191,15 +186,7 @@ def head_tensors(head) -> dict:
 
 def batches(data, rows, batch, seq, rng):
     """Right-padded rows: tokens [B, seq], features [B, seq, D] float32, lengths [B]."""
-    pick = rows[rng.integers(0, len(rows), batch)]
-    D = data["feats"][0].shape[1]
-    toks = np.zeros((batch, seq), np.int64)
-    feats = np.zeros((batch, seq, D), np.float32)
-    lens = np.zeros(batch, np.int64)
-    for b, r in enumerate(pick):
-        t = data["tokens"][r][:seq]
-        toks[b, : len(t)], feats[b, : len(t)], lens[b] = t, data["feats"][r][: len(t)], len(t)
-    return toks, feats, lens
+    return _rows(data, rows[rng.integers(0, len(rows), batch)], seq)
 
 
 def losses(head, E, W_r, toks, feats, lens, noise, rms, loss_kind, torch, train=True):
@@ -256,6 +243,7 @@ def evaluate(head, E, token_sets: dict, data, rows, seq, torch) -> dict:
 
 
 def _rows(data, rows, seq):
+    """``rows`` of the data, right-padded: tokens [B, seq], features [B, seq, D] float32, lengths [B]."""
     D = data["feats"][0].shape[1]
     toks = np.zeros((len(rows), seq), np.int64)
     feats = np.zeros((len(rows), seq, D), np.float32)
@@ -278,9 +266,7 @@ def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict) -> No
                  target_vocab_size=cfg.vocab_size, reduced_vocab_size=len(ship))
     (out / "config.json").write_text(json.dumps(econf, indent=2))
     (out / "training.json").write_text(json.dumps(summary, indent=2))
-    sums = "".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n"
-                   for f in ("config.json", "eagle.safetensors", "frequent_tokens.json", "token_frequency_order.json"))
-    (out / "SHA256SUMS").write_text(sums)
+    write_sums(out, ("config.json", "eagle.safetensors", "frequent_tokens.json", "token_frequency_order.json"))
     write_readme(out, summary, ship)
 
 
@@ -345,24 +331,55 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def train_head(torch, head, E, W_r, data, rows, steps: int, rms: float, args, log) -> tuple[list, float]:
+    """``steps`` AdamW steps (betas 0.9/0.95, weight decay 0.01, 50 warm-up steps, cosine decay, gradients clipped
+    at 1) on batches of ``rows`` -> (the (regression, CE) losses per step, seconds)."""
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+    rng = np.random.default_rng(args.seed)
+    curve, t0 = [], time.perf_counter()
+    for step in range(steps):
+        toks, feats, lens = batches(data, rows, args.batch, args.seq, rng)
+        loss, reg, ce, _ = losses(head, E, W_r, toks, feats, lens, args.noise, rms, args.loss, torch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        curve.append((reg.item(), ce.item()))
+        if step % 25 == 0 or step == steps - 1:
+            el = time.perf_counter() - t0
+            r_, c_ = np.mean(curve[-25:], axis=0)
+            log(f"step {step}/{steps} reg {r_:.4f} ce {c_:.3f} lr {sched.get_last_lr()[0]:.2e} "
+                f"{(step + 1) * args.batch * args.seq / el:.0f} tok/s")
+    return curve, time.perf_counter() - t0
+
+
+def reduced_heads(torch, freq, data, rows, V: int) -> dict:
+    """The token sets the held-out evaluation compares, by name: the trained reduced head, 8192 and 16384 frequent
+    tokens, and the whole vocabulary."""
+    sets = {f"{len(freq)}": torch.from_numpy(freq)}
+    for size in (8192, 16384):
+        if size != len(freq):
+            sets[f"{size}"] = torch.from_numpy(frequent_tokens([data["tokens"][r] for r in rows], size, data["eos"], V))
+    sets["all"] = torch.arange(V)
+    return sets
+
+
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
     if not (0 < args.vocab <= 49152 and 0 < args.ship_vocab <= 49152):
         p.error(f"--vocab and --ship-vocab must be in 1..49152, got {args.vocab} and {args.ship_vocab}")
-    from .training import import_torch, start
-    torch = import_torch()
-    if torch is None:
+    from .training import begin
+    started = begin(args)
+    if started is None:
         return 2
+    torch, out, log, target_dir, t_start = started
     from ..model.config import ModelConfig
-    from ..model.fetch import resolve_model
     from ..model.safetensors_io import write_safetensors
 
-    out, log = start(torch, args.out, args.seed, args.threads)
-
-    t_start = time.perf_counter()
-    log(f"args {vars(args)}")
-    target_dir = resolve_model(args.target)
     cfg = ModelConfig.from_dir(target_dir)
     if not cfg.tie_word_embeddings:
         log(f"error: {target_dir}: the recipe trains against the embedding matrix as the LM head, so it needs a "
@@ -389,33 +406,9 @@ def main(argv=None) -> int:
                       cfg.rms_norm_eps, max_len=args.seq)
     n_params = sum(p.numel() for p in head.parameters())
     log(f"head: {n_params / 1e6:.2f}M parameters, reduced head {len(freq)} tokens")
-    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
-    rng = np.random.default_rng(args.seed)
-    curve, t0 = [], time.perf_counter()
-    for step in range(steps):
-        toks, feats, lens = batches(data, rows, args.batch, args.seq, rng)
-        loss, reg, ce, _ = losses(head, E, W_r, toks, feats, lens, args.noise, rms, args.loss, torch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        curve.append((reg.item(), ce.item()))
-        if step % 25 == 0 or step == steps - 1:
-            el = time.perf_counter() - t0
-            r_, c_ = np.mean(curve[-25:], axis=0)
-            log(f"step {step}/{steps} reg {r_:.4f} ce {c_:.3f} lr {sched.get_last_lr()[0]:.2e} "
-                f"{(step + 1) * args.batch * args.seq / el:.0f} tok/s")
-    train_s = time.perf_counter() - t0
+    curve, train_s = train_head(torch, head, E, W_r, data, rows, steps, rms, args, log)
     head.eval()
-    sets = {f"{len(freq)}": torch.from_numpy(freq)}
-    for size in (8192, 16384):
-        if size != len(freq):
-            sets[f"{size}"] = torch.from_numpy(frequent_tokens([data["tokens"][r] for r in rows], size, data["eos"], V))
-    sets["all"] = torch.arange(V)
-    held_out = evaluate(head, E, sets, data, held, args.seq, torch)
+    held_out = evaluate(head, E, reduced_heads(torch, freq, data, rows, V), data, held, args.seq, torch)
     for name, v in held_out.items():
         log(f"held out, reduced head {name}: " + ", ".join(f"{k} {x:.3f}" for k, x in v.items()))
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()}, "F32",

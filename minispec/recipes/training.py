@@ -1,8 +1,9 @@
-"""What the training recipes here share: torch or a clear error, fixed seeds, a log file, and the next-token
-loop of the two draft models."""
+"""What the training recipes here share: the start of a run (torch or a clear error, fixed seeds, a log file, the
+target's directory), and for the two draft models the student Llama, its next-token loop and how it is saved."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,22 @@ def import_torch():
         print(TORCH_NEEDED, file=sys.stderr)
         return None
     return torch
+
+
+def begin(args):
+    """What every recipe does first, once its arguments are checked: torch (None, after printing how to install it:
+    the recipe then exits with 2), seeded with ``args.seed`` on ``args.threads`` threads (``start``), the arguments
+    logged, and the target's directory resolved (``args.target``, else the converted SmolLM2).
+    -> (torch, out, log, target_dir, started: ``time.perf_counter()`` after the start, for the run's total time)."""
+    torch = import_torch()
+    if torch is None:
+        return None
+    from ..model.fetch import resolve_model
+
+    out, log = start(torch, args.out, args.seed, args.threads)
+    started = time.perf_counter()
+    log(f"args {vars(args)}")
+    return torch, out, log, resolve_model(args.target), started
 
 
 def start(torch, out, seed: int, threads: int):
@@ -76,3 +93,22 @@ def train_next_token(torch, student, generated, chunks, *, steps: int, batch: in
             log(f"step {step}/{steps} loss {np.mean(curve[-25:]):.3f} lr {sched.get_last_lr()[0]:.2e} "
                 f"{(step + 1) * batch * seq / el:.0f} tok/s")
     return curve, time.perf_counter() - t0
+
+
+def new_student(transformers, cfg: dict, log) -> tuple:
+    """A Llama of the Hugging Face config ``cfg`` (config.json's fields), randomly initialised by torch's seed, and
+    its parameter count (logged)."""
+    student = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{k: v for k, v in cfg.items()
+                                                                        if k not in ("architectures", "model_type")}))
+    n_params = sum(q.numel() for q in student.parameters())
+    log(f"student: {n_params / 1e6:.2f}M parameters")
+    return student, n_params
+
+
+def save_student(out: Path, student, cfg: dict, recipe: str) -> None:
+    """``out/model.safetensors`` (bfloat16; the tied LM head left out: it is the embedding) and ``out/config.json``."""
+    from ..model.safetensors_io import write_safetensors
+
+    state = {k: v.detach().float().numpy() for k, v in student.state_dict().items() if k != "lm_head.weight"}
+    write_safetensors(out / "model.safetensors", state, "BF16", metadata={"recipe": recipe})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))

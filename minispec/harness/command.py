@@ -1,0 +1,91 @@
+"""What the harness's commands share around their measuring: what they read (the target and its tokenizer, the
+drafters they were given or the shipped ones), each checked before any run and refused with its name, and how
+they hand back a result (printed, and stored as JSON when asked). A directory that is not a model raises
+``ModelFormatError`` naming it (the CLI prints it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..drafters import make_drafter
+from ..model import load_model, load_tokenizer
+from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
+from ..model.tokenizer import Tokenizer
+from ..model.transformer import Model
+from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
+
+MODEL_HELP = "target directory (default: SmolLM2-135M-Instruct)"
+
+
+def drafters_parser(prog: str, description: str, default_drafters: str, tokens: int) -> argparse.ArgumentParser:
+    """The flags of a command that measures drafters on the last prompts of each evaluation set (``bench auto``,
+    ``bench rules``): --model, --draft (repeated; default ``default_drafters``), --prompts, --tokens (default
+    ``tokens``) and --json. The command adds its own."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--model", help=MODEL_HELP)
+    p.add_argument("--draft", action="append", help=f"a drafter spec (repeat; default: {default_drafters})")
+    p.add_argument("--prompts", type=int, default=3, help="prompts per set (default 3, the last of each set)")
+    p.add_argument("--tokens", type=int, default=tokens, help=f"tokens per run (default {tokens})")
+    p.add_argument("--json", help="also write the figures to this JSON file")
+    return p
+
+
+def last_prompts(tok, n: int) -> dict[str, list]:
+    """The last ``n`` prompts of each evaluation set, by set: no test uses them."""
+    return {s: load_prompts(s, tok)[-n:] for s in PROMPT_SETS}
+
+
+def load_target(path=None) -> tuple[Model, Tokenizer]:
+    """The target of a command and its tokenizer: the directory ``path`` (its ``--model``), or SmolLM2-135M-Instruct
+    (fetched and converted on first use). The model keeps its directory: ``model.path``."""
+    directory = resolve_model(path)
+    return load_model(directory), load_tokenizer(directory)
+
+
+def load_target_and_drafters(path, specs) -> tuple[Model, Tokenizer, dict]:
+    """``load_target(path)`` and {spec: drafter} for every spec of ``specs`` ("none": None), each checked
+    (``make_drafter``) before anything runs."""
+    target, tok = load_target(path)
+    return target, tok, {spec: make_drafter(spec, target) for spec in specs}
+
+
+def shipped_drafters(own_tokenizer=("tli", "slem")) -> list[str]:
+    """The specs of the drafters shipped in weights/ that are present: the draft, the EAGLE head, and the draft with
+    its own tokenizer under each algorithm of ``own_tokenizer``."""
+    draft, eagle, bpe = shipped_draft(), shipped_eagle(), shipped_bpe_draft()
+    return [s for s in (draft, eagle) if s] + ([f"{algorithm}:{bpe}" for algorithm in own_tokenizer] if bpe else [])
+
+
+def given_or_shipped(parser, given, shipped, missing: str) -> str:
+    """What the command was given (a flag's value), else the shipped default; with neither, ``parser.error(missing)``
+    (a usage error, before anything is loaded)."""
+    choice = given or shipped
+    if choice is None:
+        parser.error(missing)
+    return choice
+
+
+def check_json_path(path) -> None:
+    """``--json FILE``: refused before the runs, not after them, when its directory does not exist."""
+    if path and not Path(path).resolve().parent.is_dir():
+        raise ValueError(f"--json {path}: directory {Path(path).resolve().parent} does not exist")
+
+
+def markdown_table(title: str, columns: list[str], rows) -> list[str]:
+    """A command's report as Markdown lines: its title, a blank line, then a table of ``columns`` with a row of
+    cells (text) per item of ``rows``."""
+    return [title, "", *("| " + " | ".join(cells) + " |" for cells in [columns, ["---"] * len(columns), *rows])]
+
+
+def print_and_store(report: str, res: dict, path, prog: str, argv=None, indent: int = 1) -> None:
+    """Print a command's ``report`` and, when ``--json`` named a ``path``, store its figures ``res`` there with their
+    provenance: date, commit, machine, and the command as typed (``prog`` and ``argv``, also when ``main(argv)`` is
+    called in-process; None: this process's own command line)."""
+    print(report)
+    if path:
+        origin = provenance(None if argv is None else [*prog.split(), *argv])
+        Path(path).write_text(json.dumps(dict(res, provenance=origin), indent=indent))
