@@ -11,10 +11,10 @@ import json
 import sys
 
 import numpy as np
+from minispec.harness.first_guess import eagle_first_guess_logits
 
 from minispec.drafters.eagle import load_eagle
 from minispec.generate import generate
-from minispec.harness.first_guess import eagle_first_guess_logits
 from minispec.harness.prompts import load_prompts
 from minispec.harness.provenance import provenance
 from minispec.model import load_model, load_tokenizer

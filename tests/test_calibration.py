@@ -236,9 +236,9 @@ def test_bench_auto_end_to_end(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
     model_dir = chat_model_dir(tmp_path / "model")
-    for calibration in ("honest", "corrupted"):
+    for setting in ("honest", "corrupted"):
         code, out, err = run_cli(["bench", "auto", "--model", str(model_dir), "--draft", "none", "--draft", "layer-skip",
-                                  "--prompts", "1", "--repeats", "1", "--tokens", "4", "--calibration", calibration])
+                                  "--prompts", "1", "--repeats", "1", "--tokens", "4", "--calibration", setting])
         assert code == 0, err
-        assert "| plain (control) |" in out and "| layer-skip:" in out and f"calibration {calibration}" in out
+        assert "| plain (control) |" in out and "| layer-skip:" in out and f"calibration {setting}" in out
     assert "distrusted" in out  # the corrupted calibration was not trusted

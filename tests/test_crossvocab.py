@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 from minispec import generate, load_model
 from minispec.drafters import DraftModel, make_drafter
 from minispec.drafters.crossvocab import CrossVocab, intersection, token_bytes
-from minispec.drafters.slem import SLEM, exact_match
+from minispec.drafters.slem import SLEM, BoundaryKeepingSLEM, exact_match
 from minispec.drafters.tli import TLI
-from minispec.drafters.slem import BoundaryKeepingSLEM
 from minispec.harness.equivalence import chisquare_gof, prefix_match
 from minispec.harness.exact_loop import loop_law
 from minispec.model import ModelFormatError
