@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from .drafters import make_drafter
-from .drafters.protocol import ProposesTrees
+from .drafters.protocol import HasOwnTokenizer, ProposesTrees, has
 from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
 from .harness.measure import timed
@@ -149,14 +149,14 @@ class Generation:
         self.trace_path = check_trace_path(args.trace) if args.trace else None
         if (args.show or args.trace) and drafter is None:
             raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
-        if args.tree and drafter is not None and not isinstance(drafter, ProposesTrees):
+        if args.tree and drafter is not None and not has(drafter, ProposesTrees):
             raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
                              "drop --tree")
         if args.tree and args.rule != "token":
             raise ValueError("--rule block applies to chains: a tree keeps the token-wise multi-candidate rule")
         how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
         what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
-        if getattr(drafter, "algorithm", None) in ("SLEM", "TLI"):  # a draft with its own tokenizer (slem.py, tli.py)
+        if drafter is not None and has(drafter, HasOwnTokenizer):  # slem.py, tli.py
             what += f"; the draft has its own tokenizer: {drafter.summary()}"
         print(f"[loaded {self.model.name} in {time.perf_counter() - t0:.1f}s on {args.device}; {what}]", file=sys.stderr)
 
@@ -264,7 +264,7 @@ def cmd_calibrate(args) -> int:
     for drafter in drafters:
         cal = drafter_calibration(drafter, fresh=True) if drafter is not None else None
         if cal is None:
-            print(f"{getattr(drafter, 'name', 'none')}: no model to time (its rounds measure it)")
+            print(f"{'none' if drafter is None else drafter.name}: no model to time (its rounds measure it)")
             continue
         guess, fed = cal.times["guess"], cal.times["fed"]
         print(f"{cal.describe()}\n  c = {guess / t[1]:.3f} (a guess {1e3 * guess:.2f} ms), catching up "

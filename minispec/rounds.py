@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from .drafters import as_drafter
-from .drafters.protocol import ProposesTrees, ReadsFeatures
+from .drafters.protocol import HasRoom, ProposesTrees, ReadsFeatures, has
 from .generate import check_generate_args, stop_set
 from .model import Model, backend
 from .policy import follows_clock, k_policy, shape_policy
@@ -86,7 +86,7 @@ class Run:
     @property
     def on_features(self):
         """The target pass's ``on_features``: None unless the drafter reads the target's features (eagle.py)."""
-        return self.keep_features if isinstance(self.drafter, ReadsFeatures) else None
+        return self.keep_features if has(self.drafter, ReadsFeatures) else None
 
     def keep_features(self, features) -> None:
         """Called by the target pass (``Model.forward``) with its features [T, D], of cache positions ending at
@@ -121,9 +121,8 @@ class Run:
 
     def drafter_room(self) -> int:
         """How many draft tokens the drafter can still make after ``tokens`` (``Drafter.room``): a draft model
-        with a shorter context than the target's runs out before the target does. Unbounded without ``room``."""
-        room = getattr(self.drafter, "room", None)
-        return self.max_new_tokens if room is None else max(0, room(self.tokens))
+        with a shorter context than the target's runs out before the target does. Unbounded without ``HasRoom``."""
+        return max(0, self.drafter.room(self.tokens)) if has(self.drafter, HasRoom) else self.max_new_tokens
 
     def drafted_now(self, asked: int, drafted: int, nodes: int, t0: float) -> None:
         """After proposing: ``asked`` guesses were asked for (0: a plain round), ``drafted`` made (a tree: its
@@ -176,7 +175,7 @@ class Run:
         self.policy.observe(self.drafted, accepted, t_draft, None if self.prefill else t_verify, probed, nodes=self.nodes)
 
     def result(self) -> SpecResult:
-        self.stats.draft_forwards = getattr(self.drafter, "forwards", 0) - self.forwards0
+        self.stats.draft_forwards = (self.drafter.forwards if self.drafter is not None else 0) - self.forwards0
         used = [c.describe() for c in getattr(self.policy, "calibrations", []) if c is not None]
         return SpecResult(self.out, self.stats, used)
 
@@ -200,8 +199,8 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     if shape is NOT_A_TREE:
         policy = k_policy(k, target, drafter, learn=learn)
     else:
-        if not isinstance(drafter, ProposesTrees):
-            raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} drafts chains only, not trees "
+        if not has(drafter, ProposesTrees):
+            raise ValueError(f"drafter {drafter.name} drafts chains only, not trees "
                              "(it has no propose_tree; a draft with its own tokenizer has none)")
         policy = shape_policy(shape, target, drafter, learn=learn)
     room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
@@ -209,4 +208,4 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
                stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
                warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
-               on_token=on_token, stats=SpecStats(), forwards0=getattr(drafter, "forwards", 0), trace=trace)
+               on_token=on_token, stats=SpecStats(), forwards0=drafter.forwards if drafter is not None else 0, trace=trace)

@@ -58,6 +58,7 @@ class EchoFeatures:
 
     def __init__(self, target):
         self.target, self.name, self.forwards, self.seen = target, "echo-features", 0, 0
+        self.kernel = target.kernel  # the kernel its pass through the target's head runs on
         self.features = None
 
     def context(self, tokens) -> int:
@@ -119,6 +120,7 @@ class Medusa:
         self.w = [rng.standard_normal((D, D)).astype(np.float32) / np.sqrt(D) for _ in range(2)]  # W_1, W_2: [D, D]
         self.feats, self.ftokens = np.zeros((0, D), np.float32), []  # [n, D]: f_0..f_{n-1} of x_0..x_{n-1}
         self.timed = 0  # calls of its cost hook
+        self.kernel = target.kernel  # its heads run through the target's head (TimesItself keys its timings by it)
 
     def context(self, tokens) -> int:
         return 0

@@ -183,7 +183,7 @@ class OtherTokenizerDraft:
             raise TypeError(f"a draft with its own tokenizer needs a Model, got {type(draft_model).__name__}")
         self.draft_model, self.cross, self.vocab = draft_model, cross, target_vocab_size
         self.name = f"{self.algorithm.lower()}:{draft_model.name}"
-        self.cfg, self.weight_bytes = draft_model.cfg, draft_model.weight_bytes  # (calibration keys: policy/calibration.py)
+        self.cfg, self.kernel = draft_model.cfg, draft_model.kernel
         self.cache, self.fed, self.forwards = None, [], 0
         self._read = ((), None)
 

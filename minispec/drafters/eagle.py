@@ -84,6 +84,7 @@ class Eagle:
         dev = lambda a: backend.asarray(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731  (no copy on NumPy)
         mat = lambda a: pack(dev(a), target.kernel)  # noqa: E731  (a matrix in the layout of the target's kernel)
         self.target, self.cfg, self.name, self.vocab, self.forwards = target, cfg, name, V, 0
+        self.kernel = target.kernel  # its matrices are packed for the target's kernel, and run on it
         self.w_fc, self.b_fc = mat(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
         self.layer = LayerWeights(attn_norm=dev(tensors["attn_norm"]), w_qkv=mat(tensors["w_qkv"]), b_qkv=None,
                                   w_o=mat(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),

@@ -68,7 +68,10 @@ class TimesItself(Protocol):
     """A drafter that cannot be timed through ``propose`` alone (a feature head needs the target's features; a draft
     with its own tokenizer reads text): ``measure_costs(clock, repeats) -> (seconds per guess, seconds per token
     caught up)``, on inputs it makes itself, leaving itself as it found it. ``clock`` is the policy's
-    (policy/timing.py), so that a test can script it."""
+    (policy/timing.py), so that a test can script it. ``kernel`` names the kernel its passes run on (model/kernel.py):
+    its timings are stored under its ``name`` and that kernel (policy/calibration.py)."""
+
+    kernel: str
 
     def measure_costs(self, clock: Callable[[], float], repeats: int) -> tuple[float, float]: ...
 
@@ -76,7 +79,9 @@ class TimesItself(Protocol):
 @runtime_checkable
 class TimesItsTreeLevels(Protocol):
     """A tree drafter whose tree levels cost what its own passes cost, not a model's: ``level_times(clock, widths,
-    repeats) -> {w: seconds of one level of w nodes}``."""
+    repeats) -> {w: seconds of one level of w nodes}``, stored under its ``name`` and ``kernel`` as ``TimesItself``'s."""
+
+    kernel: str
 
     def level_times(self, clock: Callable[[], float], widths, repeats: int) -> dict[int, float]: ...
 
@@ -85,8 +90,10 @@ class TimesItsTreeLevels(Protocol):
 class HasFirstGuessRows(Protocol):
     """A drafter that can say, for every position of a text at once, what its first guess there would be drawn
     from: ``first_guess_rows(tokens, start, warp, features=None) -> [len(tokens) - start, V]`` (or None when it has
-    no such distribution), row i the distribution of the first guess after ``tokens[:start + i]``, teacher-forced,
-    leaving the drafter as it found it. ``features`` [len(tokens), D] are the target's, for a drafter that
+    no such distribution), row i the distribution of the first guess after ``tokens[:start + i]``, teacher-forced.
+    It may move the drafter's own cache (a draft that reads each prefix in its own tokens, TLI, leaves it where a
+    proposal after the text would) and count its passes in ``forwards``; the next proposal starts from there as
+    from any other text. ``features`` [len(tokens), D] are the target's, for a drafter that
     ``ReadsFeatures``. Level 4's acceptance statistic reads it (harness/check.py)."""
 
     def first_guess_rows(self, tokens, start: int, warp: Callable, features=None) -> np.ndarray | None: ...
@@ -96,11 +103,14 @@ class HasFirstGuessRows(Protocol):
 class HasOwnTokenizer(Protocol):
     """A draft with a tokenizer of its own that follows the target's text (crossvocab.py): ``cross`` spells both
     vocabularies (a ``CrossVocab``), ``draft_model`` is its model, and ``algorithm`` says how it proposes ("SLEM"
-    or "TLI", the CLI's ``slem:``/``tli:`` spec in capitals)."""
+    or "TLI", the CLI's ``slem:``/``tli:`` spec in capitals); ``summary()`` says in a line how it drafts (the CLI
+    prints it)."""
 
     cross: object
     draft_model: object
     algorithm: str
+
+    def summary(self) -> str: ...
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from ..drafters import make_drafter
-from ..drafters.protocol import HasModel
+from ..drafters.protocol import HasModel, has
 from ..generate import generate
 from ..model.fetch import shipped_draft
 from ..model.progress import Progress
@@ -74,7 +74,7 @@ def evaluate_draft(target, drafter, tok, sets=("code", "chat"), n_prompts=None, 
                 r = speculative_generate(target, drafter, p, max_new_tokens, k=8, temperature=temp, seed=i,
                                          stop_ids=tok.eos_ids)
                 log += r.stats.rounds_log
-                if temp == 0.0 and isinstance(drafter, HasModel):
+                if temp == 0.0 and has(drafter, HasModel):
                     conf += confidence_rows(drafter, p, r.tokens)
                 if i % 4 == 0:  # the direct check on a quarter of the prompts
                     for k in direct:

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from ..drafters import make_drafter
+from ..drafters import HasModel, has, make_drafter
 from ..generate import generate
 from ..model.fetch import shipped_draft
 from ..model.progress import Progress
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
                             "no draft model: pass --draft DIR (the early stop needs a drafter with its own probabilities)")
     target, tok = load_target(a.model)
     drafter = make_drafter(spec, target)
-    if getattr(drafter, "model", None) is None:
+    if drafter is None or not has(drafter, HasModel):
         p.error(f"{spec}: the early stop needs a draft model (prompt lookup's guesses are certain)")
     temps = [float(t) for t in a.temperatures.split(",")]
     prompts = {s: load_prompts(s, tok, a.prompts_per_set) for s in PROMPT_SETS}

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..drafters import as_drafter
-from ..drafters.protocol import HasModel, ReadsFeatures
+from ..drafters.protocol import HasModel, ReadsFeatures, has
 from ..generate import generate
 from ..model.progress import Progress
 from ..policy import drafter_costs, forward_times, verify_calibration
@@ -229,12 +229,12 @@ def memory_rows(target, drafters: dict, used_ctx: int) -> list[dict]:
     """Weights and KV cache per model (the target and each drafter with a model of its own) at the used context;
     a feature head (eagle.py): its weights, one layer's cache and the features it keeps."""
     models = {"target": target}
-    models.update({n: d.model for n, d in drafters.items() if isinstance(d, HasModel) and n != "self"})
+    models.update({n: d.model for n, d in drafters.items() if has(d, HasModel) and n != "self"})
     memory = [dict(model=n, weight_bytes=(0 if n.startswith("layer-skip") else m.weight_bytes),
                    kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
               for n, m in models.items()]
     for n, d in drafters.items():
-        if isinstance(d, ReadsFeatures):
+        if has(d, ReadsFeatures):
             per_token = 2 * d.cfg.num_kv_heads * d.cfg.head_dim * 4 + d.cfg.hidden_size * 4
             memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=per_token,
                                kv_bytes_at_context=per_token * used_ctx))

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import backend
+from ..drafters.protocol import TimesItself, TimesItsTreeLevels, has
+from ..model import Model, backend
 from ..model.fetch import cache_dir
 
 REPEATS = 7  # interleaved repeats of a calibration: the median of 7 moves only when 4 of them are hit
@@ -77,25 +78,20 @@ class Calibration:
 _MEMORY: dict[str, Calibration] = {}  # calibration_key -> the validated calibration of this process
 
 
-def calibration_key(model, ns) -> str:
-    """What a measurement depends on: the model (name, size, shape), the device, the kernel and the machine. It keys
-    the cache in memory too, so that a model loaded again (or a new drafter around the same model) finds
-    the same figures: a seeded run then chooses the same K (see ``policy/__init__.py``). A drafter that times
-    itself is keyed by its name, and by its size and shape where it has them."""
-    c = getattr(model, "cfg", None)
-    shape = f"{c.num_layers}x{c.hidden_size}" if c is not None else "-"
-    return (f"{model.name}|{getattr(model, 'weight_bytes', 0)}|{shape}|{backend.DEVICE}|{kernel_of(model)}|"
-            f"{','.join(map(str, ns))}|"
+def calibration_key(what, ns) -> str:
+    """What a measurement depends on: what was timed, the device, the kernel and the machine. ``what`` is a model
+    (keyed by its name, size and shape) or a drafter that times itself (``TimesItself``, ``TimesItsTreeLevels``:
+    keyed by its name); either declares its ``kernel``. It keys the cache in memory too, so that a model loaded again
+    (or a new drafter around the same model) finds the same figures: a seeded run then chooses the same K (see
+    ``policy/__init__.py``)."""
+    if isinstance(what, Model):
+        who = f"{what.name}|{what.weight_bytes}|{what.cfg.num_layers}x{what.cfg.hidden_size}"
+    elif has(what, TimesItself) or has(what, TimesItsTreeLevels):
+        who = f"{what.name}|-|-"
+    else:
+        raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
+    return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
             f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
-
-
-def kernel_of(what) -> str:
-    """The kernel (model/kernel.py) of what is measured: a model's own, a draft's model's (``model``, or
-    ``draft_model`` for a draft with its own tokenizer), or a feature head's target's."""
-    for owner in (what, *(getattr(what, name, None) for name in ("model", "draft_model", "target"))):
-        if isinstance(getattr(owner, "kernel", None), str):
-            return owner.kernel
-    raise ValueError(f"{getattr(what, 'name', type(what).__name__)}: no model to say which kernel its costs were measured with")
 
 
 def load_per_core() -> float | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafters.protocol import HasModel, TimesItsTreeLevels
+from ..drafters.protocol import HasModel, TimesItsTreeLevels, has
 from .calibration import REPEATS, Calibration, calibrated, calibration_key, check_drafter, check_verify
 from .timing import forward_times, guess_time, self_timed_costs, tree_level_times
 
@@ -41,7 +41,7 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
         return calibrated(calibration_key(drafter, ("guess", "fed")), f"guesses of {drafter.name}",
                           lambda: dict(zip(("guess", "fed"), timed(REPEATS))), check_drafter,
                           lambda: dict(zip(("guess", "fed"), timed(1))), fresh)
-    model = drafter.model if isinstance(drafter, HasModel) else None
+    model = drafter.model if has(drafter, HasModel) else None
     if model is None:
         return None
     n = min(64, model.cfg.max_position_embeddings // 2)
@@ -59,7 +59,7 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
 def level_calibration(drafter) -> Calibration:
     """{w: seconds} of one tree level of w nodes, w = 1..4: a drafter's own level times (its cost hook; an EAGLE head
     times itself on random features), or else its model's pass over w tokens."""
-    if isinstance(drafter, TimesItsTreeLevels):
+    if has(drafter, TimesItsTreeLevels):
         return calibrated(calibration_key(drafter, ("level", 1, 2, 3, 4)), f"tree levels of {drafter.name}",
                           lambda: tree_level_times(drafter, range(1, 5), REPEATS), check_verify,
                           lambda: tree_level_times(drafter, (1, 4), 1))

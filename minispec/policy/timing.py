@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from ..drafters.protocol import TimesItself
+from ..drafters.protocol import TimesItself, has
 from ..model import backend
 from ..sampling import warp
 
@@ -77,7 +77,7 @@ def guess_time(drafter, tokens: list[int], repeats: int = 20, warmup: int = 2) -
 def self_timed_costs(drafter):
     """``(repeats) -> (seconds per guess, seconds per token caught up)`` for a drafter that times itself (its cost
     hook, drafters/protocol.py: TimesItself) on this module's clock, or None for one timed through ``propose``."""
-    if not isinstance(drafter, TimesItself):
+    if not has(drafter, TimesItself):
         return None
     return lambda repeats: drafter.measure_costs(clock, repeats)
 

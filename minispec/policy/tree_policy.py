@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafters.protocol import HasModel, TimesItsTreeLevels
+from ..drafters.protocol import HasModel, TimesItsTreeLevels, has
 from .acceptance import Acceptance, PerContext, run_length
 from .auto_k import ProbeBudget, best, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
@@ -101,7 +101,7 @@ def auto_tree_policy(target, drafter, max_nodes: int = 16, learn: bool = True) -
     seeded run). A tree stays below the target's context."""
     max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
     verify = verify_calibration(target, range(1, max_nodes + 2))
-    has_model = isinstance(drafter, (TimesItsTreeLevels, HasModel))  # a cost to time
+    has_model = has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)  # a cost to time
     levels = level_calibration(drafter) if has_model else None
     level_time = {int(w): float(t) for w, t in levels.times.items()} if levels else {w: 0.0 for w in range(1, 5)}
     policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
