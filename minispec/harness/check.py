@@ -49,12 +49,12 @@ from scipy import stats
 from ..drafters import LayerSkip, PromptLookup, make_drafter
 from ..drafters.protocol import DraftsText, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
 from ..generate import generate
-from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_draft
+from ..model.fetch import shipped_draft
 from ..model.progress import Progress
 from ..rejection import accept_reject, block_verify
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
+from .command import load_target
 from .equivalence import block_residual_bug, broken_accept_reject, mean_test, prefix_match, token_test
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
@@ -375,8 +375,7 @@ def main_check(args) -> int:
                          "(for example docs/level4_{kind}.json)")
     if len(set(specs)) != len(specs):
         raise ValueError(f"--draft: {', '.join(specs)}: a drafter named twice")
-    target_dir = resolve_model(args.model)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    target, tok = load_target(args.model)
     mains = [make_drafter(spec, target) for spec in specs]  # every spec checked before anything runs
     for spec, main in zip(specs, mains):
         if not (has(main, HasFirstGuessRows) or has(main, DraftsText)):

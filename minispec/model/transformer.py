@@ -128,7 +128,9 @@ class Model:
         ``t`` maps names to tensors and is consumed. Each fused matrix is allocated once and every tensor
         is written into its column block: from a ``weights.Checkpoint`` (what ``load_model`` passes) straight
         from the file, a block of rows at a time, so loading holds one copy of the weights, not two.
-        A dict of arrays works too. On CuPy each finished host array moves to the device, then is freed."""
+        A dict of arrays works too. On CuPy each finished host array moves to the device, then is freed.
+        (About 70 lines, on purpose: one pass over the checkpoint in the order its tensors are consumed, every step
+        writing into buffers the steps before it allocated.)"""
         xp = backend.xp
         packed = check_kernel(kernel) == "numba"
         if packed and xp is not np:
