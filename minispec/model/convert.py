@@ -60,8 +60,7 @@ def _hf_name(gguf_name: str) -> str | None:
 
 
 def convert_gguf(gguf_path, out_dir, progress: bool = True) -> Path:
-    """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF. (About 70 lines:
-    the four files are written in one pass over the GGUF reader, in the order a reader of the format expects.)"""
+    """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF."""
     try:
         import gguf
     except ImportError as e:
@@ -78,11 +77,24 @@ def convert_gguf(gguf_path, out_dir, progress: bool = True) -> Path:
     arch = _field(reader, "general.architecture")
     if arch != "llama":
         raise ModelFormatError(f"{gguf_path}: GGUF architecture {arch!r} is not supported (only 'llama')")
-    a = f"{arch}."
-    n_head = int(_field(reader, a + "attention.head_count"))
-    n_kv = int(_field(reader, a + "attention.head_count_kv", n_head))
-    hidden = int(_field(reader, a + "embedding_length"))
-    tensors, has_output = {}, False
+    n_head = int(_field(reader, "llama.attention.head_count"))
+    n_kv = int(_field(reader, "llama.attention.head_count_kv", n_head))
+    tensors = dequantized_tensors(gguf, reader, gguf_path, n_head, n_kv, progress)
+    config = llama_config(reader, n_head, n_kv, tied="lm_head.weight" not in tensors)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "model.safetensors.partial"
+    write_safetensors(tmp, tensors, "F32", metadata={"format": "pt", "source": gguf_path.name})
+    tmp.replace(out_dir / "model.safetensors")
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config[k] is not None}
+    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    write_tokenizer(reader, out_dir)
+    return out_dir
+
+
+def dequantized_tensors(gguf, reader, gguf_path: Path, n_head: int, n_kv: int, progress: bool) -> dict[str, np.ndarray]:
+    """Every tensor of the GGUF as float32, under its Hugging Face name and in its layout (Q and K un-permuted)."""
+    tensors = {}
     bar = Progress(len(reader.tensors), "dequantizing", quiet=not progress)
     for t in reader.tensors:
         name = _hf_name(t.name)
@@ -98,35 +110,30 @@ def convert_gguf(gguf_path, out_dir, progress: bool = True) -> Path:
             w = unpermute_qk(w, n_head)
         elif t.name.endswith("attn_k.weight"):
             w = unpermute_qk(w, n_kv)
-        has_output |= t.name == "output.weight"
         tensors[name] = w
         bar.update()
     bar.close()
-    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    bos, eos = _field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.eos_token_id")
-    pad = _field(reader, "tokenizer.ggml.padding_token_id")
-    config = {
+    return tensors
+
+
+def llama_config(reader, n_head: int, n_kv: int, tied: bool) -> dict:
+    """config.json of a Llama GGUF, from its metadata (``tied``: it has no output.weight of its own)."""
+    a = "llama."
+    hidden = int(_field(reader, a + "embedding_length"))
+    return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "vocab_size": vocab, "hidden_size": hidden,
+        "vocab_size": len(reader.fields["tokenizer.ggml.tokens"].data), "hidden_size": hidden,
         "intermediate_size": int(_field(reader, a + "feed_forward_length")),
         "num_hidden_layers": int(_field(reader, a + "block_count")),
         "num_attention_heads": n_head, "num_key_value_heads": n_kv, "head_dim": hidden // n_head,
         "rms_norm_eps": float(_field(reader, a + "attention.layer_norm_rms_epsilon")),
         "rope_theta": float(_field(reader, a + "rope.freq_base", 10000.0)),
         "max_position_embeddings": int(_field(reader, a + "context_length")),
-        "tie_word_embeddings": not has_output, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-        "rope_scaling": None, "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad,
-        "torch_dtype": "float32",
+        "tie_word_embeddings": tied, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "rope_scaling": None, "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id"),
+        "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id"),
+        "pad_token_id": _field(reader, "tokenizer.ggml.padding_token_id"), "torch_dtype": "float32",
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "model.safetensors.partial"
-    write_safetensors(tmp, tensors, "F32", metadata={"format": "pt", "source": gguf_path.name})
-    tmp.replace(out_dir / "model.safetensors")
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
-    gen = {k: v for k, v in dict(bos_token_id=bos, eos_token_id=eos, pad_token_id=pad).items() if v is not None}
-    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2))
-    write_tokenizer(reader, out_dir)
-    return out_dir
 
 
 def write_tokenizer(reader, out_dir: Path) -> None:
