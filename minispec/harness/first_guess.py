@@ -37,3 +37,11 @@ def tli_first_guess_rows(tli, tokens: list[int], start: int, warp) -> np.ndarray
         if draft_ids is not None:
             rows[j - start] = tli.target_row(tli.restrict(tli.feed(draft_ids), warp))
     return rows
+
+
+def draft_first_guess_rows(drafter, tokens: list[int], start: int, warp) -> np.ndarray:  # -> [len(tokens) - start, V]
+    """q of a draft model's first guess (a drafter with ``model`` and ``pad``: draft_model.py) at every position
+    j >= start of ``tokens``, after tokens[:j]: one pass over the text in a cache of its own."""
+    m = drafter.model
+    logits = drafter.pad(m.forward(tokens[:-1], m.new_cache(len(tokens) - 1)))  # row j - 1 predicts tokens[j]
+    return warp(logits[start - 1:])
