@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from minispec import load_model
 from minispec.drafters import same_tokenizer
 from minispec.harness.eagle_eval import full_order
-from minispec.model import ModelFormatError
-from minispec import load_model
-from minispec.model import weights
+from minispec.model import ModelFormatError, weights
 from minispec.model.config import ModelConfig
 from minispec.model.safetensors_io import f32_to_bf16, read_header, read_metadata, read_safetensors, write_safetensors
 from minispec.model.tiny import random_tensors, tiny_config, write_random_model
@@ -250,3 +249,25 @@ def test_the_top_readmes_recipe_commands_make_the_shipped_weights(name, recipe):
     for line in commands:
         args = importlib.import_module(f"minispec.recipes.{recipe}").parser().parse_args(shlex.split(line)[3:])
         assert {k: v for k, v in vars(args).items() if k != "out"} == {k: v for k, v in recorded.items() if k != "out"}, line
+
+
+def test_the_int8_report_is_its_json_and_measured_the_shipped_files():
+    """docs/weights/int8.md is generated from docs/weights/int8.json, whose int8 files are the shipped drafts and
+    whose bfloat16 files are the ones each draft's training.json says it was converted from."""
+    from minispec.harness.int8_eval import DRAFTS, JSON, REPORT, format_report
+
+    res = json.loads((ROOT / JSON).read_text())
+    assert (ROOT / REPORT).read_text() == format_report(res), "run: python -m minispec.harness.int8_eval --report"
+    assert set(res["drafts"]) == set(DRAFTS) and {"date", "commit", "command", "machine"} <= set(res["provenance"])
+    for name, d in res["drafts"].items():
+        shipped = (ROOT / "weights" / name / "model.safetensors").read_bytes()
+        assert d["files"]["int8"] == dict(bytes=len(shipped), sha256=hashlib.sha256(shipped).hexdigest()), name
+        recorded = json.loads((ROOT / "weights" / name / "training.json").read_text())["int8"]["source_sha256"]
+        assert d["files"]["BF16"]["sha256"] == recorded, name
+
+
+@pytest.mark.parametrize("name", DRAFTS)
+def test_the_model_card_states_the_files_size(name):
+    d = ROOT / "weights" / name
+    m = re.search(r"\| storage \| `model\.safetensors`, ([\d.]+) MB", (d / "README.md").read_text())
+    assert m and float(m.group(1)) == round((d / "model.safetensors").stat().st_size / 1e6, 1), name

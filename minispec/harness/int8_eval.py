@@ -10,9 +10,10 @@ first-guess distribution q over the target's ids (first_guess.py, as level 4's a
 the bfloat16 and from the int8 files, and the target's p:
 
 * **acceptance**: greedy, on the greedy text, how often q's top token is p's (what the greedy rule keeps); at T = 1,
-  on the T = 1 text, the mean of sum min(p, q) = 1 - TV(p, q) (the chance that the rule keeps a first guess);
-* **total variation** TV(q_bf16, q_int8) between the two drafts' first guesses (T = 1 text; mean and largest over
-  positions); each one's TV(p, q) to the target is 1 - its T = 1 acceptance.
+  on the T = 1 text, the mean of sum min(p, q) (the chance that the rule keeps a first guess);
+* **total variation** TV(q_bf16, q_int8) between the two drafts' first guesses (mean and largest over positions),
+  and each one's TV(p, q) to the target (T = 1 text). Where q sums to 1, sum min(p, q) = 1 - TV(p, q); TLI's q is
+  zero where the text ends inside a character (it proposes nothing there).
 
 Writes ``docs/weights/int8.json`` (with its provenance) and ``docs/weights/int8.md``, generated from it
 (``format_report``; tests/test_weights.py checks that they agree).
@@ -84,9 +85,9 @@ def tv(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # [n, V], [n, V] -> [n]
 
 
 def first_guesses(target, drafters: dict, seqs, label: str) -> dict:
-    """drafters {"BF16": d, "int8": d}, texts -> per position: TV between the two drafts' q, each one's TV to p,
-    and whether each one's top token is p's, each as a list over positions."""
-    out = dict(between=[], **{k: dict(tv=[], top=[]) for k in drafters})
+    """drafters {"BF16": d, "int8": d}, texts -> per position: TV between the two drafts' q, and each one's TV to p,
+    sum min(p, q) and whether its top token is p's, each as a list over positions."""
+    out = dict(between=[], **{k: dict(tv=[], kept=[], top=[]) for k in drafters})
     bar = Progress(len(seqs), label)
     for seq, start in seqs:
         p = warp(target.forward(seq[:-1], target.new_cache(len(seq) - 1))[start - 1:], 1.0)  # [n, V]
@@ -94,6 +95,7 @@ def first_guesses(target, drafters: dict, seqs, label: str) -> dict:
         out["between"] += list(tv(q["BF16"], q["int8"]))
         for k in drafters:
             out[k]["tv"] += list(tv(p, q[k]))
+            out[k]["kept"] += list(np.minimum(p, q[k]).sum(-1))
             out[k]["top"] += list(q[k].argmax(-1) == p.argmax(-1))
         bar.update()
     bar.close()
@@ -103,9 +105,10 @@ def first_guesses(target, drafters: dict, seqs, label: str) -> dict:
 def figures(greedy: dict, t1: dict) -> dict:
     """The report's figures from ``first_guesses`` on the greedy and on the T = 1 texts."""
     return dict(positions=dict(greedy=len(greedy["between"]), t1=len(t1["between"])),
-                acceptance={k: dict(greedy=float(np.mean(greedy[k]["top"])), t1=1 - float(np.mean(t1[k]["tv"])))
+                acceptance={k: dict(greedy=float(np.mean(greedy[k]["top"])), t1=float(np.mean(t1[k]["kept"])))
                             for k in ("BF16", "int8")},
-                tv_bf16_int8=dict(mean=float(np.mean(t1["between"])), max=float(np.max(t1["between"]))))
+                tv_bf16_int8=dict(mean=float(np.mean(t1["between"])), max=float(np.max(t1["between"]))),
+                tv_to_target={k: float(np.mean(t1[k]["tv"])) for k in ("BF16", "int8")})
 
 
 def file_facts(d: Path) -> dict:
@@ -138,8 +141,9 @@ def format_report(res: dict) -> str:
          f"{str(prov['commit'])[:7]}, {prov['machine'].get('cpus')} CPUs, NumPy {prov['machine'].get('numpy')}). The "
          "drafts' matrices are stored as int8 with a float32 scale per row and their norms in bfloat16 "
          "(`minispec/model/safetensors_io.py`; `python -m minispec.recipes.quantize_int8 SRC DST`), here against "
-         f"the bfloat16 files they were made from (commit {res['bf16_commit'][:7]}). A stored measurement whose "
-         "provenance names a commit before the conversion ran the bfloat16 drafts.", "",
+         f"the bfloat16 files they were made from (`weights/` at commit {res['bf16_commit'][:7]}). Every measurement "
+         "committed before the conversion (`git log -- weights/smoldraft-3l-192/model.safetensors` names it) ran the "
+         "bfloat16 drafts: a stored run's provenance names its commit.", "",
          f"Sample: the first {res['prompts_per_set']} prompts of each set ({', '.join(res['sets'])}), each followed by "
          f"the target's own continuation of up to {res['max_new_tokens']} tokens, greedy and at T = 1; every position "
          "of a continuation is a first guess, teacher-forced (`minispec/harness/int8_eval.py` says how). No timing.",
@@ -147,33 +151,37 @@ def format_report(res: dict) -> str:
     for name, d in res["drafts"].items():
         L.append(f"| {name} | {d['drafter']} | {d['files']['BF16']['bytes'] / 1e6:.1f} MB | "
                  f"{d['files']['int8']['bytes'] / 1e6:.1f} MB | {d['weight_bytes'] / 1e6:.1f} MB |")
-    L += ["", "First guesses kept by the rule (greedy: the draft's top token is the target's; T = 1: sum min(p, q) "
-          "= 1 - TV(p, q), the chance of keeping it, TV(p, q) being the draft's total variation to the target), and the total variation between the two drafts' first "
-          "guesses (T = 1 texts):", "",
-          "| draft | positions, greedy / T = 1 | kept, greedy: bfloat16 | int8 | kept, T = 1: bfloat16 | int8 | "
-          "TV(bfloat16, int8): mean | largest |", "|---|---|---|---|---|---|---|---|"]
+    L += ["", "First guesses kept by the rule (greedy: the draft's top token is the target's; T = 1: sum min(p, q), "
+          "the chance of keeping it), the total variation between the two drafts' first guesses, and each one's to "
+          "the target's (T = 1 texts; means over positions):", "",
+          "| draft | positions, greedy / T = 1 | kept, greedy: bfloat16 / int8 | kept, T = 1: bfloat16 / int8 | "
+          "TV(bfloat16, int8): mean / largest | TV to the target: bfloat16 / int8 |", "|---|---|---|---|---|---|"]
     for name, d in res["drafts"].items():
-        a, t = d["acceptance"], d["tv_bf16_int8"]
-        L.append(f"| {name} | {d['positions']['greedy']} / {d['positions']['t1']} | {a['BF16']['greedy']:.3f} | "
-                 f"{a['int8']['greedy']:.3f} | {a['BF16']['t1']:.4f} | {a['int8']['t1']:.4f} | {t['mean']:.4f} | "
-                 f"{t['max']:.4f} |")
+        a, t, g = d["acceptance"], d["tv_bf16_int8"], d["tv_to_target"]
+        L.append(f"| {name} | {d['positions']['greedy']} / {d['positions']['t1']} | {a['BF16']['greedy']:.3f} / "
+                 f"{a['int8']['greedy']:.3f} | {a['BF16']['t1']:.4f} / {a['int8']['t1']:.4f} | {t['mean']:.4f} / "
+                 f"{t['max']:.4f} | {g['BF16']:.4f} / {g['int8']:.4f} |")
     return "\n".join(L) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m minispec.harness.int8_eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bf16", required=True, help="a git revision whose weights/ holds the drafts in bfloat16")
-    ap.add_argument("--prompts-per-set", type=int, default=3)
+    ap.add_argument("--bf16", help="a git revision whose weights/ holds the drafts in bfloat16")
+    ap.add_argument("--report", action="store_true", help=f"only write {REPORT} again from {JSON}")
+    ap.add_argument("--prompts-per-set", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     a = ap.parse_args(argv)
     if a.prompts_per_set < 1 or a.max_new_tokens < 1:
         ap.error("--prompts-per-set and --max-new-tokens must be at least 1")
-    origin = provenance()
-    res = evaluate(a.prompts_per_set, a.max_new_tokens, a.bf16)
-    res["provenance"] = origin
-    (ROOT / JSON).parent.mkdir(parents=True, exist_ok=True)
-    (ROOT / JSON).write_text(compact_json(res))
+    if not a.report:
+        if not a.bf16:
+            ap.error("--bf16 REV is needed (or --report)")
+        origin = provenance()
+        res = evaluate(a.prompts_per_set, a.max_new_tokens, a.bf16)
+        res["provenance"] = origin
+        (ROOT / JSON).parent.mkdir(parents=True, exist_ok=True)
+        (ROOT / JSON).write_text(compact_json(res))
     report = format_report(json.loads((ROOT / JSON).read_text()))  # from the figures as stored
     (ROOT / REPORT).write_text(report)
     print(report)

@@ -206,6 +206,7 @@ class Model:
 
     @property
     def weight_bytes(self) -> int:
+        """Bytes of the weights as held in memory, float32, whatever the file stores (bfloat16, int8 matrices)."""
         arrays = [self.embed, self.final_norm] + [a for w in self.layers for a in vars(w).values() if a is not None]
         if not self.cfg.tie_word_embeddings:
             arrays.append(self.lm_head)
