@@ -1,10 +1,11 @@
 """The shipped drafts stored in int8 against the same drafts in bfloat16: what the storage changed in what they
 propose. ``python -m minispec.harness.int8_eval --bf16 REV`` (REV: a git revision whose ``weights/`` holds the
-bfloat16 files, the parent of the commit that converted them).
+bfloat16 files: any commit before the one that converted them).
 
 For each draft: the same-tokenizer draft, run by the standard rule (drafters/draft_model.py), and the draft with
 its own tokenizer, run by the drafter ``make_drafter`` chooses for it (TLI). No timing, and no speculative runs:
-the drafts' first guesses, teacher-forced, which say the same with far less sampling noise. Each prompt is followed
+the drafts' first guesses, teacher-forced, measure what a run's first guesses are kept with, without a run's
+sampling noise (both drafts see the same texts). Each prompt is followed
 by the target's own continuation, greedy and at T = 1; at every position of the continuation the draft's
 first-guess distribution q over the target's ids (first_guess.py, as level 4's acceptance statistic reads it), from
 the bfloat16 and from the int8 files, and the target's p:
