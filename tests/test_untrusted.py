@@ -25,7 +25,7 @@ from minispec import (
 )
 from minispec.model.tiny import tiny_config, write_random_model
 
-from .helpers import chat_model_dir, edit_config, edit_header, run_cli
+from .helpers import chat_model_dir, edit_config, edit_header, join_safetensors, run_cli, split_safetensors
 
 # --- bad model files: (name, how to spoil a fresh tiny model directory, what the error must mention)
 
@@ -78,6 +78,51 @@ def index_without_weight_map(d):
     (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}}))
 
 
+def as_int8(d):
+    """The model's matrices stored as int8 with a scale per row (safetensors_io's format)."""
+    from minispec.model.safetensors_io import read_safetensors, write_safetensors
+
+    t = read_safetensors(d / "model.safetensors")
+    write_safetensors(d / "model.safetensors", t, int8=[n for n, a in t.items() if a.ndim == 2])
+
+
+UP = "model.layers.0.mlp.up_proj.weight"
+
+
+def int8_then(edit):
+    """Store the model as int8, then ``edit(header, body)`` the file's header and data section, in place."""
+    def spoil(d):
+        as_int8(d)
+        header, body = split_safetensors((d / "model.safetensors").read_bytes())
+        body = bytearray(body)
+        edit(header, body)
+        (d / "model.safetensors").write_bytes(join_safetensors(header, bytes(body)))
+    return spoil
+
+
+def scale_value(x):
+    def edit(header, body):
+        begin = header[UP + "_scale"]["data_offsets"][0]
+        body[begin + 4 * 5: begin + 4 * 6] = np.float32(x).tobytes()  # row 5's scale
+    return edit
+
+
+def int8_without_scale(d):
+    from minispec.model.safetensors_io import read_safetensors, write_safetensors
+
+    t = read_safetensors(d / "model.safetensors")
+    t[UP] = np.zeros(t[UP].shape, np.int8)  # an int8 matrix, written with no scale
+    write_safetensors(d / "model.safetensors", t)
+
+
+def int8_vector(d):
+    from minispec.model.safetensors_io import read_safetensors, write_safetensors
+
+    t = read_safetensors(d / "model.safetensors")
+    t["model.norm.weight"] = np.ones(t["model.norm.weight"].shape, np.int8)
+    write_safetensors(d / "model.safetensors", t)
+
+
 def bad_index_json(d):
     (d / "model.safetensors.index.json").write_text("{not json")
 
@@ -102,6 +147,17 @@ FILE_CASES = [
     ("model.safetensors is a directory", weights_dir, ["model.safetensors", "not a file"]),
     ("index without weight_map", index_without_weight_map, ["model.safetensors.index.json", "weight_map"]),
     ("index not JSON", bad_index_json, ["model.safetensors.index.json", "not valid JSON"]),
+    ("I8 without its scale", int8_without_scale, ["model.safetensors", f"'{UP}'", f"'{UP}_scale'"]),
+    ("I8 vector", int8_vector, ["model.safetensors", "'model.norm.weight'", "2-D"]),
+    ("I8 scale of another shape", int8_then(lambda h, b: h[UP + "_scale"].update(shape=[h[UP]["shape"][0] // 2, 2])),
+     ["model.safetensors", f"'{UP}_scale'", "shape"]),
+    ("I8 scale labelled I32", int8_then(lambda h, b: h[UP + "_scale"].update(dtype="I32")),
+     ["model.safetensors", f"'{UP}_scale'", "I32", "float"]),
+    ("a scale with no I8 matrix", int8_then(lambda h, b: h[UP].update(dtype="U8")),
+     ["model.safetensors", f"'{UP}_scale'", "no I8 tensor"]),
+    ("negative scale", int8_then(scale_value(-0.5)), ["model.safetensors", f"'{UP}_scale'", "row 5", "negative"]),
+    ("NaN scale", int8_then(scale_value(np.nan)), ["model.safetensors", f"'{UP}_scale'", "row 5", "finite"]),
+    ("infinite scale", int8_then(scale_value(np.inf)), ["model.safetensors", f"'{UP}_scale'", "row 5", "finite"]),
     ("config.json not JSON", config_text("{oops"), ["config.json", "not valid JSON"]),
     ("config.json a list", config_text("[1, 2]"), ["config.json", "JSON object"]),
     ("config.json not UTF-8", lambda d: (d / "config.json").write_bytes(b"\xff\xfe{}"), ["config.json", "not valid JSON"]),

@@ -13,6 +13,7 @@
     draft_eval.py   ``minispec bench draft``: a draft model's acceptance by position and confidence
     eagle_eval.py   ``minispec bench eagle``: the EAGLE head's reduced-head sizes, acceptance by position, c, memory
     crossvocab_eval.py  ``minispec bench vocab``: drafts with their own tokenizer (SLEM, TLI) against the same-tokenizer draft
+    int8_eval.py    the shipped drafts stored in int8 against the same drafts in bfloat16: first guesses and acceptance
     gpu.py          ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict
     stop_eval.py    ``minispec bench stop``: the early stop, measured
     command.py      what the commands share: the target and drafters they load, checked first; the JSON they store

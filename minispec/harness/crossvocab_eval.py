@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from ..drafters import make_drafter
 from ..generate import generate
 from ..model.fetch import shipped_bpe_draft, shipped_draft
 from ..model.progress import Progress
+from ..model.weights import float_copy
 from ..policy import forward_times
 from ..policy.costs import guess_time
 from ..speculative import speculative_generate
@@ -98,7 +100,8 @@ def transformers_uag(target_dir, draft_dir, prompts: dict, max_new_tokens: int, 
     torch.set_num_threads(2)
     load = transformers.AutoModelForCausalLM.from_pretrained
     target = load(str(target_dir), dtype=torch.float32).eval()
-    draft = load(str(draft_dir), dtype=torch.float32).eval()
+    with tempfile.TemporaryDirectory() as tmp:  # transformers reads int8 matrices as their integers: a float copy
+        draft = load(str(float_copy(draft_dir, tmp)), dtype=torch.float32).eval()
     tt = transformers.AutoTokenizer.from_pretrained(str(target_dir))
     dt = transformers.AutoTokenizer.from_pretrained(str(draft_dir))
     draft.generation_config.num_assistant_tokens = k

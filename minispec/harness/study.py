@@ -13,6 +13,7 @@ probability a and each later one with b given the one before (b = a in the paper
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from ..drafters import as_drafter
 from ..drafters.protocol import HasModel, ReadsFeatures, has
 from ..generate import generate
 from ..model.progress import Progress
+from ..model.weights import float_copy
 from ..policy import drafter_costs, forward_times, verify_calibration
 from ..policy.acceptance import predicted_speedup
 from ..policy.costs import guess_time
@@ -252,8 +254,9 @@ def transformers_peer(target_dir, draft_dir, ks=(4,)):
     def run(prompts, max_new_tokens):
         torch.set_num_threads(2)
         target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
-        draft = (transformers.AutoModelForCausalLM.from_pretrained(str(draft_dir), dtype=torch.float32).eval()
-                 if draft_dir else None)
+        with tempfile.TemporaryDirectory() as tmp:  # transformers reads int8 matrices as their integers: a float copy
+            draft = (transformers.AutoModelForCausalLM.from_pretrained(str(float_copy(draft_dir, tmp)),
+                                                                       dtype=torch.float32).eval() if draft_dir else None)
         modes = [("plain", {})]
         for k in ks:
             modes.append((f"prompt-lookup k={k}", dict(prompt_lookup_num_tokens=k)))

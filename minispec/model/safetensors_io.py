@@ -1,9 +1,20 @@
-"""Read and write the safetensors format with NumPy alone, bfloat16 included.
+"""Read and write the safetensors format with NumPy alone, bfloat16 and int8 matrices included.
 
 The format: 8 bytes little-endian header length N, N bytes of JSON
 ``{name: {"dtype", "shape", "data_offsets": [begin, end]}}``, then the raw little-endian data.
 NumPy has no bfloat16, so BF16 tensors are widened to float32 here (a bf16 is the top half of a
 float32) and narrowed back when writing.
+
+**Int8 matrices.** A tensor ``NAME`` of dtype I8 is a quantized matrix: it must be 2-D, [rows, cols], and come
+with ``NAME_scale`` (``SCALE_SUFFIX``; Hugging Face's compressed formats name theirs ``...weight_scale`` the same
+way), a float tensor of shape [rows], one scale per output row, finite and not negative. Row i of the weight is
+``q[i, :] * scale[i]``, symmetric, no zero point. The reader widens both to float32 and multiplies, so each
+weight is ``float32(q) * float32(scale)`` with one float32 rounding; ``read_header`` lists the pair as one
+tensor, ``NAME``, whose entry carries its scale's entry under ``"scale"``. ``quantize_rows`` is the writer's
+side: scale = max|w_i| / 127 and q = round(w / scale), so |q| <= 127 and each weight is off by at most half
+a scale. Refused, with the file and the tensor named: an I8 tensor without its scale or not 2-D, a scale of
+another shape or a non-float dtype, a tensor named ``..._scale`` that is not the scale of an I8 tensor, and
+(as the rows are read) a negative, NaN or infinite scale.
 """
 
 from __future__ import annotations
@@ -36,6 +47,21 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 
 MAX_HEADER_BYTES = 100_000_000  # the reference library's limit: a larger header is refused unread
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+SCALE_SUFFIX = "_scale"  # NAME_scale: the per-row scales of the I8 matrix NAME (module docstring)
+
+
+def quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A float matrix [rows, cols] -> (q int8 [rows, cols], scale float32 [rows]): symmetric, one scale per row,
+    scale = max|w_i| / 127 and q = round(w / scale) (half to even; a row of zeros gets scale 0 and q 0)."""
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"int8 storage is for matrices (one scale per row), got shape {w.shape}")
+    if not np.isfinite(w).all():
+        raise ValueError("cannot quantize NaN or infinite weights")
+    scale = (np.abs(w).max(axis=1) / np.float32(127)).astype(np.float32)  # [rows]
+    safe = np.where(scale > 0, scale, np.float32(1))
+    q = np.clip(np.rint(w / safe[:, None]), -127, 127).astype(np.int8)
+    return q, scale
 
 
 def read_header(path) -> tuple[dict, int]:
@@ -79,7 +105,40 @@ def read_header(path) -> tuple[dict, int]:
     if data_start + offset < size:
         raise ModelFormatError(f"{path}: {size - data_start - offset} bytes after the data of the last tensor, {last!r} "
                                f"(expected the file to end at byte {offset} of the data section)")
-    return header, data_start
+    return pair_scales(path, header), data_start
+
+
+def pair_scales(path: Path, header: dict) -> dict:
+    """Each I8 matrix with its ``NAME_scale`` checked and moved into its entry (``info["scale"]``, with the
+    scale's own name under ``"name"``); the header then lists tensors as the reader returns them."""
+    for name, info in header.items():
+        if name.endswith(SCALE_SUFFIX) and header.get(name[: -len(SCALE_SUFFIX)], {}).get("dtype") != "I8":
+            raise ModelFormatError(f"{path}: tensor {name!r} is named as the scale of an int8 matrix, but there is no "
+                                   f"I8 tensor {name[: -len(SCALE_SUFFIX)]!r}")
+        if info["dtype"] != "I8":
+            continue
+        if len(info["shape"]) != 2:
+            raise ModelFormatError(f"{path}: tensor {name!r} is I8 of shape {tuple(info['shape'])}: int8 is read only "
+                                   "for 2-D matrices, with one scale per row")
+        scale = header.get(name + SCALE_SUFFIX)
+        if scale is None:
+            raise ModelFormatError(f"{path}: tensor {name!r} is I8 but the file has no {name + SCALE_SUFFIX!r} (expected "
+                                   f"a float tensor of shape [{info['shape'][0]}], one scale per row)")
+        if scale["dtype"] not in FLOAT_DTYPES or scale["shape"] != info["shape"][:1]:
+            raise ModelFormatError(f"{path}: tensor {name + SCALE_SUFFIX!r} is {scale['dtype']} of shape "
+                                   f"{tuple(scale['shape'])}, expected a float ({', '.join(FLOAT_DTYPES)}) of shape "
+                                   f"({info['shape'][0]},), one scale per row of {name!r}")
+    for name in [n for n in header if header[n]["dtype"] == "I8"]:
+        header[name]["scale"] = {**header.pop(name + SCALE_SUFFIX), "name": name + SCALE_SUFFIX}
+    return header
+
+
+def read_metadata(path) -> dict[str, str]:
+    """A safetensors file's ``__metadata__`` (empty when it has none), after ``read_header``'s checks."""
+    read_header(path)
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n).decode("utf-8")).get("__metadata__") or {}
 
 
 def parse_header_json(path: Path, raw: bytes) -> dict:
@@ -130,13 +189,17 @@ def check_entry(path: Path, name: str, info) -> tuple[int, int]:
 
 
 def read_safetensors(path, names=None) -> dict[str, np.ndarray]:
-    """Tensors of one file as NumPy arrays, floats widened to float32. Each tensor is read into its own
-    array (not a view of one mapped file), so a caller can free them one by one."""
+    """Tensors of one file as NumPy arrays, floats and int8 matrices widened to float32. Each tensor is read
+    into its own array (not a view of one mapped file), so a caller can free them one by one."""
     header, start = read_header(path)
     out = {}
     with open(path, "rb") as fh:
         for name, info in header.items():
             if names is not None and name not in names:
+                continue
+            if "scale" in info:  # an int8 matrix: q * scale
+                out[name] = np.empty(info["shape"], np.float32)
+                read_rows_into(fh, info, start, 0, out[name])
                 continue
             begin, end = info["data_offsets"]
             dtype = np.dtype(DTYPES[info["dtype"]])
@@ -153,7 +216,8 @@ def read_safetensors(path, names=None) -> dict[str, np.ndarray]:
 def read_rows_into(fh, info: dict, data_start: int, first: int, out: np.ndarray) -> None:
     """Fill ``out`` (float32, C-contiguous) with rows ``first .. first + len(out)`` of one tensor (its header
     entry ``info``) from the open file ``fh``, widened to float32. F32 bytes go straight into ``out``; other
-    dtypes pass through a buffer of these rows only. Rows are along the first axis (elements of a 1-D tensor)."""
+    dtypes pass through a buffer of these rows only. Rows are along the first axis (elements of a 1-D tensor).
+    An int8 matrix's rows are multiplied by the same rows of its scale, which are checked first."""
     dtype = np.dtype(DTYPES[info["dtype"]])
     row_bytes = int(np.prod(info["shape"][1:], dtype=np.int64)) * dtype.itemsize
     fh.seek(data_start + info["data_offsets"][0] + first * row_bytes)
@@ -166,21 +230,46 @@ def read_rows_into(fh, info: dict, data_start: int, first: int, out: np.ndarray)
         bits <<= 16  # a bf16 is the top half of a float32
     elif raw is not out:
         out[...] = raw
+    if "scale" in info:
+        scale = np.empty(len(out), np.float32)
+        read_rows_into(fh, info["scale"], data_start, first, scale)
+        bad = ~(np.isfinite(scale) & (scale >= 0))
+        if bad.any():
+            row = first + int(np.argmax(bad))
+            raise ModelFormatError(f"{fh.name}: tensor {info['scale']['name']!r} holds the scale {scale[row - first]} at "
+                                   f"row {row} (expected finite scales, none negative)")
+        out *= scale[:, None]
 
 
-def write_safetensors(path, tensors: dict[str, np.ndarray], dtype: str = "F32", metadata: dict | None = None):
-    """Write float tensors as F32, F16 or BF16 (integers are written as they are)."""
-    header, blobs, offset = {}, [], 0
+def write_safetensors(path, tensors: dict[str, np.ndarray], dtype: str = "F32", metadata: dict | None = None,
+                      int8=()):
+    """Write float tensors as F32, F16 or BF16 (integers are written as they are), and the float matrices named in
+    ``int8`` as int8 ``NAME`` with its float32 ``NAME_scale`` (``quantize_rows``; the module docstring)."""
+    if set(int8) - set(tensors):
+        raise KeyError(f"int8: no tensor {sorted(set(int8) - set(tensors))[0]!r} to quantize")
+    entries = []  # (name, dtype code, the array as stored)
     for name, arr in tensors.items():
         arr = np.asarray(arr)
-        if arr.dtype.kind == "f":
-            code = dtype
-            data = f32_to_bf16(arr) if dtype == "BF16" else arr.astype({"F32": np.float32, "F16": np.float16}[dtype])
+        if name in int8:
+            q, scale = quantize_rows(arr)
+            entries += [(name, "I8", q), (name + SCALE_SUFFIX, "F32", scale)]
+        elif arr.dtype.kind == "f":
+            entries.append((name, dtype, f32_to_bf16(arr) if dtype == "BF16"
+                            else arr.astype({"F32": np.float32, "F16": np.float16}[dtype])))
         else:
-            code = {v: k for k, v in DTYPES.items() if k != "BF16"}[arr.dtype.type]
-            data = arr
+            entries.append((name, {v: k for k, v in DTYPES.items() if k != "BF16"}[arr.dtype.type], arr))
+    scales = {name + SCALE_SUFFIX for name in int8}
+    for name, _, _ in entries:
+        if name.endswith(SCALE_SUFFIX) and name not in scales:
+            raise ValueError(f"tensor {name!r}: a name ending in {SCALE_SUFFIX!r} is kept for the scale of an int8 "
+                             f"matrix (the reader refuses it otherwise); rename it or quantize "
+                             f"{name[: -len(SCALE_SUFFIX)]!r}")
+    if len({e[0] for e in entries}) < len(entries):
+        raise ValueError("a scale's name is also the name of another tensor")
+    header, blobs, offset = {}, [], 0
+    for name, code, data in entries:
         b = np.ascontiguousarray(data).tobytes()
-        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [offset, offset + len(b)]}
+        header[name] = {"dtype": code, "shape": list(data.shape), "data_offsets": [offset, offset + len(b)]}
         blobs.append(b)
         offset += len(b)
     header["__metadata__"] = {"format": "pt", **{k: str(v) for k, v in (metadata or {}).items()}}

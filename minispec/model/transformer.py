@@ -207,7 +207,7 @@ class Model:
         return KVCache(self.cfg.num_layers, self.cfg.num_kv_heads, max_len, self.cfg.head_dim)
 
     @property
-    def weight_bytes(self) -> int:
+    def weight_bytes(self) -> int:  # the weights as held in memory, float32, whatever the file stores (bf16, int8)
         arrays = [self.embed, self.final_norm] + [a for w in self.layers for a in vars(w).values() if a is not None]
         if not self.cfg.tie_word_embeddings:
             arrays.append(self.lm_head)

@@ -3,8 +3,9 @@
 ``GLOBAL_TENSORS`` and ``LAYER_TENSORS`` list every tensor a Llama-family checkpoint holds, with the
 shape it must have. ``load_weights`` finds them (one file or shards) and checks every shape with an
 error that names the tensor, the file, and both shapes (the safetensors header itself is checked by
-``safetensors_io.read_header``; a weight must have a float dtype), but reads no data yet: it returns a
-``Checkpoint``, a mapping by Hugging Face name that reads a tensor, as float32, when it is asked for.
+``safetensors_io.read_header``; a weight must have a float dtype, or be an int8 matrix with its per-row scales,
+``safetensors_io``'s docstring), but reads no data yet: it returns a ``Checkpoint``, a mapping by Hugging Face
+name that reads a tensor, as float32 (an int8 matrix as q * scale), when it is asked for.
 
 Why not read them all at once: the model fuses Q/K/V and gate/up and transposes each matrix into
 the [in, out] layout that ``x @ w`` wants (see ``Model.from_hf`` in ``transformer.py``), a layout the
@@ -15,13 +16,14 @@ into its place in the fused matrix, so loading holds one copy of the weights plu
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from .config import ModelConfig, ModelFormatError, read_json
-from .safetensors_io import FLOAT_DTYPES, read_header, read_rows_into
+from .safetensors_io import FLOAT_DTYPES, read_header, read_metadata, read_rows_into, read_safetensors, write_safetensors
 
 # Shapes use ModelConfig fields: D hidden, F intermediate, V vocab, H/KVH heads, HD head dim.
 GLOBAL_TENSORS = {
@@ -96,9 +98,9 @@ def locate_tensors(path: Path, need: dict[str, tuple[int, ...]]) -> dict[str, tu
                 continue
             if name in where:
                 raise ModelFormatError(f"{f}: tensor {name!r} is also in {where[name][0]} (expected it in one file)")
-            if info["dtype"] not in FLOAT_DTYPES:
+            if info["dtype"] not in FLOAT_DTYPES and "scale" not in info:
                 raise ModelFormatError(f"{f}: tensor {name!r} has dtype {info['dtype']}, expected a float weight "
-                                       f"({', '.join(FLOAT_DTYPES)})")
+                                       f"({', '.join(FLOAT_DTYPES)}) or an I8 matrix with its scales")
             if tuple(info["shape"]) != need[name]:
                 raise ModelFormatError(
                     f"{f}: tensor {name!r} has shape {tuple(info['shape'])}, expected {need[name]} from config.json"
@@ -121,7 +123,8 @@ def check_finite(values: np.ndarray, name: str, f: Path) -> None:
 class Checkpoint(Mapping):
     """The tensors a config needs, by Hugging Face name, read from the files only when asked for.
 
-    ``ckpt[name]`` reads a whole tensor as float32 and refuses NaN or infinite values; ``pop`` reads it and forgets it;
+    ``ckpt[name]`` reads a whole tensor as float32 (an int8 matrix times its per-row scales) and refuses NaN or
+    infinite values; ``pop`` reads it and forgets it;
     ``pop_into(name, out)`` reads it into ``out`` as it is (the numba kernel's layout), and ``pop_transposed_into(name,
     out)`` writes its transpose into ``out``, each a block of rows at a time, so no full-size copy of the tensor ever
     exists besides ``out`` (see the module docstring).
@@ -179,3 +182,14 @@ class Checkpoint(Mapping):
 def load_weights(path, cfg: ModelConfig) -> Checkpoint:
     """All tensors the config needs, shapes checked, as a ``Checkpoint`` that reads each one (float32) on demand."""
     return Checkpoint(path, cfg)
+
+
+def float_copy(src, dst) -> Path:
+    """A copy of the single-file model directory ``src`` at ``dst`` with ``model.safetensors`` in float32, int8
+    matrices multiplied out (``safetensors_io``), for readers that do not know the int8 format: transformers
+    would load the integers as weights and ignore the scales. -> ``dst``."""
+    src, dst = Path(src), Path(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors"), dirs_exist_ok=True)
+    tensors = read_safetensors(src / "model.safetensors")
+    write_safetensors(dst / "model.safetensors", tensors, "F32", read_metadata(src / "model.safetensors"))
+    return dst

@@ -10,12 +10,12 @@ A file already in BF16 is left as it is.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
-from ..model.safetensors_io import read_header, read_safetensors, write_safetensors
+from ..model.safetensors_io import read_header, read_metadata, read_safetensors, write_safetensors
+from .training import replace_sum
 
 
 def store_bf16(directory, file: str = "model.safetensors") -> bool:
@@ -27,7 +27,7 @@ def store_bf16(directory, file: str = "model.safetensors") -> bool:
     header, _ = read_header(path)
     if all(info["dtype"] != "F32" for info in header.values()):
         return False
-    meta = _metadata(path)  # read_header drops it; it is kept as it was
+    meta = read_metadata(path)  # kept as it was
     tensors = read_safetensors(path)
     tmp = path.with_suffix(".tmp")
     write_safetensors(tmp, tensors, dtype="BF16", metadata=meta)
@@ -37,22 +37,8 @@ def store_bf16(directory, file: str = "model.safetensors") -> bool:
         record = json.loads(info.read_text())
         record["stored_dtype"] = "BF16"
         info.write_text(json.dumps(record, indent=2) + "\n")
-    sums = d / "SHA256SUMS"
-    if sums.is_file():
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        lines = [f"{digest}  {file}" if line.split()[-1] == file else line for line in sums.read_text().splitlines()]
-        sums.write_text("\n".join(lines) + "\n")
+    replace_sum(d, file)
     return True
-
-
-def _metadata(path) -> dict:
-    import struct
-
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        meta = json.loads(f.read(n)).get("__metadata__") or {}
-    meta.pop("format", None)  # write_safetensors sets it
-    return meta
 
 
 def main(argv=None) -> int:

@@ -2,6 +2,10 @@
 made here, and a Llama trained on it. It drafts across vocabularies (slem.py, tli.py).
 
     python -m minispec.recipes.train_bpe_draft --out weights/bpe8k-draft-4l-384 --threads 2
+    python -m minispec.recipes.quantize_int8 weights/bpe8k-draft-4l-384 weights/bpe8k-draft-4l-384
+
+The recipe writes the weights in bfloat16; the second command stores the matrices as int8 with a scale per row, as
+shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 

@@ -2,6 +2,10 @@
 as a Hugging Face-format directory that minispec and transformers both load.
 
     python -m minispec.recipes.train_draft --out weights/smoldraft-3l-192 [--gen-batches 80 --steps 700]
+    python -m minispec.recipes.quantize_int8 weights/smoldraft-3l-192 weights/smoldraft-3l-192
+
+The recipe writes the weights in bfloat16; the second command stores the matrices as int8 with a scale per row, as
+shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); inference stays NumPy.
 

@@ -56,6 +56,30 @@ def start(torch, out, seed: int, threads: int):
     return out, log
 
 
+def git_commit() -> str | None:
+    """``git describe --always --dirty`` of minispec's checkout: the commit of the code that wrote a file, with
+    "-dirty" when tracked files differ from it (None outside git)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[2], check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def replace_sum(out: Path, file: str) -> None:
+    """Bring ``file``'s line of ``out/SHA256SUMS`` (if there is one) up to date with the file."""
+    import hashlib
+
+    sums = out / "SHA256SUMS"
+    if sums.is_file():
+        digest = hashlib.sha256((out / file).read_bytes()).hexdigest()
+        lines = [f"{digest}  {file}" if line.split()[-1] == file else line for line in sums.read_text().splitlines()]
+        sums.write_text("\n".join(lines) + "\n")
+
+
 def write_sums(out: Path, files) -> None:
     """``out/SHA256SUMS`` for ``files`` (``sha256sum -c SHA256SUMS`` checks them)."""
     import hashlib

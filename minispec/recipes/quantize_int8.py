@@ -1,0 +1,91 @@
+"""Store a draft model's matrices as int8 with one float32 scale per row: about half of bfloat16's bytes.
+
+    python -m minispec.recipes.quantize_int8 SRC DST        (DST may be SRC: the file is rewritten in place)
+
+Every 2-D tensor of ``SRC/model.safetensors`` (the embedding, the attention and MLP matrices) becomes an int8
+matrix ``NAME`` with its float32 scales ``NAME_scale``, symmetric per output row (scale = max|w_i| / 127,
+q = round(w / scale): ``model/safetensors_io.py`` defines the format); the 1-D tensors (the norms) are stored in
+bfloat16. The other files of SRC are copied to DST. The loader multiplies each row back by its scale as it reads
+it, so the model computes in float32 as before; only the weights are rounded, each by at most half its row's
+scale. What was done is recorded in the file's metadata (``"int8"``) and in ``DST/training.json``
+(``"stored_dtype"``, ``"int8"``): the source file's SHA-256, the date, minispec's commit and the command; the
+file's line in ``DST/SHA256SUMS`` is updated. A file already stored this way is left as it is.
+
+transformers cannot read the format: it would load the integers as weights and ignore the scales. ``--to-float``
+writes a float32 copy of such a directory for it (``model.weights.float_copy``, which the harness's peer runs use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from ..model.safetensors_io import read_header, read_metadata, read_safetensors, write_safetensors
+from ..model.weights import float_copy
+from .training import git_commit, replace_sum
+
+FILE = "model.safetensors"
+STORED = "I8 matrices with an F32 scale per row, BF16 vectors"
+
+
+def is_int8(directory) -> bool:
+    """Whether ``directory/model.safetensors`` holds int8 matrices."""
+    header, _ = read_header(Path(directory) / FILE)
+    return any("scale" in info for info in header.values())
+
+
+def quantize_int8(src, dst) -> bool:
+    """SRC's model in int8 at DST (the module docstring) -> False when SRC's file was stored this way already
+    (DST is then left as it is)."""
+    src, dst = Path(src), Path(dst)
+    path = src / FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (a single-file model directory is expected)")
+    if is_int8(src):
+        return False
+    if dst.resolve() != src.resolve():
+        if dst.exists():
+            raise FileExistsError(f"{dst}: already exists (give a new directory, or SRC itself to rewrite it in place)")
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns(FILE))
+    tensors = read_safetensors(path)
+    record = dict(source_sha256=hashlib.sha256(path.read_bytes()).hexdigest(), stored=STORED,
+                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=git_commit(),
+                  command=f"python -m minispec.recipes.quantize_int8 {src} {dst}")
+    meta = {**read_metadata(path), "int8": json.dumps(record)}
+    tmp = dst / (FILE + ".tmp")
+    write_safetensors(tmp, tensors, "BF16", meta, int8=[n for n, a in tensors.items() if a.ndim == 2])
+    tmp.replace(dst / FILE)  # in place: nothing is lost if the write fails half-way
+    info = dst / "training.json"
+    if info.is_file():
+        training = json.loads(info.read_text())
+        training.update(stored_dtype=STORED, int8=record)
+        info.write_text(json.dumps(training, indent=2) + "\n")
+    replace_sum(dst, FILE)
+    return True
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("src", help="a draft model directory, for example weights/smoldraft-3l-192")
+    ap.add_argument("dst", help="where to write it (SRC itself: in place)")
+    ap.add_argument("--to-float", action="store_true", help="the other way: a float32 copy for transformers")
+    args = ap.parse_args(argv)
+    try:
+        if args.to_float:
+            print(f"{float_copy(args.src, args.dst) / FILE}: float32")
+            return 0
+        changed = quantize_int8(args.src, args.dst)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{Path(args.dst) / FILE}: " + ("written, int8 matrices" if changed else "already int8, left as it is"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
