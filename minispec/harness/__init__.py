@@ -19,10 +19,10 @@
     command.py      what the commands share: the target and drafters they load, checked first; the JSON they store
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
-    provenance.py   where a measurement comes from: date, commit, command, machine
     docs_tables.py  README sections generated from the committed JSON (``--check`` compares)
     doc_figures.py  the figures those sections quote
     kernel_figures.py  the two kernels' figures (docs/kernel/)
 
-The recipes that trained the shipped drafters are in recipes/.
+The recipes that trained the shipped drafters are in recipes/. What a stored measurement records of its run (date,
+commit, command, machine) is ``model/provenance.py``, which the recipes share.
 """

@@ -51,13 +51,13 @@ from ..drafters.protocol import DraftsText, HasFirstGuessRows, HasOwnTokenizer, 
 from ..generate import generate
 from ..model.fetch import shipped_draft
 from ..model.progress import Progress
+from ..model.provenance import provenance
 from ..rejection import accept_reject, block_verify
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from .command import load_target
 from .equivalence import block_residual_bug, broken_accept_reject, mean_test, prefix_match, token_test
 from .prompts import PROMPT_SETS, load_prompts
-from .provenance import provenance
 
 
 def all_prompts(tok):

@@ -13,10 +13,10 @@ from pathlib import Path
 from ..drafters import make_drafter
 from ..model import load_model, load_tokenizer
 from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
+from ..model.provenance import provenance
 from ..model.tokenizer import Tokenizer
 from ..model.transformer import Model
 from .prompts import PROMPT_SETS, load_prompts
-from .provenance import provenance
 
 MODEL_HELP = "target directory (default: SmolLM2-135M-Instruct)"
 
@@ -87,5 +87,5 @@ def print_and_store(report: str, res: dict, path, prog: str, argv=None, indent: 
     called in-process; None: this process's own command line)."""
     print(report)
     if path:
-        origin = provenance(None if argv is None else [*prog.split(), *argv])
+        origin = provenance(argv, prog)
         Path(path).write_text(json.dumps(dict(res, provenance=origin), indent=indent))

@@ -24,6 +24,7 @@ from ..drafters import make_drafter
 from ..generate import generate
 from ..model.fetch import shipped_bpe_draft, shipped_draft
 from ..model.progress import Progress
+from ..model.provenance import provenance
 from ..model.weights import float_copy
 from ..policy import forward_times
 from ..policy.costs import guess_time
@@ -31,7 +32,6 @@ from ..speculative import speculative_generate
 from .command import MODEL_HELP, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
-from .provenance import provenance
 
 
 def accepted_chars(tokens: list[int], rounds_log, token_bytes) -> int:
@@ -222,7 +222,7 @@ def main(argv) -> int:
         res["peer_skipped"] = "--no-peer"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    res["provenance"] = provenance(None if argv is None else [*p.prog.split(), *argv])
+    res["provenance"] = provenance(argv, p.prog)
     (out / "vocab.json").write_text(json.dumps(res, indent=2))
     report = format_report(res)
     (out / "report.md").write_text(report)

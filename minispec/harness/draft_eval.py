@@ -24,6 +24,7 @@ from ..drafters.protocol import HasModel, has
 from ..generate import generate
 from ..model.fetch import shipped_draft
 from ..model.progress import Progress
+from ..model.provenance import provenance
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
 from ..policy.costs import guess_time
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, help="prompts per set (default: all, >= 50 for code and chat)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--speed-prompts", type=int, default=10, help="prompts per set for the speedup (default 10)")
-    p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--json", help="also write the figures here, with their provenance")
     a = p.parse_args(argv)
     check_json_path(a.json)
     spec = given_or_shipped(p, a.draft, shipped_draft(), "no draft model: pass --draft DIR")
@@ -142,7 +143,8 @@ def main(argv=None) -> int:
               f"over plain decoding, code + chat prompts, side by side")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(c=c, target_step_ms=1e3 * t, acceptance=acc, speed=speeds), f, indent=2)
+            json.dump(dict(c=c, target_step_ms=1e3 * t, acceptance=acc, speed=speeds, provenance=provenance(argv, p.prog)),
+                      f, indent=2)
     return 0
 
 

@@ -21,12 +21,12 @@ import numpy as np
 from ..drafters.eagle import Eagle, load_eagle
 from ..model.fetch import shipped_eagle
 from ..model.progress import Progress
+from ..model.provenance import provenance
 from ..model.safetensors_io import read_safetensors
 from ..policy.timing import clock, forward_times
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
 from .prompts import load_prompts
-from .provenance import provenance
 
 RSS_SCRIPT = """
 import os, sys, minispec
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     res["memory"] = memory_row(target.path, head_dir, shipped)
     print(report(res))
     if a.json:
-        origin = provenance(None if argv is None else [*p.prog.split(), *argv])  # date, commit, command, machine
+        origin = provenance(argv, p.prog)  # date, commit, command, machine
         Path(a.json).write_text(json.dumps(dict(res, provenance=origin), indent=2))
     return 0
 

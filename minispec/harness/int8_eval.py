@@ -38,10 +38,10 @@ from ..generate import generate
 from ..model import load_model, load_tokenizer
 from ..model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT, resolve_model
 from ..model.progress import Progress
+from ..model.provenance import provenance
 from ..sampling import warp
 from .measure import compact_json
 from .prompts import PROMPT_SETS, load_prompts
-from .provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTS = (DEFAULT_DRAFT, DEFAULT_BPE_DRAFT)

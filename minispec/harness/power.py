@@ -34,11 +34,11 @@ from .. import rejection
 from ..drafters import DraftModel
 from ..generate import generate
 from ..model.progress import Progress
+from ..model.provenance import provenance
 from ..sampling import warp
 from ..speculative import speculative_generate
 from .check import ALPHA
 from .equivalence import broken_residual, mean_test, token_test, twin
-from .provenance import provenance
 
 DEPARTURES = {"residual": (0.02, 0.05, 0.1, 0.2, 0.4, 1.0), "bias": (0.1, 0.25, 0.5, 1.0)}
 

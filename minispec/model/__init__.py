@@ -5,7 +5,8 @@ then ``kvcache.py``. The rest is plumbing: ``config.py`` and ``weights.py`` read
 directory, ``safetensors_io.py`` the tensor file format, ``tokenizer.py`` the tokenizer,
 ``backend.py`` picks NumPy or CuPy, ``blas.py`` shapes small products for the CPU, ``kernel.py`` chooses the
 kernel that multiplies by a weight (NumPy's BLAS, or ``numba_kernel.py``, which reads each weight once for every row), ``convert.py``
-and ``fetch.py`` bring the real target from PyPI, ``tiny.py`` writes random-weight models, ``progress.py`` draws progress bars on long work.
+and ``fetch.py`` bring the real target from PyPI, ``tiny.py`` writes random-weight models, ``progress.py`` draws progress bars on long work,
+``provenance.py`` says where a stored measurement comes from (date, commit, command, and the machine with its kernel and BLAS).
 """
 
 from .config import ModelConfig, ModelFormatError

@@ -8,7 +8,7 @@ q = round(w / scale): ``model/safetensors_io.py`` defines the format); the 1-D t
 bfloat16. The other files of SRC are copied to DST. The loader multiplies each row back by its scale as it reads
 it, so the model computes in float32 as before; only the weights are rounded, each by at most half its row's
 scale. What was done is recorded in the file's metadata (``"int8"``) and in ``DST/training.json``
-(``"stored_dtype"``, ``"int8"``): the source file's SHA-256, the date, minispec's commit and the command; the
+(``"stored_dtype"``, ``"int8"``): the source file's SHA-256 and the run's provenance (date, commit, command, machine); the
 file's line in ``DST/SHA256SUMS`` is updated. A file already stored this way is left as it is.
 
 transformers cannot read the format: it would load the integers as weights and ignore the scales. ``--to-float``
@@ -22,12 +22,12 @@ import hashlib
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
+from ..model.provenance import provenance
 from ..model.safetensors_io import read_header, read_metadata, read_safetensors, write_safetensors
 from ..model.weights import float_copy
-from .training import git_commit, replace_sum
+from .training import replace_sum
 
 FILE = "model.safetensors"
 STORED = "I8 matrices with an F32 scale per row, BF16 vectors"
@@ -54,8 +54,7 @@ def quantize_int8(src, dst) -> bool:
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns(FILE))
     tensors = read_safetensors(path)
     record = dict(source_sha256=hashlib.sha256(path.read_bytes()).hexdigest(), stored=STORED,
-                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=git_commit(),
-                  command=f"python -m minispec.recipes.quantize_int8 {src} {dst}")
+                  **provenance([str(src), str(dst)], "python -m minispec.recipes.quantize_int8"))
     meta = {**read_metadata(path), "int8": json.dumps(record)}
     tmp = dst / (FILE + ".tmp")
     write_safetensors(tmp, tensors, "BF16", meta, int8=[n for n, a in tensors.items() if a.ndim == 2])

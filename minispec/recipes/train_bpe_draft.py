@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model.provenance import provenance
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -223,7 +225,8 @@ def main(argv=None) -> int:
                    training_minutes=train_s / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
                    final_loss=float(np.mean(curve[-25:])), held_out=held_out,
                    loss_curve={s: float(np.mean(curve[max(0, s - 25): s + 1])) for s in range(0, args.steps, 50)},
-                   args=vars(args), torch=torch.__version__, transformers=transformers.__version__)
+                   args=vars(args), torch=torch.__version__, transformers=transformers.__version__,
+                   provenance=provenance(argv, p.prog))
     (out / "training.json").write_text(json.dumps(summary, indent=2))
     write_sums(out, ("config.json", "model.safetensors", "tokenizer.json"))
     log(f"done: {summary['total_minutes_this_run']:.1f} min, final loss {summary['final_loss']:.3f}")

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model.provenance import provenance
+
 TOPICS = ["photosynthesis", "binary search", "the French revolution", "compound interest", "black holes", "recursion",
           "the water cycle", "hash tables", "vaccines", "supply and demand", "git branches", "plate tectonics",
           "HTTP caching", "the immune system", "sorting algorithms", "climate change", "prime numbers",
@@ -146,7 +148,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
 
     from .training import begin, new_student, save_student, train_next_token, write_sums
     started = begin(args)
@@ -194,7 +197,8 @@ def main(argv=None) -> int:
                    generation_minutes=gen_s / 60, training_minutes=train_s / 60,
                    total_minutes=(time.perf_counter() - t_start) / 60, final_loss=float(np.mean(curve[-25:])),
                    loss_curve={s: float(np.mean(curve[max(0, s - 25): s + 1])) for s in range(0, args.steps, 50)},
-                   args=vars(args), torch=torch.__version__, transformers=transformers.__version__)
+                   args=vars(args), torch=torch.__version__, transformers=transformers.__version__,
+                   provenance=provenance(argv, p.prog))
     (out / "training.json").write_text(json.dumps(summary, indent=2))
     write_sums(out, ("config.json", "model.safetensors", "tokenizer.sha256"))
     log(f"done: {summary['total_minutes']:.1f} min, final loss {summary['final_loss']:.3f}")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model.provenance import provenance
 from .training import write_sums
 
 
@@ -421,7 +422,7 @@ def main(argv=None) -> int:
                    held_out=held_out,
                    loss_curve={st: [float(v) for v in np.mean(curve[max(0, st - 25): st + 1], axis=0)]
                                for st in range(0, steps, 50)},
-                   args=vars(args), torch=torch.__version__)
+                   args=vars(args), torch=torch.__version__, provenance=provenance(argv, p.prog))
     write_head_dir(out, Path(target_dir).name, cfg, order, summary)
     log(f"done: {summary['total_minutes_this_run']:.1f} min")
     return 0

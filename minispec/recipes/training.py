@@ -56,19 +56,6 @@ def start(torch, out, seed: int, threads: int):
     return out, log
 
 
-def git_commit() -> str | None:
-    """``git describe --always --dirty`` of minispec's checkout: the commit of the code that wrote a file, with
-    "-dirty" when tracked files differ from it (None outside git)."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parents[2], check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
-
-
 def replace_sum(out: Path, file: str) -> None:
     """Bring ``file``'s line of ``out/SHA256SUMS`` (if there is one) up to date with the file."""
     import hashlib

@@ -1,5 +1,6 @@
 """Where a measurement comes from: the machine, the code's commit, the date and the command. Every committed
-figure names its run with these (docs generated from the JSON quote them)."""
+figure names its run with these (docs generated from the JSON quote them): the harness's results and the recipes'
+training records alike, so it stands here, below both. The machine is the model's: its device, kernel and BLAS."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model import backend
+from . import backend
 
 
 def machine_info() -> dict:
@@ -51,9 +52,12 @@ def commit() -> str | None:
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
-def provenance(argv=None) -> dict:
-    """-> {date (UTC), commit, command, machine} of the run now in progress."""
-    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(), command=command(argv),
+def provenance(argv=None, prog: str | None = None) -> dict:
+    """-> {date (UTC), commit, command, machine} of the run now in progress. The command is ``argv`` (None: this
+    process's command line), after ``prog`` when given: a ``main(argv)`` called in-process passes its parser's prog
+    (``minispec bench draft``, ``python -m minispec.recipes.train_draft``) and the arguments it was given."""
+    typed = None if argv is None else [*(prog.split() if prog else []), *argv]
+    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(), command=command(typed),
                 machine=machine_info())
 
 
