@@ -109,16 +109,24 @@ def provenance_gaps(record: dict) -> list[str]:
     return gaps + ([] if p.get("machine") else ["machine"])
 
 
-def test_every_committed_measurement_records_where_it_comes_from():
-    """Date, commit, command and machine in every JSON under docs/ (the README and docs quote them); a record
-    written after the fact says so in ``backfilled``, and says the machine is unknown."""
-    import json
+def tracked(*patterns: str) -> list[str]:
+    """The committed files that match the git pathspecs ``patterns``."""
     import subprocess
 
-    tracked = subprocess.run(["git", "ls-files", "docs/*.json"], cwd=docs_tables.ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
-    assert len(tracked) > 20
-    for rel in sorted(set(tracked) - NOT_MEASUREMENTS):
+    return subprocess.run(["git", "ls-files", *patterns], cwd=docs_tables.ROOT, capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def test_every_committed_measurement_records_where_it_comes_from():
+    """Date, commit, command and machine in every JSON under docs/ (the README and docs quote them) and in the
+    shipped drafters' training records and evaluation (weights/*/training.json, eval.json; their config, tokenizer
+    and token lists are no measurements); a record written after the fact says so in ``backfilled``, and says the
+    machine is unknown."""
+    import json
+
+    docs, weights = tracked("docs/*.json"), tracked("weights/*/training.json", "weights/*/eval.json")
+    assert len(docs) > 20 and len(weights) >= 4, (docs, weights)
+    for rel in sorted(set(docs + weights) - NOT_MEASUREMENTS):
         record = json.loads((docs_tables.ROOT / rel).read_text())
         assert not provenance_gaps(record), (rel, provenance_gaps(record))
         p = record["provenance"]

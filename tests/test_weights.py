@@ -131,6 +131,8 @@ def test_quantize_int8_recipe(tmp_path, capsys):
                                                           for n, i in read_header(src / "model.safetensors")[0].items()}
     training = json.loads((dst / "training.json").read_text())
     assert training["args"] == {"seed": 0} and training["int8"]["source_sha256"] == digest
+    assert {"date", "commit", "machine"} <= set(training["int8"])  # the run's provenance, model/provenance.py's
+    assert training["int8"]["command"] == f"python -m minispec.recipes.quantize_int8 {src} {dst}"
     assert json.loads(read_metadata(dst / "model.safetensors")["int8"]) == training["int8"]
     sums = dict(line.split()[::-1] for line in (dst / "SHA256SUMS").read_text().splitlines())
     assert sums == {"model.safetensors": hashlib.sha256((dst / "model.safetensors").read_bytes()).hexdigest(),
