@@ -11,7 +11,6 @@ import json
 import sys
 
 import numpy as np
-from minispec.harness.first_guess import eagle_first_guess_logits
 
 from minispec.drafters.eagle import load_eagle
 from minispec.generate import generate
@@ -32,7 +31,7 @@ def main(f32_dir: str, out: str) -> None:
             seq = list(prompt) + generate(target, prompt, 48, temperature=1.0, seed=len(prompt))
             feats = []
             p = warp(target.forward(seq, target.new_cache(len(seq)), on_features=feats.append)[len(prompt) - 1:-1], 1.0)
-            q = {k: warp(eagle_first_guess_logits(h, seq, feats[0])[len(prompt) - 1:-1], 1.0) for k, h in heads.items()}
+            q = {k: h.first_guess_rows(seq, len(prompt), lambda z: warp(z, 1.0), feats[0]) for k, h in heads.items()}
             tv += list(0.5 * np.abs(q["BF16"] - q["F32"]).sum(1))
             for k in heads:
                 acc[k] += list(np.minimum(p, q[k]).sum(1))

@@ -1,6 +1,7 @@
 """The shipped drafts stored in int8 against the same drafts in bfloat16: what the storage changed in what they
-propose. ``python -m minispec.harness.int8_eval --bf16 REV`` (REV: a git revision whose ``weights/`` holds the
-bfloat16 files: any commit before the one that converted them).
+propose. ``python -m minispec.harness.int8_eval --bf16 REV [--out DIR]`` (REV: a git revision whose ``weights/``
+holds the bfloat16 files: any commit before the one that converted them; DIR: where int8.json and int8.md go,
+bench-out/int8 unless named; the committed run is docs/weights).
 
 For each draft: the same-tokenizer draft, run by the standard rule (drafters/draft_model.py), and the draft with
 its own tokenizer, run by the drafter ``make_drafter`` chooses for it (TLI). No timing, and no speculative runs:
@@ -33,19 +34,19 @@ from pathlib import Path
 import numpy as np
 
 from ..drafters import make_drafter
-from ..drafters.protocol import HasModel
 from ..generate import generate
-from ..model import load_model, load_tokenizer
-from ..model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT, resolve_model
+from ..model import load_model
+from ..model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT
 from ..model.progress import Progress
 from ..model.provenance import provenance
 from ..sampling import warp
+from .command import load_target
 from .measure import compact_json
 from .prompts import PROMPT_SETS, load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTS = (DEFAULT_DRAFT, DEFAULT_BPE_DRAFT)
-JSON, REPORT = "docs/weights/int8.json", "docs/weights/int8.md"
+JSON, REPORT = "docs/weights/int8.json", "docs/weights/int8.md"  # the committed run (--out docs/weights)
 
 
 def git(*args: str) -> bytes:
@@ -114,8 +115,7 @@ def file_facts(d: Path) -> dict:
 
 
 def evaluate(n_prompts: int, max_new_tokens: int, rev: str) -> dict:
-    target_dir = resolve_model(None)
-    target, tok = load_model(target_dir), load_tokenizer(target_dir)
+    target, tok = load_target(None)
     seqs = {setting: texts(target, tok, n_prompts, max_new_tokens, temp) for setting, temp in (("greedy", 0.0), ("t1", 1.0))}
     res = dict(prompts_per_set=n_prompts, sets=list(PROMPT_SETS), max_new_tokens=max_new_tokens, drafts={})
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,9 +124,9 @@ def evaluate(n_prompts: int, max_new_tokens: int, rev: str) -> dict:
             dirs = {"BF16": Path(tmp) / name, "int8": ROOT / "weights" / name}
             drafters = {k: make_drafter(str(d), target) for k, d in dirs.items()}
             per = {s: first_guesses(target, drafters, seqs[s], f"{name}, {s} texts") for s in seqs}
-            model = drafters["int8"].model if isinstance(drafters["int8"], HasModel) else drafters["int8"]
             res["drafts"][name] = dict(drafter=drafters["int8"].name, files={k: file_facts(d) for k, d in dirs.items()},
-                                       weight_bytes=model.weight_bytes, **figures(per["greedy"], per["t1"]))
+                                       weight_bytes=load_model(dirs["int8"]).weight_bytes,
+                                       **figures(per["greedy"], per["t1"]))
     return res
 
 
@@ -165,22 +165,29 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m minispec.harness.int8_eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bf16", help="a git revision whose weights/ holds the drafts in bfloat16")
-    ap.add_argument("--report", action="store_true", help=f"only write {REPORT} again from {JSON}")
+    ap.add_argument("--report", action="store_true", help="only write int8.md again from int8.json in --out")
+    ap.add_argument("--out", default="bench-out/int8", help="directory of int8.json and int8.md (default bench-out/int8; "
+                                                           "the committed run: docs/weights)")
     ap.add_argument("--prompts-per-set", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     a = ap.parse_args(argv)
     if a.prompts_per_set < 1 or a.max_new_tokens < 1:
         ap.error("--prompts-per-set and --max-new-tokens must be at least 1")
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        ap.error(f"--out {out}: not a directory")
+    if a.report and not (out / "int8.json").is_file():
+        ap.error(f"--report: no {out / 'int8.json'} to write the page from")
     if not a.report:
         if not a.bf16:
             ap.error("--bf16 REV is needed (or --report)")
         origin = provenance()
         res = evaluate(a.prompts_per_set, a.max_new_tokens, a.bf16)
         res["provenance"] = origin
-        (ROOT / JSON).parent.mkdir(parents=True, exist_ok=True)
-        (ROOT / JSON).write_text(compact_json(res))
-    report = format_report(json.loads((ROOT / JSON).read_text()))  # from the figures as stored
-    (ROOT / REPORT).write_text(report)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "int8.json").write_text(compact_json(res))
+    report = format_report(json.loads((out / "int8.json").read_text()))  # from the figures as stored
+    (out / "int8.md").write_text(report)
     print(report)
     return 0
 
