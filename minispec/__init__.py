@@ -4,7 +4,8 @@ Read in this order: ``rejection.py`` (the rule), ``textbook.py`` (one round: ``s
 ``model/transformer.py`` (``Model.forward``); then ``speculative.py`` (the same round, plus what a real run
 needs) and ``drafters/`` (who guesses). The parts:
 
-    the rule       sampling.py, rejection.py, tree.py (the tree rule)     pure functions
+    the rule       sampling.py, rejection.py (pure functions), tree.py (the tree rule, and verify_tree: one target
+                   pass over a tree)
     the loops      textbook.py (the textbook round), generate.py (plain), speculative.py (the engine's loop:
                    chain and tree), rounds.py (its bookkeeping)
     drafters       drafters/: one module per kind (draft model and layer skip, prompt lookup, EAGLE, a draft

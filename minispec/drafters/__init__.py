@@ -11,7 +11,7 @@
     protocol.py        the protocol every drafter implements (``Drafter``) and the optional capabilities the
                        rest of minispec asks for with ``has``: ``HasRoom``, ``ProposesTrees``,
                        ``ReadsFeatures``, ``HasModel``, ``HasFirstGuessRows``, ``HasOwnTokenizer``,
-                       ``DraftsText``, and the cost hooks ``TimesItself`` and ``TimesItsTreeLevels``
+                       ``DraftsText``, ``ReportsMemory``, and the cost hooks ``TimesItself`` and ``TimesItsTreeLevels``
 
 A drafter implements ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens, draft_probs)``, where
 ``draft_probs`` [k', V] are exactly the distributions the k' <= k guesses were drawn from, and
@@ -34,6 +34,7 @@ from .protocol import (
     HasRoom,
     ProposesTrees,
     ReadsFeatures,
+    ReportsMemory,
     TimesItself,
     TimesItsTreeLevels,
     has,
@@ -43,5 +44,5 @@ from .tli import TLI
 
 __all__ = ["CAPABILITIES", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "Eagle", "HasFirstGuessRows", "HasModel",
            "HasOwnTokenizer", "HasRoom", "LayerSkip", "OtherTokenizerDraft", "PromptLookup", "ProposesTrees",
-           "ReadsFeatures", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself", "as_drafter", "has", "load_eagle",
-           "make_drafter", "register_drafter", "same_tokenizer", "unregister_drafter"]
+           "ReadsFeatures", "ReportsMemory", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself", "as_drafter", "has",
+           "load_eagle", "make_drafter", "register_drafter", "same_tokenizer", "unregister_drafter"]

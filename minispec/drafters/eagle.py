@@ -104,6 +104,11 @@ class Eagle:
         arrays = [self.w_fc, self.b_fc, self.w_r] + [a for a in vars(self.layer).values() if a is not None]
         return int(sum(a.nbytes for a in arrays))
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Memory per token of context: its one layer's K and V, and the target's feature it keeps (float32)."""
+        return 2 * self.cfg.num_kv_heads * self.cfg.head_dim * 4 + self.cfg.hidden_size * 4
+
     # -- the drafter protocol ------------------------------------------------------------------------
     def context(self, tokens) -> int:
         return 0

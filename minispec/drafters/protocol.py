@@ -67,7 +67,8 @@ class HasModel(Protocol):
 class TimesItself(Protocol):
     """A drafter that cannot be timed through ``propose`` alone (a feature head needs the target's features; a draft
     with its own tokenizer reads text): ``measure_costs(clock, repeats) -> (seconds per guess, seconds per token
-    caught up)``, on inputs it makes itself, leaving itself as it found it. ``clock`` is the policy's
+    caught up)``, on inputs it makes itself; it may leave itself empty, as loaded (the next proposal reads its text
+    afresh: policy/timing.py says what each timing leaves behind). ``clock`` is the policy's
     (policy/timing.py), so that a test can script it. ``kernel`` names the kernel its passes run on (model/kernel.py):
     its timings are stored under its ``name`` and that kernel (policy/calibration.py)."""
 
@@ -117,13 +118,26 @@ class HasOwnTokenizer(Protocol):
 class DraftsText(Protocol):
     """A drafter that proposes the target's tokens of a text its draft wrote (slem.py), so its last guess may be
     a boundary token cut inside a word: ``keeping_boundary()`` is the same drafter proposing that token too, the
-    first half of the hazard level 4 plants (harness/check.py pairs it with a verifier that trusts it by prefix)."""
+    first half of the hazard level 4 plants (harness/check.py pairs it with a verifier that trusts it by prefix, and
+    reads the target's token bytes from ``cross``, the ``CrossVocab`` that spells both vocabularies)."""
+
+    cross: object
 
     def keeping_boundary(self): ...
 
 
+@runtime_checkable
+class ReportsMemory(Protocol):
+    """A drafter whose memory is not a model's (a feature head): ``weight_bytes`` its weights add, and
+    ``kv_bytes_per_token`` what its own cache and the features it keeps add per token of context (the study's
+    memory table, harness/study.py)."""
+
+    weight_bytes: int
+    kv_bytes_per_token: int
+
+
 CAPABILITIES = (Drafter, HasRoom, ProposesTrees, ReadsFeatures, HasModel, TimesItself, TimesItsTreeLevels,
-                HasFirstGuessRows, HasOwnTokenizer, DraftsText)
+                HasFirstGuessRows, HasOwnTokenizer, DraftsText, ReportsMemory)
 
 
 def has(drafter, capability) -> bool:

@@ -49,10 +49,8 @@ CONFIDENCE_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0)
 
 def confidence_rows(drafter, prompt, out) -> list[tuple[float, bool]]:
     """(draft's top probability, draft's top token == the token emitted) at each position of ``out``."""
-    seq, m = list(prompt) + list(out), drafter.model
-    logits = drafter.pad(m.forward(seq, m.new_cache(len(seq)))[len(prompt) - 1: len(seq) - 1])  # [T, V]: predicts out
-    top = warp(logits, 1.0).max(-1)  # [T]
-    return [(float(c), bool(a)) for c, a in zip(top, logits.argmax(-1) == np.asarray(out))]
+    q = drafter.first_guess_rows(list(prompt) + list(out), len(prompt), lambda z: warp(z, 1.0))  # [T, V]: predicts out
+    return [(float(c), bool(a)) for c, a in zip(q.max(-1), q.argmax(-1) == np.asarray(out))]
 
 
 def by_confidence(rows) -> list[dict]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..drafters import as_drafter
-from ..drafters.protocol import HasModel, ReadsFeatures, has
+from ..drafters.protocol import HasModel, ReportsMemory, has
 from ..generate import generate
 from ..model.progress import Progress
 from ..model.provenance import machine_info, provenance
@@ -236,10 +236,9 @@ def memory_rows(target, drafters: dict, used_ctx: int) -> list[dict]:
                    kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
               for n, m in models.items()]
     for n, d in drafters.items():
-        if has(d, ReadsFeatures):
-            per_token = 2 * d.cfg.num_kv_heads * d.cfg.head_dim * 4 + d.cfg.hidden_size * 4
-            memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=per_token,
-                               kv_bytes_at_context=per_token * used_ctx))
+        if has(d, ReportsMemory):
+            memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=d.kv_bytes_per_token,
+                               kv_bytes_at_context=d.kv_bytes_per_token * used_ctx))
     return memory
 
 
