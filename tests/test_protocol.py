@@ -97,6 +97,8 @@ def test_the_new_drafter_under_fixed_and_automatic_k(small_pair, k):
     target, _ = small_pair
     res = speculative_generate(target, EchoFeatures(target), [1, 2, 3], 10, k=k, temperature=1.0, seed=2)
     assert len(res.tokens) == 10
+    if k == 1:  # a fixed K drafts every round it can; k="auto" drafts only where its clock says guesses pay
+        assert res.stats.drafted > 0
 
 
 def silu(x):
@@ -206,9 +208,10 @@ def test_medusa_with_fixed_and_automatic_k(big_pair, k):
     d = Medusa(target)
     res = speculative_generate(target, d, PROMPT, 24, k=k)
     assert res.tokens == generate(target, PROMPT, 24)  # greedy: the target's own tokens
-    assert res.stats.drafted > 0 and d.forwards > 0
     sampled = speculative_generate(target, Medusa(target), PROMPT, 24, k=k, temperature=1.0, seed=3)
-    assert len(sampled.tokens) == 24 and sampled.stats.drafted > 0
+    assert len(sampled.tokens) == 24
+    if k != "auto":  # a fixed K drafts every round; k="auto" drafts only where its clock says guesses pay
+        assert res.stats.drafted > 0 and d.forwards > 0 and sampled.stats.drafted > 0
 
 
 @pytest.mark.parametrize("shape", [(3, 2), (2, 4), "auto"])
@@ -216,7 +219,7 @@ def test_medusa_trees(big_pair, shape):
     target, _ = big_pair
     res = tree_speculative_generate(target, Medusa(target), PROMPT, 24, shape=shape)
     assert res.tokens == generate(target, PROMPT, 24)
-    assert res.stats.drafted > 0
+    assert res.stats.drafted > 0 or shape == "auto"  # "auto" drafts only where its clock says a tree pays
     sampled = tree_speculative_generate(target, Medusa(target), PROMPT, 24, shape=shape, temperature=1.0, seed=3)
     assert len(sampled.tokens) == 24
 
@@ -242,7 +245,8 @@ def test_minispec_check_runs_medusa(chat_target, medusa_kind, tmp_path):
     res = json.loads(out.read_text())
     assert res["sampling"]["drafter"].startswith("medusa:") and "acceptance" in res["sampling"]  # its first-guess rows read
     assert res["passed"]["sampling"] and res["passed"]["greedy"], stdout
-    assert [g["drafter"] for g in res["greedy"]][0::3] == [res["sampling"]["drafter"], res["sampling"]["drafter"] + ", tree 3x3"]
+    name = res["sampling"]["drafter"]
+    assert {name, f"{name}, tree 3x3"} <= {g["drafter"] for g in res["greedy"]}  # its chains and its trees
     assert all(g["identical"] == g["prompts"] for g in res["greedy"])
     assert code == (0 if all(res["passed"].values()) else 1) and "PASS  T=1, the real rule" in stdout
 

@@ -31,6 +31,7 @@ from ..drafters import DraftModel, LayerSkip, PromptLookup
 from ..generate import generate
 from ..model import backend, load_model
 from ..model.fetch import DEFAULT_DRAFT, default_weights_dir
+from ..model.provenance import provenance
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
@@ -205,6 +206,7 @@ def main(argv=None) -> int:
     for item in a.attach:
         label, _, path = item.partition("=")
         res.setdefault("attached", {})[label] = Path(path).read_text() if Path(path).exists() else f"({path}: missing)"
+    res["provenance"] = provenance(argv, p.prog)  # date, commit, command, machine
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{a.name}.json").write_text(json.dumps(res, indent=1, default=str))

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..model.provenance import provenance
 from ..model.safetensors_io import read_header, read_metadata, read_safetensors, write_safetensors
 from ..model.weights import float_copy
-from .training import replace_sum
+from .training import rewrite_weights, run_command
 
 FILE = "model.safetensors"
 STORED = "I8 matrices with an F32 scale per row, BF16 vectors"
@@ -56,15 +56,9 @@ def quantize_int8(src, dst) -> bool:
     record = dict(source_sha256=hashlib.sha256(path.read_bytes()).hexdigest(), stored=STORED,
                   **provenance([str(src), str(dst)], "python -m minispec.recipes.quantize_int8"))
     meta = {**read_metadata(path), "int8": json.dumps(record)}
-    tmp = dst / (FILE + ".tmp")
-    write_safetensors(tmp, tensors, "BF16", meta, int8=[n for n, a in tensors.items() if a.ndim == 2])
-    tmp.replace(dst / FILE)  # in place: nothing is lost if the write fails half-way
-    info = dst / "training.json"
-    if info.is_file():
-        training = json.loads(info.read_text())
-        training.update(stored_dtype=STORED, int8=record)
-        info.write_text(json.dumps(training, indent=2) + "\n")
-    replace_sum(dst, FILE)
+    matrices = [n for n, a in tensors.items() if a.ndim == 2]
+    rewrite_weights(dst, FILE, lambda tmp: write_safetensors(tmp, tensors, "BF16", meta, int8=matrices),
+                    dict(stored_dtype=STORED, int8=record))
     return True
 
 
@@ -74,16 +68,10 @@ def main(argv=None) -> int:
     ap.add_argument("dst", help="where to write it (SRC itself: in place)")
     ap.add_argument("--to-float", action="store_true", help="the other way: a float32 copy for transformers")
     args = ap.parse_args(argv)
-    try:
-        if args.to_float:
-            print(f"{float_copy(args.src, args.dst) / FILE}: float32")
-            return 0
-        changed = quantize_int8(args.src, args.dst)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"{Path(args.dst) / FILE}: " + ("written, int8 matrices" if changed else "already int8, left as it is"))
-    return 0
+    if args.to_float:
+        return run_command(lambda: f"{float_copy(args.src, args.dst) / FILE}: float32")
+    return run_command(lambda: f"{Path(args.dst) / FILE}: " + ("written, int8 matrices" if quantize_int8(args.src, args.dst)
+                                                              else "already int8, left as it is"))
 
 
 if __name__ == "__main__":

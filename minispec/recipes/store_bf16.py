@@ -10,12 +10,11 @@ A file already in BF16 is left as it is.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from ..model.safetensors_io import read_header, read_metadata, read_safetensors, write_safetensors
-from .training import replace_sum
+from .training import rewrite_weights, run_command
 
 
 def store_bf16(directory, file: str = "model.safetensors") -> bool:
@@ -29,15 +28,8 @@ def store_bf16(directory, file: str = "model.safetensors") -> bool:
         return False
     meta = read_metadata(path)  # kept as it was
     tensors = read_safetensors(path)
-    tmp = path.with_suffix(".tmp")
-    write_safetensors(tmp, tensors, dtype="BF16", metadata=meta)
-    tmp.replace(path)  # nothing is lost if the write fails half-way
-    info = d / "training.json"
-    if info.is_file():
-        record = json.loads(info.read_text())
-        record["stored_dtype"] = "BF16"
-        info.write_text(json.dumps(record, indent=2) + "\n")
-    replace_sum(d, file)
+    rewrite_weights(d, file, lambda tmp: write_safetensors(tmp, tensors, dtype="BF16", metadata=meta),
+                    dict(stored_dtype="BF16"))
     return True
 
 
@@ -46,13 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("directory", help="a drafter's directory, for example weights/eagle-smollm2-135m")
     ap.add_argument("--file", default="model.safetensors", help="the safetensors file in it (default model.safetensors)")
     args = ap.parse_args(argv)
-    try:
-        changed = store_bf16(args.directory, args.file)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"{Path(args.directory) / args.file}: " + ("rewritten in BF16" if changed else "already BF16, left as it is"))
-    return 0
+    return run_command(lambda: f"{Path(args.directory) / args.file}: " + (
+        "rewritten in BF16" if store_bf16(args.directory, args.file) else "already BF16, left as it is"))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,33 @@ def start(torch, out, seed: int, threads: int):
     return out, log
 
 
+def rewrite_weights(d: Path, file: str, write, stored: dict) -> None:
+    """Rewrite ``d/file`` in another storage: ``write(tmp)`` writes the new file, which then replaces the old one
+    (nothing is lost if the write fails half-way); ``training.json``, where there is one, records ``stored``; and
+    SHA256SUMS follows the file."""
+    tmp = d / (file + ".tmp")
+    write(tmp)
+    tmp.replace(d / file)
+    info = d / "training.json"
+    if info.is_file():
+        record = json.loads(info.read_text())
+        record.update(stored)
+        info.write_text(json.dumps(record, indent=2) + "\n")
+    replace_sum(d, file)
+
+
+def run_command(convert) -> int:
+    """A storage recipe's ``main``: ``convert()`` -> the line to print on success; an OSError or ValueError is
+    printed as ``error: ...`` with exit status 2."""
+    try:
+        line = convert()
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(line)
+    return 0
+
+
 def replace_sum(out: Path, file: str) -> None:
     """Bring ``file``'s line of ``out/SHA256SUMS`` (if there is one) up to date with the file."""
     import hashlib
