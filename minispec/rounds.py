@@ -72,6 +72,7 @@ class Run:
     plain_cause: str = ""  # why this round drafted nothing: "policy", "end", "room", "nothing" ("": it drafted)
     features: object = None  # the last target pass's features [T, D], for a drafter that reads them
     features_at: int = 0  # the cache position of their first row
+    tree: Tree | None = None  # this round's token tree (a tree run), for the trace
 
     @property
     def done(self) -> bool:
@@ -113,7 +114,7 @@ class Run:
         width, depth = self.policy.next_shape(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
         room = min(self.cache.max_len - self.cache.length - len(self.unread), self.drafter_room())
         depth = min(depth, self.max_new_tokens - len(self.out) - 1, room // width if width else 0)
-        tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
+        tree = self.tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
         remaining = self.max_new_tokens - len(self.out)
         self.plain_cause = "" if len(tree) else "end" if remaining == 1 else "policy" if width * depth == 0 else "nothing"
         self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, len(tree), t0)
@@ -171,8 +172,17 @@ class Run:
         self.features = None
         self.stats.record(self.drafted, accepted, emitted, t_draft, t_verify, self.prefill, self.plain_cause)
         if self.trace is not None:
-            self.trace.round_done(new_tokens[:emitted], accepted, t_draft, t_verify, tree=feature_rows is not None)
+            self.trace.round_done(new_tokens[:emitted], accepted, t_draft, t_verify, tree=self.walked(feature_rows, accepted))
         self.policy.observe(self.drafted, accepted, t_draft, None if self.prefill else t_verify, probed, nodes=self.nodes)
+
+    def walked(self, kept, accepted: int) -> tuple[int, bool] | None:
+        """A tree round's (nodes verified, whether the walk ended at a leaf: its next_token is then the bonus), read
+        from the kept rows (``tree.kept_rows``: the last kept node is the last row, node i at row head - 1 + i);
+        None for a chain round."""
+        if kept is None:
+            return None
+        last = int(kept[-1]) - (len(kept) - accepted) + 1 if accepted else 0
+        return len(self.tree), not self.tree.children(last)
 
     def result(self) -> SpecResult:
         self.stats.draft_forwards = (self.drafter.forwards if self.drafter is not None else 0) - self.forwards0

@@ -206,3 +206,25 @@ def test_a_chain_only_drafter_with_a_tree_is_refused_before_any_output(tmp_path)
     code, out, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", f"tli:{bpe}",
                               "--tree", "2x2", "--no-compare"])
     assert code == 2 and out == "" and "drafts chains only" in err, err
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("own", [False, True])
+def test_a_tree_round_names_its_next_token_by_where_the_walk_ended(big_pair, temperature, own):
+    """A 2 x 3 tree of a draft model has every leaf at depth 3: a round that kept 3 nodes ended at a leaf (its
+    next_token is the bonus), one that kept fewer ended at a node whose children were all rejected (the correction),
+    and k counts the tree's nodes, not the kept ones. The target as its own draft keeps every path (bonuses only);
+    the random draft is mostly rejected (corrections)."""
+    target, draft = big_pair
+    trace = Trace()
+    tree_speculative_generate(target, DraftModel(target if own else draft), PROMPT, 40, shape=(2, 3),
+                              temperature=temperature, seed=1, trace=trace)
+    kinds = set()
+    for r in trace.rounds:
+        if r.k == 0:
+            assert r.next_kind == "plain"
+            continue
+        assert r.k == 6 or r.accepted < 3  # 2 x 3 nodes, fewer only where the run's end cut the tree
+        assert r.next_kind == ("bonus" if r.accepted == 3 else "correction"), (r.k, r.accepted, r.next_kind)
+        kinds.add(r.next_kind)
+    assert ("bonus" in kinds) if own else ("correction" in kinds), kinds
