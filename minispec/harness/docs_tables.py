@@ -21,10 +21,19 @@ import re
 import sys
 from pathlib import Path
 
-from . import doc_figures, kernel_figures
+from . import bench_commands, doc_figures, kernel_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS}
+
+
+def bench_list(root: Path) -> str:
+    """README's list of the bench subcommands, from their one table (bench_commands.SUBCOMMANDS)."""
+    width = max(len(name) for name in bench_commands.SUBCOMMANDS) + len("minispec bench ")
+    lines = [f"{'minispec bench ' + name:<{width}}   # {what}" for name, (_, what) in bench_commands.SUBCOMMANDS.items()]
+    return "\n".join(["```bash", *lines, "```"])
+
+
+SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS, "bench_commands": bench_list}
 FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
          "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
