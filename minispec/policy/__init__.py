@@ -45,12 +45,12 @@ from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
 from .calibration import Calibration, notes_of
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
-from .timing import forward_times
+from .timing import forward_times, guess_time
 from .tree_policy import TreePolicy, auto_tree_policy
 
 __all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreePolicy", "auto_k",
            "auto_tree_policy", "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times",
-           "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
+           "guess_time", "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
            "verify_calibration"]
 
 
