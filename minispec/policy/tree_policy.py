@@ -32,6 +32,8 @@ class TreePolicy:
         self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
+        self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
+        self.slowdown = 1.0  # it does not learn how much slower its rounds ran than predicted (AutoK does)
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreePolicy":
