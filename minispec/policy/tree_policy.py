@@ -8,6 +8,9 @@ chain of ``depth - 1`` guesses, with first-guess acceptance a and later-guess ac
     E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b)
     T = depth tree levels of ``width`` nodes (costs.py: ``level_calibration``) + t_verify(width * depth + 1)
 
+A drafter whose levels have no timing of their own (neither ``TimesItsTreeLevels`` nor a model) pays ``width``
+of its guesses (``drafter_costs``) per level: zero only for a drafter without any cost hook.
+
 When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (auto_k.py).
 """
 
@@ -103,9 +106,11 @@ def auto_tree_policy(target, drafter, max_nodes: int = 16, learn: bool = True) -
     seeded run). A tree stays below the target's context."""
     max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
     verify = verify_calibration(target, range(1, max_nodes + 2))
-    has_model = has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)  # a cost to time
-    levels = level_calibration(drafter) if has_model else None
-    level_time = {int(w): float(t) for w, t in levels.times.items()} if levels else {w: 0.0 for w in range(1, 5)}
-    policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
+    levels_timed = has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)  # its levels have a cost of their own
+    levels = level_calibration(drafter) if levels_timed else None
+    guess, fed = drafter_costs(drafter)  # zeros for a drafter without any cost hook (prompt lookup)
+    level_time = ({int(w): float(t) for w, t in levels.times.items()} if levels
+                  else {w: w * guess for w in range(1, 5)})  # else a level of w nodes costs w guesses
+    policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=fed, learn=learn)
     policy.calibrations = [verify, levels, drafter_calibration(drafter)]
     return policy
