@@ -250,27 +250,41 @@ def write_run_trace(trace, path, tok, model, drafter, policy, args, measured) ->
                 measured_speedup=measured, prompt=args.prompt)
 
 
+def print_times(cal, ratios: bool = False) -> None:
+    """A calibration of t(n) (or of tree levels, {w: seconds}) as a table; ``ratios``: with r(n) = t(n) / t(1)."""
+    t = cal.times
+    print(cal.describe())
+    print("  n     " + "".join(f"{n:>8}" for n in t))
+    print("  t ms  " + "".join(f"{1e3 * v:>8.1f}" for v in t.values()))
+    if ratios:
+        print("  r(n)  " + "".join(f"{v / t[1]:>8.2f}" for v in t.values()))
+
+
 def cmd_calibrate(args) -> int:
-    """Measure the cost model afresh (whatever is stored) and print it: t(n) and r(n), c for each drafter."""
-    from .policy.costs import drafter_calibration, verify_calibration
+    """Measure afresh (whatever is stored) and print every calibration the automatic policies read: the target's
+    t(n) for n = 1..--n-max (--k auto) and for every tree --tree auto may verify; for each drafter, its c and, for
+    one that proposes trees, its tree levels."""
+    from .policy.costs import drafter_calibration, level_calibration, verify_calibration
+    from .policy.tree_policy import times_levels, tree_verify_ns
 
     model = load_model(resolve_model(args.model))
     specs = args.draft or [d for d in (shipped_draft(), shipped_eagle(), shipped_bpe_draft()) if d] + ["layer-skip"]
     drafters = [make_drafter(spec, model) for spec in specs]  # every spec is checked before any measuring
     verify = verify_calibration(model, range(1, args.n_max + 1), fresh=True)
     t = verify.times
-    print(verify.describe())
-    print("  n     " + "".join(f"{n:>8}" for n in t))
-    print("  t ms  " + "".join(f"{1e3 * v:>8.1f}" for v in t.values()))
-    print("  r(n)  " + "".join(f"{v / t[1]:>8.2f}" for v in t.values()))
+    print_times(verify, ratios=True)
+    if tuple(tree_verify_ns(model)) != tuple(t):
+        print_times(verify_calibration(model, tree_verify_ns(model), fresh=True), ratios=True)
     for drafter in drafters:
         cal = drafter_calibration(drafter, fresh=True) if drafter is not None else None
         if cal is None:
             print(f"{'none' if drafter is None else drafter.name}: no model to time (its rounds measure it)")
-            continue
-        guess, fed = cal.times["guess"], cal.times["fed"]
-        print(f"{cal.describe()}\n  c = {guess / t[1]:.3f} (a guess {1e3 * guess:.2f} ms), catching up "
-              f"{1e3 * fed:.3f} ms per token")
+        else:
+            guess, fed = cal.times["guess"], cal.times["fed"]
+            print(f"{cal.describe()}\n  c = {guess / t[1]:.3f} (a guess {1e3 * guess:.2f} ms), catching up "
+                  f"{1e3 * fed:.3f} ms per token")
+        if drafter is not None and has(drafter, ProposesTrees) and times_levels(drafter):
+            print_times(level_calibration(drafter, fresh=True))
     return 0
 
 
@@ -364,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     add_generate(sub)
 
-    cal = sub.add_parser("calibrate", help="measure the cost model afresh and print it: t(n), r(n) and each drafter's c")
+    cal = sub.add_parser("calibrate", help="measure the cost model afresh and print it: the target's t(n) and r(n) "
+                                             "(chains' and trees'), each drafter's c and tree levels")
     cal.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     cal.add_argument("--draft", action="append", help="a drafter spec as for generate --draft; repeat for several "
                                                        "(default: the shipped drafters and layer-skip)")

@@ -101,13 +101,25 @@ class TreePolicy:
                 self.acc[self.context].update_probe(*probed)
 
 
-def auto_tree_policy(target, drafter, max_nodes: int = 16, learn: bool = True) -> TreePolicy:
+MAX_NODES = 16  # the most nodes of an automatic tree
+
+
+def tree_verify_ns(target, max_nodes: int = MAX_NODES) -> range:
+    """The n of the target's t(n) that ``auto_tree_policy`` calibrates: 1..max_nodes + 1, below the target's context."""
+    return range(1, max(1, min(max_nodes, target.cfg.max_position_embeddings - 1)) + 2)
+
+
+def times_levels(drafter) -> bool:
+    """Whether a drafter's tree levels have a timing of their own (``level_calibration``): its hook, or its model."""
+    return has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)
+
+
+def auto_tree_policy(target, drafter, max_nodes: int = MAX_NODES, learn: bool = True) -> TreePolicy:
     """A TreePolicy calibrated for this target and drafter; ``learn=False`` keeps the calibrated costs (a
     seeded run). A tree stays below the target's context."""
-    max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
-    verify = verify_calibration(target, range(1, max_nodes + 2))
-    levels_timed = has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)  # its levels have a cost of their own
-    levels = level_calibration(drafter) if levels_timed else None
+    ns = tree_verify_ns(target, max_nodes)
+    max_nodes, verify = ns[-1] - 1, verify_calibration(target, ns)
+    levels = level_calibration(drafter) if times_levels(drafter) else None
     guess, fed = drafter_costs(drafter)  # zeros for a drafter without any cost hook (prompt lookup)
     level_time = ({int(w): float(t) for w, t in levels.times.items()} if levels
                   else {w: w * guess for w in range(1, 5)})  # else a level of w nodes costs w guesses
