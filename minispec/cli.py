@@ -27,7 +27,7 @@ from .model.fetch import (
     shipped_eagle,
 )
 from .model.kernel import KERNELS, use_kernel
-from .policy import FixedK, follows_clock, k_policy, notes_of, shape_policy
+from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
 from .trace import Trace, check_trace_path, write_trace
@@ -109,7 +109,7 @@ PLAIN_CAUSES = {"policy": "the policy judged drafting would not pay", "end": "on
 
 def verdict(stats, policy, drafter) -> str:
     """What a run's statistics mean, in words: never a bare nan. Plain rounds are counted by their real cause."""
-    slow = getattr(policy, "slowdown", 1.0)
+    slow = policy.slowdown if isinstance(policy, Calibrated) else 1.0
     slow = f"; its drafting rounds ran {slow:.2f}x slower than the cost model predicted" if slow > 1.1 else ""
     causes = ", ".join(f"{n} because {PLAIN_CAUSES.get(c, c)}" for c, n in sorted(stats.plain_causes.items()))
     if stats.drafted:
@@ -118,7 +118,7 @@ def verdict(stats, policy, drafter) -> str:
                 f"{stats.mean_tokens_per_pass:.2f} tokens per target pass; {stats.rounds} rounds{plain}{slow}")
     if isinstance(policy, FixedK) and policy.k == 0:
         return f"no guess was drafted: --k 0 asks for plain rounds ({stats.rounds} rounds)"
-    if hasattr(policy, "best_drafting") and getattr(policy, "auto", True) and stats.plain_causes.get("policy"):
+    if isinstance(policy, ChoosesByCost) and policy.auto and stats.plain_causes.get("policy"):
         plain_rate = 1.0 / policy.verify_time[1]
         best, rate = policy.best_drafting()
         return (f"no guess was drafted in {stats.rounds} rounds ({causes}): expecting {plain_rate:.0f} tokens/s from "
@@ -189,7 +189,7 @@ def cmd_generate(args) -> int:
         print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
         return 0
     pol, t_setup = timed(gen.policy)
-    calibrations = [c for c in getattr(pol, "calibrations", []) if c is not None]
+    calibrations = calibrations_of(pol)
     if any(c.source == "measured" for c in calibrations):
         print(f"[calibrated the cost model in {t_setup:.1f}s: cached for later runs (checked by a probe before each "
               "use), and not in any figure below]", file=sys.stderr)
@@ -235,40 +235,56 @@ def compare_with_plain(gen: Generation, res, dt: float) -> tuple[list[float], st
 
 def write_run_trace(trace, path, tok, model, drafter, policy, args, measured) -> None:
     """The trace with the run's figures: the speed model's prediction from the calibrated costs, next to the
-    measured speedup (when --compare measured one)."""
+    measured speedup (when --compare measured one). t(n) is the policy's as the run left it, when it chooses by
+    cost, else calibrated here; a guess costs the drafter's calibrated seconds (those an automatic policy chose from:
+    the calibration is the process's, policy/calibration.py)."""
     from .policy.costs import drafter_costs, verify_calibration
 
     k_max = max([r.k for r in trace.rounds] + [1])
-    verify = getattr(policy, "verify_time", None) or verify_calibration(model, range(1, k_max + 2)).times
-    draft_time = getattr(policy, "draft_time", None)
-    draft_time = drafter_costs(drafter)[0] if draft_time is None else draft_time
+    verify = (policy.verify_time if isinstance(policy, ChoosesByCost) else None) or \
+        verify_calibration(model, range(1, k_max + 2)).times
+    draft_time = drafter_costs(drafter)[0]
     write_trace(trace, path, decode=lambda t: tok.decode([t]), title=f"minispec trace: {drafter.name}",
                 drafter=drafter.name, rule=args.rule, k=str(args.k) if not args.tree else f"tree {args.tree}",
                 temperature=args.temperature, seed=args.seed, predicted_speedup=trace.predicted_speedup(verify, draft_time),
                 measured_speedup=measured, prompt=args.prompt)
 
 
+def print_times(cal, ratios: bool = False) -> None:
+    """A calibration of t(n) (or of tree levels, {w: seconds}) as a table; ``ratios``: with r(n) = t(n) / t(1)."""
+    t = cal.times
+    print(cal.describe())
+    print("  n     " + "".join(f"{n:>8}" for n in t))
+    print("  t ms  " + "".join(f"{1e3 * v:>8.1f}" for v in t.values()))
+    if ratios:
+        print("  r(n)  " + "".join(f"{v / t[1]:>8.2f}" for v in t.values()))
+
+
 def cmd_calibrate(args) -> int:
-    """Measure the cost model afresh (whatever is stored) and print it: t(n) and r(n), c for each drafter."""
-    from .policy.costs import drafter_calibration, verify_calibration
+    """Measure afresh (whatever is stored) and print every calibration the automatic policies read: the target's
+    t(n) for n = 1..--n-max (--k auto) and for every tree --tree auto may verify; for each drafter, its c and, for
+    one that proposes trees, its tree levels."""
+    from .policy.costs import drafter_calibration, level_calibration, verify_calibration
+    from .policy.tree_policy import times_levels, tree_verify_ns
 
     model = load_model(resolve_model(args.model))
     specs = args.draft or [d for d in (shipped_draft(), shipped_eagle(), shipped_bpe_draft()) if d] + ["layer-skip"]
     drafters = [make_drafter(spec, model) for spec in specs]  # every spec is checked before any measuring
     verify = verify_calibration(model, range(1, args.n_max + 1), fresh=True)
     t = verify.times
-    print(verify.describe())
-    print("  n     " + "".join(f"{n:>8}" for n in t))
-    print("  t ms  " + "".join(f"{1e3 * v:>8.1f}" for v in t.values()))
-    print("  r(n)  " + "".join(f"{v / t[1]:>8.2f}" for v in t.values()))
+    print_times(verify, ratios=True)
+    if tuple(tree_verify_ns(model)) != tuple(t):
+        print_times(verify_calibration(model, tree_verify_ns(model), fresh=True), ratios=True)
     for drafter in drafters:
         cal = drafter_calibration(drafter, fresh=True) if drafter is not None else None
         if cal is None:
             print(f"{'none' if drafter is None else drafter.name}: no model to time (its rounds measure it)")
-            continue
-        guess, fed = cal.times["guess"], cal.times["fed"]
-        print(f"{cal.describe()}\n  c = {guess / t[1]:.3f} (a guess {1e3 * guess:.2f} ms), catching up "
-              f"{1e3 * fed:.3f} ms per token")
+        else:
+            guess, fed = cal.times["guess"], cal.times["fed"]
+            print(f"{cal.describe()}\n  c = {guess / t[1]:.3f} (a guess {1e3 * guess:.2f} ms), catching up "
+                  f"{1e3 * fed:.3f} ms per token")
+        if drafter is not None and has(drafter, ProposesTrees) and times_levels(drafter):
+            print_times(level_calibration(drafter, fresh=True))
     return 0
 
 
@@ -362,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     add_generate(sub)
 
-    cal = sub.add_parser("calibrate", help="measure the cost model afresh and print it: t(n), r(n) and each drafter's c")
+    cal = sub.add_parser("calibrate", help="measure the cost model afresh and print it: the target's t(n) and r(n) "
+                                             "(chains' and trees'), each drafter's c and tree levels")
     cal.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     cal.add_argument("--draft", action="append", help="a drafter spec as for generate --draft; repeat for several "
                                                        "(default: the shipped drafters and layer-skip)")

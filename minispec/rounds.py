@@ -32,7 +32,7 @@ from .drafters import as_drafter
 from .drafters.protocol import HasRoom, ProposesTrees, ReadsFeatures, has
 from .generate import check_generate_args, stop_set
 from .model import Model, backend
-from .policy import follows_clock, k_policy, shape_policy
+from .policy import calibrations_of, follows_clock, k_policy, shape_policy
 from .rejection import overlap
 from .sampling import warp
 from .stats import SpecStats
@@ -186,7 +186,7 @@ class Run:
 
     def result(self) -> SpecResult:
         self.stats.draft_forwards = (self.drafter.forwards if self.drafter is not None else 0) - self.forwards0
-        used = [c.describe() for c in getattr(self.policy, "calibrations", []) if c is not None]
+        used = [c.describe() for c in calibrations_of(self.policy)]
         return SpecResult(self.out, self.stats, used)
 
 
@@ -207,13 +207,13 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     drafter = as_drafter(drafter, target)
     learn = follows_clock(seed, temperature)  # greedy output does not depend on K: it may follow the clock
     if shape is NOT_A_TREE:
-        policy = k_policy(k, target, drafter, learn=learn)
+        policy, room = k_policy(k, target, drafter, learn=learn), 0
     else:
         if not has(drafter, ProposesTrees):
             raise ValueError(f"drafter {drafter.name} drafts chains only, not trees "
                              "(it has no propose_tree; a draft with its own tokenizer has none)")
         policy = shape_policy(shape, target, drafter, learn=learn)
-    room = getattr(policy, "max_room", 0)  # a tree's nodes sit in the cache during its pass
+        room = policy.max_room  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
                stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,

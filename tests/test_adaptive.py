@@ -8,7 +8,20 @@ from minispec import generate, load_model, rejection
 from minispec.drafters import DraftModel, PromptLookup
 from minispec.harness.exact_loop import loop_law
 from minispec.model.tiny import tiny_config, write_random_model
-from minispec.policy import Acceptance, AutoK, FixedK, StoppedK, expected_tokens
+from minispec.policy import (
+    Acceptance,
+    AutoK,
+    Calibrated,
+    ChoosesByCost,
+    ChoosesK,
+    ChoosesTrees,
+    FixedK,
+    StoppedK,
+    TreePolicy,
+    calibrations_of,
+    expected_tokens,
+    k_policy,
+)
 from minispec.sampling import sample, top_probability, warp
 from minispec.speculative import speculative_generate
 
@@ -27,6 +40,34 @@ def test_expected_tokens():
     assert expected_tokens(0.5, 1) == pytest.approx(1.5)
     assert expected_tokens(0.5, 3) == pytest.approx((1 - 0.5 ** 4) / 0.5)  # b = a: Leviathan et al.
     assert expected_tokens(0.3, 3, b=0.9) == pytest.approx(1 + 0.3 * (1 + 0.9 + 0.81))
+
+
+def test_every_shipped_policy_declares_what_its_callers_read():
+    """policy/protocol.py: the loops, a run's result and the CLI ask a policy for capabilities, never for a class."""
+    chains = [FixedK(3), policy(CPU_LIKE, 0.001), StoppedK(2, CPU_LIKE, 0.001)]
+    trees = [TreePolicy.fixed(2, 3), TreePolicy(CPU_LIKE, {w: 0.001 for w in range(1, 5)})]
+    assert all(isinstance(p, ChoosesK) and not isinstance(p, ChoosesTrees) for p in chains)
+    assert all(isinstance(p, ChoosesTrees) and not isinstance(p, ChoosesK) for p in trees)
+    assert all(isinstance(p, Calibrated) and p.slowdown == 1.0 and calibrations_of(p) == [] for p in chains + trees)
+    assert [isinstance(p, ChoosesByCost) for p in chains + trees] == [False, True, True, True, True]
+    assert [p.max_room for p in trees] == [6, 16] and [p.auto for p in trees] == [False, True]
+
+    class Bare:  # a caller's own chain policy: the loop's four members only
+        keep = None
+
+        def next_k(self, unseen=1, context=0):
+            return 1
+
+        def probe(self):
+            return False
+
+        def observe(self, *a, **kw):
+            pass
+
+    bare = Bare()
+    assert k_policy(bare, None, None) is bare and calibrations_of(bare) == [] and not isinstance(bare, Calibrated)
+    with pytest.raises(ValueError, match="policy object"):
+        k_policy(object(), None, None)
 
 
 def test_acceptance_separates_first_and_later_guesses():

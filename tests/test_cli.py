@@ -43,3 +43,22 @@ def test_the_cli_builds_its_policy_with_the_loops_rule_for_following_the_clock(m
                             "--max-new-tokens", "3", "--no-compare", *extra])
     assert code == 0, err
     assert [p.learn for p in built] == [learns]
+
+
+def test_calibrate_measures_afresh_every_calibration_the_automatic_policies_read(model_dir, monkeypatch):
+    """``minispec calibrate`` measures afresh what --k auto and --tree auto read: t(n) for n = 1..9 and for every tree
+    (n = 1..17), the drafter's guesses and its tree levels (bug: the tree's t(n) and levels were never refreshed).
+    The clock is scripted: every timing is 10 ms, whatever the machine."""
+    from minispec.policy import calibration, costs, timing
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(timing, "clock", lambda: 0.01 * next(ticks))
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    asked, real = [], costs.calibrated
+    monkeypatch.setattr(costs, "calibrated", lambda key, what, *a: asked.append((key.split("|")[5], what, a[-1])) or real(key, what, *a))
+    code, out, err = run_cli(["calibrate", "--model", str(model_dir), "--draft", "layer-skip"])
+    assert code == 0, err
+    ns = {n for n, _, _ in asked}
+    assert {",".join(map(str, range(1, 10))), ",".join(map(str, range(1, 18))), "1,2,3,4", "guess,fed"} <= ns, asked
+    assert all(fresh is True for _, _, fresh in asked), asked
+    assert "  n     " + "".join(f"{n:>8}" for n in range(1, 18)) in out

@@ -10,7 +10,7 @@ from minispec.drafters import DraftModel, PromptLookup
 from minispec.harness.equivalence import chisquare_gof
 from minispec.harness.exact_law import tree_first_token_law
 from minispec.harness.exact_loop import loop_law
-from minispec.policy import Acceptance, AutoK, TreePolicy
+from minispec.policy import Acceptance, AutoK, TreePolicy, auto_tree_policy, calibration, timing
 from minispec.policy.acceptance import PRIOR
 from minispec.sampling import sample, warp
 from minispec.speculative import tree_speculative_generate
@@ -202,6 +202,29 @@ def test_auto_shape_prefers_wide_trees_when_nodes_are_free():
     pol = TreePolicy(steep, {w: 0.005 for w in range(1, 5)}, learn=False)
     pol.acc[0] = Acceptance(prior=0.0, weight=20.0)  # context 0: nothing is ever accepted
     assert pol.next_shape() == (0, 0)
+
+
+class SelfTimedTrees(PromptLookup):
+    """A tree drafter that times its guesses itself (TimesItself: 2 ms a guess, whatever the clock) but not its tree
+    levels (no TimesItsTreeLevels), and has no model."""
+
+    name, kernel = "self-timed-trees", "numpy"
+
+    def measure_costs(self, clock, repeats: int) -> tuple[float, float]:
+        return 0.002, 0.0001
+
+
+def test_a_tree_level_without_its_own_timing_costs_its_guesses(small_pair, monkeypatch):
+    """docs/drafters.md: only a drafter without any cost hook costs nothing. One that times its guesses but not its
+    levels pays w guesses per level of w nodes (bug: such a tree level cost 0 s, so every tree looked free)."""
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    ticks = iter(np.arange(0.0, 1e3, 0.01))
+    monkeypatch.setattr(timing, "clock", lambda: float(next(ticks)))  # every target pass takes 10 ms
+    target = small_pair[0]
+    pol = auto_tree_policy(target, SelfTimedTrees(), learn=False)
+    assert pol.level_time == pytest.approx({w: 0.002 * w for w in range(1, 5)})
+    assert pol.cost(2, 3) == pytest.approx(3 * 0.004 + pol.verify_time[7]) and pol.feed_time == pytest.approx(0.0001)
+    assert auto_tree_policy(target, PromptLookup(), learn=False).level_time == {w: 0.0 for w in range(1, 5)}
 
 
 def test_chains_and_trees_start_from_one_prior_and_wait_for_measurements():

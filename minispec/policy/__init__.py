@@ -1,16 +1,17 @@
 """The policy: how many guesses to draft each round (or which tree), and when to stop early.
 
-The loops never look inside a policy. Their ``Run`` (rounds.py) asks a chain policy three things each round,
-and hands the drafter a fourth:
+The loops never look inside a policy. Their ``Run`` (rounds.py) asks a chain policy (``ChoosesK``, protocol.py)
+three things each round, and hands the drafter a fourth:
 
     next_k(unseen, context) -> K         how many guesses to draft (0: a plain round)
     probe() -> bool                      asked in a plain round only: draft one unverified guess to measure it?
     observe(drafted, accepted, t_draft, t_verify, probed, nodes)     how the round went
     keep(j, reach) -> bool               handed to ``drafter.propose``: the early stop before guess j (None: none)
 
-A tree policy is asked ``next_shape(unseen, context) -> (width, depth)`` instead of ``next_k``, and has no
-``keep``; ``start_run`` reads its ``max_room`` (the most nodes a tree takes in the cache). ``Run.result``
-lists a policy's ``calibrations``, where it has them.
+A tree policy (``ChoosesTrees``) is asked ``next_shape(unseen, context) -> (width, depth)`` instead of ``next_k``,
+and has no ``keep``; ``start_run`` reads its ``max_room`` (the most nodes a tree takes in the cache). ``Run.result``
+lists the ``calibrations`` of a ``Calibrated`` policy (every shipped one); the CLI also reads its ``slowdown``, and
+the cost model of one that ``ChoosesByCost``.
 
 ``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``, auto_k.py) and ``TreePolicy`` (``tree="auto"``,
 tree_policy.py) choose from a cost model fed by measured costs (costs.py: each a calibration, calibration.py, of a
@@ -45,11 +46,13 @@ from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
 from .calibration import Calibration, notes_of
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
-from .timing import forward_times
+from .protocol import Calibrated, ChoosesByCost, ChoosesK, ChoosesTrees, calibrations_of
+from .timing import forward_times, guess_time
 from .tree_policy import TreePolicy, auto_tree_policy
 
-__all__ = ["Acceptance", "AutoK", "Calibration", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreePolicy", "auto_k",
-           "auto_tree_policy", "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times",
+__all__ = ["Acceptance", "AutoK", "Calibrated", "Calibration", "ChoosesByCost", "ChoosesK", "ChoosesTrees", "FixedK",
+           "PerContext", "ProbeBudget", "StoppedK", "TreePolicy", "auto_k", "auto_tree_policy", "calibrations_of",
+           "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times", "guess_time",
            "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
            "verify_calibration"]
 
@@ -69,19 +72,19 @@ def k_policy(k, target, drafter, learn: bool = True):
         if k < 0:
             raise ValueError(f"k must be a non-negative integer or 'auto', got {k}")
         return FixedK(int(k))
-    if all(hasattr(k, m) for m in ("next_k", "observe", "probe", "keep")):
+    if isinstance(k, ChoosesK):
         return k
     raise ValueError(f"k must be a non-negative integer, 'auto' or a policy object, got {k!r}")
 
 
-def shape_policy(shape, target, drafter, learn: bool = True) -> TreePolicy:
-    """shape: (width, depth), "auto" (TreePolicy chosen per round, calibrated for this pair), or a TreePolicy.
-    ``learn``: as for ``k_policy``."""
-    if isinstance(shape, TreePolicy):
+def shape_policy(shape, target, drafter, learn: bool = True) -> ChoosesTrees:
+    """shape: (width, depth), "auto" (TreePolicy chosen per round, calibrated for this pair), or a tree policy
+    object (``ChoosesTrees``). ``learn``: as for ``k_policy``."""
+    if isinstance(shape, ChoosesTrees):
         return shape
     if isinstance(shape, str) and shape == "auto":
         return auto_tree_policy(target, drafter, learn=learn)
     if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
-        raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a TreePolicy, "
+        raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a tree policy, "
                          f"got {shape!r}")
     return TreePolicy.fixed(shape[0], shape[1])

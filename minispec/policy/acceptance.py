@@ -34,7 +34,6 @@ def expected_tokens(a: float, k: int, b: float | None = None) -> float:
     return 1.0 + a * run_length(a if b is None else b, k) if k else 1.0
 
 
-
 class Acceptance:
     """Decaying estimates of ``first`` = P(the first guess is accepted) and ``next`` = P(a later guess is
     accepted | the one before it was). A round that accepted n of K guesses: the first guess counts as a

@@ -57,6 +57,8 @@ class FixedK:
 
     def __init__(self, k: int):
         self.k = k
+        self.calibrations: list = []  # it never looks at costs (protocol.py: Calibrated)
+        self.slowdown = 1.0  # it never predicts a round's time
 
     def next_k(self, unseen: int = 1, context: int = 0) -> int:
         return self.k
@@ -101,6 +103,8 @@ class AutoK:
     """Choose K per round from the cost model (module docstring). Costs in seconds: ``verify_time``
     {n: one target pass over n tokens}, ``draft_time`` per guess, ``feed_time`` per token the drafter
     must catch up on. ``learn=False`` keeps the given costs (deterministic, for tests)."""
+
+    auto = True  # it chooses K each round (protocol.py: ChoosesByCost)
 
     def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
                  acceptance: Acceptance | None = None, probe_share: float = 0.01, learn: bool = True,

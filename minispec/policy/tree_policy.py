@@ -8,6 +8,9 @@ chain of ``depth - 1`` guesses, with first-guess acceptance a and later-guess ac
     E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b)
     T = depth tree levels of ``width`` nodes (costs.py: ``level_calibration``) + t_verify(width * depth + 1)
 
+A drafter whose levels have no timing of their own (neither ``TimesItsTreeLevels`` nor a model) pays ``width``
+of its guesses (``drafter_costs``) per level: zero only for a drafter without any cost hook.
+
 When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (auto_k.py).
 """
 
@@ -32,6 +35,8 @@ class TreePolicy:
         self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
+        self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
+        self.slowdown = 1.0  # it does not learn how much slower its rounds ran than predicted (AutoK does)
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreePolicy":
@@ -96,14 +101,28 @@ class TreePolicy:
                 self.acc[self.context].update_probe(*probed)
 
 
-def auto_tree_policy(target, drafter, max_nodes: int = 16, learn: bool = True) -> TreePolicy:
+MAX_NODES = 16  # the most nodes of an automatic tree
+
+
+def tree_verify_ns(target, max_nodes: int = MAX_NODES) -> range:
+    """The n of the target's t(n) that ``auto_tree_policy`` calibrates: 1..max_nodes + 1, below the target's context."""
+    return range(1, max(1, min(max_nodes, target.cfg.max_position_embeddings - 1)) + 2)
+
+
+def times_levels(drafter) -> bool:
+    """Whether a drafter's tree levels have a timing of their own (``level_calibration``): its hook, or its model."""
+    return has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)
+
+
+def auto_tree_policy(target, drafter, max_nodes: int = MAX_NODES, learn: bool = True) -> TreePolicy:
     """A TreePolicy calibrated for this target and drafter; ``learn=False`` keeps the calibrated costs (a
     seeded run). A tree stays below the target's context."""
-    max_nodes = max(1, min(max_nodes, target.cfg.max_position_embeddings - 1))
-    verify = verify_calibration(target, range(1, max_nodes + 2))
-    has_model = has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)  # a cost to time
-    levels = level_calibration(drafter) if has_model else None
-    level_time = {int(w): float(t) for w, t in levels.times.items()} if levels else {w: 0.0 for w in range(1, 5)}
-    policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=drafter_costs(drafter)[1], learn=learn)
+    ns = tree_verify_ns(target, max_nodes)
+    max_nodes, verify = ns[-1] - 1, verify_calibration(target, ns)
+    levels = level_calibration(drafter) if times_levels(drafter) else None
+    guess, fed = drafter_costs(drafter)  # zeros for a drafter without any cost hook (prompt lookup)
+    level_time = ({int(w): float(t) for w, t in levels.times.items()} if levels
+                  else {w: w * guess for w in range(1, 5)})  # else a level of w nodes costs w guesses
+    policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=fed, learn=learn)
     policy.calibrations = [verify, levels, drafter_calibration(drafter)]
     return policy
