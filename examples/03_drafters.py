@@ -15,7 +15,7 @@ import time
 from minispec import generate, load_model, load_tokenizer, make_drafter, resolve_model, shipped_draft, speculative_generate
 from minispec.harness.prompts import PROMPT_SETS, load_prompts
 from minispec.policy import forward_times
-from minispec.policy.costs import guess_time
+from minispec.policy.timing import guess_time
 
 
 def main():

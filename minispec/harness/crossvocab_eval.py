@@ -27,7 +27,7 @@ from ..model.progress import Progress
 from ..model.provenance import provenance
 from ..model.weights import float_copy
 from ..policy import forward_times
-from ..policy.costs import guess_time
+from ..policy.timing import guess_time
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side

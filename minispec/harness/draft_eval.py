@@ -27,7 +27,7 @@ from ..model.progress import Progress
 from ..model.provenance import provenance
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
-from ..policy.costs import guess_time
+from ..policy.timing import guess_time
 from ..sampling import warp
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target

@@ -35,7 +35,7 @@ from ..model.provenance import provenance
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
-from ..policy.costs import guess_time
+from ..policy.timing import guess_time
 from .measure import stream_time, timed
 
 SMOKE_SHAPE = dict(SMOLLM2_SHAPE, hidden_size=64, intermediate_size=128, num_hidden_layers=5, num_attention_heads=4,

@@ -28,7 +28,7 @@ from ..model.provenance import machine_info, provenance
 from ..model.weights import float_copy
 from ..policy import drafter_costs, forward_times, verify_calibration
 from ..policy.acceptance import predicted_speedup
-from ..policy.costs import guess_time
+from ..policy.timing import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, compact_json, kv_bytes_per_token, peak_rss_bytes, side_by_side
 from .prompts import PROMPT_SETS, load_prompts
