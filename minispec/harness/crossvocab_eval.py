@@ -197,7 +197,8 @@ def main(argv) -> int:
     p.add_argument("--prompts-per-set", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers")
-    p.add_argument("--out", default="bench-vocab", help="output directory for report.md and vocab.json")
+    p.add_argument("--out", default="bench-out/vocab", help="output directory for report.md and vocab.json "
+                                                            "(default bench-out/vocab)")
     a = p.parse_args(argv)
     try:
         ks = tuple(int(x) for x in a.ks.split(","))

@@ -562,6 +562,11 @@ def weights_values(root: Path) -> dict[str, str]:
                 if not (k.endswith("_scale") and header.get(k[:-len("_scale")], {}).get("dtype") == "I8"))
         out[f"weights.{tag}.params"] = f"{n / 1e6:.1f}M"
     out["weights.eagle.frequent"] = f"{len(load(root, 'weights/eagle-smollm2-135m/frequent_tokens.json')):,}"
+    ev = load(root, "weights/smoldraft-3l-192/eval.json")  # the draft's training-time evaluation (bench draft --json)
+    out["weights.draft.eval.c"] = f"{ev['c']:.3f} ({ev['c'] * ev['target_step_ms']:.2f} ms vs {ev['target_step_ms']:.1f} ms)"
+    for setting, tag in (("greedy", "greedy"), ("T=1", "t1")):
+        m, q1, q3 = ev["speed"][setting]["speedup"]
+        out[f"weights.draft.eval.{tag}"] = f"{m:.2f}x ({q1:.2f}-{q3:.2f})"
     return out
 
 
