@@ -22,7 +22,7 @@ A drafter implements ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens
 from .crossvocab import CrossVocab, OtherTokenizerDraft
 from .draft_model import DraftModel, LayerSkip
 from .eagle import Eagle, load_eagle
-from .factory import as_drafter, make_drafter, register_drafter, same_tokenizer, unregister_drafter
+from .factory import as_drafter, make_drafter, other_algorithm, register_drafter, same_tokenizer, unregister_drafter
 from .prompt_lookup import PromptLookup
 from .protocol import (
     CAPABILITIES,
@@ -45,4 +45,4 @@ from .tli import TLI
 __all__ = ["CAPABILITIES", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "Eagle", "HasFirstGuessRows", "HasModel",
            "HasOwnTokenizer", "HasRoom", "LayerSkip", "OtherTokenizerDraft", "PromptLookup", "ProposesTrees",
            "ReadsFeatures", "ReportsMemory", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself", "as_drafter", "has",
-           "load_eagle", "make_drafter", "register_drafter", "same_tokenizer", "unregister_drafter"]
+           "load_eagle", "make_drafter", "other_algorithm", "register_drafter", "same_tokenizer", "unregister_drafter"]

@@ -99,6 +99,16 @@ def make_drafter(spec: str, target: Model, layers: int | None = None):
     return DraftModel(load_model(spec, kernel=target.kernel), target.cfg.vocab_size)
 
 
+def other_algorithm(drafter):
+    """A draft with its own tokenizer (``HasOwnTokenizer``) under the other algorithm, over the same draft model and
+    vocabularies: SLEM for TLI, TLI for SLEM; None where TLI would have nothing to propose (no draft token is spelled
+    like a target token)."""
+    other = {"SLEM": TLI, "TLI": SLEM}[drafter.algorithm]
+    if other is TLI and not len(drafter.cross.shared_draft):
+        return None
+    return other(drafter.draft_model, drafter.cross, drafter.vocab)
+
+
 def cross_vocab_drafter(cls, draft_dir, target: Model, empty_ok: bool = False):
     """SLEM or TLI around the draft model in ``draft_dir``; both tokenizers must be readable, and TLI needs
     tokens the two vocabularies share (``empty_ok``: let the caller decide)."""

@@ -46,7 +46,7 @@ import weakref
 import numpy as np
 from scipy import stats
 
-from ..drafters import LayerSkip, PromptLookup, make_drafter
+from ..drafters import LayerSkip, PromptLookup, make_drafter, other_algorithm
 from ..drafters.protocol import DraftsText, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
 from ..generate import generate
 from ..model.fetch import shipped_draft
@@ -346,16 +346,12 @@ def format_check(res: dict) -> str:
     return "\n".join(lines)
 
 
-def greedy_set(spec: str, main, target) -> list:
+def greedy_set(main, target) -> list:
     """The drafters checked greedily beside ``main``: for a draft with its own tokenizer, both algorithms over it;
     otherwise prompt lookup and layer skip as well."""
-    if has(main, HasOwnTokenizer):  # both algorithms over the same draft
-        algorithm, _, draft_dir = spec.partition(":")
-        draft_dir = draft_dir if algorithm in ("slem", "tli") else spec
-        greedy = [main]
-        if main.algorithm == "TLI" or len(main.cross.shared_draft):  # TLI needs shared tokens
-            greedy.append(make_drafter(f"{'tli' if main.algorithm == 'SLEM' else 'slem'}:{draft_dir}", target))
-        return greedy
+    if has(main, HasOwnTokenizer):
+        other = other_algorithm(main)
+        return [main] + ([other] if other is not None else [])
     return [main] + [d for d in (PromptLookup(), LayerSkip(target)) if d.name != main.name]
 
 
@@ -389,8 +385,8 @@ def main_check(args) -> int:
         dict(n_runs=n_runs, calibration_seeds=0 if args.no_calibration else 20)
     plain = plain_runs(target, tok, quick["n_runs"]) if several else None  # shared by every drafter
     done, failed, origin = set(), False, provenance()
-    for spec, main in zip(specs, mains):
-        greedy = [d for d in greedy_set(spec, main, target) if d.name not in done]  # each drafter greedily once
+    for main in mains:
+        greedy = [d for d in greedy_set(main, target) if d.name not in done]  # each drafter greedily once
         done |= {d.name for d in greedy}
         trees = [main] if has(main, ReadsFeatures) else []  # a feature head: its trees too
         res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, **quick)

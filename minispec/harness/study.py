@@ -100,7 +100,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     t, r, c = costs["t"], costs["r"], costs["c"]
     log(f"target step {1e3 * t[1]:.2f} ms; r(2) = {r[2]:.2f}, r(5) = {r.get(5, float('nan')):.2f}; c = "
         + ", ".join(f"{n} {v:.3f}" for n, v in c.items()))
-    configs = configurations(drafters, settings, ks, slow_ks, auto, tree)
+    configs = configurations(target, drafters, settings, ks, slow_ks, auto, tree)
     bar = Progress(sum(len(v) for v in prompts.values()) * (len(configs) + 2 * len(settings)), "study", quiet=not progress)
     baseline = run_prompts(target, configs, prompts, settings, max_new_tokens, tok.eos_ids, bar)
     bar.close()
@@ -143,12 +143,19 @@ def measure_costs(target, drafters: dict, prompt, forward_ns) -> dict:
                 context=context)
 
 
-def configurations(drafters: dict, settings, ks, slow_ks, auto: bool, tree: bool) -> list[Config]:
-    """Per setting and drafter: each K (``slow_ks`` for 'self' and layer skip, when given), then K = auto and a tree."""
+def runs_the_target(drafter, target) -> bool:
+    """Whether the drafter's model is the target's own weights (the target itself, or layer skip's first layers):
+    a slow drafter (each guess a large part of a target step) that adds no weights to memory."""
+    return has(drafter, HasModel) and drafter.model.embed is target.embed
+
+
+def configurations(target, drafters: dict, settings, ks, slow_ks, auto: bool, tree: bool) -> list[Config]:
+    """Per setting and drafter: each K (``slow_ks``, when given, for a drafter that ``runs_the_target``: 'self' and
+    layer skip), then K = auto and a tree."""
     configs = []
     for setting in settings:
-        for name, d in drafters.items():
-            slow = name == "self" or name.startswith("layer-skip")
+        for d in drafters.values():
+            slow = runs_the_target(d, target)
             for k in (slow_ks if slow and slow_ks is not None else ks):
                 configs.append(Config(d, k, setting))
             if auto:
@@ -231,8 +238,8 @@ def memory_rows(target, drafters: dict, used_ctx: int) -> list[dict]:
     """Weights and KV cache per model (the target and each drafter with a model of its own) at the used context;
     a feature head (eagle.py): its weights, one layer's cache and the features it keeps."""
     models = {"target": target}
-    models.update({n: d.model for n, d in drafters.items() if has(d, HasModel) and n != "self"})
-    memory = [dict(model=n, weight_bytes=(0 if n.startswith("layer-skip") else m.weight_bytes),
+    models.update({n: d.model for n, d in drafters.items() if has(d, HasModel) and d.model is not target})
+    memory = [dict(model=n, weight_bytes=(0 if n != "target" and m.embed is target.embed else m.weight_bytes),
                    kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
               for n, m in models.items()]
     for n, d in drafters.items():
