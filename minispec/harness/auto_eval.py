@@ -50,15 +50,15 @@ def corrupt_calibration(target, drafters) -> None:
         k_policy("auto", target, d)
     f = store.cache_dir() / "calibration.json"
     data = json.loads(f.read_text())
-    for entry in data.values():
+    for key, entry in data.items():
         t = entry["times"]
         if "guess" in t:
             t["guess"] /= 3
-        else:
+        elif key.startswith(f"{target.name}|"):  # the target's t(n), not a drafter's tree levels
             for n in t:
                 t[n] *= BUSY.get(int(n), 1.9)
     f.write_text(json.dumps(data))
-    store._MEMORY.clear()  # a new process: it reads the corrupted file
+    store.forget_in_memory()  # as a new process: it reads the corrupted file
 
 
 def round_ratios(timed) -> dict:
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         if a.calibration == "corrupted":  # a cache of its own: the user's calibrations stay as they are
             os.environ["MINISPEC_CACHE"] = tempfile.mkdtemp(prefix="minispec-corrupted-")
             os.environ.pop("MINISPEC_NO_CALIBRATION_CACHE", None)
-            store._MEMORY.clear()  # measured afresh, stored there, then corrupted
+            store.forget_in_memory()  # measured afresh, stored there, then corrupted
         res = run(a)
     finally:
         for k, v in saved.items():
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
             else:
                 os.environ[k] = v
         if a.calibration == "corrupted":
-            store._MEMORY.clear()  # the corrupted figures' replacements belong to the temporary cache
+            store.forget_in_memory()  # the corrupted figures' replacements belong to the temporary cache
     print_and_store(report(res), res, a.json, p.prog, argv)
     return 0
 

@@ -27,6 +27,7 @@ from ..model.progress import Progress
 from ..model.provenance import provenance
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
+from ..policy.auto_k import best as choose_best
 from ..policy.timing import guess_time
 from ..sampling import warp
 from ..speculative import speculative_generate
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
     for setting, temp in SETTINGS.items():
         code = acc[f"code {setting}"]["acceptance"]
         r = {n: v / t for n, v in forward_times(target, tuple(range(1, 10)), context=128, repeats=5).items()}
-        best = max(range(1, 9), key=lambda k: predicted_speedup(code[k], c, r[k + 1], k))
+        best, _ = choose_best(range(1, 9), lambda k, code=code, r=r: predicted_speedup(code[k], c, r[k + 1], k))
         speeds[setting] = dict(k=best, speedup=speed_at(target, drafter, tok, best, n_prompts=a.speed_prompts,
                                                         max_new_tokens=a.max_new_tokens, temperature=temp))
         m, q1, q3 = speeds[setting]["speedup"]

@@ -37,7 +37,7 @@ TRIES = 3  # measurements of a calibration that fails a physical check before th
 NOISE = 0.15  # the slack of a physical check: t(n+1) >= (1 - NOISE) t(n) and r(n) <= (1 + NOISE) n
 TOLERANCE = 0.30  # a stored figure further than this from a probe's, relatively, is measured afresh
 
-__all__ = ["Calibration", "calibrated", "calibration_key", "check_drafter", "check_verify", "notes_of"]
+__all__ = ["Calibration", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory", "notes_of"]
 
 
 @dataclass
@@ -76,6 +76,12 @@ class Calibration:
 
 
 _MEMORY: dict[str, Calibration] = {}  # calibration_key -> the validated calibration of this process
+
+
+def forget_in_memory() -> None:
+    """Forget this process's validated calibrations: the next one asked for is read from the file again (or
+    measured), as in a new process."""
+    _MEMORY.clear()
 
 
 def calibration_key(what, ns) -> str:
