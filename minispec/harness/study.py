@@ -88,13 +88,13 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
               forward_ns=tuple(range(1, 17)), auto=True, tree=True, log=print) -> dict:
     """The whole study; returns a JSON-able dict. ``drafters``: name -> drafter. ``slow_ks`` limits the K
     values run for the slow, instructive drafters ('self', the target drafting for itself, and layer skip).
-    Its steps: the costs (``measure_costs``; then the calibrations, ``calibrate_once``), the configurations
+    Its steps: the costs (``study_costs``; then the calibrations, ``calibrate_once``), the configurations
     (``configurations``), every prompt run side by side with plain decoding (``run_prompts``), then a row per
     configuration (``summary_row``), the best K per drafter (``best_rows``) and the memory (``memory_rows``)."""
     t_start, origin = time.perf_counter(), provenance()
     drafters = {name: as_drafter(d, target) for name, d in drafters.items()}
     prompts = {s: load_prompts(s, tok, prompts_per_set) for s in prompt_sets}
-    costs = measure_costs(target, drafters, prompts[prompt_sets[0]][0], forward_ns)
+    costs = study_costs(target, drafters, prompts[prompt_sets[0]][0], forward_ns)
     if auto:  # calibrate once, outside the timed runs (the cost model caches it per model)
         calibrate_once(target, drafters, max(list(ks) + list(slow_ks or ())) + 1)
     t, r, c = costs["t"], costs["r"], costs["c"]
@@ -132,7 +132,7 @@ def calibrate_once(target, drafters: dict, n: int) -> None:
         drafter_costs(d)
 
 
-def measure_costs(target, drafters: dict, prompt, forward_ns) -> dict:
+def study_costs(target, drafters: dict, prompt, forward_ns) -> dict:
     """The verify-cost curve and the draft step costs at a fixed context (``prompt`` repeated): t(n) in seconds,
     r(n) = t(n) / t(1), each drafter's seconds per guess (step) and c = step / t(1), and the context."""
     context = min(256, target.cfg.max_position_embeddings // 2)
