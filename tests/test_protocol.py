@@ -240,7 +240,7 @@ def chat_target(tmp_path_factory):
 
 def test_minispec_check_runs_medusa(chat_target, medusa_kind, tmp_path):
     """Level 4 through the command, with 16 paired runs (seeded): the real rule is not told apart from plain sampling,
-    the planted residual bug is (p = 0.001 here: Medusa's random heads leave much to resample), greedy output is the
+    the planted residual bug is (Medusa's random heads leave much to resample), greedy output is the
     target's for its chains and its trees, and the command exits 0."""
     out = tmp_path / "check.json"
     code, stdout, err = run_cli(["check", "--model", str(chat_target), "--draft", "medusa", "--quick", "--runs", "16",
