@@ -562,6 +562,10 @@ def weights_values(root: Path) -> dict[str, str]:
                 if not (k.endswith("_scale") and header.get(k[:-len("_scale")], {}).get("dtype") == "I8"))
         out[f"weights.{tag}.params"] = f"{n / 1e6:.1f}M"
     out["weights.eagle.frequent"] = f"{len(load(root, 'weights/eagle-smollm2-135m/frequent_tokens.json')):,}"
+    tr = load(root, "weights/smoldraft-3l-192/training.json")  # its training record: loss at some steps, and the last
+    steps = ("0", "50", "100", "200", "300", "450")
+    out["weights.draft.loss"] = ", ".join(f"{tr['loss_curve'][k]:.2f} at {'step ' if k == '0' else ''}{k}" for k in steps) \
+        + f", {tr['final_loss']:.2f} at {tr['steps']}"
     ev = load(root, "weights/smoldraft-3l-192/eval.json")  # the draft's training-time evaluation (bench draft --json)
     out["weights.draft.eval.c"] = f"{ev['c']:.3f} ({ev['c'] * ev['target_step_ms']:.2f} ms vs {ev['target_step_ms']:.1f} ms)"
     for setting, tag in (("greedy", "greedy"), ("T=1", "t1")):
@@ -576,7 +580,20 @@ def line_counts(root: Path) -> dict[str, str]:
     return {f"lines.{Path(f).stem}": str(len((root / f).read_text().splitlines())) for f in files}
 
 
-SECTIONS = {"level4": level4_table, "study": study_table, "speed_model": speed_model, "power": power_table,
+def draft_card_acceptance(root: Path) -> str:
+    """The shipped draft's acceptance at K = 1..8 and its direct runs, from its eval.json (``bench draft --json``)."""
+    acc = load(root, "weights/smoldraft-3l-192/eval.json")["acceptance"]
+    lines = ["| acceptance | " + " | ".join(f"K={k}" for k in range(1, 9)) + " | direct K=1, K=4 |",
+             "|---|" + "---|" * 9]
+    for name, row in acc.items():
+        a, d = row["acceptance"], row["direct"]
+        lines.append(f"| {name.replace(' ', ', ')} | " + " | ".join(f"{a[str(k)]:.3f}" for k in range(1, 9))
+                     + f" | {d['1']:.3f}, {d['4']:.3f} |")
+    return "\n".join(lines)
+
+
+SECTIONS = {"level4": level4_table, "draft_card_acceptance": draft_card_acceptance,
+            "study": study_table, "speed_model": speed_model, "power": power_table,
             "eagle_speed": eagle_speed, "eagle_targets": eagle_targets, "mutation": mutation_table,
             "mutation_classes": mutation_classes,
             "vocab_greedy": lambda root: crossvocab_table(root, "greedy", [(1, TLI), (1, SLEM), (1, DRAFT), (4, TLI),
