@@ -273,8 +273,9 @@ def cmd_calibrate(args) -> int:
     verify = verify_calibration(model, range(1, args.n_max + 1), fresh=True)
     t = verify.times
     print_times(verify, ratios=True)
-    if tuple(tree_verify_ns(model)) != tuple(t):
-        print_times(verify_calibration(model, tree_verify_ns(model), fresh=True), ratios=True)
+    tree_ns = tuple(tree_verify_ns(model))
+    if tree_ns != tuple(t):
+        print_times(verify_calibration(model, tree_ns, fresh=True), ratios=True)
     for drafter in drafters:
         cal = drafter_calibration(drafter, fresh=True) if drafter is not None else None
         if cal is None:

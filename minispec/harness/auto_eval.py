@@ -54,7 +54,7 @@ def corrupt_calibration(target, drafters) -> None:
         t = entry["times"]
         if "guess" in t:
             t["guess"] /= 3
-        elif key.startswith(f"{target.name}|"):  # the target's t(n), not a drafter's tree levels
+        elif store.is_key_of(key, target):  # the target's t(n), not a drafter's tree levels
             for n in t:
                 t[n] *= BUSY.get(int(n), 1.9)
     f.write_text(json.dumps(data))

@@ -33,9 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..drafters import make_drafter
+from ..drafters import HasModel, has, make_drafter
 from ..generate import generate
-from ..model import load_model
 from ..model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT
 from ..model.progress import Progress
 from ..model.provenance import provenance
@@ -76,6 +75,11 @@ def texts(target, tok, n_prompts: int, max_new_tokens: int, temperature: float) 
 def first_guess_rows(drafter, seq: list[int], start: int) -> np.ndarray:  # -> [len(seq) - start, V_target]
     """The drafter's own first-guess rows at T = 1 (``HasFirstGuessRows``: a draft model, TLI)."""
     return drafter.first_guess_rows(seq, start, lambda z: warp(z, 1.0))
+
+
+def own_model(drafter):
+    """The model a draft runs: ``model`` (the standard rule) or ``draft_model`` (a draft with its own tokenizer)."""
+    return drafter.model if has(drafter, HasModel) else drafter.draft_model
 
 
 def tv(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # [n, V], [n, V] -> [n]
@@ -125,7 +129,7 @@ def evaluate(n_prompts: int, max_new_tokens: int, rev: str) -> dict:
             drafters = {k: make_drafter(str(d), target) for k, d in dirs.items()}
             per = {s: first_guesses(target, drafters, seqs[s], f"{name}, {s} texts") for s in seqs}
             res["drafts"][name] = dict(drafter=drafters["int8"].name, files={k: file_facts(d) for k, d in dirs.items()},
-                                       weight_bytes=load_model(dirs["int8"]).weight_bytes,
+                                       weight_bytes=own_model(drafters["int8"]).weight_bytes,
                                        **figures(per["greedy"], per["t1"]))
     return res
 

@@ -237,11 +237,12 @@ def best_rows(rows: list[dict], settings, drafters) -> list[dict]:
 def memory_rows(target, drafters: dict, used_ctx: int) -> list[dict]:
     """Weights and KV cache per model (the target and each drafter with a model of its own) at the used context;
     a feature head (eagle.py): its weights, one layer's cache and the features it keeps."""
-    models = {"target": target}
-    models.update({n: d.model for n, d in drafters.items() if has(d, HasModel) and d.model is not target})
-    memory = [dict(model=n, weight_bytes=(0 if n != "target" and m.embed is target.embed else m.weight_bytes),
+    models = {"target": (target, target.weight_bytes)}
+    models.update({n: (d.model, 0 if runs_the_target(d, target) else d.model.weight_bytes) for n, d in drafters.items()
+                   if has(d, HasModel) and d.model is not target})
+    memory = [dict(model=n, weight_bytes=weights,
                    kv_bytes_per_token=kv_bytes_per_token(m), kv_bytes_at_context=kv_bytes_per_token(m) * used_ctx)
-              for n, m in models.items()]
+              for n, (m, weights) in models.items()]
     for n, d in drafters.items():
         if has(d, ReportsMemory):
             memory.append(dict(model=n, weight_bytes=d.weight_bytes, kv_bytes_per_token=d.kv_bytes_per_token,

@@ -45,7 +45,7 @@ rule, so the output distribution is unchanged. Measurements: docs/policy.md.
 from __future__ import annotations
 
 from .acceptance import Acceptance, PerContext, expected_tokens
-from .costs import drafter_calibration, drafter_costs, verify_calibration
+from .costs import drafter_calibration, verify_calibration
 
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
 
@@ -221,21 +221,27 @@ class StoppedK(AutoK):
         return self.k
 
 
+def calibrated_costs(target, drafter, n_max: int) -> tuple[list, dict, float, float]:
+    """(the calibrations read, t(n) for n = 1..n_max, seconds per guess, seconds per token caught up): what a chain
+    policy is built from (``drafter_costs``' zeros for a drafter with no cost to measure)."""
+    verify, draft = verify_calibration(target, range(1, n_max + 1)), drafter_calibration(drafter)
+    guess, fed = (0.0, 0.0) if draft is None else (float(draft.times["guess"]), float(draft.times["fed"]))
+    return [verify, draft], verify.times, guess, fed
+
+
 def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
     """An AutoK calibrated for this target and drafter; ``learn=False``: it keeps the calibrated costs (a
     seeded run), else it refines them with each round's timings. K stays below the target's context."""
     k_max = max(1, min(k_max, target.cfg.max_position_embeddings - 1))
-    verify = verify_calibration(target, range(1, k_max + 2))
-    guess, fed = drafter_costs(drafter)
-    policy = AutoK(verify.times, guess, k_max, fed, learn=learn)
-    policy.calibrations = [verify, drafter_calibration(drafter)]
+    calibrations, verify, guess, fed = calibrated_costs(target, drafter, k_max + 1)
+    policy = AutoK(verify, guess, k_max, fed, learn=learn)
+    policy.calibrations = calibrations
     return policy
 
 
 def stopped_k(target, drafter, k: int) -> StoppedK:
     """A StoppedK calibrated for this target and drafter."""
-    verify = verify_calibration(target, range(1, max(k, 8) + 2))
-    guess, fed = drafter_costs(drafter)
-    policy = StoppedK(k, verify.times, guess, feed_time=fed)
-    policy.calibrations = [verify, drafter_calibration(drafter)]
+    calibrations, verify, guess, fed = calibrated_costs(target, drafter, max(k, 8) + 1)
+    policy = StoppedK(k, verify, guess, feed_time=fed)
+    policy.calibrations = calibrations
     return policy

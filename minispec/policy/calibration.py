@@ -37,7 +37,7 @@ TRIES = 3  # measurements of a calibration that fails a physical check before th
 NOISE = 0.15  # the slack of a physical check: t(n+1) >= (1 - NOISE) t(n) and r(n) <= (1 + NOISE) n
 TOLERANCE = 0.30  # a stored figure further than this from a probe's, relatively, is measured afresh
 
-__all__ = ["Calibration", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory", "notes_of"]
+__all__ = ["Calibration", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory", "is_key_of", "notes_of"]
 
 
 @dataclass
@@ -98,6 +98,13 @@ def calibration_key(what, ns) -> str:
         raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
     return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
             f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
+
+
+def is_key_of(key: str, what) -> bool:
+    """Whether a stored ``key`` is one of ``what``'s calibrations, whatever it measured (its ns or cost names)."""
+    mine, theirs = calibration_key(what, ()).split("|"), key.split("|")
+    ns_field = 5  # name|size|shape|device|kernel|ns|machine...: calibration_key's layout
+    return len(theirs) == len(mine) and all(a == b for i, (a, b) in enumerate(zip(mine, theirs)) if i != ns_field)
 
 
 def load_per_core() -> float | None:
