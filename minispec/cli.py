@@ -265,7 +265,7 @@ def cmd_calibrate(args) -> int:
     t(n) for n = 1..--n-max (--k auto) and for every tree --tree auto may verify; for each drafter, its c and, for
     one that proposes trees, its tree levels."""
     from .policy.costs import drafter_calibration, level_calibration, verify_calibration
-    from .policy.tree_policy import times_levels, tree_verify_ns
+    from .policy.tree_policy import tree_verify_ns
 
     model = load_model(resolve_model(args.model))
     specs = args.draft or [d for d in (shipped_draft(), shipped_eagle(), shipped_bpe_draft()) if d] + ["layer-skip"]
@@ -284,8 +284,9 @@ def cmd_calibrate(args) -> int:
             guess, fed = cal.times["guess"], cal.times["fed"]
             print(f"{cal.describe()}\n  c = {guess / t[1]:.3f} (a guess {1e3 * guess:.2f} ms), catching up "
                   f"{1e3 * fed:.3f} ms per token")
-        if drafter is not None and has(drafter, ProposesTrees) and times_levels(drafter):
-            print_times(level_calibration(drafter, fresh=True))
+        levels = level_calibration(drafter, fresh=True) if drafter is not None and has(drafter, ProposesTrees) else None
+        if levels is not None:
+            print_times(levels)
     return 0
 
 

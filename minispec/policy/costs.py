@@ -56,14 +56,15 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
                       check_drafter, lambda: measure(2), fresh)
 
 
-def level_calibration(drafter, fresh: bool = False) -> Calibration:
+def level_calibration(drafter, fresh: bool = False) -> Calibration | None:
     """{w: seconds} of one tree level of w nodes, w = 1..4: a drafter's own level times (its cost hook; an EAGLE head
-    times itself on random features), or else its model's pass over w tokens."""
+    times itself on random features), or else its model's pass over w tokens; None for a drafter with neither (its
+    levels are then costed by its guesses: policy/tree_policy.py)."""
     if has(drafter, TimesItsTreeLevels):
         return calibrated(calibration_key(drafter, ("level", 1, 2, 3, 4)), f"tree levels of {drafter.name}",
                           lambda: tree_level_times(drafter, range(1, 5), REPEATS), check_verify,
                           lambda: tree_level_times(drafter, (1, 4), 1), fresh)
-    return verify_calibration(drafter.model, range(1, 5), fresh)
+    return verify_calibration(drafter.model, range(1, 5), fresh) if has(drafter, HasModel) else None
 
 
 def drafter_costs(drafter) -> tuple[float, float]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafters.protocol import HasModel, TimesItsTreeLevels, has
 from .acceptance import Acceptance, PerContext, run_length
 from .auto_k import ProbeBudget, best, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
@@ -109,17 +108,12 @@ def tree_verify_ns(target, max_nodes: int = MAX_NODES) -> range:
     return range(1, max(1, min(max_nodes, target.cfg.max_position_embeddings - 1)) + 2)
 
 
-def times_levels(drafter) -> bool:
-    """Whether a drafter's tree levels have a timing of their own (``level_calibration``): its hook, or its model."""
-    return has(drafter, TimesItsTreeLevels) or has(drafter, HasModel)
-
-
 def auto_tree_policy(target, drafter, max_nodes: int = MAX_NODES, learn: bool = True) -> TreePolicy:
     """A TreePolicy calibrated for this target and drafter; ``learn=False`` keeps the calibrated costs (a
     seeded run). A tree stays below the target's context."""
     ns = tree_verify_ns(target, max_nodes)
     max_nodes, verify = ns[-1] - 1, verify_calibration(target, ns)
-    levels = level_calibration(drafter) if times_levels(drafter) else None
+    levels = level_calibration(drafter)  # None: no timing of its own levels
     guess, fed = drafter_costs(drafter)  # zeros for a drafter without any cost hook (prompt lookup)
     level_time = ({int(w): float(t) for w, t in levels.times.items()} if levels
                   else {w: w * guess for w in range(1, 5)})  # else a level of w nodes costs w guesses

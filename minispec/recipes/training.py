@@ -83,22 +83,24 @@ def run_command(convert) -> int:
     return 0
 
 
-def replace_sum(out: Path, file: str) -> None:
-    """Bring ``file``'s line of ``out/SHA256SUMS`` (if there is one) up to date with the file."""
+def sum_line(out: Path, file: str) -> str:
+    """``file``'s line of a SHA256SUMS file (``sha256sum -c`` reads it)."""
     import hashlib
 
+    return f"{hashlib.sha256((out / file).read_bytes()).hexdigest()}  {file}"
+
+
+def replace_sum(out: Path, file: str) -> None:
+    """Bring ``file``'s line of ``out/SHA256SUMS`` (if there is one) up to date with the file."""
     sums = out / "SHA256SUMS"
     if sums.is_file():
-        digest = hashlib.sha256((out / file).read_bytes()).hexdigest()
-        lines = [f"{digest}  {file}" if line.split()[-1] == file else line for line in sums.read_text().splitlines()]
+        lines = [sum_line(out, file) if line.split()[-1] == file else line for line in sums.read_text().splitlines()]
         sums.write_text("\n".join(lines) + "\n")
 
 
 def write_sums(out: Path, files) -> None:
     """``out/SHA256SUMS`` for ``files`` (``sha256sum -c SHA256SUMS`` checks them)."""
-    import hashlib
-
-    (out / "SHA256SUMS").write_text("".join(f"{hashlib.sha256((out / f).read_bytes()).hexdigest()}  {f}\n" for f in files))
+    (out / "SHA256SUMS").write_text("".join(sum_line(out, f) + "\n" for f in files))
 
 
 def train_next_token(torch, student, generated, chunks, *, steps: int, batch: int, seq: int, lr: float, rng, log):
