@@ -28,6 +28,7 @@ from .model.fetch import (
 )
 from .model.kernel import KERNELS, use_kernel
 from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
+from .rejection import RULES, is_keyed, verification_rule
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
 from .trace import Trace, check_trace_path, write_trace
@@ -152,8 +153,8 @@ class Generation:
         if args.tree and drafter is not None and not has(drafter, ProposesTrees):
             raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
                              "drop --tree")
-        if args.tree and args.rule != "token":
-            raise ValueError("--rule block applies to chains: a tree keeps the token-wise multi-candidate rule")
+        if args.tree and args.rule == "block":
+            raise ValueError("--rule block applies to chains: a tree takes --rule token (the multi-candidate rule) or coupled")
         how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
         what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
         if drafter is not None and has(drafter, HasOwnTokenizer):  # slem.py, tli.py
@@ -164,18 +165,20 @@ class Generation:
         """The run's policy, built (and its cost model calibrated) outside every timed run. Whether it follows its
         clock is the loops' rule (policy.follows_clock): a seeded run at T > 0 keeps its calibrated costs, so that
         the seed repeats."""
-        a, learn = self.args, follows_clock(self.args.seed, self.args.temperature)
+        a, learn = self.args, follows_clock(self.args.seed, self.args.temperature, is_keyed(verification_rule(self.args.rule)))
         return (shape_policy(a.tree, self.model, self.drafter, learn) if a.tree
                 else k_policy(a.k, self.model, self.drafter, learn))
 
     def speculative(self, policy, on_token=None, trace=None):
         loop = tree_speculative_generate if self.args.tree else speculative_generate
-        kw = dict(shape=policy) if self.args.tree else dict(k=policy, rule=self.args.rule)
+        kw = dict(shape=policy) if self.args.tree else dict(k=policy)
         return loop(self.model, self.drafter, self.prompt_ids, self.args.max_new_tokens, on_token=on_token, trace=trace,
-                    **kw, **self.sampling)
+                    rule=self.args.rule, **kw, **self.sampling)
 
     def plain(self, on_token=None):
-        return generate(self.model, self.prompt_ids, self.args.max_new_tokens, on_token=on_token, **self.sampling)
+        """Plain decoding; with the coupled rule, keyed sampling: the tokens every coupled run of this seed gives."""
+        return generate(self.model, self.prompt_ids, self.args.max_new_tokens, on_token=on_token,
+                        keyed=is_keyed(verification_rule(self.args.rule)), **self.sampling)
 
 
 def cmd_generate(args) -> int:
@@ -186,7 +189,8 @@ def cmd_generate(args) -> int:
         if not args.chat:
             sys.stdout.write(args.prompt)
         out, dt = timed(lambda: gen.plain(stream))
-        print(f"\n[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
+        sys.stdout.write("\n")
+        print(f"[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
         return 0
     pol, t_setup = timed(gen.policy)
     calibrations = calibrations_of(pol)
@@ -341,10 +345,11 @@ def add_generate(sub) -> None:
     g.add_argument("--tree", type=tree_arg, help="verify a token tree per round instead of a chain: WIDTHxDEPTH "
                                                  "(e.g. 3x4) or auto (shape chosen per round by the cost model)")
     g.add_argument("--layers", type=int_arg(1), help="layers kept by --draft layer-skip (default 4/5 of the target's)")
-    g.add_argument("--rule", choices=["token", "block"], default="token",
-                   help="verification rule: token (Leviathan et al.'s, the default) or block (Sun et al. 2025: the "
-                        "guesses decided jointly; lossless too, and the paper proves it keeps no fewer in expectation); trees keep "
-                        "the token-wise rule")
+    g.add_argument("--rule", choices=list(RULES), default="token",
+                   help="verification rule: token (Leviathan et al.'s, the default), block (Sun et al. 2025: the "
+                        "guesses decided jointly; lossless too, and the paper proves it keeps no fewer in expectation; "
+                        "chains only) or coupled (Daliri et al. 2024: each token a race on noise keyed by seed and "
+                        "position, so a seed gives the same text with any drafter, K or tree, and with --draft none)")
     g.add_argument("--show", action="store_true", help="colour each token by where it came from: a kept guess, the "
                                                         "correction after a rejection, the bonus token after every "
                                                         "guess kept, a plain round (plain-text marks without a terminal or with NO_COLOR)")

@@ -6,6 +6,7 @@ from typing import Callable
 
 import numpy as np
 
+from .keyed import keyed_noise
 from .model import Model
 from .sampling import check_warp_args, is_integer, sample, warp
 
@@ -45,10 +46,13 @@ def check_stop_ids(model: Model, stop_ids) -> None:
 
 def generate(model: Model, prompt_ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
              top_p: float | None = None, seed: int | None = None, stop_ids=None,
-             on_token: Callable[[int], None] | None = None) -> list[int]:
-    """New token ids after ``prompt_ids``; stops after a token in ``stop_ids`` (which is included)."""
+             on_token: Callable[[int], None] | None = None, keyed: bool = False) -> list[int]:
+    """New token ids after ``prompt_ids``; stops after a token in ``stop_ids`` (which is included). ``keyed``: each
+    token is the race on noise keyed by (seed, its position) (keyed.py) instead of a draw from one stream: the
+    sampler whose tokens every run of the coupled rule (``rule="coupled"``) reproduces, whatever its drafter."""
     ids = check_generate_args(model, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
     rng = np.random.default_rng(seed)
+    noise = keyed_noise(seed, rng) if keyed else None
     stop = stop_set(stop_ids)
     out: list[int] = []
     if max_new_tokens == 0:
@@ -56,7 +60,8 @@ def generate(model: Model, prompt_ids, max_new_tokens: int, *, temperature: floa
     cache = model.new_cache(len(ids) + max_new_tokens)
     logits = model.forward(ids, cache, last=1)[0]  # [V]: prefill
     while True:
-        token = sample(warp(logits, temperature, top_k, top_p), rng)
+        probs = warp(logits, temperature, top_k, top_p)  # [V]
+        token = noise.race(probs, len(ids) + len(out)) if keyed else sample(probs, rng)
         out.append(token)
         if on_token:
             on_token(token)

@@ -29,15 +29,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from .keyed import coupled_acceptance
 from .sampling import sample
 
 
-def declares(*, joint: bool):
-    """Marks a verification rule with what it is: ``joint``, whether it decides the K guesses jointly."""
+def declares(*, joint: bool, keyed: bool = False):
+    """Marks a verification rule with what it is: ``joint``, whether it decides the K guesses jointly; ``keyed``,
+    whether it races on keyed noise (keyed.py) rather than drawing uniforms from a generator: the loop then hands it,
+    and the drafter, the run's noise seen from the round's first new position."""
     def mark(rule):
-        rule.joint = joint
+        rule.joint, rule.keyed = joint, keyed
         return rule
     return mark
+
+
+def is_keyed(rule) -> bool:
+    """True for a rule that declares it races on keyed noise (``coupled_verify``)."""
+    return getattr(rule, "keyed", False) is True
+
+
+def guess_acceptance(rule):
+    """(p row, q row) -> P(the rule keeps one guess drawn from q): ``coupled_acceptance`` for a keyed rule, else
+    ``overlap`` (the token-wise rule's; block verification's for a single guess too). The policy's probes use it."""
+    return coupled_acceptance if is_keyed(rule) else overlap
 
 
 def decides_jointly(rule) -> bool | None:
@@ -142,16 +156,44 @@ def weighted_residual(target_row: np.ndarray, draft_row: np.ndarray, weight: flo
     return r / total
 
 
+@declares(joint=False, keyed=True)
+def coupled_verify(target_probs, draft_probs, draft_tokens, noise) -> tuple[int, int]:
+    """Drafter-invariant verification (Daliri, Musco & Suresh 2024, arXiv 2408.07978): keep a guess while it is
+    the target's own keyed sample at its position. target_probs [K+1, V], draft_probs [K, V], draft_tokens [K],
+    ``noise`` keyed noise from the round's first new position (keyed.KeyedNoise) -> (n_accepted, next_token).
+
+    Names -> the paper: ``noise.race(p_i, i)`` is Gumbel sampling of p at position t + i, y_{t+i} =
+    argmin_x E_{t+i}(x) / p_{t+i}(x) with E exponential noise keyed by (seed, t + i); a guess x_i drawn by the
+    draft's race on the same noise is accepted iff x_i = y_{t+i}. The output is y_t, y_{t+1}, ..., exactly plain
+    keyed sampling of the target: the same tokens for any drafter, K, tree or policy, and for no drafter at all.
+    The guess is accepted with probability ``keyed.coupled_acceptance(p, q)`` >= (1 - TV) / (1 + TV), below
+    the token-wise rule's 1 - TV, when the drafter raced q on the same noise; sum_x p(x) q(x) when it did not.
+
+    Departures from Leviathan et al.'s rule: no uniform, no threshold min(1, p/q), no residual: the correction
+    after a mismatch is the target's own sample y, and the rule never reads q (draft_probs is checked, not used).
+    """
+    K = len(draft_tokens)
+    if target_probs.shape[0] != K + 1 or draft_probs.shape[0] != K:
+        raise ValueError(f"need K+1 target rows and K draft rows for K={K} tokens, "
+                         f"got {target_probs.shape[0]} and {draft_probs.shape[0]}")
+    for i, x in enumerate(draft_tokens):
+        y = noise.race(target_probs[i], i)  # y_{t+i}: the target's own keyed sample at the guess's position
+        if x != y:
+            return i, y  # rejected: the correction is the target's sample itself, and stop
+    return K, noise.race(target_probs[K], K)  # all K kept: the bonus, the target's sample at t + K
+
+
 def verification_rule(rule):
-    """"token" -> ``accept_reject``, "block" -> ``block_verify``; a function of their signature passes through (the
-    checks pass a deliberately broken twin)."""
+    """"token" -> ``accept_reject``, "block" -> ``block_verify``, "coupled" -> ``coupled_verify``; a function of their
+    signature passes through (the checks pass a deliberately broken twin)."""
     if callable(rule):
         return rule
-    if rule == "token":
-        return accept_reject
-    if rule == "block":
-        return block_verify
-    raise ValueError(f"rule must be 'token', 'block' or a function like accept_reject, got {rule!r}")
+    if rule in RULES:
+        return RULES[rule]
+    raise ValueError(f"rule must be one of {', '.join(map(repr, RULES))} or a function like accept_reject, got {rule!r}")
+
+
+RULES = {"token": accept_reject, "block": block_verify, "coupled": coupled_verify}  # the rules by their CLI name
 
 
 def accept_greedy(target_scores, draft_tokens) -> tuple[int, int]:

@@ -31,9 +31,10 @@ import numpy as np
 from .drafters import as_drafter
 from .drafters.protocol import HasRoom, ProposesTrees, ReadsFeatures, has
 from .generate import check_generate_args, stop_set
+from .keyed import KeyedNoise, keyed_noise
 from .model import Model, backend
 from .policy import calibrations_of, follows_clock, k_policy, shape_policy
-from .rejection import overlap
+from .rejection import guess_acceptance, is_keyed, overlap
 from .sampling import warp
 from .stats import SpecStats
 from .tree import Tree, propose_tree
@@ -57,7 +58,7 @@ class Run:
     stop: set
     max_new_tokens: int
     warp: Callable  # logits -> the probabilities to sample from (the same warp for draft and target)
-    rng: np.random.Generator
+    stream: np.random.Generator  # the run's random stream (seeded by ``seed``)
     on_token: Callable | None
     stats: SpecStats
     trace: object = None  # a trace.Trace that records each round, or None
@@ -73,6 +74,14 @@ class Run:
     features: object = None  # the last target pass's features [T, D], for a drafter that reads them
     features_at: int = 0  # the cache position of their first row
     tree: Tree | None = None  # this round's token tree (a tree run), for the trace
+    keyed: KeyedNoise | None = None  # a keyed rule's noise (keyed.py): positions, not a stream, decide its draws
+    accepts: Callable = overlap  # (p, q) -> P(the rule keeps a guess drawn from q): what a probe measures
+
+    @property
+    def rng(self):
+        """This round's randomness, for the drafter and the rule: the run's generator, or, for a keyed rule, its
+        noise seen from the round's first new position (race(p, i) at position len(tokens) + i)."""
+        return self.stream if self.keyed is None else self.keyed.at(len(self.tokens))
 
     @property
     def done(self) -> bool:
@@ -139,13 +148,13 @@ class Run:
         self.clock = (t0, time.perf_counter())
 
     def measure_probe(self, target_row: np.ndarray, emitted: int) -> tuple[float, bool] | None:
-        """-> (P(the rule accepts the probe's guess) = sum min(p, q), whether it stands for a later guess of a
+        """-> (P(the rule accepts the probe's guess): sum min(p, q) token-wise, whether it stands for a later guess of a
         chain), or None when the round did not probe. A certain guess (one-hot q) that the plain round emitted
         is as good as accepted: then the next probe is a later guess."""
         if self.probe is None:
             self.probe_came_true = False
             return None
-        measured = (overlap(target_row, self.probe), self.probe_came_true)
+        measured = (self.accepts(target_row, self.probe), self.probe_came_true)
         self.probe_came_true = bool(self.probe[emitted] == 1.0)
         return measured
 
@@ -195,17 +204,19 @@ NOT_A_TREE = object()  # start_run's default ``shape``: a chain of ``k`` guesses
 
 def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None, shape=NOT_A_TREE,
               temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None,
-              trace=None) -> Run:
+              trace=None, rule=None) -> Run:
     """Check the arguments like ``generate`` and set up a run: a chain of ``k`` guesses per round, or a
     tree of ``shape``. The cache has room for the prompt, the output and the largest tree. With a
     ``seed`` at T > 0, an automatic policy keeps its calibrated costs (``learn=False``), so that the run's
     choices, and with them its random draws, repeat: see "Seeds" in policy/__init__.py. Greedy output does
-    not depend on K, so a greedy run follows its own clock whatever its seed."""
+    not depend on K, so a greedy run follows its own clock whatever its seed, and so does a run of a keyed
+    ``rule`` (the verification rule, rejection.py), whose output depends on the seed alone."""
     ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
     drafter = as_drafter(drafter, target)
-    learn = follows_clock(seed, temperature)  # greedy output does not depend on K: it may follow the clock
+    keyed = is_keyed(rule)
+    learn = follows_clock(seed, temperature, keyed)  # greedy or keyed output does not depend on K: it may follow the clock
     if shape is NOT_A_TREE:
         policy, room = k_policy(k, target, drafter, learn=learn), 0
     else:
@@ -215,7 +226,9 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
         policy = shape_policy(shape, target, drafter, learn=learn)
         room = policy.max_room  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
+    stream = np.random.default_rng(seed)
     return Run(target=target, drafter=drafter, policy=policy, tokens=[int(t) for t in ids], out=[], cache=cache,
                stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
-               warp=lambda logits: warp(logits, temperature, top_k, top_p), rng=np.random.default_rng(seed),
-               on_token=on_token, stats=SpecStats(), forwards0=drafter.forwards if drafter is not None else 0, trace=trace)
+               warp=lambda logits: warp(logits, temperature, top_k, top_p), stream=stream,
+               on_token=on_token, stats=SpecStats(), forwards0=drafter.forwards if drafter is not None else 0, trace=trace,
+               keyed=keyed_noise(seed, stream) if keyed else None, accepts=guess_acceptance(rule))

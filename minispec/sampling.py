@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .keyed import Keyed
+
 
 def is_number(x) -> bool:
     """A real number, not a bool (True would silently mean 1) and not a string ("0.8" must not pass)."""
@@ -77,3 +79,10 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One token from a probability row, by inverting its CDF with one uniform draw."""
     cdf = np.cumsum(probs)
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(probs) - 1))
+
+
+def draw(probs: np.ndarray, rng, i: int) -> int:
+    """A guess for the round's i-th new position (i = 0: the token after the sequence), drawn from ``probs``: by
+    the keyed race at that position where ``rng`` is keyed noise (keyed.py: the noise the target's own token there
+    races on, so the two coincide as often as they can), else from the generator's stream (``sample``)."""
+    return rng.race(probs, i) if isinstance(rng, Keyed) else sample(probs, rng)

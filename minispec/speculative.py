@@ -11,7 +11,8 @@ tokens for the same K and seed (tests/test_textbook.py). Each addition has a nam
                         with its own tokenizer; ``run.draft()`` lets it catch up and propose
     features            a drafter that reads the target's features gets them from the same pass
                         (``on_features``; ``run.emit`` hands on the rows the cache kept)
-    the rule            ``rule="block"``: block verification instead of the token-wise rule (rejection.py)
+    the rule            ``rule="block"``: block verification instead of the token-wise rule (rejection.py);
+                        ``rule="coupled"``: the keyed rule, whose tokens are the same for any drafter (keyed.py)
     trees               ``tree_speculative_generate`` verifies a token tree per round (tree.py)
     a trace             ``trace=Trace()`` records every round for a picture of the run (trace/)
     stop tokens, statistics, timing      ``run.emit`` and ``run.result()`` (rounds.py, stats.py)
@@ -26,7 +27,7 @@ from typing import Callable
 from .model import Model
 from .rejection import verification_rule
 from .rounds import SpecResult, start_run
-from .tree import accept_tree, kept_rows, verify_tree
+from .tree import kept_rows, tree_rule, verify_tree
 
 
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
@@ -40,10 +41,10 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     (``block_verify``, rejection.py), or a function of their signature: the losslessness checks pass a
     deliberately broken twin to show that they can fail. ``trace``: a ``trace.Trace`` that records every round
     (the rule's decisions, what was emitted, the time it took); the output is the same with or without it."""
-    verify = verification_rule(rule)  # accept_reject (the textbook's), or block_verify: rejection.py
-    verify = trace.observe(verify) if trace is not None else verify  # an observer of its decisions (trace/)
+    verify = verification_rule(rule)  # accept_reject (the textbook's), block_verify or coupled_verify: rejection.py
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,
-                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace)
+                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace, rule=verify)
+    verify = trace.observe(verify) if trace is not None else verify  # an observer of its decisions (trace/)
     while not run.done:
         draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]; K from the policy
         K = len(draft_tokens)
@@ -59,19 +60,22 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
 def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, shape=(2, 4),
                               temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                               seed: int | None = None, stop_ids=None,
-                              on_token: Callable[[int], None] | None = None, trace=None) -> SpecResult:
+                              on_token: Callable[[int], None] | None = None, rule="token", trace=None) -> SpecResult:
     """Like ``speculative_generate``, but each round verifies a token tree in one target pass (tree.py).
     ``shape``: (width, depth), "auto" (chosen per round by the cost model, policy/tree_policy.py), or a
-    TreePolicy. A tree keeps the token-wise multi-candidate rule: block verification decides one chain
-    (for trees see Traversal Verification, arXiv 2505.12398). A ``trace`` records each round's accepted path."""
+    TreePolicy. ``rule``: "token", the multi-candidate rule (``accept_tree``), or "coupled", the keyed rule
+    (``accept_tree_coupled``); block verification decides one chain (for trees see Traversal Verification,
+    arXiv 2505.12398). A ``trace`` records each round's accepted path."""
+    accept = tree_rule(rule)  # accept_tree, or accept_tree_coupled: tree.py
     run = start_run(target, drafter, prompt_ids, max_new_tokens, shape=shape, temperature=temperature, top_k=top_k,
-                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace)
+                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace,
+                    rule=verification_rule(rule))
     while not run.done:
         tree = run.draft_tree()  # N nodes, each drawn from its q
         head = run.unread  # the root (the last token) and, in round 1, the prompt before it
         target_logits = verify_tree(target, run.cache, head, tree, on_features=run.on_features)  # [N+1, V]: one pass
         target_probs = run.warp(target_logits)  # [N+1, V]
-        path, next_token = accept_tree(target_probs, tree, run.rng)  # the accepted nodes, root to deepest
+        path, next_token = accept(target_probs, tree, run.rng)  # the accepted nodes, root to deepest
         run.cache.keep(len(run.tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted
         run.emit([tree.tokens[node] for node in path] + [next_token], len(path), target_probs, kept_rows(len(head), path))
     return run.result()

@@ -24,6 +24,10 @@ Each step is the one-candidate rule of ``rejection.py`` with target p and propos
 given everything drawn before, so the emitted tokens are distributed exactly as the target's.
 Greedy decoding is the one-hot case: descend into the child equal to the target's argmax.
 
+The coupled rule (``accept_tree_coupled``, Daliri et al. 2024; rejection.coupled_verify for chains): descend
+while the target's own keyed token at the node's position (keyed.py) is one of its children. With children
+drawn as the Gumbel top-k of the draft's q on the same noise (``add_children``), the tree holds W chances at it.
+
 The loop is ``speculative.tree_speculative_generate``; the shape per round, ``policy/tree_policy.py``.
 """
 
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
+from .keyed import Keyed
 from .model.transformer import causal_mask
 from .sampling import one_hot_rows, sample
 
@@ -125,6 +130,28 @@ def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) 
             return accepted, sample(p, rng)
 
 
+def accept_tree_coupled(target_probs: np.ndarray, tree: Tree, noise) -> tuple[list[int], int]:
+    """The coupled rule on a tree (rejection.coupled_verify): walk down while the target's own keyed token at the
+    node's position, race(p, depth), is one of its children -> (accepted nodes, root to deepest, next_token). The
+    target's token where no child has it is the correction; at a leaf it is the bonus. The draft's rows are not read."""
+    node, accepted = 0, []
+    while True:
+        y = noise.race(target_probs[node], len(accepted))  # y_t: the target's keyed sample at this depth
+        child = next((c for c in tree.children(node) if tree.tokens[c] == y), None)
+        if child is None:
+            return accepted, y
+        accepted.append(child)
+        node = child
+
+
+def tree_rule(rule):
+    """"token" -> ``accept_tree``, "coupled" -> ``accept_tree_coupled`` (a tree's rules, by the names of rejection.RULES)."""
+    rules = {"token": accept_tree, "coupled": accept_tree_coupled}
+    if isinstance(rule, str) and rule in rules:
+        return rules[rule]
+    raise ValueError(f"a tree's rule must be 'token' or 'coupled', got {rule!r} (block verification decides one chain)")
+
+
 def without(probs: np.ndarray, tokens) -> np.ndarray | None:
     """probs with ``tokens`` removed, renormalised; None when nothing is left."""
     q = probs.copy()
@@ -133,13 +160,21 @@ def without(probs: np.ndarray, tokens) -> np.ndarray | None:
     return q / s if s > 1e-12 else None
 
 
-def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, rng) -> list[int]:
-    """``width`` children of ``parent``: sampled without replacement from q = warp(logits), each with the
-    q it was drawn from; at temperature 0 (one-hot q) the top ``width`` logits instead, each one-hot."""
+def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, rng, i: int = 0) -> list[int]:
+    """``width`` children of ``parent``, whose tokens sit at the round's i-th new position (i: the parent's depth):
+    sampled without replacement from q = warp(logits), each with the q it was drawn from (q without the siblings
+    before it); with keyed noise (keyed.py), the first ``width`` of the race on it, the Gumbel top-k, which is the
+    same law; at temperature 0 (one-hot q) the top ``width`` logits instead, each one-hot."""
     q = warp(logits)
     if width > 1 and np.count_nonzero(q) == 1:  # greedy: deterministic candidates
         top = [int(t) for t in np.argsort(-logits, kind="stable")[:width]]
         return [tree.add(parent, t, row) for t, row in zip(top, one_hot_rows(top, len(q)))]
+    if isinstance(rng, Keyed):
+        picks, nodes = rng.top(q, i, width), []
+        for x in picks:
+            nodes.append(tree.add(parent, x, q))
+            q = without(q, [x])
+        return nodes
     nodes = []
     while len(nodes) < width and q is not None:
         x = sample(q, rng)

@@ -98,8 +98,9 @@ def test_same_seed_same_tokens_in_fresh_processes(pair, tmp_path):
 
 
 def test_the_cli_and_the_loops_ask_one_rule_whether_a_run_follows_its_clock(tmp_path, monkeypatch):
-    """policy.follows_clock: unseeded or greedy runs learn from their clock; a seeded run at T > 0 does not. The CLI's
-    policies are built with its answer for the CLI's own seed and temperature, as the loops' are."""
+    """policy.follows_clock: unseeded, greedy or keyed (rule="coupled") runs learn from their clock; a seeded run at
+    T > 0 of a stream's rule does not. The CLI's policies are built with its answer for the CLI's own seed,
+    temperature and rule, as the loops' are."""
     from minispec import cli
     from minispec.policy import follows_clock
 
@@ -107,10 +108,13 @@ def test_the_cli_and_the_loops_ask_one_rule_whether_a_run_follows_its_clock(tmp_
 
     assert follows_clock(None, 0.8) and follows_clock(3, 0.0) and follows_clock(None, 0.0)
     assert not follows_clock(0, 0.8)  # seed 0 is a seed
+    assert follows_clock(0, 0.8, keyed=True)  # a keyed rule's tokens do not depend on the policy's choices
     asked = []
-    monkeypatch.setattr(cli, "follows_clock", lambda seed, t: asked.append((seed, t)) or follows_clock(seed, t))
+    monkeypatch.setattr(cli, "follows_clock", lambda *a: asked.append(a) or follows_clock(*a))
     model_dir = chat_model_dir(tmp_path / "model")
-    code, _, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", "prompt-lookup",
-                            "--temperature", "0.8", "--seed", "5", "--max-new-tokens", "3", "--no-compare"])
-    assert code == 0, err
-    assert asked and set(asked) == {(5, 0.8)}
+    for rule in ("token", "coupled"):
+        code, _, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", "prompt-lookup",
+                                "--temperature", "0.8", "--seed", "5", "--max-new-tokens", "3", "--no-compare",
+                                "--rule", rule])
+        assert code == 0, err
+    assert asked == [(5, 0.8, False), (5, 0.8, True)]

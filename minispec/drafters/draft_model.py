@@ -14,7 +14,7 @@ import numpy as np
 
 from ..model import Model
 from ..model.kvcache import kept_prefix
-from ..sampling import sample, top_probability
+from ..sampling import draw, top_probability
 from ..tree import Tree, add_children, tree_mask_rows
 
 
@@ -98,7 +98,7 @@ class DraftModel:
                 if not keep(i + 1, reach):
                     break
             probs = warp(logits)  # [V]
-            x = sample(probs, rng)
+            x = draw(probs, rng, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
             draft_tokens.append(x)
             draft_probs.append(probs)
             if i < k - 1:
@@ -116,13 +116,13 @@ class DraftModel:
         self.ensure_cache(len(tokens) + width * depth)
         level = add_children(tree, 0, self.feed(tokens), width, warp, rng)
         base = self.cache.length  # the draft cache holds every committed token, the root last (slot base-1)
-        for _ in range(depth - 1):
+        for d in range(1, depth):
             ids = np.array([tree.tokens[n] for n in level], dtype=np.int64)
             mask = tree_mask_rows(tree, level, base - 1)
             positions = base - 1 + tree.depths()[level]
             self.forwards += 1
             logits = self.pad(self.model.forward_masked(ids, self.cache, positions, mask))  # [len(level), V]
-            level = [add_children(tree, n, logits[i], 1, warp, rng)[0] for i, n in enumerate(level)]
+            level = [add_children(tree, n, logits[i], 1, warp, rng, d)[0] for i, n in enumerate(level)]
         self.cache.crop(base)
         return tree
 

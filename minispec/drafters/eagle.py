@@ -50,7 +50,7 @@ from ..model.kernel import pack
 from ..model.kvcache import KVCache, common_prefix
 from ..model.safetensors_io import read_safetensors
 from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
-from ..sampling import sample, top_probability, warp
+from ..sampling import draw, top_probability, warp
 from ..tree import Tree, add_children, tree_mask_rows
 
 
@@ -148,7 +148,7 @@ class Eagle:
                 if not keep(i + 1, reach):
                     break
             probs = warp(logits)  # [V], zero outside the frequent tokens
-            x = sample(probs, rng)
+            x = draw(probs, rng, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
             draft_tokens.append(x)
             draft_probs.append(probs)
             if i < k - 1:
@@ -171,13 +171,13 @@ class Eagle:
         width = min(width, len(self.tokens_r))  # the top W at T = 0 must be frequent tokens, never a -inf logit
         level = add_children(tree, 0, self.logits(f[None])[0], width, warp, rng)
         parent_f = np.repeat(f[None], len(level), axis=0)  # [W, D] the feature each level node reads
-        for _ in range(depth - 1):  # below level 1 each node has one child, so a level's node ids are contiguous
+        for d in range(1, depth):  # below level 1 each node has one child, so a level's node ids are contiguous
             ids = [tree.tokens[node] for node in level]
             mask = tree_mask_rows(tree, level, base - 1)  # node n: slot base-1+n
             positions = base - 1 + tree.depths()[level]
             parent_f = self.head(ids, parent_f, self.cache.length, positions, mask)  # [W, D]
             logits = self.logits(parent_f)  # [W, V]
-            level = [add_children(tree, node, logits[i], 1, warp, rng)[0] for i, node in enumerate(level)]
+            level = [add_children(tree, node, logits[i], 1, warp, rng, d)[0] for i, node in enumerate(level)]
         self.cache.crop(base)
         return tree
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..keyed import Keyed
 from ..sampling import sample
 from .crossvocab import OtherTokenizerDraft
 
@@ -63,6 +64,15 @@ class TLI(OtherTokenizerDraft):
                 rows[j - start] = self.target_row(self.restrict(self.feed(draft_ids), warp))
         return rows
 
+    def pick(self, q: np.ndarray, row: np.ndarray, rng, i: int) -> int:
+        """The guess's index in the intersection, drawn from q' [S]. With keyed noise (keyed.py) the race runs on the
+        target's ids (q' as ``row`` [V]), where the target's own token races, and the guess is the shared draft id of
+        the winner that q' likes most (ids spelled alike tie on the target's side)."""
+        if not isinstance(rng, Keyed):
+            return sample(q, rng)
+        spelled = np.flatnonzero(self.cross.shared_target == rng.race(row, i))  # [>= 1] draft ids of that target id
+        return int(spelled[np.argmax(q[spelled])])
+
     def propose(self, tokens, k, warp, rng, keep=None):
         """Up to k guesses drawn from q', as target ids, with their [k', V_target] rows. ``keep`` is ignored."""
         draft_ids = self.read(tokens) if k > 0 else None
@@ -72,8 +82,8 @@ class TLI(OtherTokenizerDraft):
         guesses, rows = [], np.zeros((k, self.vocab))
         for i in range(k):
             q = self.restrict(logits, warp)  # [S]
-            j = sample(q, rng)
             rows[i] = self.target_row(q)
+            j = self.pick(q, rows[i], rng, i)
             guesses.append(int(self.cross.shared_target[j]))
             if i < k - 1:
                 logits = self.step(int(self.cross.shared_draft[j]))

@@ -11,7 +11,7 @@ product of its decisions' probabilities. So on a model with a tiny vocabulary th
 is exact, with the loop's own code, drafter, cache and rule: nothing is written twice. It must equal the
 target's own law (``exact_law.joint_law``), to rounding; a broken twin differs by an exact amount.
 
-The loop's generator is replaced after ``start_run`` builds it (the loop asks ``run.rng`` for every draw),
+The loop's generator is replaced after ``start_run`` builds it (``run.stream``: the loop asks ``run.rng`` for every draw),
 and ``sample`` is replaced in every module that calls it by that name, for the duration of one ``loop_law`` call.
 """
 
@@ -32,8 +32,9 @@ def branching_sample(probs, rng):
 
 
 def _callers_of_sample(real):
-    """Every module that calls ``sampling.sample`` by that name (the library's, and a test's drafter)."""
-    return [m for m in list(sys.modules.values()) if m is not sampling and getattr(m, "sample", None) is real]
+    """Every module that calls ``sampling.sample`` by that name (the library's, ``sampling.draw`` too, and a test's
+    drafter)."""
+    return [m for m in list(sys.modules.values()) if getattr(m, "sample", None) is real]
 
 
 def loop_law(target, make_drafter, prompt, m: int, V: int, generate=None, fresh=None, **kw) -> tuple[np.ndarray, int]:
@@ -48,7 +49,7 @@ def loop_law(target, make_drafter, prompt, m: int, V: int, generate=None, fresh=
     def start_with(rng):
         def start(*a, **k):
             run = real_start(*a, **k)
-            run.rng = rng
+            run.stream = rng
             return run
         return start
 

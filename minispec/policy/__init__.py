@@ -23,7 +23,8 @@ check), so a seeded run reproduces its output only if its policy makes the same 
 ``seed`` at T > 0, ``start_run`` (rounds.py) therefore builds the automatic policies with
 ``learn=False``: they choose from the calibrated costs and the acceptances they observe, never from
 this run's clock. Greedy runs (T = 0) follow their clock whatever the seed: their output does not
-depend on K. Unseeded runs follow it too, and fall back to plain rounds when drafting runs slower than
+depend on K. Nor do runs of a keyed rule (``rule="coupled"``, keyed.py), whose tokens are keyed by seed and
+position: they follow their clock too. Unseeded runs follow it too, and fall back to plain rounds when drafting runs slower than
 predicted (auto_k.py). ``minispec generate`` seeds every run (``--seed``, default 0) and asks the same rule
 (``follows_clock``), so at T > 0 its automatic policies keep their calibrated costs.
 
@@ -57,10 +58,11 @@ __all__ = ["Acceptance", "AutoK", "Calibrated", "Calibration", "ChoosesByCost", 
            "verify_calibration"]
 
 
-def follows_clock(seed, temperature: float) -> bool:
+def follows_clock(seed, temperature: float, keyed: bool = False) -> bool:
     """Whether a run's automatic policy may learn from its own clock (``learn``): unless a seed at T > 0 must repeat
-    its draws ("Seeds" above). The loops and the CLI both ask this."""
-    return seed is None or temperature == 0
+    its draws from a stream ("Seeds" above); ``keyed``: the rule races on keyed noise, which no choice of K moves.
+    The loops and the CLI both ask this."""
+    return seed is None or temperature == 0 or keyed
 
 
 def k_policy(k, target, drafter, learn: bool = True):

@@ -3,7 +3,8 @@
 The loop does not change. ``Trace.observe(rule)`` wraps the verification rule (rejection.py): it hands the rule
 a generator that remembers every uniform the rule draws, and afterwards reads, from the rule's own inputs and
 answer, what each guess met: p(x), q(x), the threshold its draw was compared with (min(1, p(x)/q(x)) token-wise,
-h_i for block verification) and the draw; where the round stopped; after a rejection, the residual's most likely
+h_i for block verification) and the draw, or, for the coupled rule, the target's keyed sample it was compared
+with; where the round stopped; after a rejection, the residual's most likely
 tokens; the bonus token after a round that kept every guess. Which rule it is comes from what the rule declares
 (``rejection.decides_jointly``), not from its name: a rule that declares nothing is traced as "undeclared", its
 draws and thresholds recorded, no residual claimed for it. ``Trace.round_done`` (called by ``rounds.Run.emit``)
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..rejection import decides_jointly, residual, weighted_residual
+from ..rejection import decides_jointly, is_keyed, residual, weighted_residual
 from .page import html_page
 
 TOP = 5  # residual tokens kept per rejection
@@ -49,6 +50,22 @@ class RecordedDraw(float):
     def __le__(self, threshold):
         self.compared.append((float(self), float(threshold)))
         return float(self) <= threshold
+
+
+class RecordingNoise:
+    """Passes ``race`` and ``top`` through to keyed noise (keyed.py); ``raced`` collects the token each race returned:
+    for a keyed rule, the target's own sample at each position it compared a guess with, then its next_token."""
+
+    def __init__(self, noise):
+        self.noise, self.raced = noise, []
+
+    def race(self, probs, i):
+        y = self.noise.race(probs, i)
+        self.raced.append(int(y))
+        return y
+
+    def top(self, probs, i, w):
+        return self.noise.top(probs, i, w)
 
 
 class RecordingRng:
@@ -73,7 +90,9 @@ class Round:
     next_token: int
     next_kind: str  # "correction", "bonus" or "plain"
     residual_top: list  # [(token id, mass)] of the distribution the correction was drawn from
-    rule: str = "token"  # "token", "block" (rejection.decides_jointly), "undeclared" (neither said), "tree"
+    rule: str = "token"  # "token", "block" (rejection.decides_jointly), "coupled" (is_keyed), "undeclared", "tree"
+    samples: list = field(default_factory=list)  # coupled: the target's keyed sample each guess was compared with
+    # (up to the first that differed: the rule stops there)
     emitted: list = field(default_factory=list)  # what the round emitted (cut at a stop token or the length)
     t_draft: float = 0.0
     t_verify: float = 0.0
@@ -95,12 +114,15 @@ class Trace:
     def observe(self, rule):
         """``rule`` (accept_reject's signature) with every decision recorded; it returns what ``rule`` returns."""
         joint = decides_jointly(rule)
-        kind = "undeclared" if joint is None else "block" if joint else "token"
+        kind = "coupled" if is_keyed(rule) else "undeclared" if joint is None else "block" if joint else "token"
 
         def traced(target_probs, draft_probs, draft_tokens, rng):
-            recorder = RecordingRng(rng)
+            recorder = RecordingNoise(rng) if kind == "coupled" else RecordingRng(rng)
             n, next_token = rule(target_probs, draft_probs, draft_tokens, recorder)
-            self.pending = describe(kind, target_probs, draft_probs, list(draft_tokens), recorder.compared, n, next_token)
+            compared = [] if kind == "coupled" else recorder.compared
+            self.pending = describe(kind, target_probs, draft_probs, list(draft_tokens), compared, n, next_token)
+            if kind == "coupled":
+                self.pending.samples = recorder.raced[: len(draft_tokens)]
             return n, next_token
 
         traced.__name__ = f"traced {getattr(rule, '__name__', 'rule')}"
@@ -148,6 +170,7 @@ class Trace:
             d["kinds"] = r.kinds()
             d["emitted_text"] = [text(t) for t in r.emitted]
             d["guess_text"] = [text(t) for t in r.guesses]
+            d["samples_text"] = [text(t) for t in r.samples]
             d["residual_top"] = [dict(id=t, text=text(t), mass=m) for t, m in r.residual_top]
             rounds.append(d)
         acc = self.acceptance_by_position()
@@ -176,7 +199,8 @@ def write_trace(trace: "Trace", path, decode=None, title: str = "minispec trace"
 def describe(rule: str, target_probs, draft_probs, guesses: list[int], compared: list, n: int,
              next_token: int) -> Round:
     """What one round of the rule met, from its inputs, the (draw, threshold) of each decision and its answer.
-    ``rule``: "token", "block" or "undeclared" (``Trace.observe``); the residual is shown for the first two only."""
+    ``rule``: "token", "block", "coupled" or "undeclared" (``Trace.observe``); the residual is shown for the first two
+    only (the coupled rule has none: its correction is the target's keyed sample)."""
     K = len(guesses)
     p = [float(target_probs[i, x]) for i, x in enumerate(guesses)]
     q = [float(draft_probs[i, x]) for i, x in enumerate(guesses)]
@@ -185,7 +209,7 @@ def describe(rule: str, target_probs, draft_probs, guesses: list[int], compared:
     for pi, qi in zip(p[:n], q[:n]):
         weight = min(1.0, weight * pi / qi) if qi > 0 else 0.0
     top = []
-    if n < K and rule != "undeclared":
+    if n < K and rule in ("token", "block"):
         row = (weighted_residual(target_probs[n], draft_probs[n], weight) if rule == "block"
                else residual(target_probs[n], draft_probs[n]))
         order = np.argsort(-row, kind="stable")[:TOP]

@@ -54,17 +54,23 @@ window.onerror = function (msg) { document.documentElement.dataset.scriptError =
       const c = document.createElement('span'); c.className = 'chip ' + r.kinds[j]; c.dataset.kind = r.kinds[j];
       c.textContent = r.emitted_text[j] === null ? ('<' + t + '>') : r.emitted_text[j];
       let info = 'round ' + (i + 1) + ', token ' + (j + 1) + ': ' + r.kinds[j] + ' ' + show(r.emitted_text[j]);
+      const coupled = r.rule === 'coupled';
       if (j < r.k && r.p.length) info += '\n  guess ' + show(r.guess_text[j]) + '  p(x) = ' + fmt(r.p[j], 4) +
-        '  q(x) = ' + fmt(r.q[j], 4) + '  ' + threshold(r.rule) + ' = ' + fmt(r.accept[j], 4) +
-        '  draw = ' + fmt(r.draws[j], 4);
-      if (r.kinds[j] === 'correction') {
+        '  q(x) = ' + fmt(r.q[j], 4) + (coupled ? '  the target\'s keyed sample: ' + show(r.samples_text[j]) :
+        '  ' + threshold(r.rule) + ' = ' + fmt(r.accept[j], 4) + '  draw = ' + fmt(r.draws[j], 4));
+      if (r.kinds[j] === 'correction' && coupled) {
+        const j0 = r.accepted;
+        info += '\n  rejected ' + show(r.guess_text[j0]) + ': not the target\'s keyed sample ' + show(r.samples_text[j0]) +
+          ', which is emitted (no residual: the rule never reads q)';
+      } else if (r.kinds[j] === 'correction') {
         const j0 = r.accepted;
         if (j0 < r.p.length) info += '\n  rejected ' + show(r.guess_text[j0]) + ': p = ' + fmt(r.p[j0], 4) + ', q = ' +
           fmt(r.q[j0], 4) + ', draw ' + fmt(r.draws[j0], 4) + (r.rule === 'token' ? ' >= ' + fmt(r.accept[j0], 4) : '');
         info += '\n  residual: ' + (r.rule === 'undeclared' ? 'not shown: the rule does not declare which it draws from' :
           r.residual_top.map(x => show(x.text) + ' ' + fmt(x.mass, 3)).join(', '));
       }
-      if (r.kinds[j] === 'bonus') info += '\n  every guess kept: drawn from p_{K+1}';
+      if (r.kinds[j] === 'bonus') info += coupled ? '\n  every guess kept: the target\'s keyed sample at the next position' :
+        '\n  every guess kept: drawn from p_{K+1}';
       info += '\n  round: drafting ' + fmt(1e3 * r.t_draft, 1) + ' ms, target pass ' + fmt(1e3 * r.t_verify, 1) + ' ms';
       c.title = info;
       c.onmouseenter = c.onclick = function () { detail.textContent = info; };

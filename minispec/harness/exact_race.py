@@ -1,0 +1,101 @@
+"""Level 1 for keyed races: a decision made by races on exponential noise (keyed.py), integrated exactly.
+
+``exact_law.py`` integrates a rule that draws uniforms and compares them with thresholds. A keyed rule draws
+nothing: it races, comparing E(x) / row(x) across tokens, with E(x) i.i.d. Exp(1). Each comparison
+E(a) / row(a) < E(b) / row(b) is a homogeneous linear inequality in the noise E = (E(0), ..., E(V-1)), so:
+
+  * E / sum(E) is uniform on the simplex (a Dirichlet(1, ..., 1)) and no comparison changes when E is scaled;
+  * fixing, for every row, the order in which its tokens' clocks ring cuts the simplex into convex cells, the
+    cells of those orders that can hold together; on each cell every race of those rows has one answer;
+  * so the probability of a cell is its volume over the simplex's, and a decision made only by those races is
+    integrated exactly by running the real code once per cell, on noise from inside it, weighed by that volume.
+
+Volumes come from qhull (``scipy.spatial``), and a point inside each cell from a linear program (the centre of the
+largest ball it holds); a cell without one has volume 0. Independent noises (a twin whose draft races on noise of
+its own) are independent groups: their cells multiply. Tokens with row(x) = 0 never ring, and take no part in an
+order. The cells of V tokens and R rows number at most (V!)^R: this is for V <= 4.
+"""
+
+from __future__ import annotations
+
+from itertools import permutations, product
+from math import factorial
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.spatial import ConvexHull, HalfspaceIntersection
+
+from ..keyed import KeyedNoise
+
+
+class FixedNoise(KeyedNoise):
+    """Keyed noise with E given per position: ``noise[i]`` is E at the round's i-th position (missing: all ones)."""
+
+    def __init__(self, noise: dict):
+        super().__init__(0)
+        self.given = noise
+
+    def exponentials(self, i: int, V: int) -> np.ndarray:
+        return np.asarray(self.given.get(i, np.ones(V)), dtype=np.float64)
+
+
+def order_halfspaces(row: np.ndarray, order) -> list[np.ndarray]:
+    """g with g . E <= 0 for each consecutive pair (a, b) of ``order``: E(a) / row(a) <= E(b) / row(b)."""
+    out = []
+    for a, b in zip(order, order[1:]):
+        g = np.zeros(len(row))
+        g[a], g[b] = row[b], -row[a]
+        out.append(g)
+    return out
+
+
+def cell(constraints: list[np.ndarray], V: int) -> tuple[np.ndarray, float] | None:
+    """(E inside the cell, its probability) of the simplex cut by g . E <= 0 for each g; None for a cell of volume 0.
+    Coordinates: x = E[:V-1], E[V-1] = 1 - sum(x)."""
+    M = np.vstack([np.eye(V - 1), -np.ones(V - 1)])  # [V, V-1]: E = M x + c
+    c = np.zeros(V)
+    c[-1] = 1.0
+    G = np.array(constraints + [-np.eye(V)[i] for i in range(V)])  # the order's cuts, then E >= 0
+    A, b = G @ M, G @ c  # A x + b <= 0
+    norms = np.linalg.norm(A, axis=1)
+    keep = norms > 1e-15  # a cut of the form 0 <= const (both tokens fixed) only says the cell is empty or whole
+    if np.any(b[~keep] > 1e-15):
+        return None
+    A, b = A[keep] / norms[keep, None], b[keep] / norms[keep]  # unit normals: the LP's slack is a distance
+    lp = linprog(np.r_[np.zeros(V - 1), -1.0], A_ub=np.c_[A, np.ones(len(A))], b_ub=-b,
+                 bounds=[(None, None)] * (V - 1) + [(0, 1)])
+    if not lp.success or lp.x[-1] < 1e-9:
+        return None
+    inside = lp.x[:-1]
+    if V == 2:  # an interval (qhull needs two dimensions): a x + b <= 0 bounds x above for a > 0, below for a < 0
+        bound = -b / A[:, 0]
+        volume = float(bound[A[:, 0] > 0].min() - bound[A[:, 0] < 0].max())
+    else:
+        volume = ConvexHull(HalfspaceIntersection(np.c_[A, b], inside).intersections).volume
+    return M @ inside + c, volume * factorial(V - 1)
+
+
+def cells(rows: list[np.ndarray]) -> list[tuple[np.ndarray, float]]:
+    """Every cell of the orders of E(x) / row(x), for the ``rows`` that race on one noise -> [(E inside, probability)]."""
+    V = len(rows[0])
+    orders = [list(permutations(np.flatnonzero(np.asarray(r) > 0))) for r in rows]
+    found = []
+    for combo in product(*orders):
+        cut = [g for row, order in zip(rows, combo) for g in order_halfspaces(np.asarray(row, dtype=np.float64), order)]
+        c = cell(cut, V)
+        if c is not None:
+            found.append(c)
+    total = sum(w for _, w in found)
+    if abs(total - 1.0) > 1e-9:
+        raise AssertionError(f"the cells' volumes add up to {total}, not 1: the cell decomposition is wrong")
+    return found
+
+
+def race_law(decide, *groups: list[np.ndarray]) -> dict:
+    """The exact law of ``decide(E_1, ..., E_n)`` -> {outcome: probability}, where group j's rows race on the noise
+    E_j (independent of the others) and ``decide`` compares nothing but those races."""
+    law: dict = {}
+    for combo in product(*[cells(rows) for rows in groups]):
+        outcome = decide(*[e for e, _ in combo])
+        law[outcome] = law.get(outcome, 0.0) + float(np.prod([w for _, w in combo]))
+    return law
