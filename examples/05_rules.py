@@ -1,17 +1,20 @@
 """The verification rules side by side: which are lossless, and which accept more.
 
-Five rules a learner meets in production code, each with accept_reject's signature (target_probs [K+1, V],
+Six rules a learner meets in production code, each with accept_reject's signature (target_probs [K+1, V],
 draft_probs [K, V], draft_tokens [K], rng) -> (n_accepted, next_token):
 
     token-wise       rejection.accept_reject (Leviathan et al. 2022): min(1, p/q), then the residual
     block            rejection.block_verify (Sun et al. 2025): the K guesses decided jointly
+    coupled          rejection.coupled_verify (Daliri et al. 2024): draft and target race on one keyed noise, and
+                     a guess is kept while it is the target's own token (its "rng" is the noise: keyed.py)
     one-hot q        accept x with p(x), else resample p without x (vLLM's draft_probs=None, EAGLE's T = 1, SLEM)
     exact match      keep a guess only if the target draws that very token (mlx-lm)
     typical          keep a guess whose p clears an entropy threshold (Medusa); NOT lossless
 
 For each, on the paper's example and on a context-dependent table, the exact law of the first K + 1 tokens
-(a round, continued by the target) is computed by integrating over every random draw (harness/exact_law.py),
-and set next to the target's; and the exact expected number of guesses kept per round.
+(a round, continued by the target) is computed by integrating over every random draw (harness/exact_law.py;
+for the coupled rule, over every cell of the noise, harness/exact_race.py), and set next to the target's; and
+the exact expected number of guesses kept per round.
 
     python examples/05_rules.py [--json docs/block/rules_exact.json]
 
@@ -25,8 +28,9 @@ import sys
 
 import numpy as np
 
+from minispec.harness import exact_race
 from minispec.harness.exact_law import continued_law, joint_law, round_law
-from minispec.rejection import accept_reject, block_verify
+from minispec.rejection import accept_reject, block_verify, coupled_verify, is_keyed
 from minispec.sampling import sample
 
 
@@ -63,8 +67,8 @@ def typical(target_probs, draft_probs, draft_tokens, rng, epsilon=0.3, delta=0.0
     return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
 
 
-RULES = {"token-wise": accept_reject, "block": block_verify, "one-hot q": one_hot_q, "exact match": exact_match,
-         "typical": typical}
+RULES = {"token-wise": accept_reject, "block": block_verify, "coupled": coupled_verify, "one-hot q": one_hot_q,
+         "exact match": exact_match, "typical": typical}
 
 
 def context_table(seed: int, V: int):
@@ -84,7 +88,7 @@ def show(title: str, p_of, q_of, K: int, V: int) -> dict:
     print(f"{title} (K = {K}, V = {V}): the target's first {K + 1} tokens, their law {np.round(target[:6], 4)}...")
     out = {}
     for name, rule in RULES.items():
-        law, accepted = round_law(rule, p_of, q_of, K, V)
+        law, accepted = (exact_race.round_law if is_keyed(rule) else round_law)(rule, p_of, q_of, K, V)
         off = float(np.abs(continued_law(law, p_of, K + 1, V) - target).sum() / 2)
         out[name] = (off, accepted)
         verdict = "lossless" if off < 1e-9 else f"NOT lossless: total variation {off:.4f} from the target's law"
@@ -111,14 +115,18 @@ def main(argv=None) -> None:
     print(f"- token-wise and block are lossless; block keeps more: {paper['block'][1]:.4f} against "
           f"{paper['token-wise'][1]:.4f} on the paper's example (11/9 and 10/9), {table['block'][1]:.4f} against "
           f"{table['token-wise'][1]:.4f} on the table. Sun et al. prove it optimal among lossless rules (Theorem 2).")
+    print(f"- coupled is lossless, and its tokens depend on the seed alone, not on the drafter; it keeps "
+          f"{paper['coupled'][1]:.4f} on the paper's example (two tokens: the race couples as well as the token-wise "
+          f"rule) and {table['coupled'][1]:.4f} on the table, a little below token-wise, as the paper's bound "
+          "(1 - TV) / (1 + TV) <= its acceptance <= 1 - TV allows.")
     print(f"- one-hot q and exact match are lossless too, and keep the same: sum p q per guess instead of sum min(p, q) "
           f"({table['one-hot q'][1]:.4f} and {table['exact match'][1]:.4f} on the table): a rule that ignores q throws "
           "acceptance away at T > 0.")
     print(f"- typical acceptance is not lossless: its law is {table['typical'][0]:.4f} (total variation) from the "
           "target's on the table. Level 1 (this exact integration) catches it.")
-    ok = all(table[r][0] < 1e-9 and paper[r][0] < 1e-9 for r in ("token-wise", "block", "one-hot q", "exact match"))
+    ok = all(table[r][0] < 1e-9 and paper[r][0] < 1e-9 for r in ("token-wise", "block", "coupled", "one-hot q", "exact match"))
     ok = ok and table["typical"][0] > 1e-3 and table["block"][1] >= table["token-wise"][1] - 1e-12
-    print(f"- verdict: {'PASS' if ok else 'FAIL'}: four lossless rules, one lossy one caught, block never below token-wise.")
+    print(f"- verdict: {'PASS' if ok else 'FAIL'}: five lossless rules, one lossy one caught, block never below token-wise.")
     if a.json:
         from minispec.harness.measure import compact_json
         from minispec.model.provenance import provenance

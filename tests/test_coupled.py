@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from minispec import generate, keyed
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
 from minispec.harness.equivalence import chisquare_gof
-from minispec.harness.exact_race import FixedNoise, race_law
+from minispec.harness.exact_law import continued_law, joint_law
+from minispec.harness.exact_race import FixedNoise, race_law, round_law
 from minispec.keyed import KeyedNoise, coupled_acceptance
 from minispec.rejection import coupled_verify, overlap
 from minispec.rounds import start_run
@@ -120,6 +121,42 @@ def test_the_fast_closed_form_equals_its_definition(pq):
     assert coupled_acceptance(p, q) == pytest.approx(want, abs=1e-12)
     tv = 1.0 - overlap(p, q)
     assert (1 - tv) / (1 + tv) - 1e-12 <= coupled_acceptance(p, q) <= 1 - tv + 1e-12
+
+
+def emits_the_rejected_guess(target_probs, draft_probs, draft_tokens, noise):
+    """A twin of coupled_verify with an off-by-one at a mismatch: it returns the rejected guess instead of the
+    target's token there."""
+    for i, x in enumerate(draft_tokens):
+        if x != noise.race(target_probs[i], i):
+            return i, x
+    return len(draft_tokens), noise.race(target_probs[-1], len(draft_tokens))
+
+
+def correction_on_the_next_positions_noise(target_probs, draft_probs, draft_tokens, noise):
+    """A twin that, after a mismatch at position i, races p_i on position i+1's noise."""
+    for i, x in enumerate(draft_tokens):
+        if x != noise.race(target_probs[i], i):
+            return i, noise.race(target_probs[i], i + 1)
+    return len(draft_tokens), noise.race(target_probs[-1], len(draft_tokens))
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_level1_a_coupled_round_is_lossless_exactly_and_its_twin_is_not(K):
+    """exact_race.round_law integrates one round over the noise of every position (the draft racing a
+    context-dependent table on the same noise): the round continued by the target has the target's law of K + 1
+    tokens. The twin that emits the rejected guess does not. A twin that races on noise the integral did not cut
+    (the next position's) is refused, not integrated wrongly."""
+    def table(seed):
+        return lambda prefix: np.random.default_rng([seed, len(prefix), *prefix]).dirichlet(np.full(3, 0.7))
+    p_of, q_of = table(3), table(4)
+    target = joint_law(p_of, K + 1, 3)
+    law, kept = round_law(coupled_verify, p_of, q_of, K, 3)
+    assert 0.5 * np.abs(continued_law(law, p_of, K + 1, 3) - target).sum() < 1e-12
+    assert kept > 0
+    law, _ = round_law(emits_the_rejected_guess, p_of, q_of, K, 3)
+    assert 0.5 * np.abs(continued_law(law, p_of, K + 1, 3) - target).sum() > 0.1
+    with pytest.raises(ValueError, match="not cut by"):
+        round_law(correction_on_the_next_positions_noise, p_of, q_of, K, 3)
 
 
 # -- the keyed sampler's law by Monte Carlo, and a twin that reuses its noise ---------------------------------

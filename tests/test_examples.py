@@ -53,5 +53,7 @@ def test_05_rules():
     out = run("examples/05_rules.py")
     assert "  block        1.2222 guesses kept per round; lossless" in out  # 11/9 on the paper's example
     assert "  token-wise   1.1111 guesses kept per round; lossless" in out  # 10/9
+    assert "  coupled      1.1111 guesses kept per round; lossless" in out  # two tokens: as much as token-wise
+    assert "  coupled      0.2886 guesses kept per round; lossless" in out  # the table: a little less
     assert "  typical      2.0000 guesses kept per round; NOT lossless" in out
     assert "verdict: PASS" in out

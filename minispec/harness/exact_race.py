@@ -29,14 +29,22 @@ from ..keyed import KeyedNoise
 
 
 class FixedNoise(KeyedNoise):
-    """Keyed noise with E given per position: ``noise[i]`` is E at the round's i-th position (missing: all ones)."""
+    """Keyed noise with E given per position: ``noise[i]`` is E at the round's i-th position (missing: all ones).
+    ``rows``: {position: the rows whose cells E was taken from}; then racing another row, or at a position not
+    given, is refused: its answer would not be constant on the cell, and the integral would be wrong."""
 
-    def __init__(self, noise: dict):
+    def __init__(self, noise: dict, rows: dict | None = None):
         super().__init__(0)
-        self.given = noise
+        self.given, self.cut_by = noise, rows
 
     def exponentials(self, i: int, V: int) -> np.ndarray:
         return np.asarray(self.given.get(i, np.ones(V)), dtype=np.float64)
+
+    def race(self, probs, i: int) -> int:
+        if self.cut_by is not None and not any(np.array_equal(probs, r) for r in self.cut_by.get(i, [])):
+            raise ValueError(f"the rule races a row at position {i} that the cells of that position were not cut by "
+                             "(exact_race integrates rules that race only p_i and q_i at position i)")
+        return super().race(probs, i)
 
 
 def order_halfspaces(row: np.ndarray, order) -> list[np.ndarray]:
@@ -99,3 +107,52 @@ def race_law(decide, *groups: list[np.ndarray]) -> dict:
         outcome = decide(*[e for e, _ in combo])
         law[outcome] = law.get(outcome, 0.0) + float(np.prod([w for _, w in combo]))
     return law
+
+
+def pair_outcomes(p: np.ndarray, q: np.ndarray) -> dict:
+    """{(race(q), race(p)): (probability, a noise E in a cell with that outcome)} for two rows on one noise: what a
+    coupled round's position decides (the draft's guess, the target's token)."""
+    out: dict = {}
+    for E, w in cells([p, q]):
+        noise = FixedNoise({0: E})
+        key = (noise.race(q, 0), noise.race(p, 0))
+        out[key] = (out.get(key, (0.0, E))[0] + w, E)
+    return out
+
+
+def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
+    """``exact_law.round_law`` for a keyed rule: -> ({the kept guesses: [V] law of next_token, times the round's
+    probability}, expected guesses kept), integrated exactly over the noise of every position. The draft races
+    q_of(prefix) (``sampling.draw``) and the target p_of(prefix) on one noise per position; a position's noise matters
+    only through the pair of tokens the two races pick, so the walk branches over those pairs (``pair_outcomes``),
+    on from a pair that agrees, and runs ``rule`` itself at the end of every branch, on noise from the branch's cells.
+    The rule may race p_i and q_i at the positions the walk reached, and nothing else: ``FixedNoise`` refuses
+    any other race, which this integral could not count."""
+    from ..sampling import draw
+
+    law, expected = {}, [0.0]
+
+    def walk(noise: dict, guesses: list, weight: float) -> None:
+        i = len(noise)
+        if i == K + 1 or (i and guesses[i - 1] != FixedNoise(noise).race(p_of(tuple(guesses[: i - 1])), i - 1)):
+            xs = []
+            for j in range(K):  # the draft's guesses, raced as the drafter races them (past the walk: any noise)
+                xs.append(draw(q_of(tuple(xs)), FixedNoise(noise), j))
+            target_probs = np.array([p_of(tuple(xs[:j])) for j in range(K + 1)])  # [K+1, V]
+            draft_probs = np.array([q_of(tuple(xs[:j])) for j in range(K)]).reshape(K, V)  # [K, V]
+            cut_by = {j: [target_probs[j]] + ([draft_probs[j]] if j < K else []) for j in noise}
+            n, next_token = rule(target_probs, draft_probs, xs, FixedNoise(noise, cut_by))
+            row = law.setdefault(tuple(xs[:n]), np.zeros(V))
+            row[next_token] += weight
+            expected[0] += weight * n
+            return
+        p = p_of(tuple(guesses))
+        if i == K:  # the bonus position: the target's race alone
+            for E, w in cells([p]):
+                walk({**noise, i: E}, guesses, weight * w)
+            return
+        for (x, _), (w, E) in pair_outcomes(p, q_of(tuple(guesses))).items():
+            walk({**noise, i: E}, guesses + [x], weight * w)
+
+    walk({}, [], 1.0)
+    return law, expected[0]
