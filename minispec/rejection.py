@@ -17,12 +17,17 @@ Every token the round emits, ``draft_tokens[:n] + [next_token]``, is distributed
 sampled from the target one token at a time. Greedy decoding is the special case of one-hot p
 and q; ``accept_greedy`` spells it out. ``block_verify`` is the same contract with the guesses
 decided jointly (Sun et al. 2025): lossless too; the paper proves it keeps no fewer guesses in
-expectation, which tests/test_block.py checks exactly on small tables.
+expectation, which tests/test_block.py checks exactly on small tables. ``coupled_verify`` (Daliri et al.
+2024) is the same contract again with no uniform at all: its fourth argument is keyed noise (keyed.py), the
+target's token at each position is a race on it, and a guess is kept while it is that token, so the output is
+the same whatever the drafter.
 
-Each rule says what it is in an attribute, ``joint``: False for a rule that decides each guess on its own
+Each rule says what it is in attributes: ``joint``, False for a rule that decides each guess on its own
 (``accept_reject``: the threshold min(1, p/q), the residual norm(max(0, p - q))), True for one that decides
 the K guesses jointly (``block_verify``: its threshold h_i, a residual weighted by the kept prefix's running
-weight). ``decides_jointly(rule)`` reads it, for a caller that explains a rule (trace/), whatever its name.
+weight); ``keyed``, True for a rule that races on keyed noise instead of drawing from a generator
+(``coupled_verify``). ``decides_jointly(rule)`` and ``is_keyed(rule)`` read them, for a caller that explains a
+rule (trace/) or hands it its randomness (rounds.py), whatever its name.
 """
 
 from __future__ import annotations

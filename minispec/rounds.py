@@ -148,9 +148,10 @@ class Run:
         self.clock = (t0, time.perf_counter())
 
     def measure_probe(self, target_row: np.ndarray, emitted: int) -> tuple[float, bool] | None:
-        """-> (P(the rule accepts the probe's guess): sum min(p, q) token-wise, whether it stands for a later guess of a
-        chain), or None when the round did not probe. A certain guess (one-hot q) that the plain round emitted
-        is as good as accepted: then the next probe is a later guess."""
+        """-> (P(the rule accepts the probe's guess): ``accepts``, sum min(p, q) token-wise and ``coupled_acceptance``
+        for the coupled rule; whether it stands for a later guess of a chain), or None when the round did not probe.
+        A certain guess (one-hot q) that the plain round emitted is as good as accepted: then the next probe is a
+        later guess."""
         if self.probe is None:
             self.probe_came_true = False
             return None

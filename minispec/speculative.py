@@ -38,8 +38,9 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     when the drafter guesses well and cheaply. ``drafter``: a drafter (drafters/) or a draft Model.
     ``k``: guesses per round, or "auto" (chosen per round by the cost model, policy/auto_k.py).
     Stops after a token in ``stop_ids`` (included). ``rule``: "token" (``accept_reject``), "block"
-    (``block_verify``, rejection.py), or a function of their signature: the losslessness checks pass a
-    deliberately broken twin to show that they can fail. ``trace``: a ``trace.Trace`` that records every round
+    (``block_verify``), "coupled" (``coupled_verify``: for a seed, the same tokens with any drafter; rejection.py),
+    or a function of their signature: the losslessness checks pass a deliberately broken twin to show that they
+    can fail. ``trace``: a ``trace.Trace`` that records every round
     (the rule's decisions, what was emitted, the time it took); the output is the same with or without it."""
     verify = verification_rule(rule)  # accept_reject (the textbook's), block_verify or coupled_verify: rejection.py
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,

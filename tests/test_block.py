@@ -236,8 +236,9 @@ def test_bench_rules_end_to_end(tmp_path):
     code, out, err = run_cli(["bench", "rules", "--model", str(model_dir), "--draft", "prompt-lookup", "--prompts", "1",
                               "--seeds", "1", "--tokens", "4", "--json", str(tmp_path / "rules.json")])
     assert code == 0, err
-    assert "| prompt-lookup:3 |" in out and "tokens/pass, block" in out
+    assert "| prompt-lookup:3 | T=1 |" in out and "| prompt-lookup:3 | T=0.7 |" in out and "coupled" in out
     res = __import__("json").loads((tmp_path / "rules.json").read_text())
-    assert set(res["drafters"]["prompt-lookup:3"]) == {"token", "block"}
+    assert set(res["drafters"]["prompt-lookup:3"]) == {"T=1", "T=0.7"}
+    assert set(res["drafters"]["prompt-lookup:3"]["T=0.7"]) == {"token", "block", "coupled"}
     assert {"date", "commit", "command", "machine"} <= set(res["provenance"])  # where the figures come from
     assert res["provenance"]["command"].startswith("minispec bench rules")

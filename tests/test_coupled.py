@@ -302,3 +302,63 @@ def test_a_tree_refuses_block_and_a_rule_is_named(big_pair):
     with pytest.raises(ValueError, match="'coupled'"):
         speculative_generate(target, DraftModel(draft), [1], 4, rule="keyed")
     assert keyed.Keyed  # the protocol a rule's or drafter's randomness is asked for
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("gguf")
+    from minispec import load_model
+    from minispec.model.fetch import fetch_smollm2
+
+    return load_model(fetch_smollm2(log=lambda m: None))
+
+
+def smollm2_identity(target, cases, ks, shapes):
+    """Every shipped drafter (the draft, layer skip, prompt lookup, the EAGLE head, and the draft with its own
+    tokenizer under TLI and SLEM) gives plain keyed sampling's tokens, for each (seed, warp) of ``cases``, K and
+    tree shape."""
+    from minispec.drafters import ProposesTrees, has, make_drafter
+    from minispec.harness.command import shipped_drafters
+    from minispec.model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(target.path)
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Name three uses of copper."}]))
+    specs = ["prompt-lookup", "layer-skip"] + shipped_drafters()
+    assert len(specs) == 6, specs  # the draft, the EAGLE head, tli: and slem: on the BPE draft
+    kept = 0
+    for seed, w in cases:
+        want = generate(target, prompt, 24, seed=seed, keyed=True, **w)
+        for spec in specs:
+            drafter = make_drafter(spec, target)
+            for k in ks:
+                res = speculative_generate(target, drafter, prompt, 24, k=k, seed=seed, rule="coupled", **w)
+                assert res.tokens == want, (spec, k, seed, w)
+                kept += res.stats.accepted
+            for shape in shapes if has(drafter, ProposesTrees) else ():
+                res = tree_speculative_generate(target, drafter, prompt, 24, shape=shape, seed=seed, rule="coupled", **w)
+                assert res.tokens == want, (spec, shape, seed, w)
+    return kept
+
+
+@pytest.mark.slow
+def test_identity_on_smollm2_with_every_shipped_drafter(smollm2):
+    """SmolLM2, six drafters, one text per (seed, warp): seed 7 at T = 0.8, seed 0 at T = 1 with top-k 50, seed 11 at
+    T = 0.7 with top-p 0.9; K = 1 and 4, and 2x2 and 3x2 trees. (examples/07, in the default set, shows four
+    drafters at T = 0.8.)"""
+    cases = [(7, dict(temperature=0.8)), (0, dict(temperature=1.0, top_k=50)), (11, dict(temperature=0.7, top_p=0.9))]
+    assert smollm2_identity(smollm2, cases, ks=[1, 4], shapes=[(2, 2), (3, 2)]) > 10
+
+
+@pytest.mark.slow
+def test_identity_on_smollm2_with_k_auto(smollm2):
+    """k="auto" on SmolLM2 (each drafter's cost calibration takes tens of seconds: two drafters): the draft model and
+    prompt lookup give keyed sampling's tokens."""
+    from minispec.drafters import make_drafter
+    from minispec.model.fetch import shipped_draft
+
+    prompt = list(range(1000, 1020))
+    want = generate(smollm2, prompt, 24, seed=5, keyed=True, temperature=0.9)
+    for spec in ("prompt-lookup", shipped_draft()):
+        res = speculative_generate(smollm2, make_drafter(spec, smollm2), prompt, 24, k="auto", seed=5, temperature=0.9,
+                                   rule="coupled")
+        assert res.tokens == want, spec

@@ -57,3 +57,9 @@ def test_05_rules():
     assert "  coupled      0.2886 guesses kept per round; lossless" in out  # the table: a little less
     assert "  typical      2.0000 guesses kept per round; NOT lossless" in out
     assert "verdict: PASS" in out
+
+
+def test_07_same_text_any_drafter(smollm2):
+    out = run("examples/07_same_text_any_drafter.py", "--max-new-tokens", "12")
+    assert "identical texts (coupled): True" in out and "verdict: PASS" in out
+    assert "draft:smoldraft-3l-192" in out and "eagle:" in out and "prompt-lookup" in out

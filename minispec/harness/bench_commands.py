@@ -17,7 +17,7 @@ SUBCOMMANDS = {  # name -> ("module:function" called with the subcommand's argum
     "stop": ("minispec.harness.stop_eval:main", "the early stop on the draft's confidence"),
     "gpu-predict": ("minispec.harness.gpu:main", "costs on a GPU and the speedups they predict"),
     "auto": ("minispec.harness.auto_eval:main", "k=auto against plain decoding for every drafter, predicted rounds against measured"),
-    "rules": ("minispec.harness.rules_eval:main", "the token-wise rule and block verification side by side at T = 1"),
+    "rules": ("minispec.harness.rules_eval:main", "the token-wise, block and coupled rules side by side at T = 1 and 0.7"),
     "power": ("minispec.harness.power:main", "the power of level 4: planted departures of exact size on tiny models"),
 }
 OWN_KERNEL_OPTION = {"forward", "decode"}  # these parse --kernel themselves; bench.main applies it for the others

@@ -333,12 +333,26 @@ def crossvocab_table(root: Path, setting: str, rows_wanted) -> str:
 # ---- the token-wise rule against block verification (docs/block/rules.json) -----------------------------------
 
 def rules_values(root: Path) -> dict[str, str]:
-    r = load(root, "docs/block/rules.json")
+    r = load(root, "docs/block/rules.json")  # minispec bench rules --json: per drafter, per temperature, per rule
     d = r["drafters"].values()
-    gain = [100 * (v["block"]["tokens_per_pass"] / v["token"]["tokens_per_pass"] - 1) for v in d]
-    faster = [v["block"]["speedup"] - v["token"]["speedup"] for v in d]
-    out = {"rules.gain": f"{min(gain):.1f}-{max(gain):.1f}%", "rules.faster": f"{min(faster):.2f}-{max(faster):.2f}x",
-           "rules.runs": str(r["prompts"] * r["seeds"]), "rules.k": str(r["k"])}
+
+    def spread(xs, fmt: str) -> str:
+        return f"{min(xs):{fmt}} to {max(xs):{fmt}}" if min(xs) < 0 else f"{min(xs):{fmt}}-{max(xs):{fmt}}"
+
+    def gain(t: str, rule: str) -> list[float]:  # % more tokens per pass than the token-wise rule, per drafter
+        return [100 * (v[t][rule]["tokens_per_pass"] / v[t]["token"]["tokens_per_pass"] - 1) for v in d]
+
+    def faster(t: str, rule: str) -> list[float]:  # speedup minus the token-wise rule's, per drafter
+        return [v[t][rule]["speedup"] - v[t]["token"]["speedup"] for v in d]
+
+    out = {"rules.gain": spread(gain("T=1", "block"), ".1f") + "%", "rules.faster": spread(faster("T=1", "block"), ".2f") + "x",
+           "rules.runs": str(r["prompts"] * r["seeds"]), "rules.k": str(r["k"]),
+           "rules.temperatures": " and ".join(f"{t:g}" for t in r["temperatures"])}
+    for t in (f"T={t:g}" for t in r["temperatures"]):
+        out[f"rules.coupled.{t}.gain"] = spread(gain(t, "coupled"), ".1f") + "%"
+        out[f"rules.coupled.{t}.faster"] = spread(faster(t, "coupled"), ".2f") + "x"
+        out[f"rules.coupled.{t}.acceptance"] = spread([v[t]["coupled"]["acceptance"] for v in d], ".2f")
+        out[f"rules.token.{t}.acceptance"] = spread([v[t]["token"]["acceptance"] for v in d], ".2f")
     exact = load(root, RULES_EXACT)  # python examples/05_rules.py --json: integrated exactly, no sampling
     for case in ("paper", "table"):
         out[f"rules.exact.{case}.k"] = str(exact[case]["K"])
