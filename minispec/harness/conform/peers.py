@@ -1,0 +1,92 @@
+"""``python -m minispec.harness.conform.peers``: transformers' peers through the kit, stored as docs/peers/peers.json
+(with provenance and versions) for docs/peers.md (peers_figures.py).
+
+    rule    transformers' _speculative_sampling: expected to pass
+    rule    the same with assistant_ensemble_weight w (static ensemble verification, DIVERSE): lossy by design,
+            expected to fail; its distance measured at several w (w = 1 is the lossless rule)
+    loop    assisted generation with a draft model (assistant_model=), do_sample=True with temperature, top-k, top-p
+    loop    prompt lookup (prompt_lookup_num_tokens=3)
+    loop    assisted generation with assistant_ensemble_weight 0.5: expected to fail
+Each stored result keeps its per-case rows without the bulk (rounded figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ...model.provenance import provenance
+from .loop_check import check_loop
+from .report import format_report
+from .rule_check import check_rule
+
+WEIGHTS = (0.25, 0.5, 0.75, 0.9, 1.0)
+LOOP_WEIGHT = 0.5
+
+
+def peers(quick: bool = False):
+    """[(key, what, expected verdict, a function that runs its check)]."""
+    from . import transformers_peers as tp
+
+    draws, runs = (300, 300) if quick else (None, None)
+    rows = [("rule", "transformers `_speculative_sampling`", "pass",
+             lambda: check_rule(tp.speculative_sampling, draws=draws))]
+    for w in WEIGHTS:
+        rows.append((f"rule_ensemble_{w:g}", f"`_speculative_sampling`, `assistant_ensemble_weight={w:g}`",
+                     "pass" if w == 1.0 else "fail", lambda w=w: check_rule(tp.ensemble(w), draws=draws)))
+    rows += [("assisted", "assisted generation, `assistant_model=`", "pass", lambda: check_loop(tp.assisted, runs=runs)),
+             ("prompt_lookup", "prompt lookup, `prompt_lookup_num_tokens=3`", "pass",
+              lambda: check_loop(tp.prompt_lookup, runs=runs)),
+             ("assisted_ensemble", f"assisted generation, `assistant_ensemble_weight={LOOP_WEIGHT:g}`", "fail",
+              lambda: check_loop(tp.ensemble_loop(LOOP_WEIGHT), runs=runs))]
+    return rows
+
+
+def slim(res: dict) -> dict:
+    """The stored form: every figure, the per-case rows without their timing, numbers rounded."""
+    def r(x):
+        if isinstance(x, float):
+            return float(f"{x:.6g}")
+        if isinstance(x, dict):
+            return {k: r(v) for k, v in x.items() if k != "seconds" or "results" in x}
+        if isinstance(x, list):
+            return [r(v) for v in x]
+        return x
+    return r(res)
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    return dict(transformers=transformers.__version__, torch=torch.__version__)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m minispec.harness.conform.peers", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs/peers/peers.json", help="the JSON file (default docs/peers/peers.json)")
+    ap.add_argument("--quick", action="store_true", help="300 draws per case and runs per setting (a smoke run)")
+    ap.add_argument("--only", action="append", help="a peer's key (repeat); default every peer")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    stored = json.loads(out.read_text()) if out.exists() and a.only else dict(peers={})
+    t0 = time.perf_counter()
+    for key, what, expected, run in peers(a.quick):
+        if a.only and key not in a.only:
+            continue
+        res = run()
+        print(f"[{key}] {what} (expected: {expected})\n{format_report(res)}\n", flush=True)
+        stored["peers"][key] = dict(what=what, expected=expected, as_expected=res["passed"] == (expected == "pass"),
+                                    **slim(res))
+    stored.update(versions=versions(), seconds=time.perf_counter() - t0 + (stored.get("seconds", 0) if a.only else 0),
+                  provenance=provenance(argv, ap.prog))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(stored, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

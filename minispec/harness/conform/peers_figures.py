@@ -1,0 +1,83 @@
+"""docs/peers.md's generated sections and figures, from docs/peers/peers.json (peers.py writes it; docs_tables.py
+renders and checks them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PEERS = "docs/peers/peers.json"
+
+
+def load(root: Path) -> dict:
+    return json.loads((Path(root) / PEERS).read_text())
+
+
+def verdict(res: dict) -> str:
+    return ("PASS" if res["passed"] else "FAIL") + ("" if res["as_expected"] else " (not as expected)")
+
+
+def failing_text(res: dict) -> str:
+    s = res.get("smallest_failing")
+    if not s:
+        return "-"
+    if "fault" in s:
+        return f"{s['fault']}: {s['detail']}"
+    if res["level"] == "rule":
+        c = s["case"]
+        where = f"{c['name']}, K = {c['K']}, V = {c['V']}"
+    else:
+        st = s["setting"]
+        where = f"T = {st['temperature']}, top-k {st['top_k']}, top-p {st['top_p']}"
+    return f"{where}: TV {s['tv']:.3f} +- {s['tv_se']:.3f} (noise {s['tv_noise']:.3f}), p = {s['p_value']:.2g}"
+
+
+def size_text(res: dict) -> str:
+    if res["level"] == "rule":
+        return f"{res['cases']} cases x {res['draws_per_case']} rounds" if res["draws_per_case"] else f"{res['cases']} cases, exact"
+    return f"{len(res['results'])} settings x {res['runs_per_setting']} runs of {res['tokens']} tokens; greedy on " \
+           f"{len(res['greedy']['prompts'])} prompts"
+
+
+def largest(res: dict) -> str:
+    if res["level"] == "loop":
+        return ", ".join(f"{r['tv']:.3f} ({r['tv_noise']:.3f})" if "tv" in r else r.get("fault", "?") for r in res["results"])
+    return f"{res['max_tv']:.3f}" if res["max_tv"] is not None else "-"
+
+
+def peers_table(root: Path) -> str:
+    res = load(root)
+    lines = ["| peer | level | expected | verdict | size | TV seen (a correct peer's noise) | caught at TV >= (power 0.8) | "
+             "smallest failing case | time |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in res["peers"].values():
+        greedy = ""
+        if p["level"] == "loop":
+            g = p["greedy"]
+            greedy = f"; greedy {sum(x.get('got') == x.get('want') for x in g['prompts'])}/{len(g['prompts'])} identical"
+        lines.append(f"| {p['what']} | {p['level']} | {p['expected']} | {verdict(p)}{greedy} | {size_text(p)} | "
+                     f"{largest(p)} | {p['tv_80_max']:.3f} | {failing_text(p)} | {p['seconds']:.0f} s |")
+    return "\n".join(lines)
+
+
+def ensemble_table(root: Path) -> str:
+    res = load(root)
+    rows = [p for k, p in res["peers"].items() if k.startswith("rule_ensemble_")]
+    lines = ["| weight w | verdict | cases failed | largest TV seen | TV of the smallest failing case |", "|---|---|---|---|---|"]
+    for p in rows:
+        w = p["what"].split("=")[-1].rstrip("`")
+        lines.append(f"| {w} | {verdict(p)} | {p['failed']} of {p['cases']} | {p['max_tv']:.3f} | {failing_text(p)} |")
+    return "\n".join(lines)
+
+
+def values(root: Path) -> dict[str, str]:
+    if not (Path(root) / PEERS).exists():
+        return {}
+    from ..doc_figures import run_line
+
+    res = load(root)
+    v = res["versions"]
+    return {"peers.run": f"{run_line(res)}; {res['seconds']:.0f} s",
+            "peers.versions": f"transformers {v['transformers']}, torch {v['torch']}"}
+
+
+SECTIONS = {"peers": peers_table, "peers_ensemble": ensemble_table}
