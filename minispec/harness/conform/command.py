@@ -21,6 +21,8 @@ def add_parser(sub) -> None:
                                         "temperature, top_k, top_p, seed) -> list[int] on Hugging Face-format directories")
     lo.add_argument("function", help="MODULE:FUNCTION, for example minispec.harness.conform.adapters:loop")
     lo.add_argument("--runs", type=int, help="runs per setting (default 1500, 6000 with --thorough)")
+    lo.add_argument("--own-vocabulary", action="store_true", help="the draft has a vocabulary of its own (6 tokens, "
+                                                                 "one merge): for a loop that drafts across tokenizers")
     for p in (r, lo):
         p.add_argument("--thorough", action="store_true", help="more cases and draws: more power, longer")
         p.add_argument("--timeout", type=float, default=None,
@@ -53,7 +55,8 @@ def main(args) -> int:
     else:
         from .loop_check import check_loop
 
-        res = check_loop(fn, args.thorough, args.timeout or 60.0, progress=not args.quiet, runs=args.runs)
+        res = check_loop(fn, args.thorough, args.timeout or 60.0, progress=not args.quiet, runs=args.runs,
+                         own_vocabulary=args.own_vocabulary)
     res["function"] = args.function
     print_and_store(format_report(res), res, args.json, "minispec conform")
     return 0 if res["passed"] else 1

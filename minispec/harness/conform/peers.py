@@ -7,6 +7,8 @@
     loop    assisted generation with a draft model (assistant_model=), do_sample=True with temperature, top-k, top-p
     loop    prompt lookup (prompt_lookup_num_tokens=3)
     loop    assisted generation with assistant_ensemble_weight 0.5: expected to fail
+    loop    universal assisted decoding (a draft of its own vocabulary, with both tokenizers), and the same with
+            the one-line order fix of transformers_peers.universal_sorted
 Each stored result keeps its per-case rows without the bulk (rounded figures).
 """
 
@@ -41,7 +43,11 @@ def peers(quick: bool = False):
              ("prompt_lookup", "prompt lookup, `prompt_lookup_num_tokens=3`", "pass",
               lambda: check_loop(tp.prompt_lookup, runs=runs)),
              ("assisted_ensemble", f"assisted generation, `assistant_ensemble_weight={LOOP_WEIGHT:g}`", "fail",
-              lambda: check_loop(tp.ensemble_loop(LOOP_WEIGHT), runs=runs))]
+              lambda: check_loop(tp.ensemble_loop(LOOP_WEIGHT), runs=runs)),
+             ("universal", "universal assisted decoding, a draft of its own vocabulary", "pass",
+              lambda: check_loop(tp.universal, runs=runs, own_vocabulary=True)),
+             ("universal_sorted", "the same, its pruned head kept in assistant-id order (a one-line fix)", "pass",
+              lambda: check_loop(tp.universal_sorted, runs=runs, own_vocabulary=True))]
     return rows
 
 

@@ -12,6 +12,14 @@ Loops (``model.generate`` on the two directories, loaded once each, float32 on t
                              (top_k=0 and top_p=1.0 when the contract's are None); temperature 0: do_sample=False
     prompt_lookup            ``prompt_lookup_num_tokens=3`` (the draft directory is not used)
     ensemble_loop(w)         ``assistant_model=`` with ``assistant_ensemble_weight=w``
+    universal                universal assisted decoding: ``assistant_model=`` a draft of its own vocabulary, with
+                             ``tokenizer=`` and ``assistant_tokenizer=`` (check it with ``--own-vocabulary``). At
+                             do_sample=True transformers translates the draft's logits to the target's vocabulary
+                             (UniversalSpeculativeDecodingGenerator) and *prunes the assistant model in place*; its
+                             translator is cached by the two tokenizers alone (AssistantVocabTranslatorCache), so the
+                             adapter keeps one assistant object per mode: a fresh assistant with the same tokenizers
+                             fails (IndexError in get_target_ids), and the pruned one fails greedy decoding (a shape
+                             error in o_proj)
 """
 
 from __future__ import annotations
@@ -93,3 +101,47 @@ def ensemble_loop(weight: float):
                            assistant_model=hf_model(str(draft_dir)), assistant_ensemble_weight=weight)
     loop.__name__ = loop.__qualname__ = f"assisted(assistant_ensemble_weight={weight:g})"
     return loop
+
+
+@lru_cache(maxsize=8)
+def hf_tokenizer(path: str, tag: str = ""):
+    """A tokenizer object per (directory, tag): transformers caches its vocabulary translator by tokenizer object."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+@lru_cache(maxsize=8)
+def uad_assistant(path: str, sampling: bool, tag: str = ""):
+    """One assistant object per mode (module docstring: transformers prunes it in place for sampling)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=_torch().float32).eval()
+
+
+def universal(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+    return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                       assistant_model=uad_assistant(str(draft_dir), temperature > 0),
+                       tokenizer=hf_tokenizer(str(target_dir)), assistant_tokenizer=hf_tokenizer(str(draft_dir)))
+
+
+def universal_sorted(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+    """``universal`` with the order fixed (docs/peers.md): the assistant's pruned head kept in the order of assistant
+    ids, the order in which ``get_target_logits`` places its logits. transformers builds the pruned head in the order
+    of ``tokenizer.get_vocab()`` (candidate_generator.py, ``assistant_overlap_token_ids``), a dict in hash order."""
+    from transformers.generation.candidate_generator import AssistantToTargetTranslator
+
+    real = AssistantToTargetTranslator._get_assistant_to_target_input_ids
+
+    def sorted_ids(self):
+        to_target, to_assistant = real(self)
+        return to_target, dict(sorted(to_assistant.items(), key=lambda kv: kv[1]))
+
+    AssistantToTargetTranslator._get_assistant_to_target_input_ids = sorted_ids
+    try:
+        return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                           assistant_model=uad_assistant(str(draft_dir), temperature > 0, "sorted"),
+                           tokenizer=hf_tokenizer(str(target_dir), "sorted"),
+                           assistant_tokenizer=hf_tokenizer(str(draft_dir), "sorted"))
+    finally:
+        AssistantToTargetTranslator._get_assistant_to_target_input_ids = real
