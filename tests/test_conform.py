@@ -114,6 +114,19 @@ def test_topk_ties_fail_only_under_top_k():
     assert [r["setting"]["top_k"] is not None for r in bad["results"] if not r["passed"]] == [True], format_report(bad)
 
 
+def test_the_loop_settings_do_not_depend_on_how_ties_are_broken(tmp_path):
+    """Top-p's boundary falls on no tie in any context of the check (conventions differ there); top-k keeps ties."""
+    from minispec.harness.conform.loop_check import PROMPT, SETTINGS, target_law
+    from minispec.harness.conform.models import write_pair
+    from minispec.model import load_model
+
+    target = load_model(write_pair(tmp_path)[0])
+    for setting in SETTINGS:
+        assert np.allclose(target_law(target, PROMPT, 3, **setting), target_law(target, PROMPT, 3, **setting, reverse=True))
+    tied = dict(temperature=1.0, top_k=None, top_p=0.8)  # the setting first tried: a tie at its boundary
+    assert not np.allclose(target_law(target, PROMPT, 3, **tied), target_law(target, PROMPT, 3, **tied, reverse=True))
+
+
 def test_a_loops_fault_is_reported_with_its_call():
     def short(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
         return [0]
@@ -139,3 +152,13 @@ def test_the_command_exits_0_1_2(tmp_path, capsys):
     assert '"provenance"' in out.read_text() and '"smallest_failing"' in out.read_text()
     assert cli_main(["conform", "loop", "minispec.rejection:accept_reject"]) == 2
     assert "a loop must take" in capsys.readouterr().err
+    assert cli_main(["conform", "loop", "minispec.harness.conform.adapters:loop", "--runs", "100", "--quiet"]) == 0
+
+
+def test_a_rule_in_a_file_of_its_own(tmp_path):
+    f = tmp_path / "my_rule.py"
+    f.write_text("from minispec.rejection import accept_reject\n\n"
+                 "def verify(target_probs, draft_probs, draft_tokens, rng):\n"
+                 "    return accept_reject(target_probs, draft_probs, draft_tokens, rng)\n")
+    res = check_rule(load(f"{f}:verify", "rule"), progress=False)
+    assert res["passed"] and res["mode"] == "exact"

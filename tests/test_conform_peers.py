@@ -33,3 +33,13 @@ def test_transformers_assisted_generation_with_top_k():
     res = check_loop(tp.assisted, progress=False, runs=300, settings=[SETTINGS[1]])
     assert res["passed"], format_report(res)
     assert res["greedy"]["passed"]  # greedy: the target's own tokens
+
+
+def test_universal_assisted_decoding_q_is_not_what_the_draft_sampled_from():
+    """transformers prunes the draft's head in tokenizer.get_vocab() order but places its logits in assistant-id order
+    (candidate_generator.py): caught at T = 1; the same loop with the order fixed passes (docs/peers.md)."""
+    one = [SETTINGS[0]]
+    bad = check_loop(tp.universal, progress=False, runs=200, settings=one, own_vocabulary=True)
+    fixed = check_loop(tp.universal_sorted, progress=False, runs=200, settings=one, own_vocabulary=True)
+    assert not bad["sampling_passed"] and bad["results"][0]["tv"] > 0.4, format_report(bad)
+    assert fixed["sampling_passed"], format_report(fixed)
