@@ -29,6 +29,8 @@ def failing_text(res: dict) -> str:
     else:
         st = s["setting"]
         where = f"T = {st['temperature']}, top-k {st['top_k']}, top-p {st['top_p']}"
+    if s["chi2"] == float("inf"):
+        return f"{where}: drew a sequence the target's law forbids (wrong for certain; TV {s['tv']:.3f})"
     return f"{where}: TV {s['tv']:.3f} +- {s['tv_se']:.3f} (noise {s['tv_noise']:.3f}), p = {s['p_value']:.2g}"
 
 
@@ -59,13 +61,26 @@ def peers_table(root: Path) -> str:
     return "\n".join(lines)
 
 
+def first_case(res: dict) -> dict:
+    """The result on the first case, K = 1 with unwarped random rows (cases.py)."""
+    return res["results"][0]
+
+
 def ensemble_table(root: Path) -> str:
+    """Per weight: the verdict, and on the first case (K = 1, random rows) the TV measured against the closed form
+    (1 - w) TV(p, q) of docs/peers.md."""
     res = load(root)
     rows = [p for k, p in res["peers"].items() if k.startswith("rule_ensemble_")]
-    lines = ["| weight w | verdict | cases failed | largest TV seen | TV of the smallest failing case |", "|---|---|---|---|---|"]
+    lines = ["| weight w | verdict | cases failed | largest TV seen | first case: TV seen (noise) | (1 - w) TV(p, q) | "
+             "smallest failing case |", "|---|---|---|---|---|---|---|"]
     for p in rows:
-        w = p["what"].split("=")[-1].rstrip("`")
-        lines.append(f"| {w} | {verdict(p)} | {p['failed']} of {p['cases']} | {p['max_tv']:.3f} | {failing_text(p)} |")
+        w = float(p["what"].split("=")[-1].rstrip("`"))
+        first = first_case(p)
+        c = first["case"]
+        tv_pq = 0.5 * sum(abs(a - b) for a, b in zip(c["target_row"], c["draft_row"]))
+        lines.append(f"| {w:g} | {verdict(p)} | {p['failed']} of {p['cases']} | {p['max_tv']:.3f} | "
+                     f"{first['tv']:.3f} +- {first['tv_se']:.3f} ({first['tv_noise']:.3f}) | {(1 - w) * tv_pq:.3f} | "
+                     f"{failing_text(p)} |")
     return "\n".join(lines)
 
 

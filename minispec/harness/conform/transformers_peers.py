@@ -125,23 +125,32 @@ def universal(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, to
                        tokenizer=hf_tokenizer(str(target_dir)), assistant_tokenizer=hf_tokenizer(str(draft_dir)))
 
 
-def universal_sorted(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
-    """``universal`` with the order fixed (docs/peers.md): the assistant's pruned head kept in the order of assistant
-    ids, the order in which ``get_target_logits`` places its logits. transformers builds the pruned head in the order
-    of ``tokenizer.get_vocab()`` (candidate_generator.py, ``assistant_overlap_token_ids``), a dict in hash order."""
-    from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
-    real = AssistantToTargetTranslator._get_assistant_to_target_input_ids
+def universal_in_order(order: str):
+    """``universal`` with the draft's pruned head in a fixed order (docs/peers.md): "sorted" by assistant id, the order
+    in which ``get_target_logits`` places its logits (the one-line fix), or "reversed" (a hash order that is not
+    sorted, fixed for a test). transformers builds the pruned head in the order of ``tokenizer.get_vocab()``
+    (candidate_generator.py, ``assistant_overlap_token_ids``), a dict in hash order that changes between processes."""
+    def loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+        from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
-    def sorted_ids(self):
-        to_target, to_assistant = real(self)
-        return to_target, dict(sorted(to_assistant.items(), key=lambda kv: kv[1]))
+        real = AssistantToTargetTranslator._get_assistant_to_target_input_ids
 
-    AssistantToTargetTranslator._get_assistant_to_target_input_ids = sorted_ids
-    try:
-        return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
-                           assistant_model=uad_assistant(str(draft_dir), temperature > 0, "sorted"),
-                           tokenizer=hf_tokenizer(str(target_dir), "sorted"),
-                           assistant_tokenizer=hf_tokenizer(str(draft_dir), "sorted"))
-    finally:
-        AssistantToTargetTranslator._get_assistant_to_target_input_ids = real
+        def ordered(self):
+            to_target, to_assistant = real(self)
+            items = sorted(to_assistant.items(), key=lambda kv: kv[1], reverse=order == "reversed")
+            return to_target, dict(items)
+
+        AssistantToTargetTranslator._get_assistant_to_target_input_ids = ordered
+        try:
+            return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                               assistant_model=uad_assistant(str(draft_dir), temperature > 0, order),
+                               tokenizer=hf_tokenizer(str(target_dir), order),
+                               assistant_tokenizer=hf_tokenizer(str(draft_dir), order))
+        finally:
+            AssistantToTargetTranslator._get_assistant_to_target_input_ids = real
+    loop.__name__ = loop.__qualname__ = f"universal_{order}"
+    return loop
+
+
+universal_sorted = universal_in_order("sorted")
