@@ -5,10 +5,13 @@
     symbolic.py    a generator with symbolic draws: the exact law of a peer's rule
     stats.py       a Monte Carlo check's distance, its noise, and its power
     rule_check.py  the rule check
-    loop_check.py  the loop check, on tiny random Hugging Face-format models
+    models.py      the tiny random pair of Hugging Face-format models a loop is checked on
+    loop_check.py  the loop check
     twins.py       the planted bugs, one per class peers have shipped
     adapters.py    minispec's own rules and loop behind the two contracts
-    peers.py       transformers behind the two contracts
-    report.py      the verdicts in words and as JSON
+    transformers_peers.py  transformers behind the two contracts
+    peers.py       the committed run on transformers (docs/peers/peers.json)
+    peers_figures.py  docs/peers.md's generated sections
+    report.py      the verdicts in words
     command.py     ``minispec conform rule|loop MODULE:FUNCTION``
 """
