@@ -30,9 +30,11 @@ def model(path: str):
     return load_model(path)
 
 
-def loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, rule="token"):
+def loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, rule="token",
+         drafter_class=DraftModel):
+    """``rule`` and ``drafter_class``: what twins.py changes."""
     target = model(str(target_dir))
-    drafter = DraftModel(model(str(draft_dir)), target.cfg.vocab_size)
+    drafter = drafter_class(model(str(draft_dir)), target.cfg.vocab_size)
     return speculative_generate(target, drafter, prompt_ids, max_new_tokens, k=K, temperature=temperature, top_k=top_k,
                                 top_p=top_p, seed=seed, rule=rule).tokens
 

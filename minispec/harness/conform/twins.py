@@ -16,6 +16,8 @@ Rules (``rejection.accept_reject``'s contract):
     bonus_wrong_row    the bonus token taken from p_K, the last guess's row, not p_{K+1} (lattice PR #509)
     bonus_dropped      every guess kept, and no bonus token: next_token None (lattice PR #509)
 Loops (the loop contract):
+    raw_q_loop         q not what the draft sampled from, in a loop: the draft samples from its warped logits and
+                       reports softmax of its raw logits (transformers #47932); seen only where a warp changes q
     topk_ties_loop     top-k that over-keeps ties (flashinfer PR #3774): the k largest *distinct* values are kept,
                        so a tie at the top lets a (k+1)-th token in; both sides warp alike, so only the target's
                        own law with the requested top-k tells
@@ -28,7 +30,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ... import rejection, rounds
+from ... import rejection, rounds, sampling
+from ...drafters import DraftModel
 from ...sampling import warp
 from ..equivalence import broken_accept_reject
 from ..power import planted_rule
@@ -131,4 +134,23 @@ def wrong_residual_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, tempe
                          rule=wrong_residual)
 
 
-LOOPS = {"topk_ties": topk_ties_loop, "wrong_residual": wrong_residual_loop}
+class RawLogitsDraft(DraftModel):
+    """A draft model that samples its guesses from the warped logits and reports q at temperature 1, unwarped."""
+
+    def propose(self, tokens, k, warp, rng, keep=None):
+        raw = []
+
+        def warped(logits):  # called once per guess, on its [V] logits
+            raw.append(np.asarray(logits, dtype=np.float64))
+            return warp(logits)
+        draft_tokens, draft_probs = super().propose(tokens, k, warped, rng, keep)
+        return draft_tokens, (sampling.warp(np.array(raw), 1.0) if draft_tokens else draft_probs)
+
+
+def raw_q_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+    """minispec's loop with ``RawLogitsDraft``."""
+    return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                         drafter_class=RawLogitsDraft)
+
+
+LOOPS = {"raw_q": raw_q_loop, "topk_ties": topk_ties_loop, "wrong_residual": wrong_residual_loop}
