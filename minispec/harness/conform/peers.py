@@ -52,16 +52,23 @@ def peers(quick: bool = False):
 
 
 def slim(res: dict) -> dict:
-    """The stored form: every figure, the per-case rows without their timing, numbers rounded."""
+    """The stored form: numbers rounded; a rule's per-case rows reduced to its first case (K = 1, random rows: the
+    ensemble's closed form is checked there) and each case's TV, in the order of cases.py."""
     def r(x):
         if isinstance(x, float):
             return float(f"{x:.6g}")
         if isinstance(x, dict):
-            return {k: r(v) for k, v in x.items() if k != "seconds" or "results" in x}
+            return {k: r(v) for k, v in x.items() if k != "seconds" or "level" in x}
         if isinstance(x, list):
             return [r(v) for v in x]
         return x
-    return r(res)
+    out = dict(res)
+    if res["level"] == "rule" and "results" in res:
+        rows = out.pop("results")
+        out.update(first_case=rows[0], tv_by_case=[row.get("tv") for row in rows],
+                   failed_cases=[f"{row['case']['name']}, K={row['case']['K']}, V={row['case']['V']}" for row in rows
+                                 if not row["passed"]])
+    return r(out)
 
 
 def versions() -> dict:
