@@ -165,3 +165,14 @@ def test_a_rule_in_a_file_of_its_own(tmp_path):
                  "    return accept_reject(target_probs, draft_probs, draft_tokens, rng)\n")
     res = check_rule(load(f"{f}:verify", "rule"), progress=False)
     assert res["passed"] and res["mode"] == "exact"
+
+
+def test_a_case_the_exact_walk_cannot_follow_runs_by_monte_carlo():
+    """A rule that draws symbolically except on one kind of case: that case runs by Monte Carlo, the rest exactly."""
+    def peer(target_probs, draft_probs, draft_tokens, rng):
+        if len(draft_tokens) == 2:
+            return rejection.accept_reject(target_probs, draft_probs, draft_tokens, np.random.default_rng(rng.integers(2**62)))
+        return rejection.accept_reject(target_probs, draft_probs, draft_tokens, rng)
+    res = check_rule(peer, progress=False, cases=SMALL, draws=300)
+    assert res["mode"] == "exact" and res["passed"], format_report(res)
+    assert [("monte_carlo_because" in r) for r in res["results"]] == [c.K == 2 for c in SMALL]
