@@ -35,8 +35,10 @@ def format_rule(res: dict) -> str:
     lines = [f"{word(res['passed'])}  rule {res['function']}: {res['cases_run']}/{res['cases']} generated cases, "
              f"{res['failed']} failed, {res['mode']} ({res['seconds']:.1f} s)"]
     if res["mode"] == "exact":
+        by_mc = [r for r in res["results"] if "monte_carlo_because" in r]
         lines.append(f"    exact law over every draw; a case passes at TV <= {res['exact_tol']:g}; largest TV "
-                     f"{fmt(res['max_tv'])}")
+                     f"{fmt(res['max_tv'])}" + (f"; {len(by_mc)} cases by Monte Carlo instead ({by_mc[0]['monte_carlo_because']})"
+                                                if by_mc else ""))
     else:
         lines.append(f"    {res['mode_reason'] or 'Monte Carlo asked for'}: Monte Carlo, {res['draws_per_case']} rounds "
                      f"per case, alpha {res['alpha']} over all cases (Bonferroni); largest TV {fmt(res['max_tv'])}; every "
