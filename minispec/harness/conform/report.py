@@ -37,8 +37,9 @@ def format_rule(res: dict) -> str:
     if res["mode"] == "exact":
         by_mc = [r for r in res["results"] if "monte_carlo_because" in r]
         lines.append(f"    exact law over every draw; a case passes at TV <= {res['exact_tol']:g}; largest TV "
-                     f"{fmt(res['max_tv'])}" + (f"; {len(by_mc)} cases by Monte Carlo instead ({by_mc[0]['monte_carlo_because']})"
-                                                if by_mc else ""))
+                     f"{fmt(res['max_tv'])}" + (f"; {len(by_mc)} cases by Monte Carlo instead ({by_mc[0]['monte_carlo_because']}), "
+                                                f"{res['draws_per_case']} rounds each, each catching a TV >= "
+                                                f"{fmt(res['tv_80_max'])} with probability >= 0.8" if by_mc else ""))
     else:
         lines.append(f"    {res['mode_reason'] or 'Monte Carlo asked for'}: Monte Carlo, {res['draws_per_case']} rounds "
                      f"per case, alpha {res['alpha']} over all cases (Bonferroni); largest TV {fmt(res['max_tv'])}; every "

@@ -144,10 +144,10 @@ def check_rule(rule, thorough: bool = False, limit_s: float | None = 10.0, seed:
             break
     bar.close()
     failing = [r for r in rows if not r["passed"]]
-    tvs = [r["tv"] for r in rows if "tv" in r]
+    tvs = [r["tv"] for r in rows if "tv" in r and not (exact and "monte_carlo_because" in r)]  # exact ones, if exact
     return dict(level="rule", function=name, mode="exact" if exact else "monte carlo", mode_reason=why,
                 passed=not failing and len(rows) == len(cases), cases=len(cases), cases_run=len(rows),
                 failed=len(failing), alpha=ALPHA, exact_tol=EXACT_TOL if exact else None,
-                draws_per_case=None if exact else draws, max_tv=max(tvs) if tvs else None,
-                tv_80_max=None if exact else max((r.get("tv_80", 0) for r in rows), default=None),
+                draws_per_case=draws if not exact or any("monte_carlo_because" in r for r in rows) else None, max_tv=max(tvs) if tvs else None,
+                tv_80_max=max((r["tv_80"] for r in rows if "tv_80" in r), default=None),
                 smallest_failing=failing[0] if failing else None, seconds=time.perf_counter() - t0, results=rows)
