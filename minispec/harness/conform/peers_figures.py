@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .report import word
+
 PEERS = "docs/peers/peers.json"
+THOROUGH = "docs/peers/rule_thorough.json"  # minispec conform rule ...:speculative_sampling --thorough
 
 
 def load(root: Path) -> dict:
@@ -91,8 +94,14 @@ def values(root: Path) -> dict[str, str]:
 
     res = load(root)
     v = res["versions"]
-    return {"peers.run": f"{run_line(res)}; {res['seconds']:.0f} s",
-            "peers.versions": f"transformers {v['transformers']}, torch {v['torch']}"}
+    out = {"peers.run": f"{run_line(res)}; {res['seconds']:.0f} s",
+           "peers.versions": f"transformers {v['transformers']}, torch {v['torch']}"}
+    if (Path(root) / THOROUGH).exists():
+        t = json.loads((Path(root) / THOROUGH).read_text())
+        out["peers.thorough"] = (f"{word(t['passed'])} on {t['cases']} cases x {t['draws_per_case']:,} rounds: largest TV "
+                                 f"{t['max_tv']:.3f}, every case catching a TV >= {t['tv_80_max']:.3f} with probability "
+                                 f">= 0.8 ({run_line(t)}; {t['seconds'] / 60:.0f} min)")
+    return out
 
 
 SECTIONS = {"peers": peers_table, "peers_ensemble": ensemble_table}
