@@ -10,6 +10,7 @@ from .report import word
 
 PEERS = "docs/peers/peers.json"
 THOROUGH = "docs/peers/rule_thorough.json"  # minispec conform rule ...:speculative_sampling --thorough
+ASSISTED_THOROUGH = "docs/peers/assisted_thorough.json"  # minispec conform loop ...:assisted --thorough
 
 
 def load(root: Path) -> dict:
@@ -58,7 +59,9 @@ def peers_table(root: Path) -> str:
         greedy = ""
         if p["level"] == "loop":
             g = p["greedy"]
-            greedy = f"; greedy {sum(x.get('got') == x.get('want') for x in g['prompts'])}/{len(g['prompts'])} identical"
+            same = sum(x.get("got") == x.get("want") for x in g["prompts"])
+            ties = sum(x.get("got") != x.get("want") and x.get("top2_logit_gap") == 0 for x in g["prompts"])
+            greedy = f"; greedy {same}/{len(g['prompts'])} identical" + (f", {ties} at an exact tie" if ties else "")
         lines.append(f"| {p['what']} | {p['level']} | {p['expected']} | {verdict(p)}{greedy} | {size_text(p)} | "
                      f"{largest(p)} | {p['tv_80_max']:.3f} | {failing_text(p)} | {p['seconds']:.0f} s |")
     return "\n".join(lines)
@@ -101,6 +104,14 @@ def values(root: Path) -> dict[str, str]:
         out["peers.thorough"] = (f"{word(t['passed'])} on {t['cases']} cases x {t['draws_per_case']:,} rounds: largest TV "
                                  f"{t['max_tv']:.3f}, every case catching a TV >= {t['tv_80_max']:.3f} with probability "
                                  f">= 0.8 ({run_line(t)}; {t['seconds'] / 60:.0f} min)")
+    if (Path(root) / ASSISTED_THOROUGH).exists():
+        t = json.loads((Path(root) / ASSISTED_THOROUGH).read_text())
+        out["peers.assisted_thorough"] = (
+            f"{word(t['passed'])} on {len(t['results'])} settings x {t['runs_per_setting']:,} runs: TV "
+            + ", ".join(f"{r['tv']:.3f} ({r['tv_noise']:.3f})" for r in t["results"])
+            + f", every setting catching a TV >= {t['tv_80_max']:.3f} with probability >= 0.8; greedy "
+            f"{sum(x.get('got') == x.get('want') for x in t['greedy']['prompts'])}/{len(t['greedy']['prompts'])} identical "
+            f"({run_line(t)}; {t['seconds'] / 60:.0f} min)")
     return out
 
 
