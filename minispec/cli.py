@@ -13,6 +13,7 @@ from .drafters import make_drafter
 from .drafters.protocol import HasOwnTokenizer, ProposesTrees, has
 from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
+from .harness.conform.command import add_parser as add_conform
 from .harness.measure import timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
@@ -404,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("outdir", help="output directory")
     c.set_defaults(func=cmd_convert)
     add_check(sub)
+    add_conform(sub)
 
     b = sub.add_parser("bench", help=f"the latency study (`minispec bench --help`); subcommands {', '.join(SUBCOMMANDS)} "
                             "(`minispec bench auto --help`)",

@@ -4,6 +4,7 @@
     equivalence.py  the deliberately broken rules (twins of the real ones), chi-square and permutation tests
     exact_law.py    level 1: a rule's exact output law (a round, its first token, a tree's), integrated over every draw
     exact_loop.py   level 3, exact: the loop itself walked over every branch of its randomness
+    conform/        ``minispec conform``: the conformance kit, these checks pointed at another implementation's rule or loop
     power.py        ``minispec bench power``: how large a departure level 4 catches (planted, of exact size)
     study.py        ``minispec bench``: acceptance, speedup, r(n), c and memory per drafter and K
     bench.py        ``minispec bench``: the study, ``forward`` and ``decode``, and the dispatch of the subcommands

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from . import bench_commands, doc_figures, kernel_figures
+from .conform import peers_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,15 +34,15 @@ def bench_list(root: Path) -> str:
     return "\n".join(["```bash", *lines, "```"])
 
 
-SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS, "bench_commands": bench_list}
-FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
+SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS, **peers_figures.SECTIONS, "bench_commands": bench_list}
+FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md", "docs/peers.md",
          "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
 VALUE = re.compile(r"(<!-- v:([\w.-]+) -->).*?(<!-- /v -->)", re.S)
 
 
 def render(text: str, root: Path = ROOT) -> str:
-    figures = {**doc_figures.values(root), **kernel_figures.values(root)}
+    figures = {**doc_figures.values(root), **kernel_figures.values(root), **peers_figures.values(root)}
 
     def section(m):
         if m.group(2) not in SECTIONS:

@@ -1,0 +1,148 @@
+"""The loop check: a peer's whole generate loop, on the tiny random pair of models.py.
+
+    sampling   for each setting of (temperature, top-k, top-p), N runs of m = 3 tokens from one prompt, seeds
+               0..N-1: the counts of the first m tokens against the target's exact law of m tokens (the target's
+               rows warped, the product over the 125 sequences: exact_law.joint_law), a chi-square test of stated
+               power (stats.py), Bonferroni over the settings at ALPHA. The prompt repeats itself, so that prompt
+               lookup has something to propose; top-k 2 meets the target's tied tokens (top-k keeps every token
+               tied with the k-th, in minispec as in transformers). Which of two tied tokens top-p keeps at its
+               boundary is a convention that implementations break differently (minispec the lower id,
+               transformers the higher), so the top-p setting is one where no reachable context has a tie at the
+               boundary: each result says so (``tie_free``: the law is the same with the vocabulary's order
+               reversed).
+    greedy     temperature 0 on a few prompts: the peer's tokens must equal the target's own greedy tokens
+               (``generate``); a mismatch is shown with the target's top-2 logit gap there, and forgiven only at a
+               float tie (gap < 1e-4, as level 4's greedy check does).
+
+Every call is guarded (contract.py): a fault fails its setting with the call that caused it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ...generate import generate
+from ...model import load_model
+from ...model.progress import Progress
+from ...sampling import warp
+from ..check import ALPHA
+from ..exact_law import joint_law
+from .contract import PeerFault, guarded, loop_outcome
+from .models import V, write_pair
+from .stats import compare_counts
+
+M = 3
+PROMPT = [2, 3, 1, 2, 3]
+SETTINGS = [dict(temperature=1.0, top_k=None, top_p=None), dict(temperature=0.8, top_k=2, top_p=None),
+            dict(temperature=0.9, top_k=None, top_p=0.65)]
+GREEDY_PROMPTS = [PROMPT, [1], [4, 4, 0, 2]]
+GREEDY_TOKENS = 12
+TIE_GAP = 1e-4
+RUNS = {False: 1500, True: 6000}
+
+
+def target_law(target, prompt, m: int, temperature, top_k, top_p, reverse: bool = False) -> np.ndarray:
+    """The target's exact law of its first m tokens after ``prompt`` [V^m]; ``reverse``: ties broken the other way
+    (the warp applied to the vocabulary in reverse order)."""
+    memo = {}
+
+    def p_of(prefix):
+        if prefix not in memo:
+            seq = list(prompt) + list(prefix)
+            z = target.forward(seq, target.new_cache(len(seq)))[-1]
+            memo[prefix] = warp(z[::-1], temperature, top_k, top_p)[::-1] if reverse else warp(z, temperature, top_k, top_p)
+        return memo[prefix]
+    return joint_law(p_of, m, V)
+
+
+def sampling_setting(loop, dirs, target, setting: dict, runs: int, alpha: float, limit_s, bar) -> dict:
+    counts = np.zeros(V ** M)
+    for seed in range(runs):
+        args = (str(dirs[0]), str(dirs[1]), list(PROMPT), M, setting["temperature"], setting["top_k"],
+                setting["top_p"], seed)
+        try:
+            tokens = loop_outcome(guarded(loop, args, limit_s), M, V)
+        except PeerFault as e:
+            return dict(passed=False, fault=e.kind, detail=e.detail, call=call_text(args), runs_done=seed)
+        counts[np.ravel_multi_index(tuple(tokens), (V,) * M)] += 1
+        bar.update()
+    law = target_law(target, PROMPT, M, **setting)
+    tie_free = bool(np.allclose(law, target_law(target, PROMPT, M, **setting, reverse=True), atol=1e-12))
+    return dict(compare_counts(counts, law, alpha, seed=runs), tie_free=tie_free)
+
+
+def call_text(args) -> str:
+    names = ("target_dir", "draft_dir", "prompt_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed")
+    return ", ".join(f"{n}={a!r}" for n, a in zip(names, args))
+
+
+def greedy_check(loop, dirs, target, limit_s, bar) -> dict:
+    rows = []
+    for prompt in GREEDY_PROMPTS:
+        want = generate(target, prompt, GREEDY_TOKENS)
+        args = (str(dirs[0]), str(dirs[1]), list(prompt), GREEDY_TOKENS, 0.0, None, None, 0)
+        try:
+            got = loop_outcome(guarded(loop, args, limit_s), GREEDY_TOKENS, V)
+        except PeerFault as e:
+            rows.append(dict(prompt=prompt, passed=False, fault=e.kind, detail=e.detail, call=call_text(args)))
+            bar.update()
+            continue
+        row = dict(prompt=prompt, want=want, got=got, passed=got == want)
+        if got != want:
+            j = next(j for j, (x, y) in enumerate(zip(got, want)) if x != y)
+            ctx = list(prompt) + want[:j]
+            top2 = np.sort(target.forward(ctx, target.new_cache(len(ctx)))[-1])[-2:]
+            row.update(position=j, top2_logit_gap=float(top2[1] - top2[0]), passed=float(top2[1] - top2[0]) < TIE_GAP)
+        rows.append(row)
+        bar.update()
+    return dict(passed=all(r["passed"] for r in rows), prompts=rows)
+
+
+def check_loop(loop, thorough: bool = False, limit_s: float | None = 60.0, progress: bool = True,
+               runs: int | None = None, settings: list[dict] | None = None, directory=None,
+               own_vocabulary: bool = False) -> dict:
+    """The loop check's report (report.py formats it). ``own_vocabulary``: the draft has a vocabulary of its own
+    (models.py), for a loop that drafts across tokenizers."""
+    t0 = time.perf_counter()
+    name = getattr(loop, "__qualname__", getattr(loop, "__name__", repr(loop)))
+    runs = runs or RUNS[thorough]
+    settings = settings or SETTINGS
+    with tempfile.TemporaryDirectory() if directory is None else _kept(directory) as tmp:
+        dirs = write_pair(tmp, own_vocabulary)
+        target = load_model(dirs[0])
+        bar = Progress(runs * len(settings) + len(GREEDY_PROMPTS), f"conform loop {name}", quiet=not progress)
+        alpha = ALPHA / len(settings)
+        results = []
+        for setting in settings:
+            s0 = time.perf_counter()
+            res = sampling_setting(loop, dirs, target, setting, runs, alpha, limit_s, bar)
+            results.append(dict(setting=setting, prompt=PROMPT, tokens=M, **res, seconds=time.perf_counter() - s0))
+        g0 = time.perf_counter()
+        greedy = dict(greedy_check(loop, dirs, target, limit_s, bar), seconds=time.perf_counter() - g0)
+        bar.close()
+    failing = [r for r in results if not r["passed"]]
+    tvs = [r["tv"] for r in results if "tv" in r]
+    return dict(level="loop", function=name, mode="monte carlo", runs_per_setting=runs, tokens=M, vocabulary=V,
+                draft_vocabulary=V + own_vocabulary,
+                alpha=ALPHA, passed=not failing and greedy["passed"], sampling_passed=not failing,
+                max_tv=max(tvs) if tvs else None, tv_80_max=max((r.get("tv_80", 0) for r in results), default=None),
+                smallest_failing=failing[0] if failing else None, seconds=time.perf_counter() - t0,
+                results=results, greedy=greedy)
+
+
+class _kept:
+    """A directory the caller keeps (the models are written there and left)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def __enter__(self):
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self.path
+
+    def __exit__(self, *a):
+        return False

@@ -1,0 +1,61 @@
+"""The tiny random pair a loop is checked on, written as real Hugging Face-format directories (model/tiny.py).
+
+Vocabulary 5, so that the target's exact law of m = 3 tokens has 125 cells. Two tokens of the target (1 and 4) have
+the same output row, chosen so that at the check's prompt the pair is often the most likely: their logits tie exactly, which is where a
+top-k that keeps ties wrong departs (twins.py). No end-of-sequence token: every run has its full length.
+
+Each directory also has a tokenizer (tokenizer.json: byte-pair encoding over the letters a-e, one letter per target
+token), so that a loop that works through text can run. ``own_vocabulary``: the draft has a vocabulary of its own,
+the five letters and "ab" (one merge), 6 tokens, for a loop that drafts across tokenizers (universal assisted
+decoding).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models
+
+from ...model.config import ModelConfig
+from ...model.safetensors_io import write_safetensors
+from ...model.tiny import random_tensors, tiny_config
+
+V = 5
+SHAPE = dict(vocab_size=V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1,
+             bos_token_id=None, eos_token_id=None, pad_token_id=None)
+TIED = (1, 4)
+
+
+LETTERS = ["a", "b", "c", "d", "e"]
+
+
+def write_tokenizer(path: Path, words: list[str], merges=()) -> None:
+    """tokenizer.json: byte-pair encoding of ``words`` (token i is words[i]) with ``merges``, decoded by joining."""
+    tok = Tokenizer(models.BPE({w: i for i, w in enumerate(words)}, list(merges)))
+    tok.decoder = decoders.Fuse()
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+
+
+def write_model(path, layers: int, seed: int, tie: bool, vocab: int = V) -> Path:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    config = tiny_config(num_hidden_layers=layers, **(SHAPE | dict(vocab_size=vocab)))
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = random_tensors(ModelConfig.from_dict(config), seed, scale=1.0)
+    if tie:
+        head = tensors["lm_head.weight"]  # [V, D]
+        head[TIED[1]] = head[TIED[0]]
+    write_safetensors(path / "model.safetensors", tensors, "F32")
+    words = LETTERS + ["ab"] * (vocab > V)
+    write_tokenizer(path, words, [("a", "b")] if vocab > V else ())
+    return path
+
+
+def write_pair(directory, own_vocabulary: bool = False) -> tuple[Path, Path]:
+    """-> (target_dir, draft_dir) under ``directory``: a 2-layer target with tied tokens, a 1-layer draft (of its own
+    vocabulary with ``own_vocabulary``)."""
+    directory = Path(directory)
+    return (write_model(directory / "target", 2, seed=10, tie=True),
+            write_model(directory / "draft", 1, seed=20, tie=False, vocab=V + own_vocabulary))

@@ -1,0 +1,156 @@
+"""Planted bugs: one twin for each class of bug that real rejection samplers have shipped (issue 37's list), each
+minispec's own code with that one bug, each caught by the kit (tests/test_conform.py says so, with the smallest
+failing case and its distance).
+
+Rules (``rejection.accept_reject``'s contract):
+    q_not_sampled      q is not what the draft sampled from: the rule is told norm(q^2) (a q from logits warped
+                       otherwise than the ones sampled; transformers #47932 and #32867, DeepSpec #31). power.py's
+                       planted "bias" at strength 1.
+    warp_one_side      a warp applied to one side only: the target's rows truncated to their top 2 before the
+                       rule, the draft's left as sampled (vLLM #9834 / PR #10198, mistral.rs PR #2424, ATOM PR #2318)
+    wrong_residual     after a rejection, a draw from p instead of norm(max(0, p - q)) (EAGLE #20, vllm-ascend PR
+                       #2881, transformers PR #28508): equivalence.broken_accept_reject
+    reused_uniform     the acceptance uniform reused for the residual's draw (vllm-ascend PR #16370): the
+                       acceptance rate is right, the correction is biased (it inverts the residual's CDF with a
+                       uniform already known to lie above the threshold)
+    bonus_wrong_row    the bonus token taken from p_K, the last guess's row, not p_{K+1} (lattice PR #509)
+    bonus_dropped      every guess kept, and no bonus token: next_token None (lattice PR #509)
+Loops (the loop contract):
+    raw_q_loop         q not what the draft sampled from, in a loop: the draft samples from its warped logits and
+                       reports softmax of its raw logits (transformers #47932); seen only where a warp changes q
+    topk_ties_loop     top-k that over-keeps ties (flashinfer PR #3774): the k largest *distinct* values are kept,
+                       so a tie at the top lets a (k+1)-th token in; both sides warp alike, so only the target's
+                       own law with the requested top-k tells
+    wrong_residual_loop  minispec's loop with the wrong residual: the loop check's power on a rule bug
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from ... import rejection, rounds, sampling
+from ...drafters import DraftModel
+from ...sampling import warp
+from ..equivalence import broken_accept_reject
+from ..power import planted_rule
+from . import adapters
+
+
+def named(fn, name: str, doc: str):
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
+
+
+q_not_sampled = named(planted_rule("bias", 1.0), "q_not_sampled", "accept_reject told norm(q^2), not the q sampled from")
+
+
+def top2_rows(rows: np.ndarray) -> np.ndarray:  # [n, V] -> [n, V]
+    with np.errstate(divide="ignore"):
+        return warp(np.log(rows), 1.0, top_k=2)
+
+
+def warp_one_side(target_probs, draft_probs, draft_tokens, rng):
+    """accept_reject with the target's rows truncated to their top 2, the draft's as sampled."""
+    return rejection.accept_reject(top2_rows(target_probs), draft_probs, draft_tokens, rng)
+
+
+wrong_residual = named(broken_accept_reject, "wrong_residual", broken_accept_reject.__doc__)
+
+
+class Recording:
+    """A generator that remembers its last uniform."""
+
+    def __init__(self, rng):
+        self.rng, self.last = rng, None
+
+    def random(self):
+        self.last = self.rng.random()
+        return self.last
+
+
+@contextmanager
+def replaced(module, name: str, value):
+    real = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, real)
+
+
+def reused_uniform(target_probs, draft_probs, draft_tokens, rng):
+    """accept_reject whose final draw inverts the row's CDF with the last acceptance uniform, not a fresh one."""
+    recording = Recording(rng)
+
+    def sample_again(probs, _rng):
+        cdf = np.cumsum(probs) / np.sum(probs)
+        return next((i for i, c in enumerate(cdf[:-1]) if recording.last < c), len(cdf) - 1)
+
+    with replaced(rejection, "sample", sample_again):
+        return rejection.accept_reject(target_probs, draft_probs, draft_tokens, recording)
+
+
+def bonus_wrong_row(target_probs, draft_probs, draft_tokens, rng):
+    """accept_reject whose bonus token is drawn from p_K (the last guess's row) instead of p_{K+1}."""
+    K = len(draft_tokens)
+    rows = np.concatenate([target_probs[:K], target_probs[K - 1: K]]) if K else target_probs
+    return rejection.accept_reject(rows, draft_probs, draft_tokens, rng)
+
+
+def bonus_dropped(target_probs, draft_probs, draft_tokens, rng):
+    """accept_reject that, when every guess is kept, returns no bonus token (next_token None)."""
+    n, t = rejection.accept_reject(target_probs, draft_probs, draft_tokens, rng)
+    return (n, None) if n == len(draft_tokens) else (n, t)
+
+
+RULES = {"q_not_sampled": q_not_sampled, "warp_one_side": warp_one_side, "wrong_residual": wrong_residual,
+         "reused_uniform": reused_uniform, "bonus_wrong_row": bonus_wrong_row, "bonus_dropped": bonus_dropped}
+
+
+def distinct_top_k(logits, temperature: float = 1.0, top_k=None, top_p=None):
+    """sampling.warp, but top-k keeps every token whose logit is among the k largest *distinct* values."""
+    if top_k is None or temperature == 0:
+        return warp(logits, temperature, top_k, top_p)
+    z = np.array(logits, dtype=np.float64)
+
+    def cut(row):
+        values = np.unique(row)[::-1]
+        return np.where(row < values[min(top_k, len(values)) - 1], -np.inf, row)
+    return warp(np.apply_along_axis(cut, -1, z), temperature, None, top_p)
+
+
+def topk_ties_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+    """minispec's loop with ``distinct_top_k`` as the warp of both sides."""
+    with replaced(rounds, "warp", distinct_top_k):
+        return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed)
+
+
+def wrong_residual_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+    """minispec's loop with ``wrong_residual`` as its rule."""
+    return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                         rule=wrong_residual)
+
+
+class RawLogitsDraft(DraftModel):
+    """A draft model that samples its guesses from the warped logits and reports q at temperature 1, unwarped."""
+
+    def propose(self, tokens, k, warp, rng, keep=None):
+        raw = []
+
+        def warped(logits):  # called once per guess, on its [V] logits
+            raw.append(np.asarray(logits, dtype=np.float64))
+            return warp(logits)
+        draft_tokens, draft_probs = super().propose(tokens, k, warped, rng, keep)
+        return draft_tokens, (sampling.warp(np.array(raw), 1.0) if draft_tokens else draft_probs)
+
+
+def raw_q_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+    """minispec's loop with ``RawLogitsDraft``."""
+    return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                         drafter_class=RawLogitsDraft)
+
+
+LOOPS = {"raw_q": raw_q_loop, "topk_ties": topk_ties_loop, "wrong_residual": wrong_residual_loop}

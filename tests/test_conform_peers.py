@@ -1,0 +1,46 @@
+"""transformers' speculative decoding through the conformance kit (marker ``peers``; skipped without transformers and
+torch). Small versions of the committed run (docs/peers/peers.json, ``python -m minispec.harness.conform.peers``)."""
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from minispec.harness.conform import transformers_peers as tp  # noqa: E402
+from minispec.harness.conform.cases import generated_cases  # noqa: E402
+from minispec.harness.conform.loop_check import SETTINGS, check_loop  # noqa: E402
+from minispec.harness.conform.report import format_report  # noqa: E402
+from minispec.harness.conform.rule_check import check_rule  # noqa: E402
+
+pytestmark = pytest.mark.peers
+
+SMALL = [c for c in generated_cases() if c.K <= 2 and c.V == 3]  # 20 cases
+
+
+def test_transformers_rule_passes_by_monte_carlo():
+    res = check_rule(tp.speculative_sampling, progress=False, cases=SMALL, draws=300)
+    assert res["mode"] == "monte carlo" and "rng.integers" in res["mode_reason"]  # it draws from torch: no exact walk
+    assert res["passed"], format_report(res)
+
+
+def test_static_ensemble_verification_is_caught():
+    res = check_rule(tp.ensemble(0.5), progress=False, cases=SMALL, draws=300)
+    s = res["smallest_failing"]
+    assert not res["passed"] and s["p_value"] < s["alpha"] and s["tv"] > s["tv_noise"], format_report(res)
+
+
+def test_transformers_assisted_generation_with_top_k():
+    res = check_loop(tp.assisted, progress=False, runs=300, settings=[SETTINGS[1]])
+    assert res["passed"], format_report(res)
+    assert res["greedy"]["passed"]  # greedy: the target's own tokens
+
+
+def test_universal_assisted_decoding_q_is_not_what_the_draft_sampled_from():
+    """transformers prunes the draft's head in tokenizer.get_vocab() order (a hash order, different in each process)
+    but places its logits in assistant-id order (candidate_generator.py). With a fixed unsorted order the bias is
+    caught at T = 1; with the order sorted the same loop passes (docs/peers.md)."""
+    one = [SETTINGS[0]]
+    bad = check_loop(tp.universal_in_order("reversed"), progress=False, runs=200, settings=one, own_vocabulary=True)
+    fixed = check_loop(tp.universal_sorted, progress=False, runs=200, settings=one, own_vocabulary=True)
+    assert not bad["sampling_passed"] and bad["results"][0]["tv"] > 0.4, format_report(bad)
+    assert fixed["sampling_passed"], format_report(fixed)
