@@ -336,8 +336,9 @@ def rules_values(root: Path) -> dict[str, str]:
     r = load(root, "docs/block/rules.json")  # minispec bench rules --json: per drafter, per temperature, per rule
     d = r["drafters"].values()
 
-    def spread(xs, fmt: str) -> str:
-        return f"{min(xs):{fmt}} to {max(xs):{fmt}}" if min(xs) < 0 else f"{min(xs):{fmt}}-{max(xs):{fmt}}"
+    def spread(xs, unit: str) -> str:  # the range over drafters, signed: "-1.0% to +5.8%"
+        digits = 1 if unit == "%" else 2
+        return f"{min(xs):+.{digits}f}{unit} to {max(xs):+.{digits}f}{unit}"
 
     def gain(t: str, rule: str) -> list[float]:  # % more tokens per pass than the token-wise rule, per drafter
         return [100 * (v[t][rule]["tokens_per_pass"] / v[t]["token"]["tokens_per_pass"] - 1) for v in d]
@@ -345,14 +346,18 @@ def rules_values(root: Path) -> dict[str, str]:
     def faster(t: str, rule: str) -> list[float]:  # speedup minus the token-wise rule's, per drafter
         return [v[t][rule]["speedup"] - v[t]["token"]["speedup"] for v in d]
 
-    out = {"rules.gain": spread(gain("T=1", "block"), ".1f") + "%", "rules.faster": spread(faster("T=1", "block"), ".2f") + "x",
-           "rules.runs": str(r["prompts"] * r["seeds"]), "rules.k": str(r["k"]),
-           "rules.temperatures": " and ".join(f"{t:g}" for t in r["temperatures"])}
-    for t in (f"T={t:g}" for t in r["temperatures"]):
-        out[f"rules.coupled.{t}.gain"] = spread(gain(t, "coupled"), ".1f") + "%"
-        out[f"rules.coupled.{t}.faster"] = spread(faster(t, "coupled"), ".2f") + "x"
-        out[f"rules.coupled.{t}.acceptance"] = spread([v[t]["coupled"]["acceptance"] for v in d], ".2f")
-        out[f"rules.token.{t}.acceptance"] = spread([v[t]["token"]["acceptance"] for v in d], ".2f")
+    def acceptance(t: str, rule: str) -> str:
+        xs = [v[t][rule]["acceptance"] for v in d]
+        return f"{min(xs):.3f}-{max(xs):.3f}"
+
+    out = {"rules.gain": spread(gain("T=1", "block"), "%"), "rules.faster": spread(faster("T=1", "block"), "x"),
+           "rules.runs": str(r["prompts"] * r["seeds"]), "rules.k": str(r["k"])}
+    for t in r["temperatures"]:
+        key, name = f"t{t:g}", f"T={t:g}"  # a figure's name: rules.coupled.t0.7.gain
+        out[f"rules.coupled.{key}.gain"] = spread(gain(name, "coupled"), "%")
+        out[f"rules.coupled.{key}.faster"] = spread(faster(name, "coupled"), "x")
+        out[f"rules.coupled.{key}.acceptance"] = acceptance(name, "coupled")
+        out[f"rules.token.{key}.acceptance"] = acceptance(name, "token")
     exact = load(root, RULES_EXACT)  # python examples/05_rules.py --json: integrated exactly, no sampling
     for case in ("paper", "table"):
         out[f"rules.exact.{case}.k"] = str(exact[case]["K"])
