@@ -3,13 +3,14 @@
 Daliri, Musco & Suresh 2024, "Coupling without Communication and Drafter-Invariant Speculative Decoding"
 (arXiv 2408.07978), Gumbel sampling. Names here -> the paper:
 
-    seed                the shared random seed both sides know (no communication besides it)
-    position t          the index in the sequence of the token being drawn (prompt included)
-    exponentials(t)     E_t(x) ~ Exp(1), one per token x, i.i.d., from a NumPy generator seeded by (seed, t)
-                        (E = -ln u for the paper's uniforms u; the Gumbel noise is g = -ln E)
-    race(p, t)          argmin_x E_t(x) / p(x), over the x with p(x) > 0
+    seed                what both sides share instead of communicating: the key of the public random numbers
+    position t          the index in the sequence of the token being drawn (prompt included); a KeyedNoise
+                        seen from ``start`` takes offsets i, t = start + i (a round's first new token is i = 0)
+    exponentials(i, V)  E_t(x) ~ Exp(1), one per token x, i.i.d., from a NumPy generator seeded by (seed, t)
+                        (E = -ln u for the paper's public uniforms u; the Gumbel noise is g = -ln E)
+    race(p, i)          argmin_x E_t(x) / p(x), over the x with p(x) > 0
                         = argmax_x ln p(x) + g_t(x): the Gumbel-max trick
-    top(p, t, w)        the w smallest E_t(x) / p(x): the Gumbel top-k, w draws from p without replacement
+    top(p, i, w)        the w smallest E_t(x) / p(x): the Gumbel top-k, w draws from p without replacement
                         (Kool et al. 2019; Gumbel-max list sampling, arXiv 2506.05632)
 
 **Why a race follows p.** E(x) / p(x) is exponential with rate p(x), and the first of independent
@@ -17,7 +18,8 @@ exponential clocks to ring is x with probability rate(x) / sum of the rates = p(
 stream: the token at position t is a function of p_t and of the noise keyed by (seed, t), whatever was
 drawn before, in whichever order and by whom. A drafter that races q_t on the same noise guesses the
 target's own token with probability sum_x 1 / (1 + sum_{y != x} max(p(y)/p(x), q(y)/q(x)))
-(``coupled_acceptance``), at least (1 - TV) / (1 + TV) (the paper's Theorem 2 bound).
+(``coupled_acceptance``, derived here by conditioning the race on E(x)), at least (1 - TV) / (1 + TV) (the
+paper's bound for Gumbel sampling).
 
 ``KeyedNoise`` is the noise for one run, seen from the round's first position: ``race(p, i)`` is the race at
 position ``start + i``. ``random()`` is a uniform from an ordinary stream, for a drafter that draws its guesses

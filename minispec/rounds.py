@@ -74,14 +74,14 @@ class Run:
     features: object = None  # the last target pass's features [T, D], for a drafter that reads them
     features_at: int = 0  # the cache position of their first row
     tree: Tree | None = None  # this round's token tree (a tree run), for the trace
-    keyed: KeyedNoise | None = None  # a keyed rule's noise (keyed.py): positions, not a stream, decide its draws
+    noise: KeyedNoise | None = None  # a keyed rule's noise (keyed.py): positions, not a stream, decide its draws
     accepts: Callable = overlap  # (p, q) -> P(the rule keeps a guess drawn from q): what a probe measures
 
     @property
     def rng(self):
         """This round's randomness, for the drafter and the rule: the run's generator, or, for a keyed rule, its
         noise seen from the round's first new position (race(p, i) at position len(tokens) + i)."""
-        return self.stream if self.keyed is None else self.keyed.at(len(self.tokens))
+        return self.stream if self.noise is None else self.noise.at(len(self.tokens))
 
     @property
     def done(self) -> bool:
@@ -232,4 +232,4 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
                stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
                warp=lambda logits: warp(logits, temperature, top_k, top_p), stream=stream,
                on_token=on_token, stats=SpecStats(), forwards0=drafter.forwards if drafter is not None else 0, trace=trace,
-               keyed=keyed_noise(seed, stream) if keyed else None, accepts=guess_acceptance(rule))
+               noise=keyed_noise(seed, stream) if keyed else None, accepts=guess_acceptance(rule))

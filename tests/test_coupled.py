@@ -252,7 +252,25 @@ def test_identity_every_drafter_k_policy_and_tree_give_the_keyed_samplers_tokens
                 assert res.tokens == want, (name, shape)
         traced = speculative_generate(target, make(), prompt, 40, k=3, seed=seed, rule="coupled", trace=Trace(), **w)
         assert traced.tokens == want, (name, "traced")
-    assert kept > 40  # guesses were kept, so the identity was not just plain rounds (the self-draft keeps them all)
+        if name == "self":  # the target drafting for itself races p on p's noise: every guess is its own token
+            res = speculative_generate(target, make(), prompt, 40, k=3, seed=seed, rule="coupled", **w)
+            assert res.stats.accepted == res.stats.drafted > 0
+    assert kept > 40  # guesses were kept, so the identity was not just plain rounds
+
+
+def test_a_drafter_that_does_not_couple_keeps_the_text_and_loses_acceptance(big_pair, monkeypatch):
+    """The twin: the draft model draws its guesses from the side stream (``sample``) instead of racing. The text is
+    the same (the target's races decide it), but the target drafting for itself no longer keeps every guess: the
+    coupling is what the self-draft's full acceptance above measures."""
+    from minispec.drafters import draft_model
+    from minispec.sampling import sample
+
+    target, _ = big_pair
+    want = generate(target, [5, 6, 7], 40, seed=0, keyed=True, temperature=1.0)
+    monkeypatch.setattr(draft_model, "draw", lambda probs, rng, i: sample(probs, rng))
+    res = speculative_generate(target, DraftModel(target), [5, 6, 7], 40, k=3, seed=0, temperature=1.0, rule="coupled")
+    assert res.tokens == want
+    assert res.stats.accepted < 0.8 * res.stats.drafted
 
 
 def test_identity_a_shorter_run_is_a_prefix_and_no_drafter_changes_a_token(big_pair):
@@ -301,7 +319,7 @@ def test_a_tree_refuses_block_and_a_rule_is_named(big_pair):
         tree_speculative_generate(target, DraftModel(draft), [1], 4, shape=(2, 2), rule="block")
     with pytest.raises(ValueError, match="'coupled'"):
         speculative_generate(target, DraftModel(draft), [1], 4, rule="keyed")
-    assert keyed.Keyed  # the protocol a rule's or drafter's randomness is asked for
+    assert isinstance(KeyedNoise(0), keyed.Keyed) and not isinstance(np.random.default_rng(0), keyed.Keyed)
 
 
 @pytest.fixture(scope="module")
@@ -361,3 +379,31 @@ def test_identity_on_smollm2_with_k_auto(smollm2):
         res = speculative_generate(smollm2, make_drafter(spec, smollm2), prompt, 24, k="auto", seed=5, temperature=0.9,
                                    rule="coupled")
         assert res.tokens == want, spec
+
+
+def test_the_cli_prints_one_text_for_every_drafter_and_traces_the_keyed_samples(tmp_path):
+    """`minispec generate --rule coupled --temperature 0.8 --seed 7` prints the same text with --draft none, prompt
+    lookup, layer skip (K = 2, auto) and a tree; the trace records, for each compared guess, the target's keyed
+    sample; a tree with --rule block is refused by name."""
+    import json
+
+    from .helpers import chat_model_dir, run_cli
+
+    model = str(chat_model_dir(tmp_path / "model"))
+    common = ["generate", "--model", model, "--prompt", "hello there", "--rule", "coupled", "--temperature", "0.8",
+              "--seed", "7", "--max-new-tokens", "24", "--no-compare"]
+    texts = set()
+    for extra in (["--draft", "none"], ["--draft", "prompt-lookup", "--k", "3"], ["--draft", "layer-skip", "--k", "2"],
+                  ["--draft", "layer-skip", "--tree", "2x2"], ["--draft", "layer-skip"]):  # the last: --k auto
+        code, out, err = run_cli(common + extra)
+        assert code == 0, err
+        texts.add(out)
+    assert len(texts) == 1, texts
+    trace_path = tmp_path / "run.json"
+    code, _, err = run_cli(common + ["--draft", "layer-skip", "--k", "3", "--trace", str(trace_path)])
+    assert code == 0, err
+    rounds = json.loads(trace_path.read_text())["rounds"]
+    assert all(r["rule"] == "coupled" and len(r["samples"]) == len(r["samples_text"]) for r in rounds)
+    assert sum(len(r["samples"]) for r in rounds) > 0
+    code, _, err = run_cli(common + ["--draft", "layer-skip", "--tree", "2x2", "--rule", "block"])
+    assert code == 2 and "--rule block applies to chains" in err

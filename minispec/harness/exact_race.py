@@ -13,7 +13,7 @@ E(a) / row(a) < E(b) / row(b) is a homogeneous linear inequality in the noise E 
 Volumes come from qhull (``scipy.spatial``), and a point inside each cell from a linear program (the centre of the
 largest ball it holds); a cell without one has volume 0. Independent noises (a twin whose draft races on noise of
 its own) are independent groups: their cells multiply. Tokens with row(x) = 0 never ring, and take no part in an
-order. The cells of V tokens and R rows number at most (V!)^R: this is for V <= 4.
+order. The cells of V tokens and R rows number at most (V!)^R: ``cells`` refuses V > MAX_V = 4.
 """
 
 from __future__ import annotations
@@ -83,9 +83,14 @@ def cell(constraints: list[np.ndarray], V: int) -> tuple[np.ndarray, float] | No
     return M @ inside + c, volume * factorial(V - 1)
 
 
+MAX_V = 4  # (V!)^2 orders for two rows: 576 linear programs at V = 4, 14,400 at V = 5
+
+
 def cells(rows: list[np.ndarray]) -> list[tuple[np.ndarray, float]]:
     """Every cell of the orders of E(x) / row(x), for the ``rows`` that race on one noise -> [(E inside, probability)]."""
     V = len(rows[0])
+    if not 2 <= V <= MAX_V:
+        raise ValueError(f"exact_race integrates vocabularies of 2..{MAX_V} tokens, got V = {V}: the cells number (V!)^rows")
     orders = [list(permutations(np.flatnonzero(np.asarray(r) > 0))) for r in rows]
     found = []
     for combo in product(*orders):

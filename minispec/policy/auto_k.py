@@ -14,8 +14,9 @@ Dividing by t_verify(1), E(K) / T(K) is the papers' speedup E(K) / (K c + r(K + 
 
 Probes. While K = 0 the estimates of a and b would get no news. So a plain round may draft one
 guess that is never verified: the plain round computes the target's distribution p for that
-position anyway, and sum_x min(p(x), q(x)) (``rejection.overlap``) is exactly the probability that
-the rule would have accepted the guess. It costs no target work, only the guess and the drafter
+position anyway, and the rule's own acceptance of a guess drawn from q (``rejection.guess_acceptance``:
+sum_x min(p(x), q(x)) token-wise, ``keyed.coupled_acceptance`` for the coupled rule) is exactly the
+probability that the rule would have accepted it. It costs no target work, only the guess and the drafter
 catching up on tokens it has not seen. When a probe's guess was certain (one-hot q) and the plain
 round emitted that very token, the round went exactly as if the guess had been accepted (both
 happen with probability p(x), and leave the same sequence), so the next probe stands for a later
@@ -29,7 +30,7 @@ from it (drafters.DraftModel.propose says why a rule that looks at the drawn tok
 lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's planned rate
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
-Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy, whose
+Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose
 output does not depend on K) refines t_verify(1) from its plain rounds, and keeps ``slowdown``: how much
 slower its drafting rounds ran than the calibrated cost model predicted for them (a decaying mean of
 measured / predicted seconds). It covers what no calibration sees: re-reading the text in a

@@ -59,7 +59,9 @@ def exact_tv(rule, case: Case, limit_s) -> tuple[float, float]:
 def deterministic(rule, cases, limit_s) -> bool:
     """Two calls with generators of equal seed agree, on a few cases: the rule draws only from its generator."""
     for j, case in enumerate(cases[:: max(1, len(cases) // 6)]):
-        xs = [int(np.argmax(case.q_of(()))) for _ in range(case.K)]
+        xs = []
+        for _ in range(case.K):  # the draft's most likely guess after each prefix: never one its q rules out
+            xs.append(int(np.argmax(case.q_of(tuple(xs)))))
         t, d = case.tables(xs)
         answers = [guarded(rule, (t, d, list(xs), np.random.default_rng(j)), limit_s) for _ in range(2)]
         if repr(answers[0]) != repr(answers[1]):
