@@ -15,13 +15,14 @@ from pathlib import Path
 import minispec
 
 # (d): what the model must not import: the speculation side of the package
-SPECULATION = ("rejection", "textbook", "speculative", "rounds", "drafters", "tree", "policy", "stats", "harness",
+SPECULATION = ("rejection", "keyed", "textbook", "speculative", "rounds", "drafters", "tree", "policy", "stats", "harness",
                "recipes")
 # (e): the textbook round imports only the rule, sampling and the model
 TEXTBOOK_USES = ("rejection", "sampling", "model")
-# (f): what stands at the package's top level: the rule, sampling, the tree rule, the loops (and the CLI)
-TOP_LEVEL = {"__init__", "__main__", "cli", "rejection", "sampling", "tree", "textbook", "generate", "speculative",
-             "rounds", "stats"}
+# (f): what stands at the package's top level: the rule, sampling and its keyed noise, the tree rule, the loops (and
+# the CLI)
+TOP_LEVEL = {"__init__", "__main__", "cli", "rejection", "sampling", "keyed", "tree", "textbook", "generate",
+             "speculative", "rounds", "stats"}
 
 
 def module_names(root: Path, package: str) -> dict[str, Path]:

@@ -3,6 +3,7 @@
     check.py        ``minispec check``: level-4 losslessness on the real target
     equivalence.py  the deliberately broken rules (twins of the real ones), chi-square and permutation tests
     exact_law.py    level 1: a rule's exact output law (a round, its first token, a tree's), integrated over every draw
+    exact_race.py   level 1 for keyed rules: a race's and a coupled round's law, integrated over every cell of the noise
     exact_loop.py   level 3, exact: the loop itself walked over every branch of its randomness
     conform/        ``minispec conform``: the conformance kit, these checks pointed at another implementation's rule or loop
     power.py        ``minispec bench power``: how large a departure level 4 catches (planted, of exact size)
@@ -10,7 +11,7 @@
     bench.py        ``minispec bench``: the study, ``forward`` and ``decode``, and the dispatch of the subcommands
     bench_commands.py  the table of ``minispec bench``'s subcommands, which the dispatcher and both helps read
     auto_eval.py    ``minispec bench auto``: k="auto" against plain decoding, and predicted against measured rounds
-    rules_eval.py   ``minispec bench rules``: the token-wise rule and block verification side by side
+    rules_eval.py   ``minispec bench rules``: the token-wise, block and coupled rules side by side
     draft_eval.py   ``minispec bench draft``: a draft model's acceptance by position and confidence
     eagle_eval.py   ``minispec bench eagle``: the EAGLE head's reduced-head sizes, acceptance by position, c, memory
     crossvocab_eval.py  ``minispec bench vocab``: drafts with their own tokenizer (SLEM, TLI) against the same-tokenizer draft
