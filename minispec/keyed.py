@@ -72,7 +72,7 @@ class KeyedNoise:
         probs = np.asarray(probs, dtype=np.float64)
         if probs.ndim != 1 or not probs.sum() > 0:
             raise ValueError(f"a race needs one probability row with some mass, got shape {probs.shape}")
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):  # a mass near 1e-308 rings at inf: it never wins
             return np.where(probs > 0, self.exponentials(i, len(probs)) / probs, np.inf)
 
     def race(self, probs: np.ndarray, i: int) -> int:
