@@ -23,16 +23,31 @@ def test_transformers_rule_passes_by_monte_carlo():
     assert res["passed"], format_report(res)
 
 
-def test_static_ensemble_verification_is_caught():
-    res = check_rule(tp.ensemble(0.5), progress=False, cases=SMALL, draws=300)
-    s = res["smallest_failing"]
-    assert not res["passed"] and s["p_value"] < s["alpha"] and s["tv"] > s["tv_noise"], format_report(res)
+def test_static_ensemble_verification_is_caught_and_its_distance_falls_with_the_weight():
+    """``assistant_ensemble_weight=w`` verifies w p + (1 - w) q: lossy by (1 - w) TV(p, q), lossless at w = 1."""
+    by_weight = {w: check_rule(tp.ensemble(w), progress=False, cases=SMALL, draws=300) for w in (0.25, 0.75, 1.0)}
+    for w in (0.25, 0.75):
+        res = by_weight[w]
+        s = res["smallest_failing"]
+        assert not res["passed"] and s["p_value"] < s["alpha"] and s["tv"] > s["tv_noise"], format_report(res)
+    assert by_weight[0.25]["max_tv"] > by_weight[0.75]["max_tv"] > by_weight[1.0]["max_tv"]
+    assert by_weight[1.0]["passed"], format_report(by_weight[1.0])
+
+
+def test_static_ensemble_verification_in_the_loop_is_caught():
+    res = check_loop(tp.ensemble_loop(0.5), progress=False, runs=300, settings=[SETTINGS[1]])
+    assert not res["passed"] and not res["sampling_passed"], format_report(res)
 
 
 def test_transformers_assisted_generation_with_top_k():
     res = check_loop(tp.assisted, progress=False, runs=300, settings=[SETTINGS[1]])
     assert res["passed"], format_report(res)
     assert res["greedy"]["passed"]  # greedy: the target's own tokens
+
+
+def test_transformers_prompt_lookup():
+    res = check_loop(tp.prompt_lookup, progress=False, runs=300, settings=[SETTINGS[1]])
+    assert res["passed"] and res["greedy"]["passed"], format_report(res)
 
 
 def test_universal_assisted_decoding_q_is_not_what_the_draft_sampled_from():
