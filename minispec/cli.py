@@ -373,8 +373,9 @@ def add_check(sub) -> None:
                                             "--quick; a run stops early at an end-of-sequence token)")
     k.add_argument("--quick", action="store_true", help="24 paired runs (unless --runs), 3 greedy prompts, no calibration")
     k.add_argument("--no-calibration", action="store_true", help="skip the plain-vs-plain calibration (20 seeds)")
-    k.add_argument("--rule", choices=["token", "block"], default="token",
-                   help="the verification rule the T=1 test checks, each against its broken twin (default token)")
+    k.add_argument("--rule", choices=["token", "block", "coupled"], default="token",
+                   help="the verification rule the T=1 test checks, each against its broken twin (default token); "
+                        "coupled also checks that every run is plain keyed sampling's tokens")
     k.add_argument("--json", help="also write the figures to this JSON file (several --draft: a path with {kind}, "
                                   "for example docs/level4_{kind}.json)")
     add_kernel_arg(k)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from minispec import generate, keyed
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
-from minispec.harness.equivalence import chisquare_gof
+from minispec.harness.equivalence import chisquare_gof, coupled_emits_the_guess
 from minispec.harness.exact_law import continued_law, joint_law
 from minispec.harness.exact_race import FixedNoise, race_law, round_law
 from minispec.keyed import KeyedNoise, coupled_acceptance
@@ -123,15 +123,6 @@ def test_the_fast_closed_form_equals_its_definition(pq):
     assert (1 - tv) / (1 + tv) - 1e-12 <= coupled_acceptance(p, q) <= 1 - tv + 1e-12
 
 
-def emits_the_rejected_guess(target_probs, draft_probs, draft_tokens, noise):
-    """A twin of coupled_verify with an off-by-one at a mismatch: it returns the rejected guess instead of the
-    target's token there."""
-    for i, x in enumerate(draft_tokens):
-        if x != noise.race(target_probs[i], i):
-            return i, x
-    return len(draft_tokens), noise.race(target_probs[-1], len(draft_tokens))
-
-
 def correction_on_the_next_positions_noise(target_probs, draft_probs, draft_tokens, noise):
     """A twin that, after a mismatch at position i, races p_i on position i+1's noise."""
     for i, x in enumerate(draft_tokens):
@@ -153,7 +144,7 @@ def test_level1_a_coupled_round_is_lossless_exactly_and_its_twin_is_not(K):
     law, kept = round_law(coupled_verify, p_of, q_of, K, 3)
     assert 0.5 * np.abs(continued_law(law, p_of, K + 1, 3) - target).sum() < 1e-12
     assert kept > 0
-    law, _ = round_law(emits_the_rejected_guess, p_of, q_of, K, 3)
+    law, _ = round_law(coupled_emits_the_guess, p_of, q_of, K, 3)
     assert 0.5 * np.abs(continued_law(law, p_of, K + 1, 3) - target).sum() > 0.1
     with pytest.raises(ValueError, match="not cut by"):
         round_law(correction_on_the_next_positions_noise, p_of, q_of, K, 3)

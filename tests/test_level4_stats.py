@@ -50,6 +50,27 @@ def test_the_real_rule_passes_and_the_broken_rule_is_caught(tiny):
     assert not broken["passed"] and broken["acceptance"]["mean_b"] > broken["acceptance"]["mean_a"], broken
 
 
+def test_the_coupled_rule_passes_is_keyed_sampling_run_for_run_and_its_twin_is_caught(tiny):
+    """Level 4 for the keyed rule: its runs are not told apart from plain (stream) sampling, and each one is plain
+    keyed sampling's tokens; the twin that emits the rejected guess is told apart, and is not keyed sampling."""
+    target, drafter = tiny
+    plain = runs(plain_sampler(target, []), 60, 0)
+    keyed = runs(plain_sampler(target, [], keyed=True), 60, check.SPECULATIVE_SEED)
+    real_rule, twin = RULES["coupled"]
+    real_runs = runs(check.speculative_sampler(target, drafter, [], 4, real_rule), 60, check.SPECULATIVE_SEED)
+    twin_runs = runs(check.speculative_sampler(target, drafter, [], 4, twin), 60, check.SPECULATIVE_SEED)
+    real, broken = compare(target, drafter, PROMPTS, plain, real_runs), compare(target, drafter, PROMPTS, plain, twin_runs)
+    assert real["passed"], real
+    assert check.identity(real_runs, keyed) == dict(runs=60, identical=60, first_difference=None)
+    assert not broken["passed"] and broken["acceptance"]["mean_b"] > broken["acceptance"]["mean_a"], broken
+    assert check.identity(twin_runs, keyed)["identical"] < 30
+
+
+def test_identity_names_the_first_run_and_token_that_differ():
+    assert check.identity([[1, 2], [3, 4, 5], [6]], [[1, 2], [3, 4], [7]]) == dict(
+        runs=3, identical=1, first_difference=dict(run=1, position=2))
+
+
 def test_permutation_p_value_is_small_only_when_the_runs_differ():
     a = np.array([[5.0, 1.0]] * 20)  # [N, F]: every run of method a puts 5 tokens in bin 0, 1 in bin 1
     same = paired_permutation_test(a, a.copy(), lambda x, y: np.abs(x - y).sum(-1), permutations=200)
@@ -76,6 +97,7 @@ def test_broken_twins_and_the_json_files_they_go_to(tiny):
     target, drafter = tiny
     assert list(broken_twins(drafter)) == ["sampling_broken_rule"]
     assert broken_twins(drafter, "block")["sampling_broken_rule"][1] is RULES["block"][1]
+    assert broken_twins(drafter, "coupled")["sampling_broken_rule"][1] is RULES["coupled"][1]
     assert json_path("docs/level4_{kind}.json", drafter, True) == "docs/level4_draft.json"
     assert json_path("out.json", drafter, False) == "out.json"
 

@@ -21,10 +21,13 @@
    statistic is at least as extreme (``equivalence.paired_permutation_test``): exact, however
    dependent the tokens within a run are.
    PASS: the smallest p-value, times the number of tests (Bonferroni), is above ALPHA = 0.01.
+   Identity (the coupled rule): run i must also be, token for token, plain keyed sampling of prompt i with its
+   seed (``generate(keyed=True)``): the tokens depend on the seed alone, not on the drafter.
 2. Broken twins: the same comparison with a deliberately broken control must FAIL: it shows the test
    has the power to catch a wrong rule at this size (``broken_twins``: the residual bug of
-   ``equivalence.broken_accept_reject``, or the same bug in block verification; for a drafter that
-   ``DraftsText`` also a boundary token trusted by prefix).
+   ``equivalence.broken_accept_reject``, or the same bug in block verification, or the coupled rule emitting the
+   rejected guess, ``equivalence.coupled_emits_the_guess``; for a drafter that ``DraftsText`` also a boundary
+   token trusted by prefix).
 3. Calibration (the full check): plain against plain, ``seeds`` times: each statistic's p-values
    should look uniform (a Kolmogorov-Smirnov test against U(0, 1) is shown).
 4. Greedy: for each drafter, speculative output == plain greedy output token for token. A mismatch
@@ -52,11 +55,11 @@ from ..generate import generate
 from ..model.fetch import shipped_draft
 from ..model.progress import Progress
 from ..model.provenance import provenance
-from ..rejection import accept_reject, block_verify
+from ..rejection import accept_reject, block_verify, coupled_verify, is_keyed
 from ..sampling import warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from .command import load_target
-from .equivalence import block_residual_bug, broken_accept_reject, mean_test, prefix_match, token_test
+from .equivalence import block_residual_bug, broken_accept_reject, coupled_emits_the_guess, mean_test, prefix_match, token_test
 from .prompts import PROMPT_SETS, load_prompts
 
 
@@ -77,11 +80,33 @@ def sample_runs(method, prompts, n_runs: int, run_tokens: int, seed: int, bar) -
     return runs
 
 
-def plain_sampler(target, stop):
-    return lambda p, n, s: generate(target, p, n, temperature=1.0, seed=s, stop_ids=stop)
+def plain_sampler(target, stop, keyed: bool = False):
+    return lambda p, n, s: generate(target, p, n, temperature=1.0, seed=s, stop_ids=stop, keyed=keyed)
 
 
-RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify, block_residual_bug)}  # (rule, twin)
+RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify, block_residual_bug),
+         "coupled": (coupled_verify, coupled_emits_the_guess)}  # (rule, twin)
+SPECULATIVE_SEED = 10**6  # run i of the speculative side has seed SPECULATIVE_SEED + i
+
+
+def identity(runs: list[list[int]], keyed_runs: list[list[int]]) -> dict:
+    """How many runs are plain keyed sampling's tokens exactly, and where the first one that is not departs."""
+    differ = [i for i, (a, b) in enumerate(zip(runs, keyed_runs)) if a != b]
+    first = None
+    if differ:
+        a, b = runs[differ[0]], keyed_runs[differ[0]]
+        first = dict(run=differ[0], position=next(j for j, (x, y) in enumerate(zip(a + [-1], b + [-2])) if x != y))
+    return dict(runs=len(runs), identical=len(runs) - len(differ), first_difference=first)
+
+
+def keyed_runs(target, tok, n_runs: int, run_tokens: int = 48, progress: bool = True) -> dict:
+    """Plain keyed sampling with the speculative side's prompts and seeds: what a keyed rule must emit."""
+    t0 = time.perf_counter()
+    bar = Progress(n_runs, "level 4, T=1 plain keyed", quiet=not progress)
+    runs = sample_runs(plain_sampler(target, tok.eos_ids, keyed=True), all_prompts(tok), n_runs, run_tokens,
+                       SPECULATIVE_SEED, bar)
+    bar.close()
+    return dict(runs=runs, seconds=time.perf_counter() - t0)
 
 
 def broken_twins(drafter, rule: str = "token") -> dict:
@@ -178,19 +203,22 @@ def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutation
 
 
 def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_tokens: int = 48, progress: bool = True,
-                   rule: str = "token", twin: str | None = None) -> dict:
-    """Speculative sampling at T = 1 with ``rule`` ("token" or "block"; ``twin``: one of its broken controls,
-    ``broken_twins``) against ``plain_runs``, run i of each on prompt i. The statistics read the real drafter."""
+                   rule: str = "token", twin: str | None = None, keyed: list | None = None) -> dict:
+    """Speculative sampling at T = 1 with ``rule`` ("token", "block" or "coupled"; ``twin``: one of its broken
+    controls, ``broken_twins``) against ``plain_runs``, run i of each on prompt i. The statistics read the real
+    drafter. ``keyed``: plain keyed sampling's runs (``keyed_runs``), which a keyed rule's runs must equal."""
     prompts = all_prompts(tok)
     runner, rule_fn = broken_twins(drafter, rule)[twin] if twin else (drafter, RULES[rule][0])
     bar = Progress(len(plain_runs), f"level 4, T=1, {drafter.name}" + (f" ({twin})" if twin else ""),
                    quiet=not progress)
     t0 = time.perf_counter()
     spec = sample_runs(speculative_sampler(target, runner, tok.eos_ids, k, rule_fn), prompts, len(plain_runs),
-                       run_tokens, 10**6, bar)
+                       run_tokens, SPECULATIVE_SEED, bar)
     bar.close()
     t1 = time.perf_counter()
     res = compare(target, drafter, prompts, plain_runs, spec)
+    if is_keyed(rule_fn) and keyed is not None:
+        res["identity"] = identity(spec, keyed)
     return dict(drafter=drafter.name, rule=getattr(rule_fn, "__name__", str(rule_fn)), broken_rule=twin is not None,
                 **res, seconds=dict(generation=t1 - t0, statistics=time.perf_counter() - t1))
 
@@ -260,11 +288,13 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
     t0 = time.perf_counter()
     shared = plain is not None
     plain = plain or plain_runs(target, tok, n_runs, progress)
+    keyed = keyed_runs(target, tok, len(plain["runs"]), progress=progress) if is_keyed(RULES[rule][0]) else None
+    check = dict(progress=progress, rule=rule, keyed=keyed and keyed["runs"])
     res = dict(target=target.name, rule=rule,
-               sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], progress=progress, rule=rule))
+               sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], **check))
     for twin in broken_twins(sampling_drafter, rule):
-        res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], progress=progress, rule=rule, twin=twin)
-    phases = dict(plain=plain["seconds"], plain_shared=shared)
+        res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], twin=twin, **check)
+    phases = dict(plain=plain["seconds"], plain_shared=shared, **({"plain_keyed": keyed["seconds"]} if keyed else {}))
     for side in ["sampling", *broken_twins(sampling_drafter, rule)]:
         for what, sec in res[side].pop("seconds").items():
             phases[f"{side}_{what}"] = sec
@@ -284,14 +314,23 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
 
 def verdicts(res: dict) -> dict:
     """What passed: the real rule is not told apart from plain sampling, the broken rule is, the calibration's
-    p-values look uniform, and greedy output is identical up to float ties."""
+    p-values look uniform, greedy output is identical up to float ties, and a keyed rule's runs are plain keyed
+    sampling's tokens."""
     out = dict(sampling=res["sampling"]["passed"], broken_rule_caught=not res["sampling_broken_rule"]["passed"],
                **({"trusted_boundary_caught": not res["sampling_trusted_boundary"]["passed"]}
                   if "sampling_trusted_boundary" in res else {}),
                greedy=all(m["top2_logit_gap"] < 1e-3 for g in res["greedy"] for m in g["mismatches"]))
     if "calibration" in res:
         out["calibration"] = res["calibration"]["passed"]
+    if "identity" in res["sampling"]:
+        out["identity"] = res["sampling"]["identity"]["identical"] == res["sampling"]["identity"]["runs"]
     return out
+
+
+def format_identity(i: dict) -> str:
+    line = f"{i['identical']}/{i['runs']} runs are plain keyed sampling's tokens, with the same prompts and seeds"
+    f = i["first_difference"]
+    return line + (f" (run {f['run']} departs at token {f['position']})" if f else "")
 
 
 def format_sampling(s: dict) -> str:
@@ -327,6 +366,9 @@ def format_check(res: dict) -> str:
                  + format_sampling(res["sampling_broken_rule"])
                  + (f" <= {ALPHA}: caught, so the test can see a wrong rule at this size"
                     if ok["broken_rule_caught"] else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
+    if "identity" in res["sampling"]:
+        lines.append(f"{word(ok['identity'])}  T=1, identity: the real rule's " + format_identity(res["sampling"]["identity"]))
+        lines.append("      the broken twin's " + format_identity(res["sampling_broken_rule"]["identity"]))
     if "sampling_trusted_boundary" in res:
         good = ok["trusted_boundary_caught"]
         lines.append(f"{word(good)}  T=1, a boundary token trusted by prefix (the real hazard of drafting text, "

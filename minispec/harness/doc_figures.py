@@ -416,7 +416,7 @@ def power_values(root: Path) -> dict[str, str]:
 
 # ---- level 4 (docs/level4_<kind>.json) -------------------------------------------------------------------
 
-LEVEL4 = ["draft", "eagle", "tli", "slem", "block"]  # docs/level4_<kind>.json, in this order when present
+LEVEL4 = ["draft", "eagle", "tli", "slem", "block", "coupled"]  # docs/level4_<kind>.json, in this order when present
 
 
 
@@ -435,12 +435,16 @@ def level4_table(root: Path) -> str:
         r = json.loads(f.read_text())
         s = r["sampling"]
         stats = ", ".join(f"{k} {_p(s[k]['p_value'])}" for k in ("tokens", "acceptance", "prefix") if k in s)
+        if "identity" in s:  # a keyed rule: every run must be plain keyed sampling's tokens
+            stats += f"; identical to keyed sampling {s['identity']['identical']}/{s['identity']['runs']}"
         twins = []
         for key, label in (("sampling_broken_rule", r["sampling_broken_rule"]["rule"]),
                            ("sampling_trusted_boundary", "boundary token trusted by prefix")):
             if key in r:
                 t = r[key]
-                twins.append(f"{label}: {_p(t['p_value'])} ({'caught' if not t['passed'] else 'NOT caught'})")
+                twins.append(f"{label}: {_p(t['p_value'])} ({'caught' if not t['passed'] else 'NOT caught'})"
+                             + (f", identical to keyed sampling {t['identity']['identical']}/{t['identity']['runs']}"
+                                if "identity" in t else ""))
         greedy = "; ".join(f"{g['drafter']} {g['identical']}/{g['prompts']}" for g in r["greedy"]) or "in the run above"
         prov = r.get("provenance")
         run = f"{prov['date'][:10]}, {str(prov['commit'] or '?')[:7]}" if prov else f"committed in {added_in(f)}"

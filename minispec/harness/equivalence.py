@@ -2,8 +2,9 @@
 frequencies and paired permutation tests.
 
 A twin of one of rejection.py's rules is that rule's own code with one function of rejection.py replaced for the
-call (``twin``), so that it differs from its rule by exactly its bug. SLEM's twin (``prefix_match``) verifies by
-text, a rule of its own. The exact laws the twins are held to are in exact_law.py (level 1) and exact_loop.py
+call (``twin``), so that it differs from its rule by exactly its bug. Two twins are rules of their own: SLEM's
+(``prefix_match``) verifies by text, and the coupled rule's (``coupled_emits_the_guess``) races keyed noise, which
+no function of rejection.py draws. The exact laws the twins are held to are in exact_law.py (level 1) and exact_loop.py
 (level 3).
 """
 
@@ -50,6 +51,16 @@ block_residual_bug = twin(rejection.block_verify, "weighted_residual", lambda re
                           "block_residual_bug", """Block verification with the classic bug of ``broken_accept_reject``:
 after a stop before the last guess it resamples from p, not from the weighted residual norm(max(0, p_tau p - q)).
 Level 4's twin for block verification (``broken_block_verify``'s error is too small for 192 runs to see).""")
+
+
+@rejection.declares(joint=False, keyed=True)
+def coupled_emits_the_guess(target_probs, draft_probs, draft_tokens, noise) -> tuple[int, int]:
+    """A deliberately broken twin of ``rejection.coupled_verify`` with an off-by-one at a mismatch: it emits the
+    rejected guess there, not the target's keyed sample. Its tokens follow the draft wherever the draft is wrong."""
+    for i, x in enumerate(draft_tokens):
+        if x != noise.race(target_probs[i], i):
+            return i, int(x)  # the bug: x where coupled_verify returns the target's sample y
+    return len(draft_tokens), noise.race(target_probs[-1], len(draft_tokens))
 
 
 def prefix_match(target_bytes):
