@@ -289,11 +289,11 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
     shared = plain is not None
     plain = plain or plain_runs(target, tok, n_runs, progress)
     keyed = keyed_runs(target, tok, len(plain["runs"]), progress=progress) if is_keyed(RULES[rule][0]) else None
-    check = dict(progress=progress, rule=rule, keyed=keyed and keyed["runs"])
+    common = dict(progress=progress, rule=rule, keyed=keyed["runs"] if keyed else None)
     res = dict(target=target.name, rule=rule,
-               sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], **check))
+               sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], **common))
     for twin in broken_twins(sampling_drafter, rule):
-        res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], twin=twin, **check)
+        res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], twin=twin, **common)
     phases = dict(plain=plain["seconds"], plain_shared=shared, **({"plain_keyed": keyed["seconds"]} if keyed else {}))
     for side in ["sampling", *broken_twins(sampling_drafter, rule)]:
         for what, sec in res[side].pop("seconds").items():

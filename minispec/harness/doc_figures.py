@@ -486,6 +486,8 @@ def level4_values(root: Path) -> dict[str, str]:
                 continue
             tag = {"sampling": "rule", "sampling_broken_rule": "twin", "sampling_trusted_boundary": "boundary"}[side]
             out[f"{key}.{tag}.p"] = f"{r[side]['p_value']:.2g}"
+            if "identity" in r[side]:
+                out[f"{key}.{tag}.identity"] = f"{r[side]['identity']['identical']} of {r[side]['identity']['runs']}"
             for stat in ("tokens", "acceptance", "prefix"):
                 if stat in r[side]:
                     out[f"{key}.{tag}.{stat}.p"] = f"{r[side][stat]['p_value']:.2g}"
