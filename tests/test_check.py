@@ -69,15 +69,17 @@ def test_level4_reduced_with_a_draft_of_its_own_tokenizer(setup):
 @pytest.mark.slow
 def test_level4_reduced_with_the_coupled_rule(setup):
     """The keyed rule with the shipped draft: T=1 against plain sampling, its twin (the rejected guess emitted)
-    caught, and every run plain keyed sampling's tokens, which no run of the twin is."""
+    caught, and every run plain keyed sampling's tokens, which no run of the twin is. 12 runs: the twin's
+    departure is gross (the full run: acceptance statistic 0.902 against 0.217), and the identity needs no power."""
     target, tok, main = setup
-    res = run_check(target, tok, main, [main], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0,
+    runs = 12
+    res = run_check(target, tok, main, [main], n_runs=runs, greedy_prompts=1, greedy_tokens=32, calibration_seeds=0,
                     progress=False, rule="coupled")
     report = format_check(res)
-    assert res["sampling"]["rule"] == "coupled_verify" and res["sampling"]["tokens"]["tokens_b"] >= 900, report
+    assert res["sampling"]["rule"] == "coupled_verify" and res["sampling"]["tokens"]["tokens_b"] >= 400, report
     assert res["passed"]["sampling"] and res["passed"]["broken_rule_caught"], report
-    assert res["passed"]["identity"] and res["sampling"]["identity"]["identical"] == REDUCED, report
-    assert res["sampling_broken_rule"]["identity"]["identical"] < REDUCED, report
+    assert res["passed"]["identity"] and res["sampling"]["identity"]["identical"] == runs, report
+    assert res["sampling_broken_rule"]["identity"]["identical"] < runs, report
     assert report.rstrip().splitlines()[-1].startswith("PASS overall")
 
 
