@@ -69,7 +69,7 @@ class KeyedNoise:
 
     def times(self, probs: np.ndarray, i: int) -> np.ndarray:  # [V] -> [V]
         """E_t(x) / p(x): when each token's clock rings (never, for p(x) = 0)."""
-        probs = np.asarray(probs, dtype=np.float64)
+        probs = np.asarray(probs, dtype=np.float64)  # float64 clocks stay inside the race: only token ids leave it
         if probs.ndim != 1 or not probs.sum() > 0:
             raise ValueError(f"a race needs one probability row with some mass, got shape {probs.shape}")
         with np.errstate(divide="ignore", over="ignore"):  # a mass near 1e-308 rings at inf: it never wins
@@ -99,7 +99,7 @@ def coupled_acceptance(target_row: np.ndarray, draft_row: np.ndarray) -> float:
     m_y = max(p(y)/p(x), q(y)/q(x)), probability prod_y exp(-e m_y); integrated against e^{-e} de that is
     1 / (1 + sum_y m_y). Computed in O(V log V): with r(y) = q(y)/p(y), m_y p(x) = p(y) where r(y) <= r(x), and
     m_y q(x) = q(y) where r(y) > r(x), so each x's sum is a prefix sum over the tokens sorted by r."""
-    p, q = np.asarray(target_row, dtype=np.float64), np.asarray(draft_row, dtype=np.float64)
+    p, q = np.asarray(target_row, dtype=np.float64), np.asarray(draft_row, dtype=np.float64)  # a float leaves, for planning
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(p > 0, q / p, np.inf)  # [V]; p = q = 0 never wins either race (excluded below)
     order = np.argsort(r, kind="stable")

@@ -89,24 +89,16 @@ RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify,
 SPECULATIVE_SEED = 10**6  # run i of the speculative side has seed SPECULATIVE_SEED + i
 
 
+def first_difference(got: list[int], want: list[int]) -> int:
+    """The first position where two different token lists differ (the shorter one's length if it is a prefix)."""
+    return next(j for j, (x, y) in enumerate(zip(got + [-1], want + [-2])) if x != y)
+
+
 def identity(runs: list[list[int]], keyed_runs: list[list[int]]) -> dict:
     """How many runs are plain keyed sampling's tokens exactly, and where the first one that is not departs."""
     differ = [i for i, (a, b) in enumerate(zip(runs, keyed_runs)) if a != b]
-    first = None
-    if differ:
-        a, b = runs[differ[0]], keyed_runs[differ[0]]
-        first = dict(run=differ[0], position=next(j for j, (x, y) in enumerate(zip(a + [-1], b + [-2])) if x != y))
+    first = dict(run=differ[0], position=first_difference(runs[differ[0]], keyed_runs[differ[0]])) if differ else None
     return dict(runs=len(runs), identical=len(runs) - len(differ), first_difference=first)
-
-
-def keyed_runs(target, tok, n_runs: int, run_tokens: int = 48, progress: bool = True) -> dict:
-    """Plain keyed sampling with the speculative side's prompts and seeds: what a keyed rule must emit."""
-    t0 = time.perf_counter()
-    bar = Progress(n_runs, "level 4, T=1 plain keyed", quiet=not progress)
-    runs = sample_runs(plain_sampler(target, tok.eos_ids, keyed=True), all_prompts(tok), n_runs, run_tokens,
-                       SPECULATIVE_SEED, bar)
-    bar.close()
-    return dict(runs=runs, seconds=time.perf_counter() - t0)
 
 
 def broken_twins(drafter, rule: str = "token") -> dict:
@@ -206,7 +198,7 @@ def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_token
                    rule: str = "token", twin: str | None = None, keyed: list | None = None) -> dict:
     """Speculative sampling at T = 1 with ``rule`` ("token", "block" or "coupled"; ``twin``: one of its broken
     controls, ``broken_twins``) against ``plain_runs``, run i of each on prompt i. The statistics read the real
-    drafter. ``keyed``: plain keyed sampling's runs (``keyed_runs``), which a keyed rule's runs must equal."""
+    drafter. ``keyed``: plain keyed sampling's runs (``plain_runs(keyed=True)``), which a keyed rule's runs must equal."""
     prompts = all_prompts(tok)
     runner, rule_fn = broken_twins(drafter, rule)[twin] if twin else (drafter, RULES[rule][0])
     bar = Progress(len(plain_runs), f"level 4, T=1, {drafter.name}" + (f" ({twin})" if twin else ""),
@@ -260,7 +252,7 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
             if got == want:
                 r["identical"] += 1
                 continue
-            j = next(j for j, (x, y) in enumerate(zip(got + [-1], want + [-2])) if x != y)
+            j = first_difference(got, want)
             ctx = list(p) + want[:j]
             top2 = np.sort(target.forward(ctx, target.new_cache(len(ctx)))[-1])[-2:]
             r["mismatches"].append(dict(prompt=i, position=j, plain=want[j] if j < len(want) else None,
@@ -270,12 +262,14 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
     return list(rows.values())
 
 
-def plain_runs(target, tok, n_runs: int = 192, progress: bool = True) -> dict:
+def plain_runs(target, tok, n_runs: int = 192, progress: bool = True, keyed: bool = False) -> dict:
     """The plain side of the T=1 comparison: run i is plain sampling from prompt i with seed i. One set serves
-    every drafter checked in one invocation (its runs do not depend on the drafter)."""
+    every drafter checked in one invocation (its runs do not depend on the drafter). ``keyed``: plain keyed
+    sampling with the speculative side's prompts and seeds instead, what a keyed rule must emit run for run."""
     t0 = time.perf_counter()
-    bar = Progress(n_runs, "level 4, T=1 plain", quiet=not progress)
-    runs = sample_runs(plain_sampler(target, tok.eos_ids), all_prompts(tok), n_runs, 48, 0, bar)
+    bar = Progress(n_runs, "level 4, T=1 plain" + (" keyed" if keyed else ""), quiet=not progress)
+    runs = sample_runs(plain_sampler(target, tok.eos_ids, keyed), all_prompts(tok), n_runs, 48,
+                       SPECULATIVE_SEED if keyed else 0, bar)
     bar.close()
     return dict(runs=runs, seconds=time.perf_counter() - t0)
 
@@ -288,7 +282,7 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
     t0 = time.perf_counter()
     shared = plain is not None
     plain = plain or plain_runs(target, tok, n_runs, progress)
-    keyed = keyed_runs(target, tok, len(plain["runs"]), progress=progress) if is_keyed(RULES[rule][0]) else None
+    keyed = plain_runs(target, tok, len(plain["runs"]), progress, keyed=True) if is_keyed(RULES[rule][0]) else None
     common = dict(progress=progress, rule=rule, keyed=keyed["runs"] if keyed else None)
     res = dict(target=target.name, rule=rule,
                sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], **common))
