@@ -238,6 +238,7 @@ def chat_target(tmp_path_factory):
     return chat_model_dir(tmp_path_factory.mktemp("medusa") / "target", hidden_size=32)
 
 
+@pytest.mark.slow  # 19 s: the default set stays under 6 minutes
 def test_minispec_check_runs_medusa(chat_target, medusa_kind, tmp_path):
     """Level 4 through the command, with 16 paired runs (seeded): the real rule is not told apart from plain sampling,
     the planted residual bug is (Medusa's random heads leave much to resample), greedy output is the
