@@ -1,0 +1,293 @@
+"""Training data for the EAGLE head, made on this machine in shards, resumable after any interruption.
+
+    python -m minispec.recipes.eagle_data --tokens 2500000 [--threads 2]      # runs for hours: start it in the background
+
+Each shard is one unit of work, seeded by (seed, shard index) alone, so an interrupted run restarts at the first
+missing shard and makes the same data. Shards cycle through six kinds:
+
+    code-greedy, chat-greedy, chat-t1, code-t1, chat-greedy, text
+
+- ``code-*``: the target continues a few lines of a standard-library function (plain text, as ``minispec/data``'s
+  code prompts are), greedy or at T = 1;
+- ``chat-*``: the target answers an instruction in its chat template: templates x topics, or a request built from a
+  standard-library function (write it from its docstring's first line, or explain it);
+- ``text``: standard-library source in chunks of ``--seq`` tokens (teacher-forced: no generation).
+
+Every window (prompt + answer, or chunk) that shares a run of 8 lowercased words with an evaluation prompt
+(``eval_overlap.py``: minispec/data and the external prompt sets) is dropped before its features are computed, and
+listed in ``manifest.json`` (the repository commits a copy: docs/eagle/data_manifest.json).
+
+For every kept token a shard stores, in float16, the target's hidden states that a head may read: ``top`` (after
+the final norm: what the LM head reads, EAGLE-1's feature), and ``low`` and ``mid`` (the outputs of layers
+``LOW`` and ``MID``: EAGLE-3's fused features with ``top``). One causal pass per batch of windows gives them.
+
+Files under ``--out`` (default ``$MINISPEC_CACHE/eagle-data-v2``): ``shard-00000.npz`` (tokens [n] int32, starts
+[m + 1], top/low/mid [n, D] float16) and ``shard-00000.json`` (its kind, counts, dropped windows and minutes; written
+last, so a shard without it is redone), and ``manifest.json`` (the totals, rewritten after every shard).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .eval_overlap import EvalRuns, external_prompts_dir, prompt_files
+
+KINDS = ("code-greedy", "chat-greedy", "chat-t1", "code-t1", "chat-greedy", "text")
+LOW, MID = 2, 14  # layer outputs stored beside the top: hidden_states[LOW + 1] and [MID + 1] in transformers
+
+MORE_TOPICS = [
+    "the Pythagorean theorem", "photosynthesis in deserts", "how a bicycle stays upright", "the history of tea",
+    "garbage collection", "TCP and UDP", "the Fibonacci sequence", "how vaccines are tested", "matrix multiplication",
+    "the nitrogen cycle", "big-O notation", "dynamic programming", "the Silk Road", "how compilers work",
+    "electric cars", "the human heart", "ocean tides", "machine learning", "the Renaissance", "caching strategies",
+    "probability", "graph traversal", "rust and corrosion", "composting", "interest rates", "the ancient Egyptians",
+    "version control", "the periodic table", "solar panels", "earthquakes", "API design", "writing a resume",
+    "saving money", "learning a language", "healthy breakfasts", "the water footprint of food", "migratory birds",
+    "the Internet", "encryption", "virtual memory", "threads and processes", "SQL joins", "code review",
+    "the scientific method", "statistics", "the Great Wall of China", "how airplanes fly", "magnetism", "evolution",
+    "photosynthesis and respiration", "coral reefs", "rain forests", "the metric system", "knitting", "gardening",
+    "running a marathon", "meditation", "public speaking", "time management", "writing good tests",
+    "floating point numbers", "Unicode", "the command line", "shell scripts", "Docker containers", "web servers",
+    "HTML and CSS", "recursion versus iteration", "binary trees", "heaps and priority queues", "queues",
+    "string formatting in Python", "list comprehensions", "Python decorators", "Python generators", "exceptions",
+    "context managers", "type hints", "virtual environments", "reading CSV files", "dates and times in Python",
+    "random numbers", "the mean and the median", "fractions", "percentages", "the solar system", "the Moon's phases",
+    "dinosaurs", "volcanic islands", "honey bees", "photosynthetic algae", "antibiotics", "the common cold",
+    "friendship", "teamwork", "job interviews", "cooking rice", "making pancakes", "planning a trip", "city parks",
+]
+MORE_TEMPLATES = [
+    "Can you explain {t} in simple terms?", "Write a step-by-step guide to {t}.", "Why does {t} matter?",
+    "Describe {t} in three sentences.", "Write a short story that involves {t}.", "Compare {t} with something similar.",
+    "What should everyone know about {t}?", "Give an analogy that explains {t}.", "Write a quiz question about {t}.",
+    "What is the history of {t}?", "Write an email to a friend about {t}.", "Create a short lesson plan on {t}.",
+]
+
+
+def all_topics():
+    from .train_draft import TOPICS
+    return TOPICS + MORE_TOPICS
+
+
+def all_templates():
+    from .train_draft import TEMPLATES
+    return TEMPLATES + MORE_TEMPLATES
+
+
+def functions(files, rng, tries: int = 50):
+    """A standard-library function with a docstring: (its source lines, its name and signature line, the docstring's
+    first line), or None after ``tries`` misses."""
+    for _ in range(tries):
+        lines = files[rng.integers(len(files))].read_text(errors="ignore").splitlines()
+        starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("def ")]
+        if not starts:
+            continue
+        i = starts[rng.integers(len(starts))]
+        body = lines[i: i + 25]
+        doc = next((line.strip().strip('"').strip("'").strip() for line in body[1:4] if '"""' in line or "'''" in line), "")
+        if len(doc.split()) >= 4:
+            return body, lines[i].strip().rstrip(":"), doc
+    return None
+
+
+def chat_instruction(files, rng) -> str:
+    """One instruction: template x topic (half the time), or a request built from a standard-library function."""
+    if rng.random() < 0.5:
+        templates, topics = all_templates(), all_topics()
+        return templates[rng.integers(len(templates))].format(t=topics[rng.integers(len(topics))])
+    f = functions(files, rng)
+    if f is None:
+        return "Write a Python function that adds two numbers."
+    body, head, doc = f
+    if rng.random() < 0.5:
+        return f"Write a Python function `{head.removeprefix('def ')}` that does this: {doc}"
+    return "Explain what this Python function does:\n```python\n" + "\n".join(body[:15]) + "\n```"
+
+
+def shard_prompts(kind: str, files, tok, n: int, rng) -> list[list[int]]:
+    if kind.startswith("code"):
+        from .train_draft import code_prompts
+        return code_prompts(files, tok, n, rng)
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": chat_instruction(files, rng)}]))
+            for _ in range(n)]
+
+
+def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int) -> list[list[int]]:
+    """prompt + the target's continuation (to its end-of-sequence token, included), for each prompt."""
+    import torch
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding with <|endoftext|>
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    torch.manual_seed(seed)
+    sampling = {} if greedy else dict(temperature=1.0, top_k=0, top_p=1.0)
+    with torch.no_grad():
+        out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=not greedy,
+                              pad_token_id=0, eos_token_id=tok.eos_ids, **sampling)
+    seqs = []
+    for p, row in zip(prompts, out[:, width:].tolist()):
+        ends = [j for j, t in enumerate(row) if t in tok.eos_ids]
+        seqs.append(p + (row[: ends[0] + 1] if ends else row))
+    return seqs
+
+
+def text_windows(files, tok, shard: int, per_shard: int, seq: int, seed: int) -> list[list[int]]:
+    """Standard-library source, ``per_shard`` files of a fixed permutation for text shard ``shard``, cut in
+    windows of ``seq`` ids (each file ended by id 0; a last partial window dropped)."""
+    order = np.random.default_rng((seed, 7)).permutation(len(files))
+    ids: list[int] = []
+    for i in order[shard * per_shard: (shard + 1) * per_shard]:
+        ids += tok.encode(files[i].read_text(errors="ignore")) + [0]
+    return [ids[a: a + seq] for a in range(0, len(ids) - seq + 1, seq)]
+
+
+def features(target, seqs, batch_tokens: int = 8192) -> dict:
+    """{top, low, mid}: [sum len, D] float16 hidden states of every token (right-padded causal batches)."""
+    import torch
+    out = {k: [None] * len(seqs) for k in ("top", "low", "mid")}
+    order = sorted(range(len(seqs)), key=lambda j: len(seqs[j]))
+    i = 0
+    while i < len(order):
+        n = max(1, batch_tokens // max(len(seqs[order[i]]), 1))
+        group = order[i: i + n]
+        width = max(len(seqs[j]) for j in group)
+        ids = torch.tensor([seqs[j] + [0] * (width - len(seqs[j])) for j in group])
+        with torch.no_grad():
+            hs = target.model(input_ids=ids, output_hidden_states=True).hidden_states  # [B, width, D] each
+        for key, h in (("top", hs[-1]), ("low", hs[LOW + 1]), ("mid", hs[MID + 1])):
+            h = h.float().numpy()
+            for row, j in enumerate(group):
+                out[key][j] = h[row, : len(seqs[j])].astype(np.float16)
+        i += n
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def make_shard(i: int, target, tok, files, overlap: EvalRuns, args) -> tuple[dict, dict]:
+    """Shard ``i`` -> (arrays, record)."""
+    kind = KINDS[i % len(KINDS)]
+    t0 = time.perf_counter()
+    if kind == "text":
+        seqs = text_windows(files, tok, i // len(KINDS), args.text_files, args.seq, args.seed)
+    else:
+        rng = np.random.default_rng((args.seed, i))
+        prompts = shard_prompts(kind, files, tok, args.gen_batch, rng)
+        new = args.chat_tokens if kind.startswith("chat") else args.code_tokens
+        seqs = [s[: args.seq] for s in generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i)]
+    t1 = time.perf_counter()
+    kept, dropped = [], []
+    for j, s in enumerate(seqs):
+        hit = overlap.hit(tok.decode(s))
+        if hit is None:
+            kept.append(s)
+        else:
+            dropped.append(dict(window=j, run=hit[0], file=hit[1]))
+    arrays = features(target, kept) if kept else {}
+    starts = np.cumsum([0] + [len(s) for s in kept])
+    arrays.update(tokens=np.array([t for s in kept for t in s], np.int32), starts=starts)
+    record = dict(shard=i, kind=kind, windows=len(seqs), kept=len(kept), tokens=int(starts[-1]), dropped=dropped,
+                  generation_minutes=(t1 - t0) / 60, feature_minutes=(time.perf_counter() - t1) / 60)
+    return arrays, record
+
+
+def write_manifest(out: Path, overlap: EvalRuns, args, external) -> dict:
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("shard-*.json"))]
+    manifest = dict(rule=f"a window is dropped when it shares a run of 8 lowercased whitespace-separated words with "
+                         f"any evaluation prompt (minispec/recipes/eval_overlap.py)",
+                    evaluation_files=overlap.files, external_prompts=str(external) if external else None,
+                    evaluation_runs=len(overlap), seed=args.seed, seq=args.seq, layers=dict(low=LOW, mid=MID),
+                    shards=len(records), tokens=sum(r["tokens"] for r in records),
+                    windows=sum(r["windows"] for r in records), kept=sum(r["kept"] for r in records),
+                    tokens_by_kind={k: sum(r["tokens"] for r in records if r["kind"] == k) for k in sorted(set(KINDS))},
+                    minutes=dict(generation=sum(r["generation_minutes"] for r in records),
+                                 features=sum(r["feature_minutes"] for r in records)),
+                    dropped=[dict(shard=r["shard"], kind=r["kind"], **d) for r in records for d in r["dropped"]])
+    tmp = out / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+    tmp.replace(out / "manifest.json")
+    return manifest
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m minispec.recipes.eagle_data", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=None, help="the shard folder (default: $MINISPEC_CACHE/eagle-data-v2)")
+    p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
+    p.add_argument("--tokens", type=int, default=2_500_000, help="stop once the shards hold this many tokens")
+    p.add_argument("--seed", type=int, default=2)
+    p.add_argument("--gen-batch", type=int, default=32, help="generations per generated shard")
+    p.add_argument("--chat-tokens", type=int, default=256, help="new tokens per chat answer")
+    p.add_argument("--code-tokens", type=int, default=192, help="new tokens per code continuation")
+    p.add_argument("--text-files", type=int, default=6, help="standard-library files per text shard")
+    p.add_argument("--seq", type=int, default=384, help="the longest window kept, in tokens")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--external-prompts", default=None,
+                   help="the external evaluation prompts folder (default: $MINISPEC_EXTERNAL_PROMPTS, else "
+                        "../shared/external_prompts); 'none' to build without it (recorded in the manifest)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.tokens <= 0 or args.gen_batch <= 0 or args.seq < 16:
+        print("error: --tokens and --gen-batch must be positive and --seq at least 16", file=sys.stderr)
+        return 2
+    external = None if args.external_prompts == "none" else Path(args.external_prompts or external_prompts_dir())
+    if external is not None and not external.is_dir():
+        print(f"error: {external}: no external evaluation prompts there, so windows that copy them could not be "
+              "dropped; pass --external-prompts PATH, or --external-prompts none to build without them", file=sys.stderr)
+        return 2
+    from .training import import_torch
+    torch = import_torch()
+    if torch is None:
+        return 2
+    import transformers
+
+    from ..model.fetch import cache_dir, resolve_model
+    from ..model.tokenizer import load_tokenizer
+    from .train_draft import stdlib_files
+
+    out = Path(args.out) if args.out else cache_dir() / "eagle-data-v2"
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(args.threads)
+    overlap = EvalRuns(prompt_files(external))
+    target_dir = resolve_model(args.target)
+    tok = load_tokenizer(target_dir)
+    target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    files = stdlib_files()
+    logf = open(out / "build_log.txt", "a")
+
+    def log(msg):
+        line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}"
+        print(line, file=sys.stderr, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    log(f"args {vars(args)}; {len(overlap)} evaluation word runs from {len(overlap.files)} files")
+    manifest = write_manifest(out, overlap, args, external)
+    i, t0, made = 0, time.perf_counter(), 0
+    while manifest["tokens"] < args.tokens:
+        if (out / f"shard-{i:05d}.json").exists():
+            i += 1
+            continue
+        arrays, record = make_shard(i, target, tok, files, overlap, args)
+        tmp = out / f"shard-{i:05d}.tmp.npz"
+        np.savez(tmp, **arrays)
+        tmp.replace(out / f"shard-{i:05d}.npz")
+        (out / f"shard-{i:05d}.json").write_text(json.dumps(record) + "\n")
+        manifest = write_manifest(out, overlap, args, external)
+        made += record["tokens"]
+        rate = made / (time.perf_counter() - t0)
+        log(f"shard {i} {record['kind']}: {record['kept']}/{record['windows']} windows kept, {record['tokens']} tokens "
+            f"in {record['generation_minutes'] + record['feature_minutes']:.1f} min; total {manifest['tokens']} of "
+            f"{args.tokens} ({rate:.0f} tok/s this run, {max(args.tokens - manifest['tokens'], 0) / max(rate, 1e-9) / 3600:.1f} h to go)")
+        i += 1
+    log(f"done: {manifest['tokens']} tokens in {manifest['shards']} shards")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The rule that keeps evaluation prompts out of training data (minispec/recipes/eval_overlap.py), and the committed
+manifest of what the EAGLE data builder dropped by it (docs/eagle/data_manifest.json)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minispec.recipes.eval_overlap import EvalRuns, MINISPEC_DATA, external_prompts_dir, file_texts, prompt_files
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "docs" / "eagle" / "data_manifest.json"
+
+
+@pytest.fixture(scope="module")
+def own():
+    return EvalRuns(prompt_files(None))
+
+
+def test_a_window_with_eight_words_of_a_prompt_is_dropped_and_seven_are_not(own):
+    prompt = next(t for t in file_texts(MINISPEC_DATA / "chat.jsonl") if len(t.split()) >= 8)
+    w = prompt.split()
+    window = "Some training text. " + " ".join(x.upper() for x in w[:8]) + "\n and more after it."
+    assert own.hit(window) == (" ".join(w[:8]).lower(), "chat.jsonl")
+    seven = "Some training text. " + " ".join(w[:7]) + " zzzunseen " + " ".join(w[8:15])
+    assert own.hit(seven) is None
+
+
+def test_a_malformed_line_is_refused_with_its_number(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"prompt": "fine"}\n{"prompt": \n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        file_texts(f)
+
+
+@pytest.mark.skipif(not MANIFEST.is_file(), reason="docs/eagle/data_manifest.json is not committed yet")
+def test_every_dropped_window_of_the_manifest_shares_a_run_with_the_file_it_names(own):
+    """Checks the rule without the data cache: each recorded run is a run of 8 words of the evaluation file named.
+    minispec's own files are always here; a run from an external file is checked where that folder is present."""
+    manifest = json.loads(MANIFEST.read_text())
+    external = external_prompts_dir()
+    both = EvalRuns(prompt_files(external)) if external.is_dir() else None
+    mine = {f["name"]: f["sha256"] for f in own.files}
+    for f in manifest["evaluation_files"]:
+        if f["name"] in mine:
+            assert f["sha256"] == mine[f["name"]], f"{f['name']} changed since the data was built: rebuild it"
+    checked = 0
+    for d in manifest["dropped"]:
+        assert len(d["run"].split()) == 8
+        runs = own if d["file"] in mine else both
+        if runs is None:
+            continue
+        assert runs.source.get(tuple(d["run"].split())) is not None, d
+        checked += 1
+    if manifest["dropped"] and not checked:
+        pytest.skip(f"every dropped run is from the external prompts, absent at {external}")
