@@ -103,18 +103,47 @@ def test_minispecs_loop_passes():
     assert res["greedy"]["passed"] and res["tv_80_max"] < 0.1
 
 
+def caught(s: dict) -> bool:
+    """What the check guarantees of a failing case: a draw the target's law forbids (wrong for certain), or a
+    distance from the law far beyond what a correct peer shows from noise. How far, on one CPU, is not guaranteed:
+    an AMD EPYC drew the top-k twin at TV 0.094 where an Intel Xeon drew it above 0.1."""
+    return s["chi2"] == float("inf") or s["tv"] > s["tv_noise"] + 5 * s["tv_se"]
+
+
 @pytest.mark.parametrize("name", sorted(twins.LOOPS))
 def test_every_planted_loop_bug_is_caught(name):
     bad = check_loop(twins.LOOPS[name], progress=False)
     assert not bad["sampling_passed"], format_report(bad)
-    s = bad["smallest_failing"]
-    assert s["tv"] > 0.1 and s["tv"] > s["tv_noise"] + 5 * s["tv_se"], format_report(bad)
+    assert caught(bad["smallest_failing"]), format_report(bad)
 
 
-def test_topk_ties_fail_only_under_top_k():
-    """The tie bug only shows with top-k: the one setting it fails is top-k 2, where the target's tokens 1 and 4 tie."""
-    bad = check_loop(twins.topk_ties_loop, progress=False, runs=600)
+@pytest.mark.parametrize("reverse", [False, True], ids=["ids", "reversed-ids"])
+def test_topk_ties_fail_only_under_top_k(reverse):
+    """The tie bug only shows with top-k: the one setting it fails is top-k 2, where the target's tokens 1 and 4 tie.
+    With the vocabulary reversed every tie is broken the other way by id, as another CPU's rounding might break it."""
+    bad = check_loop(twins.topk_ties_loop, progress=False, runs=600, reverse_vocabulary=reverse)
     assert [r["setting"]["top_k"] is not None for r in bad["results"] if not r["passed"]] == [True], format_report(bad)
+    assert caught(bad["smallest_failing"]), format_report(bad)
+
+
+def test_minispecs_loop_passes_with_the_vocabulary_reversed():
+    """The same loop, models and prompts, every tie broken the other way by id: still the target's law, and still
+    the target's greedy tokens."""
+    res = check_loop(adapters.loop, progress=False, runs=600, reverse_vocabulary=True)
+    assert res["passed"], format_report(res)
+    assert res["results"][0]["prompt"] == [2, 1, 3, 2, 1]  # PROMPT [2, 3, 1, 2, 3] in the reversed ids
+
+
+def test_the_reversed_pair_is_the_same_model_with_its_ids_reversed(tmp_path):
+    from minispec.harness.conform.loop_check import PROMPT, SETTINGS, target_law
+    from minispec.harness.conform.models import reversed_ids, write_pair
+    from minispec.model import load_model
+
+    plain = load_model(write_pair(tmp_path / "plain")[0])
+    flipped = load_model(write_pair(tmp_path / "flipped", reverse=True)[0])
+    law = target_law(plain, PROMPT, 2, **SETTINGS[0]).reshape(5, 5)
+    law_flipped = target_law(flipped, reversed_ids(PROMPT), 2, **SETTINGS[0]).reshape(5, 5)
+    assert np.allclose(law, law_flipped[::-1, ::-1], atol=1e-6)
 
 
 def test_the_loop_settings_do_not_depend_on_how_ties_are_broken(tmp_path):

@@ -64,5 +64,6 @@ def test_universal_assisted_decoding_q_is_not_what_the_draft_sampled_from():
     one = [SETTINGS[0]]
     bad = check_loop(tp.universal_in_order("reversed"), progress=False, runs=200, settings=one, own_vocabulary=True)
     fixed = check_loop(tp.universal_sorted, progress=False, runs=200, settings=one, own_vocabulary=True)
-    assert not bad["sampling_passed"] and bad["results"][0]["tv"] > 0.4, format_report(bad)
+    s = bad["results"][0]
+    assert not bad["sampling_passed"] and (s["chi2"] == float("inf") or s["tv"] > s["tv_noise"] + 5 * s["tv_se"]), format_report(bad)
     assert fixed["sampling_passed"], format_report(fixed)

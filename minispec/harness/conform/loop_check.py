@@ -32,7 +32,7 @@ from ...sampling import warp
 from ..check import ALPHA
 from ..exact_law import joint_law
 from .contract import PeerFault, guarded, loop_outcome
-from .models import V, write_pair
+from .models import V, reversed_ids, write_pair
 from .stats import compare_counts
 
 M = 3
@@ -59,10 +59,10 @@ def target_law(target, prompt, m: int, temperature, top_k, top_p, reverse: bool 
     return joint_law(p_of, m, V)
 
 
-def sampling_setting(loop, dirs, target, setting: dict, runs: int, alpha: float, limit_s, bar) -> dict:
+def sampling_setting(loop, dirs, target, setting: dict, runs: int, alpha: float, limit_s, bar, prompt=PROMPT) -> dict:
     counts = np.zeros(V ** M)
     for seed in range(runs):
-        args = (str(dirs[0]), str(dirs[1]), list(PROMPT), M, setting["temperature"], setting["top_k"],
+        args = (str(dirs[0]), str(dirs[1]), list(prompt), M, setting["temperature"], setting["top_k"],
                 setting["top_p"], seed)
         try:
             tokens = loop_outcome(guarded(loop, args, limit_s), M, V)
@@ -70,8 +70,8 @@ def sampling_setting(loop, dirs, target, setting: dict, runs: int, alpha: float,
             return dict(passed=False, fault=e.kind, detail=e.detail, call=call_text(args), runs_done=seed)
         counts[np.ravel_multi_index(tuple(tokens), (V,) * M)] += 1
         bar.update()
-    law = target_law(target, PROMPT, M, **setting)
-    tie_free = bool(np.allclose(law, target_law(target, PROMPT, M, **setting, reverse=True), atol=1e-12))
+    law = target_law(target, prompt, M, **setting)
+    tie_free = bool(np.allclose(law, target_law(target, prompt, M, **setting, reverse=True), atol=1e-12))
     return dict(compare_counts(counts, law, alpha, seed=runs), tie_free=tie_free)
 
 
@@ -80,9 +80,9 @@ def call_text(args) -> str:
     return ", ".join(f"{n}={a!r}" for n, a in zip(names, args))
 
 
-def greedy_check(loop, dirs, target, limit_s, bar) -> dict:
+def greedy_check(loop, dirs, target, limit_s, bar, prompts=GREEDY_PROMPTS) -> dict:
     rows = []
-    for prompt in GREEDY_PROMPTS:
+    for prompt in prompts:
         want = generate(target, prompt, GREEDY_TOKENS)
         args = (str(dirs[0]), str(dirs[1]), list(prompt), GREEDY_TOKENS, 0.0, None, None, 0)
         try:
@@ -104,25 +104,30 @@ def greedy_check(loop, dirs, target, limit_s, bar) -> dict:
 
 def check_loop(loop, thorough: bool = False, limit_s: float | None = 60.0, progress: bool = True,
                runs: int | None = None, settings: list[dict] | None = None, directory=None,
-               own_vocabulary: bool = False) -> dict:
+               own_vocabulary: bool = False, reverse_vocabulary: bool = False) -> dict:
     """The loop check's report (report.py formats it). ``own_vocabulary``: the draft has a vocabulary of its own
-    (models.py), for a loop that drafts across tokenizers."""
+    (models.py), for a loop that drafts across tokenizers. ``reverse_vocabulary``: the same models and prompts with
+    the vocabulary in reverse order, so that every tie the peer breaks by token id breaks the other way (what
+    another CPU's rounding might do), on this machine."""
     t0 = time.perf_counter()
     name = getattr(loop, "__qualname__", getattr(loop, "__name__", repr(loop)))
     runs = runs or RUNS[thorough]
     settings = settings or SETTINGS
     with tempfile.TemporaryDirectory() if directory is None else _kept(directory) as tmp:
-        dirs = write_pair(tmp, own_vocabulary)
+        dirs = write_pair(tmp, own_vocabulary, reverse_vocabulary)
+        flip = reversed_ids if reverse_vocabulary else list
+        prompt = flip(PROMPT)
         target = load_model(dirs[0])
         bar = Progress(runs * len(settings) + len(GREEDY_PROMPTS), f"conform loop {name}", quiet=not progress)
         alpha = ALPHA / len(settings)
         results = []
         for setting in settings:
             s0 = time.perf_counter()
-            res = sampling_setting(loop, dirs, target, setting, runs, alpha, limit_s, bar)
-            results.append(dict(setting=setting, prompt=PROMPT, tokens=M, **res, seconds=time.perf_counter() - s0))
+            res = sampling_setting(loop, dirs, target, setting, runs, alpha, limit_s, bar, prompt)
+            results.append(dict(setting=setting, prompt=prompt, tokens=M, **res, seconds=time.perf_counter() - s0))
         g0 = time.perf_counter()
-        greedy = dict(greedy_check(loop, dirs, target, limit_s, bar), seconds=time.perf_counter() - g0)
+        greedy = dict(greedy_check(loop, dirs, target, limit_s, bar, [flip(p) for p in GREEDY_PROMPTS]),
+                      seconds=time.perf_counter() - g0)
         bar.close()
     failing = [r for r in results if not r["passed"]]
     tvs = [r["tv"] for r in results if "tv" in r]

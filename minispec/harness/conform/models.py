@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models
 
 from ...model.config import ModelConfig
@@ -38,7 +39,9 @@ def write_tokenizer(path: Path, words: list[str], merges=()) -> None:
     (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
 
 
-def write_model(path, layers: int, seed: int, tie: bool, vocab: int = V) -> Path:
+def write_model(path, layers: int, seed: int, tie: bool, vocab: int = V, reverse: bool = False) -> Path:
+    """``reverse``: the same model with its vocabulary in reverse order (token i is the unreversed token V - 1 - i, rows
+    of the embedding and the head swapped to match): every tie an implementation breaks by id breaks the other way."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     config = tiny_config(num_hidden_layers=layers, **(SHAPE | dict(vocab_size=vocab)))
@@ -47,15 +50,26 @@ def write_model(path, layers: int, seed: int, tie: bool, vocab: int = V) -> Path
     if tie:
         head = tensors["lm_head.weight"]  # [V, D]
         head[TIED[1]] = head[TIED[0]]
+    if reverse:
+        for name in ("model.embed_tokens.weight", "lm_head.weight"):
+            if name in tensors:
+                tensors[name] = np.ascontiguousarray(tensors[name][::-1])  # [V, D], rows in reverse order
     write_safetensors(path / "model.safetensors", tensors, "F32")
-    words = LETTERS + ["ab"] * (vocab > V)
+    words = (LETTERS[::-1] if reverse else LETTERS) + ["ab"] * (vocab > V)
     write_tokenizer(path, words, [("a", "b")] if vocab > V else ())
     return path
 
 
-def write_pair(directory, own_vocabulary: bool = False) -> tuple[Path, Path]:
+def write_pair(directory, own_vocabulary: bool = False, reverse: bool = False) -> tuple[Path, Path]:
     """-> (target_dir, draft_dir) under ``directory``: a 2-layer target with tied tokens, a 1-layer draft (of its own
-    vocabulary with ``own_vocabulary``)."""
+    vocabulary with ``own_vocabulary``); ``reverse``: both with the vocabulary in reverse order (``write_model``)."""
+    if own_vocabulary and reverse:
+        raise ValueError("a reversed vocabulary is written for drafts of the target's own vocabulary only")
     directory = Path(directory)
-    return (write_model(directory / "target", 2, seed=10, tie=True),
-            write_model(directory / "draft", 1, seed=20, tie=False, vocab=V + own_vocabulary))
+    return (write_model(directory / "target", 2, seed=10, tie=True, reverse=reverse),
+            write_model(directory / "draft", 1, seed=20, tie=False, vocab=V + own_vocabulary, reverse=reverse))
+
+
+def reversed_ids(ids) -> list[int]:
+    """Token ids of the unreversed vocabulary as ids of the reversed one."""
+    return [V - 1 - int(t) for t in ids]
