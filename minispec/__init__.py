@@ -17,15 +17,39 @@ needs) and ``drafters/`` (who guesses). The parts:
     the CLI        cli.py (nothing imports it)
 """
 
-from .drafters import SLEM, TLI, DraftModel, Eagle, LayerSkip, PromptLookup, load_eagle, make_drafter
-from .generate import generate
-from .model import KVCache, Model, ModelConfig, ModelFormatError, Tokenizer, load_model, load_tokenizer
-from .model.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
-from .speculative import speculative_generate, tree_speculative_generate
-from .textbook import speculative_sampling
+from __future__ import annotations
 
-__all__ = ["DraftModel", "Eagle", "KVCache", "LayerSkip", "Model", "ModelConfig", "ModelFormatError", "PromptLookup", "SLEM",
-           "TLI", "Tokenizer", "generate", "load_eagle", "load_model", "load_tokenizer", "make_drafter", "resolve_model",
-           "shipped_bpe_draft", "shipped_draft", "shipped_eagle", "speculative_generate", "speculative_sampling",
-           "tree_speculative_generate"]
+import importlib
+
+# The public API, each name loaded from its module on first use (PEP 562), so that ``import minispec.rejection``
+# loads the rule and what it needs, not the library: a learner stepping into the rule meets only the rule.
+_API = {
+    "DraftModel": "drafters", "Eagle": "drafters", "LayerSkip": "drafters", "PromptLookup": "drafters",
+    "SLEM": "drafters", "TLI": "drafters", "load_eagle": "drafters", "make_drafter": "drafters",
+    "generate": "generate",
+    "KVCache": "model", "Model": "model", "ModelConfig": "model", "ModelFormatError": "model", "Tokenizer": "model",
+    "load_model": "model", "load_tokenizer": "model",
+    "resolve_model": "model.fetch", "shipped_bpe_draft": "model.fetch", "shipped_draft": "model.fetch",
+    "shipped_eagle": "model.fetch",
+    "speculative_generate": "speculative", "tree_speculative_generate": "speculative",
+    "speculative_sampling": "textbook",
+}
+__all__ = sorted(_API)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _API:
+        value = getattr(importlib.import_module(f".{_API[name]}", __name__), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+    try:  # a submodule, as ``import minispec; minispec.model`` found it when this file imported everything
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))

@@ -261,6 +261,7 @@ PEAK_CHILD = """
 import sys
 import numpy as np
 import minispec
+from minispec import generate, load_model  # noqa: F401 (loaded before the baseline: code, not weights)
 from minispec.model.kernel import default_kernel
 
 def peak_kb():  # this process's high-water mark of resident memory, in KB (Linux)

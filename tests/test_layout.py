@@ -190,3 +190,30 @@ def test_the_checker_reports_cycles_cli_harness_and_model_breaches(tmp_path):
     assert ("import cycle among minispec.model, minispec.model.blas, minispec.model.kvcache, minispec.model.transformer"
             in problems), problems
     assert "import cycle among minispec.stats" in problems, problems
+
+
+def loaded_by(statement: str) -> list[str]:
+    """The minispec modules a fresh interpreter has loaded after ``statement``."""
+    import subprocess
+    import sys
+    code = f"{statement}; import sys; print(' '.join(sorted(m for m in sys.modules if m.startswith('minispec'))))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_importing_the_rule_loads_the_rule_and_not_the_library():
+    """``import minispec.rejection`` loads the package's __init__, the rule, sampling and keyed noise: nothing of the
+    drafters, the policy, the harness or the model."""
+    loaded = loaded_by("import minispec.rejection")
+    assert len(loaded) <= 6, loaded
+    assert not any(m.startswith(("minispec.harness", "minispec.drafters", "minispec.policy", "minispec.model"))
+                   for m in loaded), loaded
+
+
+def test_the_public_api_loads_on_first_use():
+    assert "minispec.speculative" not in loaded_by("import minispec")
+    assert "minispec.speculative" in loaded_by("from minispec import speculative_generate")
+    for name in minispec.__all__:
+        assert getattr(minispec, name) is not None, name
+    assert minispec.model.load_model is minispec.load_model  # a submodule, as before
+    with __import__("pytest").raises(AttributeError, match="no attribute 'nothing'"):
+        minispec.nothing

@@ -27,6 +27,7 @@ BIG = tiny_config(vocab_size=65536, hidden_size=384, intermediate_size=1024, num
 CHILD = """
 import sys
 import minispec
+from minispec import generate, load_model  # noqa: F401 (loaded before the baseline: code, not weights)
 
 def peak_kb():  # this process's high-water mark of resident memory, in KB (Linux)
     with open("/proc/self/status") as f:
