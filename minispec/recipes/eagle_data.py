@@ -3,9 +3,10 @@
     python -m minispec.recipes.eagle_data --tokens 2500000 [--threads 2]      # runs for hours: start it in the background
 
 Each shard is one unit of work, seeded by (seed, shard index) alone, so an interrupted run restarts at the first
-missing shard and makes the same data. Shards cycle through six kinds:
+missing shard and makes the same data (the settings that shape the data are kept in ``settings.json``; a run with
+other settings is refused). Shards cycle through seven kinds:
 
-    code-greedy, chat-greedy, chat-t1, code-t1, chat-greedy, text
+    code-greedy, chat-greedy, chat-t1, text, chat-greedy, code-t1, text
 
 - ``code-*``: the target continues a few lines of a standard-library function (plain text, as ``minispec/data``'s
   code prompts are), greedy or at T = 1;
@@ -38,7 +39,7 @@ import numpy as np
 
 from .eval_overlap import EvalRuns, external_prompts_dir, prompt_files
 
-KINDS = ("code-greedy", "chat-greedy", "chat-t1", "code-t1", "chat-greedy", "text")
+KINDS = ("code-greedy", "chat-greedy", "chat-t1", "text", "chat-greedy", "code-t1", "text")
 LOW, MID = 2, 14  # layer outputs stored beside the top: hidden_states[LOW + 1] and [MID + 1] in transformers
 
 MORE_TOPICS = [
@@ -253,6 +254,14 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else cache_dir() / "eagle-data-v2"
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
+    shaping = dict(seed=args.seed, gen_batch=args.gen_batch, chat_tokens=args.chat_tokens, code_tokens=args.code_tokens,
+                   text_files=args.text_files, seq=args.seq, kinds=list(KINDS), low=LOW, mid=MID)
+    settings = out / "settings.json"
+    if settings.exists() and json.loads(settings.read_text()) != shaping:
+        print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
+              "or the same settings to resume", file=sys.stderr)
+        return 2
+    settings.write_text(json.dumps(shaping) + "\n")
     overlap = EvalRuns(prompt_files(external))
     target_dir = resolve_model(args.target)
     tok = load_tokenizer(target_dir)
