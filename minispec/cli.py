@@ -134,6 +134,8 @@ class Generation:
     checked (and loaded) before the first output."""
 
     def __init__(self, args):
+        if not args.prompt:  # refused before the model loads
+            raise ValueError("--prompt is empty: give the text to continue (with --chat, the message to answer)")
         if args.layers is not None and args.draft != "layer-skip":
             raise ValueError(f"--layers {args.layers} applies only to --draft layer-skip (got --draft {args.draft or DEFAULT_DRAFTER})")
         check_warp_args(args.temperature, args.top_k, args.top_p)
@@ -218,20 +220,31 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def possible_speedup(tokens: int, target_passes: int) -> float:
+    """The most a run can gain over plain decoding: its tokens per target pass. Plain decoding makes one target pass a
+    token; a pass over more tokens costs at least as much as a pass over one, and the drafter costs more than nothing."""
+    return tokens / max(target_passes, 1)
+
+
 def compare_with_plain(gen: Generation, res, dt: float) -> tuple[list[float], str]:
     """(speedups, the words that say them): the speculative run ``res`` (``dt`` seconds) against plain decoding in the
     same process, alternating; a run shorter than SHORT_RUN_S is repeated, up to 3 pairs, each with a new policy
     (greedy repeats are the same text), and the median taken."""
-    ratios, plain = [], None
+    ratios, bounds, plain = [], [], None
     for i in range(3):
         if i:
             pol = gen.policy()
             res, dt = timed(lambda pol=pol: gen.speculative(pol))
         plain, dp = timed(gen.plain)
         ratios.append((len(res.tokens) / dt) / (len(plain) / dp))
+        bounds.append(possible_speedup(len(res.tokens), res.stats.rounds))
         if dt >= SHORT_RUN_S:
             break
     same = "identical output" if plain == res.tokens else "same distribution, different sample"
+    if any(r > b for r, b in zip(ratios, bounds)):
+        return ratios, (f"; against plain decoding in the same run: {np.median(ratios):.2f}x, which is noise, not a "
+                        f"speedup: a run of {min(bounds):.2f} tokens per target pass cannot be faster than that, so the "
+                        f"machine's load changed between the runs ({same}; `minispec bench` repeats and alternates)")
     words = f"; plain decoding in the same run: speedup {np.median(ratios):.2f}x ({same}"
     words += (f"; median of {len(ratios)} alternating runs, each under {SHORT_RUN_S:.0f}s: a short run's speed "
               f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 1 else ")")

@@ -62,3 +62,26 @@ def test_calibrate_measures_afresh_every_calibration_the_automatic_policies_read
     assert {",".join(map(str, range(1, 10))), ",".join(map(str, range(1, 18))), "1,2,3,4", "guess,fed"} <= ns, asked
     assert all(fresh is True for _, _, fresh in asked), asked
     assert "  n     " + "".join(f"{n:>8}" for n in range(1, 18)) in out
+
+
+def test_a_speedup_beyond_the_tokens_per_pass_is_called_noise():
+    """A run cannot beat plain decoding by more than its tokens per target pass; a measured ratio above that (load
+    that fell on the plain run only) is printed as noise, never as a speedup."""
+    import time
+    from types import SimpleNamespace
+
+    from minispec.cli import compare_with_plain, possible_speedup
+
+    assert possible_speedup(30, 10) == 3.0 and possible_speedup(5, 0) == 5.0
+    res = SimpleNamespace(tokens=list(range(8)), stats=SimpleNamespace(rounds=8))  # one token a pass: at most 1x
+
+    def slow_plain():
+        time.sleep(0.02)
+        return list(range(8))
+    gen = SimpleNamespace(plain=slow_plain, policy=lambda: None, speculative=lambda pol: res)
+    ratios, words = compare_with_plain(gen, res, 1e-6)
+    assert max(ratios) > 1 and "noise, not a speedup" in words and "speedup 1" not in words, words
+    fair = SimpleNamespace(tokens=list(range(8)), stats=SimpleNamespace(rounds=1))  # 8 a pass: up to 8x
+    gen.speculative = lambda pol: time.sleep(0.01) or fair  # half plain's time: about 2x
+    ratios, words = compare_with_plain(gen, fair, 0.01)
+    assert "noise" not in words and "speedup" in words, words

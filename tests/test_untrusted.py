@@ -315,6 +315,7 @@ CLI_CASES = [
     ("--top-p 2", ["generate", "--model", "{model}", "--prompt", "a", "--top-p", "2"], ["top_p", "(0, 1]"]),
     ("--top-k 0", ["generate", "--model", "{model}", "--prompt", "a", "--top-k", "0"], ["top_k", "positive"]),
     ("past the context", ["generate", "--model", "{model}", "--prompt", "a b c", "--max-new-tokens", "300"], ["exceeds", "256"]),
+    ("--prompt empty", ["generate", "--model", "{dir}/nope", "--prompt", ""], ["--prompt is empty"]),  # before the model
     ("--model missing", ["generate", "--model", "{dir}/nope", "--prompt", "a"], ["nope", "not a directory"]),
     ("--model config a list", ["generate", "--model", "{listconfig}", "--prompt", "a"], ["config.json", "JSON object"]),
     ("--model empty tokenizer", ["generate", "--model", "{emptytok}", "--prompt", "a"], ["tokenizer.json", "not valid JSON"]),
