@@ -1,13 +1,14 @@
 """See speculation happen: traces of SmolLM2 with prompt lookup and with the shipped draft model, side by side.
 
-    python examples/06_trace.py [--out traces] [--max-new-tokens 64]
+    python examples/06_trace.py [--out DIR] [--max-new-tokens 64]
 
-Writes OUT/prompt-lookup.html and OUT/draft.html (self-contained pages: open them in a browser) and their .json,
+Writes OUT (a new temporary folder unless --out is given, so nothing is left in the clone)/prompt-lookup.html and OUT/draft.html (self-contained pages: open them in a browser) and their .json,
 for one prompt that asks the model to rewrite a text it was given. Then says what to look for: where prompt
 lookup copies a run of tokens in one round, and how often the draft's first guess is rejected.
 """
 
 import argparse
+import tempfile
 from pathlib import Path
 
 from minispec import load_model, load_tokenizer, make_drafter, resolve_model, shipped_draft, speculative_generate
@@ -21,14 +22,14 @@ PROMPT = ("Rewrite the following text with every sentence on its own line.\n\nTh
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
-    ap.add_argument("--out", default="traces", help="directory for the pages (default: traces)")
+    ap.add_argument("--out", default=None, help="directory for the pages (default: a new temporary folder)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
     target_dir = resolve_model(args.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
-    out = Path(args.out)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="minispec-traces-"))
     out.mkdir(parents=True, exist_ok=True)
     found = {}
     for name, spec in (("prompt-lookup", "prompt-lookup"), ("draft", shipped_draft() or "layer-skip")):
