@@ -63,3 +63,15 @@ def test_07_same_text_any_drafter(smollm2):
     out = run("examples/07_same_text_any_drafter.py", "--max-new-tokens", "12")
     assert "identical texts (coupled): True" in out and "verdict: PASS" in out
     assert "draft:smoldraft-3l-192" in out and "eagle:" in out and "prompt-lookup" in out
+
+
+def test_00_tiny_loop():
+    """The whole loop on tiny random models: rounds printed, greedy output equal to plain decoding."""
+    out = run("examples/00_tiny_loop.py")
+    assert "round  1: guesses" in out and "kept" in out and "tokens per pass" in out
+    assert "identical: the rule keeps a guess" in out, out
+    plain = next(line for line in out.splitlines() if line.startswith("plain decoding"))
+    spec = next(line for line in out.splitlines() if line.startswith("speculative"))
+    assert plain.split(":", 1)[1] == spec.split(":", 1)[1]
+    sampled = run("examples/00_tiny_loop.py", "--temperature", "1", "--k", "2")
+    assert "follow the target's distribution" in sampled and "identical" not in sampled
