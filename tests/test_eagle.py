@@ -429,3 +429,36 @@ def test_features_kept_when_the_buffer_grows_mid_run(tmp_path):
     fresh = load_eagle(head_dir, target)
     fresh.see_features(text, seen[0])
     np.testing.assert_allclose(eagle.catch_up(text[:150] + [1]), fresh.catch_up(text[:150] + [1]), atol=1e-4)
+
+
+def test_the_training_time_test_computes_what_the_drafter_computes():
+    """train_eagle_ttt's unrolled step i at position j is the NumPy head's (i+1)-th guess in a chain after the
+    context x_0..x_{j+1}: the true entries 0..j in its cache, then its own predicted features (bugs: the chain's
+    query attending to predicted features of other positions, or at the wrong RoPE position)."""
+    torch = pytest.importorskip("torch")
+    import tempfile
+
+    from minispec.recipes.train_eagle import build_head, head_tensors
+    from minispec.recipes.train_eagle_ttt import unrolled
+    with tempfile.TemporaryDirectory() as d:
+        target = load_model(write_random_model(d, tiny_config(num_hidden_layers=1), seed=5))
+    c = target.cfg
+    torch.manual_seed(1)
+    head = build_head(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rope_theta,
+                      c.rms_norm_eps, max_len=32)
+    eagle = Eagle(target, {k: v.numpy() for k, v in head_tensors(head).items()}, list(range(c.vocab_size)))
+    rng = np.random.default_rng(2)
+    L, steps = 12, 3
+    ids = rng.integers(0, c.vocab_size, L)
+    feats = rng.standard_normal((L, c.hidden_size)).astype(np.float32)
+    E = torch.from_numpy(np.ascontiguousarray(np.asarray(target.embed), dtype=np.float32))
+    with torch.no_grad():
+        outs = unrolled(head, E, torch.from_numpy(ids[None]), torch.from_numpy(feats[None]), torch.tensor([L]), steps,
+                        (c.num_heads, c.num_kv_heads, c.head_dim))
+    for j in (0, 4, 7):
+        f = eagle.head(ids[1: j + 2], feats[: j + 1], 0)[-1:]  # f^_{j+1}, from the true context
+        for i in range(steps):
+            if i:
+                f = eagle.head(ids[j + 1 + i: j + 2 + i], f, j + i)  # the chain: its own last prediction in
+            assert np.allclose(f[0], outs[i][0][0, j].numpy(), atol=1e-4), (j, i)
+            assert outs[i][2][0, j] == 1 and outs[i][2][0, L - 1 - i:].sum() == 0  # valid while x_{j+1+i} exists

@@ -255,7 +255,7 @@ def _rows(data, rows, seq):
     return toks, feats, lens
 
 
-def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict) -> None:
+def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readme=None) -> None:
     """Everything but the weights: the shipped frequent tokens (the top ``--ship-vocab`` of ``order``), the order
     (``minispec bench eagle`` tries other sizes from it; ``trimmed_order``), config.json, training.json, SHA256SUMS, README."""
     ship = sorted(int(t) for t in order[: summary["reduced_vocab"]])
@@ -268,7 +268,7 @@ def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict) -> No
     (out / "config.json").write_text(json.dumps(econf, indent=2))
     (out / "training.json").write_text(json.dumps(summary, indent=2))
     write_sums(out, ("config.json", "eagle.safetensors", "frequent_tokens.json", "token_frequency_order.json"))
-    write_readme(out, summary, ship)
+    (readme or write_readme)(out, summary, ship)
 
 
 def write_readme(out: Path, summary: dict, freq) -> None:

@@ -1,0 +1,381 @@
+"""Train the EAGLE head on eagle_data.py's shards, with EAGLE-3's training-time test; resumable.
+
+    python -m minispec.recipes.eagle_data --tokens 2500000                 # the data first (hours, resumable)
+    python -m minispec.recipes.train_eagle_ttt --out weights/eagle-smollm2-135m --unroll 4 --epochs 2
+
+Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy, and the
+head has train_eagle.py's shape, so ``minispec/drafters/eagle.py`` loads it unchanged.
+
+The training-time test (Li et al. 2025, EAGLE-3, arXiv 2503.01840), paper -> code:
+
+    step 0      f^_{j+1} = Head(e(x_{j+1}), f_j) for every position j, true features in: teacher forcing
+    step i      f^_{j+1+i} = Head(e(x_{j+1+i}), f^_{j+i}): the input feature is the head's own output of step
+                i - 1 at the same position j, as it is when the head drafts its (i+1)-th guess after the context
+                x_0..x_{j+1}. Its query (RoPE position j + i) attends to the step-0 keys of positions 0..j (made
+                from true features: the head's cache at drafting time) and to the keys of steps 1..i at position
+                j (the guesses drafted before it in the same chain): ``attend``
+    loss        sum_i 0.8^i (smooth-L1(f^, f) + 0.1 CE(softmax(f W_r), softmax(f^ W_r))) / sum_i 0.8^i, over the
+                positions whose target x_{j+1+i} exists; the tokens fed are the true ones (a guess is only
+                looked at when the guesses before it were kept)
+
+Departure from EAGLE-3: the head reads the target's top feature only (EAGLE-1's input), not a fusion of three
+layers, and keeps FR-Spec's reduced head, so that it stays a drop-in for eagle.py and fits the repository.
+
+The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>``): ``checkpoint.pt`` (the head, the
+optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end) and ``log.txt``. Run the
+same command again after an interruption and it resumes at the last checkpoint.
+
+Held out: every 20th shard (``shard % 20 == 19``). Reported by depth d = 1..unroll on its greedy generations: greedy,
+the share of positions where the head's d-th guess equals the target's argmax among those where guesses 1..d-1 did
+(the acceptance of guess d in a chain), and at T = 1 the mean sum min(p, q) of step d.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..model.provenance import provenance
+from .train_eagle import build_head, frequency_order, frequent_tokens, head_tensors, write_head_dir
+
+HELD_OUT = 20  # every 20th shard
+
+
+def load_shards(folder: Path, log) -> dict:
+    """Every finished shard (its .json written): tokens and top features per window, the shard each came from, and
+    its kind."""
+    toks, feats, shard, kinds = [], [], [], []
+    records = sorted(folder.glob("shard-*.json"))
+    if not records:
+        raise FileNotFoundError(f"{folder}: no finished shards; make them with python -m minispec.recipes.eagle_data")
+    for rec in records:
+        r = json.loads(rec.read_text())
+        if not r["kept"]:
+            continue
+        with np.load(rec.with_suffix(".npz")) as z:
+            t, f, s = z["tokens"], z["top"], z["starts"]
+        for a, b in zip(s[:-1], s[1:]):
+            toks.append(t[a:b].astype(np.int64))
+            feats.append(f[a:b])
+            shard.append(r["shard"])
+            kinds.append(r["kind"])
+    log(f"data: {len(records)} shards, {len(toks)} windows, {sum(map(len, toks))} tokens from {folder}")
+    return dict(tokens=toks, feats=feats, shard=np.array(shard), kind=kinds)
+
+
+def rope(x, cos, sin, HD):  # [B, n, L, HD] with cos, sin [L, HD/2]
+    import torch
+    x1, x2 = x[..., : HD // 2], x[..., HD // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def attend(head, emb, feat, step: int, cache: dict, dims):  # [B, L, D] each -> [B, L, D]
+    """One unrolled step of the head over every position at once (module docstring); ``cache`` keeps the step-0
+    keys and values, and the diagonal keys and values of the steps so far."""
+    import torch
+    H, KVH, HD = dims
+    B, L, _ = emb.shape
+    x = head.fc(torch.cat([emb, feat], -1))  # [B, L, D]
+    h = head.norm(x, head.attn_norm)
+    cos, sin = head.cos[step: step + L], head.sin[step: step + L]  # RoPE position j + step
+    q = rope(head.q(h).view(B, L, H, HD).transpose(1, 2), cos, sin, HD)  # [B, H, L, HD]
+    k = rope(head.k(h).view(B, L, KVH, HD).transpose(1, 2), cos, sin, HD).repeat_interleave(H // KVH, 1)
+    v = head.v(h).view(B, L, KVH, HD).transpose(1, 2).repeat_interleave(H // KVH, 1)
+    if step == 0:
+        cache.update(k0=k, v0=v, diag=[])
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        cache["diag"].append((k, v))
+        scale = HD ** -0.5
+        s0 = (q @ cache["k0"].transpose(-1, -2)) * scale  # [B, H, L, L]: the true context, keys 0..j
+        s0 = s0.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+        sd = torch.stack([(q * kd).sum(-1) * scale for kd, _ in cache["diag"]], -1)  # [B, H, L, step]
+        w = torch.softmax(torch.cat([s0, sd], -1), -1)
+        a = w[..., :L] @ cache["v0"] + sum(w[..., L + m, None] * vd for m, (_, vd) in enumerate(cache["diag"]))
+    x = x + head.o(a.transpose(1, 2).reshape(B, L, H * HD))
+    h = head.norm(x, head.mlp_norm)
+    return x + head.down(torch.nn.functional.silu(head.gate(h)) * head.up(h))
+
+
+def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 0.0):
+    """-> per step i: (predicted f^ [B, L-1, D], true f [B, L-1, D], valid [B, L-1]); position j of step i predicts
+    f_{j+1+i}."""
+    import torch
+    B, L = toks.shape
+    f_in = feats[:, :-1]
+    if noise_scale > 0:
+        f_in = f_in + (torch.rand_like(f_in) - 0.5) * noise_scale
+    cache, out, pos = {}, [], torch.arange(L - 1)[None, :]
+    for i in range(steps):
+        shift = lambda a: torch.nn.functional.pad(a[:, 1 + i:], [0, 0] * (a.dim() - 2) + [0, i])  # noqa: E731
+        emb = E[shift(toks)]  # e(x_{j+1+i}) [B, L-1, D]
+        pred = attend(head, emb, f_in, i, cache, dims)
+        out.append((pred, shift(feats), (pos < lens[:, None] - 1 - i).float()))
+        f_in = pred
+    return out
+
+
+def step_losses(outs, W_r, weight_decay_base: float = 0.8):
+    """The module docstring's loss -> (loss, [(regression, CE) per step])."""
+    import torch
+    total, wsum, parts = 0.0, 0.0, []
+    for i, (pred, true, valid) in enumerate(outs):
+        n = valid.sum().clamp(min=1)
+        reg = (torch.nn.functional.smooth_l1_loss(pred, true, reduction="none").mean(-1) * valid).sum() / n
+        logq = torch.log_softmax(pred @ W_r.T, -1)
+        with torch.no_grad():
+            p_r = torch.softmax(true @ W_r.T, -1)
+        ce = (-(p_r * logq).sum(-1) * valid).sum() / n
+        w = weight_decay_base ** i
+        total, wsum = total + w * (reg + 0.1 * ce), wsum + w
+        parts.append((float(reg.detach()), float(ce.detach())))
+    return total / wsum, parts
+
+
+def rows_of(data, rows, seq):
+    """Right-padded: tokens [B, seq] int64, top features [B, seq, D] float32, lengths [B]."""
+    D = data["feats"][0].shape[1]
+    toks = np.zeros((len(rows), seq), np.int64)
+    feats = np.zeros((len(rows), seq, D), np.float32)
+    lens = np.zeros(len(rows), np.int64)
+    for b, r in enumerate(rows):
+        t = data["tokens"][r][:seq]
+        toks[b, : len(t)], feats[b, : len(t)], lens[b] = t, data["feats"][r][: len(t)], len(t)
+    return toks, feats, lens
+
+
+def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
+    """Acceptance by depth on ``rows`` (module docstring): {greedy: [d=1..steps], t1: [...], positions}."""
+    hit = np.zeros(steps)
+    alive = np.zeros(steps)
+    t1 = np.zeros(steps)
+    n = np.zeros(steps)
+    with torch.no_grad():
+        for a in range(0, len(rows), 4):
+            toks, feats, lens = (torch.from_numpy(x) for x in rows_of(data, rows[a: a + 4], seq))
+            outs = unrolled(head, E, toks, feats, lens, steps, dims)
+            chain = None  # [B, L-1]: guesses 1..i of the chain started at position j all equal the target's
+            for i, (pred, true, valid) in enumerate(outs):
+                p = torch.softmax(true @ E.T, -1)  # [B, L-1, V]: the target's next-token law at f_{j+1+i}
+                q_r = torch.softmax(pred @ E[ids].T, -1)  # [B, L-1, V_r]: the head's
+                looked = (valid > 0) if chain is None else chain & (valid > 0)
+                right = looked & (ids[q_r.argmax(-1)] == p.argmax(-1))
+                alive[i] += int(looked.sum())
+                hit[i] += int(right.sum())
+                t1[i] += float((torch.minimum(p[..., ids], q_r).sum(-1) * valid).sum())
+                n[i] += float(valid.sum())
+                chain = right
+    return dict(greedy=[float(h / max(a, 1)) for h, a in zip(hit, alive)], t1=[float(x / max(m, 1)) for x, m in zip(t1, n)],
+                positions=[int(x) for x in n])
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m minispec.recipes.train_eagle_ttt", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output directory for the head")
+    p.add_argument("--data", default=None, help="the shard folder (default: $MINISPEC_CACHE/eagle-data-v2)")
+    p.add_argument("--run-dir", default=None, help="checkpoints and log (default: $MINISPEC_CACHE/eagle-train-...)")
+    p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--unroll", type=int, default=4, help="steps of the training-time test (1: EAGLE-1's loss)")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--max-tokens", type=int, default=None, help="use the first shards up to this many tokens")
+    p.add_argument("--vocab", type=int, default=8192, help="reduced-head size trained (default 8192)")
+    p.add_argument("--ship-vocab", type=int, default=6144, help="reduced-head size shipped (default 6144)")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--noise", type=float, default=0.2, help="uniform input-feature noise, times the feature RMS")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--init", default=None, help="start from this head directory's eagle.safetensors")
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.unroll < 1 or args.epochs <= 0 or args.batch < 1 or args.seq < 8:
+        p.error("--unroll and --batch must be at least 1, --epochs positive and --seq at least 8")
+    from .training import begin
+    started = begin(args)
+    if started is None:
+        return 2
+    torch, out, log, target_dir, t_start = started
+    from ..model.config import ModelConfig
+    from ..model.fetch import cache_dir
+    from ..model.safetensors_io import read_safetensors, write_safetensors
+
+    cfg = ModelConfig.from_dir(target_dir)
+    if not cfg.tie_word_embeddings:
+        log(f"error: {target_dir}: the head is trained against the embedding matrix as the LM head, so it needs a "
+            "target with tied embeddings (SmolLM2's)")
+        return 2
+    folder = Path(args.data) if args.data else cache_dir() / "eagle-data-v2"
+    try:
+        data = load_shards(folder, log)
+    except FileNotFoundError as e:
+        log(f"error: {e}")
+        return 2
+    held = np.flatnonzero((data["shard"] % HELD_OUT == HELD_OUT - 1) & np.array([k.endswith("greedy") for k in data["kind"]]))
+    rows = np.flatnonzero(data["shard"] % HELD_OUT != HELD_OUT - 1)
+    if args.max_tokens:
+        cum = np.cumsum([len(data["tokens"][r]) for r in rows])
+        rows = rows[: int(np.searchsorted(cum, args.max_tokens)) + 1]
+    V, D = cfg.vocab_size, cfg.hidden_size
+    eos = [0, 2]  # <|endoftext|> and <|im_end|>: always proposable
+    freq = frequent_tokens([data["tokens"][r] for r in rows], args.vocab, eos, V)
+    embed = read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"]
+    E = torch.from_numpy(np.asarray(embed, np.float32))  # [V, D]: the tied LM head
+    W_r = E[torch.from_numpy(freq)]
+    rms = float(np.sqrt(np.mean(np.concatenate([np.asarray(data["feats"][r], np.float32) for r in rows[:200]]) ** 2)))
+    n_tokens = int(sum(len(data["tokens"][r]) for r in rows))
+    steps = int(args.epochs * n_tokens / (args.batch * args.seq * 0.85))
+    dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + args.unroll)
+    run_dir = Path(args.run_dir) if args.run_dir else cache_dir() / (
+        f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+    ckpt = run_dir / "checkpoint.pt"
+    state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens)
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        head.load_state_dict(saved["head"])
+        opt.load_state_dict(saved["opt"])
+        sched.load_state_dict(saved["sched"])
+        state = saved["state"]
+        if state.get("steps") != steps or state.get("data_tokens") != n_tokens:
+            log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens, this one "
+                f"would be {steps} over {n_tokens}: pass another --run-dir, or the same settings and data to resume")
+            return 2
+        log(f"resumed at step {state['step']} of {steps} from {ckpt}")
+    elif args.init:
+        log(f"--init {args.init}: starting from its head")
+        load_into(head, read_safetensors(Path(args.init) / "eagle.safetensors"), torch)
+    log(f"{n_tokens} training tokens in {len(rows)} windows, {len(held)} held-out windows; {steps} steps of "
+        f"{args.batch} x {args.seq}, unroll {args.unroll}; feature RMS {rms:.3f}; run folder {run_dir}")
+
+    def save():
+        tmp = run_dir / "checkpoint.pt.tmp"
+        torch.save(dict(head=head.state_dict(), opt=opt.state_dict(), sched=sched.state_dict(), state=state), tmp)
+        tmp.replace(ckpt)
+
+    t0 = time.perf_counter() - state["seconds"]
+    while state["step"] < steps:
+        s = state["step"]
+        rng = np.random.default_rng((args.seed, s))  # keyed by the step: a resumed run draws the same batches
+        batch = rows[rng.integers(0, len(rows), args.batch)]
+        toks, feats, lens = (torch.from_numpy(x) for x in rows_of(data, batch, args.seq))
+        torch.manual_seed(args.seed * 1_000_003 + s)
+        outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms)
+        loss, parts = step_losses(outs, W_r)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        state["curve"].append(parts)
+        state["step"] = s + 1
+        state["seconds"] = time.perf_counter() - t0
+        if state["step"] % args.checkpoint_every == 0 or state["step"] == steps:
+            save()
+        if s % 25 == 0 or state["step"] == steps:
+            recent = np.mean([c for c in state["curve"][-25:]], axis=0)  # [unroll, 2]
+            log(f"step {state['step']}/{steps} " + " ".join(f"d{i + 1} {r:.3f}/{c:.2f}" for i, (r, c) in enumerate(recent))
+                + f" lr {sched.get_last_lr()[0]:.2e} {state['step'] * args.batch * args.seq / state['seconds']:.0f} tok/s")
+    head.eval()
+    ids = torch.from_numpy(freq)
+    if not len(held):
+        log(f"no held-out windows: they are the greedy generations of every {HELD_OUT}th shard, and the data has "
+            f"{int(data['shard'].max()) + 1} shards")
+    held_out = evaluate(head, E, ids, data, held, args.seq, max(args.unroll, 4), dims, torch)
+    log("held out by depth: greedy " + " ".join(f"{x:.3f}" for x in held_out["greedy"])
+        + "; T=1 " + " ".join(f"{x:.3f}" for x in held_out["t1"]))
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
+                      "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
+    order = frequency_order([data["tokens"][r] for r in rows], eos, V)
+    manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").exists() else {}
+    n_params = sum(x.numel() for x in head.parameters())
+    summary = dict(recipe="minispec.recipes.train_eagle_ttt", parameters=n_params, trained_reduced_vocab=len(freq),
+                   reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
+                   generated_sequences=int(sum(k != "text" for k in data["kind"])), sequences=len(data["tokens"]),
+                   training_tokens=n_tokens, steps=steps, unroll=args.unroll,
+                   generation_minutes=manifest.get("minutes", {}).get("generation"),
+                   feature_minutes=manifest.get("minutes", {}).get("features"),
+                   training_minutes=state["seconds"] / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
+                   held_out={f"{len(freq)}": dict(first_greedy=held_out["greedy"][0], first_t1=held_out["t1"][0]),
+                             "by_depth": held_out},
+                   loss_curve={st: [[float(x) for x in row] for row in np.mean(state["curve"][max(0, st - 25): st + 1], axis=0)]
+                               for st in range(0, steps, 50)},
+                   args=vars(args), torch=torch.__version__, provenance=provenance(argv, p.prog))
+    write_head_dir(out, Path(target_dir).name, cfg, order, summary, readme=write_readme)
+    log(f"done: {summary['total_minutes_this_run']:.1f} min this run, {state['seconds'] / 60:.1f} min of training")
+    return 0
+
+
+def write_readme(out: Path, summary: dict, freq) -> None:
+    a, d = summary["args"], summary["held_out"]["by_depth"]
+    (out / "README.md").write_text(f"""# {out.name}: an EAGLE feature head for SmolLM2-135M-Instruct
+
+Drafts for the target from the target's own top-layer features (``minispec/drafters/eagle.py``):
+fc([e(x_{{j+1}}); f_j]) then one Llama decoder layer of the target's widths, {summary['parameters'] / 1e6:.2f}M
+parameters (float32), and a reduced LM head: the target's own head restricted to the {len(freq)} most frequent
+tokens of the training data (``frequent_tokens.json``; trained with a cross-entropy over the top
+{summary['trained_reduced_vocab']}).
+
+Use: `minispec generate --draft weights/{out.name} --chat --prompt "..."` (the target is loaded as usual).
+
+## Provenance
+
+Made on this machine by `python -m minispec.recipes.train_eagle_ttt --out {a['out']} --seed {a['seed']} \
+--unroll {a['unroll']} --epochs {a['epochs']:g} --vocab {a['vocab']} --ship-vocab {a['ship_vocab']} --threads {a['threads']}`
+(every other setting at its default), with torch {summary['torch']}, on the shards of
+`python -m minispec.recipes.eagle_data` (its manifest: docs/eagle/data_manifest.json):
+- data: {summary['sequences']} windows, {summary['generated_sequences']} of them generated by the target itself
+  (greedy and T=1) for prompts built here, the rest standard-library source; {summary['training_tokens']} training
+  tokens. Windows that share a run of 8 words with any evaluation prompt were dropped;
+- training: {summary['steps']} AdamW steps of {a['batch']} windows x {a['seq']} tokens, with EAGLE-3's training-time
+  test unrolled {a['unroll']} steps ({summary['training_minutes']:.1f} min on {a['threads']} CPU threads);
+- held out (the greedy generations of every 20th shard), by depth d = 1, 2, ...: the d-th guess equals the target's
+  greedy token, given the guesses before it did: {", ".join(f"{x:.3f}" for x in d['greedy'])}; T=1 acceptance
+  sum min(p, q): {", ".join(f"{x:.3f}" for x in d['t1'])}. Full log: `train_log.txt`, figures: `training.json`.
+
+`token_frequency_order.json` lists the token ids most frequent first, without the tail of unseen ids (in
+increasing order). `SHA256SUMS` lists the checksums of the four files.
+""")
+
+
+def load_into(head, tensors: dict, torch) -> None:
+    """The inverse of train_eagle.head_tensors: eagle.safetensors' arrays into the torch head."""
+    D = head.fc.weight.shape[0]
+    qkv = torch.from_numpy(np.asarray(tensors["w_qkv"], np.float32)).T
+    nq, nk = head.q.weight.shape[0], head.k.weight.shape[0]
+    gu = torch.from_numpy(np.asarray(tensors["w_gate_up"], np.float32)).T
+    F = head.gate.weight.shape[0]
+    t = lambda name: torch.from_numpy(np.asarray(tensors[name], np.float32))  # noqa: E731
+    with torch.no_grad():
+        head.fc.weight.copy_(t("w_fc").T)
+        head.fc.bias.copy_(t("b_fc"))
+        head.attn_norm.copy_(t("attn_norm"))
+        head.q.weight.copy_(qkv[:nq])
+        head.k.weight.copy_(qkv[nq: nq + nk])
+        head.v.weight.copy_(qkv[nq + nk:])
+        head.o.weight.copy_(t("w_o").T)
+        head.mlp_norm.copy_(t("mlp_norm"))
+        head.gate.weight.copy_(gu[:F])
+        head.up.weight.copy_(gu[F:])
+        head.down.weight.copy_(t("w_down").T)
+    assert head.fc.weight.shape == (D, 2 * D)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The EAGLE recipe with the training-time test (minispec/recipes/train_eagle_ttt.py) on a tiny target and shards
+written here: it runs to a head the NumPy drafter loads, and a run interrupted and resumed gives the same head,
+byte for byte."""
+
+import json
+
+import numpy as np
+import pytest
+
+from minispec.model import load_model
+from minispec.model.tiny import tiny_config, write_random_model
+from minispec.sampling import warp
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def write_shards(folder, target, n_shards=3, windows=6, length=40, seed=0):
+    """Shards in eagle_data.py's layout: tokens, starts, and top features that are the tiny target's own."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    for i in range(n_shards):
+        seqs = [rng.integers(3, target.cfg.vocab_size, length).tolist() for _ in range(windows)]
+        feats = []
+        for s in seqs:
+            rows = []
+            target.forward(s, target.new_cache(len(s)), on_features=rows.append)
+            feats.append(np.concatenate(rows).astype(np.float16))
+        starts = np.cumsum([0] + [len(s) for s in seqs])
+        np.savez(folder / f"shard-{i:05d}.npz", tokens=np.concatenate(seqs).astype(np.int32), starts=starts,
+                 top=np.concatenate(feats), low=np.concatenate(feats), mid=np.concatenate(feats))
+        (folder / f"shard-{i:05d}.json").write_text(json.dumps(dict(
+            shard=i, kind="chat-greedy", windows=windows, kept=windows, tokens=int(starts[-1]), dropped=[],
+            generation_minutes=0.0, feature_minutes=0.0)))
+
+
+def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
+    from minispec.drafters import load_eagle
+    from minispec.recipes import train_eagle_ttt
+
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    target = load_model(target_dir)
+    write_shards(tmp_path / "data", target)
+    common = ["--target", str(target_dir), "--data", str(tmp_path / "data"), "--epochs", "2", "--batch", "2",
+              "--seq", "32", "--threads", "1", "--unroll", "3", "--checkpoint-every", "2", "--vocab", "40",
+              "--ship-vocab", "32"]
+    assert train_eagle_ttt.main(common + ["--out", str(tmp_path / "whole"), "--run-dir", str(tmp_path / "run1")]) == 0
+
+    calls = {"n": 0}
+    real = train_eagle_ttt.step_losses
+
+    def interrupted(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:  # step 4, after the checkpoint of step 2
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(train_eagle_ttt, "step_losses", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_eagle_ttt.main(common + ["--out", str(tmp_path / "resumed"), "--run-dir", str(tmp_path / "run2")])
+    monkeypatch.setattr(train_eagle_ttt, "step_losses", real)
+    assert train_eagle_ttt.main(common + ["--out", str(tmp_path / "resumed"), "--run-dir", str(tmp_path / "run2")]) == 0
+    log = (tmp_path / "resumed" / "train_log.txt").read_text()
+    assert "resumed at step 2 of" in log
+    whole = (tmp_path / "whole" / "eagle.safetensors").read_bytes()
+    assert (tmp_path / "resumed" / "eagle.safetensors").read_bytes() == whole
+
+    summary = json.loads((tmp_path / "whole" / "training.json").read_text())
+    assert summary["unroll"] == 3 and summary["steps"] > 4 and len(summary["held_out"]["by_depth"]["greedy"]) == 4
+    eagle = load_eagle(tmp_path / "whole", target)  # the NumPy drafter loads what the recipe wrote
+    prompt = [5, 6, 7, 8]
+    target.forward(prompt[:-1], target.new_cache(8), on_features=lambda f: eagle.see_features(prompt[:-1], f))
+    tokens, probs = eagle.propose(prompt, 3, lambda z: warp(z, 0.0), np.random.default_rng(0))
+    assert len(tokens) == 3 and probs.shape == (3, target.cfg.vocab_size)
+
+    other = common + ["--out", str(tmp_path / "x"), "--run-dir", str(tmp_path / "run1")]
+    other[other.index("--epochs") + 1] = "3"
+    assert train_eagle_ttt.main(other) == 2  # another schedule is refused, not resumed into
+
+
+def test_acceptance_by_depth_of_an_oracle_and_of_a_guesser_that_is_one_step_late(tmp_path, monkeypatch):
+    """``evaluate``: a head whose every step predicts the true feature keeps every guess at every depth (T = 1: sum
+    min(p, q) = 1 over the whole vocabulary); one that predicts the feature before the true one keeps fewer, and
+    depth d counts only the chains whose guesses 1..d-1 were kept."""
+    from minispec.recipes import train_eagle_ttt as t
+
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    target = load_model(target_dir)
+    write_shards(tmp_path / "data", target, n_shards=1)
+    data = t.load_shards(tmp_path / "data", lambda m: None)
+    E = torch.from_numpy(np.asarray(target.embed, np.float32))
+    ids = torch.arange(target.cfg.vocab_size)
+    rows = np.arange(len(data["tokens"]))
+
+    def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0):
+        out = []
+        for i in range(steps):
+            true = torch.nn.functional.pad(feats[:, 1 + i:], [0, 0, 0, i])
+            valid = (torch.arange(feats.shape[1] - 1)[None, :] < lens[:, None] - 1 - i).float()
+            out.append((true, true, valid))
+        return out
+    monkeypatch.setattr(t, "unrolled", oracle)
+    res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)
+    assert res["greedy"] == [1.0, 1.0, 1.0] and np.allclose(res["t1"], 1.0, atol=1e-5)
+
+    def late(*a, **k):  # predicts f_{j+i}, not f_{j+1+i}: the previous position's feature
+        return [(torch.nn.functional.pad(true[:, :-1], [0, 0, 1, 0]), true, valid) for _, true, valid in oracle(*a, **k)]
+    monkeypatch.setattr(t, "unrolled", late)
+    res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)
+    assert res["greedy"][0] < 0.5 and res["t1"][0] < 0.9
+    assert res["positions"][0] > res["positions"][1] > res["positions"][2]
