@@ -2,9 +2,10 @@
 
     python examples/06_trace.py [--out DIR] [--max-new-tokens 64]
 
-Writes OUT (a new temporary folder unless --out is given, so nothing is left in the clone)/prompt-lookup.html and OUT/draft.html (self-contained pages: open them in a browser) and their .json,
-for one prompt that asks the model to rewrite a text it was given. Then says what to look for: where prompt
-lookup copies a run of tokens in one round, and how often the draft's first guess is rejected.
+Writes OUT/prompt-lookup.html and OUT/draft.html (self-contained pages: open them in a browser) and their .json,
+for one prompt that asks the model to rewrite a text it was given. OUT is a new temporary folder unless --out is
+given, so nothing is left in the clone. Then says what to look for: where prompt lookup copies a run of tokens in
+one round, and how often the draft's first guess is rejected.
 """
 
 import argparse

@@ -20,6 +20,8 @@ needs) and ``drafters/`` (who guesses). The parts:
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 # The public API, each name loaded from its module on first use (PEP 562), so that ``import minispec.rejection``
 # loads the rule and what it needs, not the library: a learner stepping into the rule meets only the rule.
@@ -53,3 +55,16 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_API))
+
+
+class _Package(types.ModuleType):
+    """Importing the submodule ``minispec.generate`` sets the package's attribute ``generate`` to that module; the
+    public name is its function, as ``from .generate import generate`` made it when this file imported everything."""
+
+    def __setattr__(self, name, value):
+        if name in _API and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{_API[name]}":
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -29,7 +29,8 @@ from typing import Callable
 import numpy as np
 
 from .drafters import as_drafter
-from .drafters.protocol import HasRoom, ProposesTrees, ReadsFeatures, has
+from .drafters.dynamic_tree import DynamicTree
+from .drafters.protocol import GrowsTrees, HasRoom, ProposesTrees, ReadsFeatures, has
 from .generate import check_generate_args, stop_set
 from .keyed import KeyedNoise, keyed_noise
 from .model import Model, backend
@@ -120,12 +121,19 @@ class Run:
     def draft_tree(self) -> Tree:
         """This round's token tree (tree.py), of the shape the policy chose and that fits the cache."""
         t0 = time.perf_counter()
-        width, depth = self.policy.next_shape(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
+        shape = self.policy.next_shape(len(self.tokens) - self.seen, self.drafter.context(self.tokens))
         room = min(self.cache.max_len - self.cache.length - len(self.unread), self.drafter_room())
-        depth = min(depth, self.max_new_tokens - len(self.out) - 1, room // width if width else 0)
-        tree = self.tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
         remaining = self.max_new_tokens - len(self.out)
-        self.plain_cause = "" if len(tree) else "end" if remaining == 1 else "policy" if width * depth == 0 else "nothing"
+        if isinstance(shape, DynamicTree):  # EAGLE-2's tree, grown by the drafter's confidence (dynamic_tree.py)
+            shape = shape.within(remaining - 1, room)
+            tree = self.tree = self.drafter.grow_tree(self.tokens, shape, self.warp, self.rng) if shape else Tree()
+            asked = shape is not None
+        else:
+            width, depth = shape
+            depth = min(depth, remaining - 1, room // width if width else 0)
+            tree = self.tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
+            asked = width * depth > 0
+        self.plain_cause = "" if len(tree) else "end" if remaining == 1 else "policy" if not asked else "nothing"
         self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, len(tree), t0)
         return tree
 
@@ -224,6 +232,9 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
         if not has(drafter, ProposesTrees):
             raise ValueError(f"drafter {drafter.name} drafts chains only, not trees "
                              "(it has no propose_tree; a draft with its own tokenizer has none)")
+        if isinstance(shape, DynamicTree) and not has(drafter, GrowsTrees):
+            raise ValueError(f"drafter {drafter.name} does not grow dynamic trees (it has no grow_tree: the EAGLE head "
+                             "does); give it a (width, depth) shape")
         policy = shape_policy(shape, target, drafter, learn=learn)
         room = policy.max_room  # a tree's nodes sit in the cache during its pass
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))

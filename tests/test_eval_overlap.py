@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from minispec.recipes.eval_overlap import EvalRuns, MINISPEC_DATA, external_prompts_dir, file_texts, prompt_files
+from minispec.recipes.eval_overlap import MINISPEC_DATA, EvalRuns, external_prompts_dir, file_texts, prompt_files
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "docs" / "eagle" / "data_manifest.json"

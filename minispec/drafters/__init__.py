@@ -21,6 +21,7 @@ A drafter implements ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens
 
 from .crossvocab import CrossVocab, OtherTokenizerDraft
 from .draft_model import DraftModel, LayerSkip
+from .dynamic_tree import DynamicTree
 from .eagle import Eagle, load_eagle
 from .factory import as_drafter, make_drafter, other_algorithm, register_drafter, same_tokenizer, unregister_drafter
 from .prompt_lookup import PromptLookup
@@ -28,6 +29,7 @@ from .protocol import (
     CAPABILITIES,
     Drafter,
     DraftsText,
+    GrowsTrees,
     HasFirstGuessRows,
     HasModel,
     HasOwnTokenizer,
@@ -42,7 +44,7 @@ from .protocol import (
 from .slem import SLEM
 from .tli import TLI
 
-__all__ = ["CAPABILITIES", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "Eagle", "HasFirstGuessRows", "HasModel",
+__all__ = ["CAPABILITIES", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "DynamicTree", "Eagle", "GrowsTrees", "HasFirstGuessRows", "HasModel",
            "HasOwnTokenizer", "HasRoom", "LayerSkip", "OtherTokenizerDraft", "PromptLookup", "ProposesTrees",
            "ReadsFeatures", "ReportsMemory", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself", "as_drafter", "has",
            "load_eagle", "make_drafter", "other_algorithm", "register_drafter", "same_tokenizer", "unregister_drafter"]

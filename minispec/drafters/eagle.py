@@ -52,6 +52,7 @@ from ..model.safetensors_io import read_safetensors
 from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
 from ..sampling import draw, top_probability, warp
 from ..tree import Tree, add_children, tree_mask_rows
+from .dynamic_tree import DynamicTree, grow
 
 
 def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
@@ -178,6 +179,35 @@ class Eagle:
             parent_f = self.head(ids, parent_f, self.cache.length, positions, mask)  # [W, D]
             logits = self.logits(parent_f)  # [W, V]
             level = [add_children(tree, node, logits[i], 1, warp, rng, d)[0] for i, node in enumerate(level)]
+        self.cache.crop(base)
+        return tree
+
+    def grow_tree(self, tokens, shape, warp, rng) -> Tree:
+        """EAGLE-2's dynamic tree of ``shape`` (a dynamic_tree.DynamicTree): each level, one masked head pass over
+        the frontier, each node reading its parent's predicted feature. A node's cache slot is the order in which
+        the head ran it (only frontier nodes run), not its node id. Entries rolled back after."""
+        f = self.catch_up(tokens)
+        if f is None:
+            return Tree()
+        base = len(tokens) - 1  # the head's true entries are slots 0..base-1, the root's last
+        shape = shape.within(shape.depth, shape.nodes)
+        shape = DynamicTree(min(shape.top_k, len(self.tokens_r)), shape.depth, shape.nodes)  # top-k: frequent tokens
+        slot, out = {0: base - 1}, {0: f}  # node -> its head cache slot, and the head's output there
+
+        def run_level(tree: Tree, frontier: list[int]) -> np.ndarray:  # -> [len(frontier), V]
+            pos0 = self.cache.length
+            mask = np.full((len(frontier), pos0 + len(frontier)), -np.inf, np.float32)  # [F, S]
+            mask[:, :base] = 0.0  # the true context, the root's entry included
+            for i, node in enumerate(frontier):
+                slot[node] = pos0 + i
+                mask[i, [slot[a] for a in tree.path(node)]] = 0.0  # itself and its ancestors below the root
+            positions = base - 1 + tree.depths()[frontier]  # a depth-d node sits d after the root
+            feats = np.stack([np.asarray(out[tree.parents[n]]) for n in frontier])  # [F, D] what each node reads
+            h = self.head([tree.tokens[n] for n in frontier], feats, pos0, positions, mask)  # [F, D]
+            out.update((n, h[i]) for i, n in enumerate(frontier))
+            return self.logits(h)
+
+        tree, _ = grow(self.logits(f[None])[0], run_level, shape, warp, rng)
         self.cache.crop(base)
         return tree
 

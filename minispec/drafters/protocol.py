@@ -48,6 +48,14 @@ class ProposesTrees(Protocol):
 
 
 @runtime_checkable
+class GrowsTrees(Protocol):
+    """A drafter that grows EAGLE-2's dynamic tree by its own confidence (dynamic_tree.py):
+    ``grow_tree(tokens, shape, warp, rng) -> tree.Tree`` for a ``dynamic_tree.DynamicTree`` shape."""
+
+    def grow_tree(self, tokens, shape, warp: Callable, rng: np.random.Generator): ...
+
+
+@runtime_checkable
 class ReadsFeatures(Protocol):
     """A drafter that drafts from the target's features: the loop asks the target pass for them and hands them over
     with ``see_features(tokens, features)`` (eagle.py)."""
@@ -136,7 +144,7 @@ class ReportsMemory(Protocol):
     kv_bytes_per_token: int
 
 
-CAPABILITIES = (Drafter, HasRoom, ProposesTrees, ReadsFeatures, HasModel, TimesItself, TimesItsTreeLevels,
+CAPABILITIES = (Drafter, HasRoom, ProposesTrees, GrowsTrees, ReadsFeatures, HasModel, TimesItself, TimesItsTreeLevels,
                 HasFirstGuessRows, HasOwnTokenizer, DraftsText, ReportsMemory)
 
 

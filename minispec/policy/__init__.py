@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
 from .calibration import Calibration, notes_of
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 from .protocol import Calibrated, ChoosesByCost, ChoosesK, ChoosesTrees, calibrations_of
 from .timing import forward_times, guess_time
-from .tree_policy import TreePolicy, auto_tree_policy
+from .tree_policy import DynamicTreePolicy, TreePolicy, auto_tree_policy
 
 __all__ = ["Acceptance", "AutoK", "Calibrated", "Calibration", "ChoosesByCost", "ChoosesK", "ChoosesTrees", "FixedK",
            "PerContext", "ProbeBudget", "StoppedK", "TreePolicy", "auto_k", "auto_tree_policy", "calibrations_of",
@@ -80,10 +81,12 @@ def k_policy(k, target, drafter, learn: bool = True):
 
 
 def shape_policy(shape, target, drafter, learn: bool = True) -> ChoosesTrees:
-    """shape: (width, depth), "auto" (TreePolicy chosen per round, calibrated for this pair), or a tree policy
-    object (``ChoosesTrees``). ``learn``: as for ``k_policy``."""
+    """shape: (width, depth), a ``DynamicTree`` (EAGLE-2's, the same every round), "auto" (TreePolicy chosen per
+    round, calibrated for this pair), or a tree policy object (``ChoosesTrees``). ``learn``: as for ``k_policy``."""
     if isinstance(shape, ChoosesTrees):
         return shape
+    if isinstance(shape, DynamicTree):
+        return DynamicTreePolicy(shape)
     if isinstance(shape, str) and shape == "auto":
         return auto_tree_policy(target, drafter, learn=learn)
     if not (isinstance(shape, (tuple, list)) and len(shape) == 2):

@@ -100,6 +100,23 @@ class TreePolicy:
                 self.acc[self.context].update_probe(*probed)
 
 
+class DynamicTreePolicy:
+    """EAGLE-2's dynamic tree (drafters/dynamic_tree.py) of one shape every round: its growth is the drafter's."""
+
+    def __init__(self, shape):
+        self.shape, self.max_room, self.calibrations, self.slowdown = shape, shape.nodes, [], 1.0
+
+    def next_shape(self, unseen: int = 1, context: int = 0):
+        return self.shape
+
+    def probe(self) -> bool:
+        return False
+
+    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
+                nodes: int = 0) -> None:
+        pass
+
+
 MAX_NODES = 16  # the most nodes of an automatic tree
 
 

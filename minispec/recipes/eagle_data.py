@@ -196,8 +196,8 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args) -> tuple[dic
 
 def write_manifest(out: Path, overlap: EvalRuns, args, external) -> dict:
     records = [json.loads(p.read_text()) for p in sorted(out.glob("shard-*.json"))]
-    manifest = dict(rule=f"a window is dropped when it shares a run of 8 lowercased whitespace-separated words with "
-                         f"any evaluation prompt (minispec/recipes/eval_overlap.py)",
+    manifest = dict(rule="a window is dropped when it shares a run of 8 lowercased whitespace-separated words with "
+                         "any evaluation prompt (minispec/recipes/eval_overlap.py)",
                     evaluation_files=overlap.files, external_prompts=str(external) if external else None,
                     evaluation_runs=len(overlap), seed=args.seed, seq=args.seq, layers=dict(low=LOW, mid=MID),
                     shards=len(records), tokens=sum(r["tokens"] for r in records),

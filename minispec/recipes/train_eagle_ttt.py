@@ -102,6 +102,11 @@ def attend(head, emb, feat, step: int, cache: dict, dims):  # [B, L, D] each -> 
     return x + head.down(torch.nn.functional.silu(head.gate(h)) * head.up(h))
 
 
+def shifted(a, i: int):  # [B, L, ...] -> [B, L-1, ...]: row j holds a[:, j+1+i], zeros past the end
+    import torch
+    return torch.nn.functional.pad(a[:, 1 + i:], [0, 0] * (a.dim() - 2) + [0, i])
+
+
 def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 0.0):
     """-> per step i: (predicted f^ [B, L-1, D], true f [B, L-1, D], valid [B, L-1]); position j of step i predicts
     f_{j+1+i}."""
@@ -112,10 +117,9 @@ def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 
         f_in = f_in + (torch.rand_like(f_in) - 0.5) * noise_scale
     cache, out, pos = {}, [], torch.arange(L - 1)[None, :]
     for i in range(steps):
-        shift = lambda a: torch.nn.functional.pad(a[:, 1 + i:], [0, 0] * (a.dim() - 2) + [0, i])  # noqa: E731
-        emb = E[shift(toks)]  # e(x_{j+1+i}) [B, L-1, D]
+        emb = E[shifted(toks, i)]  # e(x_{j+1+i}) [B, L-1, D]
         pred = attend(head, emb, f_in, i, cache, dims)
-        out.append((pred, shift(feats), (pos < lens[:, None] - 1 - i).float()))
+        out.append((pred, shifted(feats, i), (pos < lens[:, None] - 1 - i).float()))
         f_in = pred
     return out
 

@@ -1,0 +1,121 @@
+"""EAGLE-2's dynamic draft tree: grown where the drafter is confident, then cut to the best N nodes.
+
+Li et al. 2024, EAGLE-2 (arXiv 2406.16858), section 4. Paper -> code:
+
+    value V_i       the product of the drafter's probabilities along the path to node i (its confidence that the
+                    whole path is accepted); ``score``, its log, from the drafter's untempered softmax
+    expansion       each level, the drafter runs once on the frontier and every frontier node gets its ``top_k``
+                    children (``run_level``: the drafter's one masked pass over those nodes)
+    selection       the ``top_k`` nodes of the new level with the highest value are the next frontier
+    reranking       after ``depth`` levels, the ``nodes`` nodes of highest value, parents before children. A child's
+                    value is at most its parent's, so the kept set holds every kept node's ancestors (``rerank``)
+
+A tree is verified as any tree is (tree.py): in one target pass, walked with the multi-candidate rule.
+
+Lossless. At temperature 0 every candidate is a top-k token with a one-hot q, and the walk keeps the target's
+argmax wherever it is among them: which nodes the tree holds changes how far the walk goes, never what it emits.
+At T > 0 the children are drawn without replacement from q (tree.add_children), and the walk is exact only when
+a drawn child's presence in the tree does not depend on its own value. So, departing from the paper:
+    - no reranking at T > 0 (dropping a drawn child because its value is low is the early stop that looks at the
+      drawn token: examples/04_early_stop.py); the budget of ``nodes`` is met while growing instead: how many
+      children a node gets is decided before they are drawn (``budgeted``);
+    - selection stays: whether a node gets children at all may depend on its value and its cousins', because its
+      children are drawn after that decision, each from its own q.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..tree import Tree, add_children
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """The shape of a dynamic tree: ``top_k`` children per expanded node and nodes per frontier, at most ``depth``
+    levels, at most ``nodes`` draft tokens (EAGLE-2's defaults are 10, 6 and 60; CPU passes are dearer)."""
+
+    top_k: int = 4
+    depth: int = 5
+    nodes: int = 16
+
+    def __post_init__(self):
+        for name in ("top_k", "depth", "nodes"):
+            x = getattr(self, name)
+            if not (isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1):
+                raise ValueError(f"a dynamic tree's {name} must be a positive integer, got {x!r}")
+
+    def within(self, depth: int, nodes: int) -> "DynamicTree | None":
+        """The same shape clipped to ``depth`` levels and ``nodes`` nodes (what the cache and the output have room
+        for); None when no node fits."""
+        if depth < 1 or nodes < 1:
+            return None
+        return DynamicTree(self.top_k, min(self.depth, depth), min(self.nodes, nodes))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V], -inf stays -inf
+    z = np.asarray(logits, np.float64)
+    m = np.max(z, axis=-1, keepdims=True)
+    return z - m - np.log(np.sum(np.exp(z - m), axis=-1, keepdims=True))
+
+
+def one_hot(row) -> bool:
+    return int(np.count_nonzero(row)) == 1
+
+
+def grow(root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> tuple[Tree, np.ndarray]:
+    """The tree and each node's score (log value; the root's 0). ``run_level(tree, frontier)`` -> logits
+    [len(frontier), V]: the drafter's rows after each frontier node. At T = 0 (one-hot q) grown in full and
+    reranked to ``shape.nodes``; at T > 0 grown within the budget (module docstring)."""
+    tree, scores = Tree(), [0.0]
+
+    def children(parent: int, logits: np.ndarray, count: int, i: int) -> list[int]:
+        kids = add_children(tree, parent, logits, count, warp, rng, i)
+        value = log_softmax(logits)
+        scores.extend(scores[parent] + float(value[tree.tokens[c]]) for c in kids)
+        return kids
+
+    deterministic = one_hot(warp(root_logits))
+    budget = None if deterministic else shape.nodes
+    level = children(0, root_logits, shape.top_k if budget is None else min(shape.top_k, budget), 0)
+    for d in range(1, shape.depth):
+        left = None if budget is None else budget - len(tree)
+        frontier, count = budgeted(level, scores, shape.top_k, left)
+        if not frontier:
+            break
+        logits = run_level(tree, frontier)  # [len(frontier), V]: one pass of the drafter
+        level = [c for i, node in enumerate(frontier) for c in children(node, logits[i], count, d)]
+        if not level:
+            break
+    scores = np.array(scores)
+    if deterministic and all(one_hot(r) for r in tree.draft_probs[1:]):
+        return rerank(tree, scores, shape.nodes)
+    return tree, scores
+
+
+def budgeted(level: list[int], scores, top_k: int, left: int | None) -> tuple[list[int], int]:
+    """Selection: the frontier (the ``top_k`` nodes of ``level`` of highest score, ties to the earlier node) and how
+    many children each gets; with ``left`` nodes of budget, as many frontier nodes as can have ``top_k`` children,
+    or one with what is left. Decided before any child is drawn."""
+    best = sorted(level, key=lambda n: (-scores[n], n))[:top_k]
+    if left is None:
+        return best, top_k
+    if left <= 0:
+        return [], 0
+    if left < top_k:
+        return best[:1], left
+    return best[: left // top_k], top_k
+
+
+def rerank(tree: Tree, scores: np.ndarray, nodes: int) -> tuple[Tree, np.ndarray]:
+    """Reranking: the ``nodes`` nodes of highest score (ties to the earlier node), as a tree whose parents come
+    before their children, in the order they were grown."""
+    keep = sorted(range(1, len(tree.tokens)), key=lambda n: (-scores[n], n))[:nodes]
+    kept = set(keep)
+    assert all(tree.parents[n] == 0 or tree.parents[n] in kept for n in kept), "a kept node lost its parent"
+    out, index = Tree(), {0: 0}
+    for n in sorted(kept):  # grown order: every parent was grown before its children
+        index[n] = out.add(index[tree.parents[n]], tree.tokens[n], tree.draft_probs[n])
+    return out, np.concatenate([[0.0], scores[sorted(kept)]])
