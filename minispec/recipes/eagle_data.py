@@ -1,6 +1,12 @@
 """Training data for the EAGLE head, made on this machine in shards, resumable after any interruption.
 
     python -m minispec.recipes.eagle_data --tokens 2500000 [--threads 2]      # runs for hours: start it in the background
+    python -m minispec.recipes.eagle_data --export weights/eagle-data/generations-s2.npz   # the generated windows
+    python -m minispec.recipes.eagle_data --generations weights/eagle-data/generations-s2.npz   # rebuild: features only
+
+Generating is the dear part (the target writes every token); features are one teacher-forced pass. So the
+generated windows are exported as token ids (about a byte a token, compressed) and committed, and a rebuild on
+another machine reuses them: it computes their features and the text shards' again.
 
 Each shard is one unit of work, seeded by (seed, shard index) alone, so an interrupted run restarts at the first
 missing shard and makes the same data (the settings that shape the data are kept in ``settings.json``; a run with
@@ -167,11 +173,46 @@ def features(target, seqs, batch_tokens: int = 8192) -> dict:
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def make_shard(i: int, target, tok, files, overlap: EvalRuns, args) -> tuple[dict, dict]:
-    """Shard ``i`` -> (arrays, record)."""
+def export_generations(out: Path, file: Path, shaping: dict) -> dict:
+    """The generated shards' kept windows, token ids only, into ``file`` (a compressed .npz): with
+    ``--generations FILE`` a rebuild on another machine skips generating them and computes their features only."""
+    windows, shard_of = [], []
+    for rec in sorted(out.glob("shard-*.json")):
+        r = json.loads(rec.read_text())
+        if r["kind"] == "text" or not r["kept"]:
+            continue
+        with np.load(rec.with_suffix(".npz")) as z:
+            t, st = z["tokens"], z["starts"]
+        windows += [t[a:b] for a, b in zip(st[:-1], st[1:])]
+        shard_of += [r["shard"]] * (len(st) - 1)
+    if not windows:
+        raise ValueError(f"{out}: no generated shards to export")
+    starts = np.cumsum([0] + [len(w) for w in windows])
+    np.savez_compressed(file, tokens=np.concatenate(windows).astype(np.uint16), starts=starts,
+                        shards=np.array(shard_of, np.int32), settings=np.array(json.dumps(shaping)))
+    return dict(windows=len(windows), tokens=int(starts[-1]), shards=len(set(shard_of)))
+
+
+def load_generations(file: Path, shaping: dict) -> dict:
+    """{shard: its windows} from an ``export_generations`` file made with the same settings (else refused)."""
+    with np.load(file) as z:
+        made = json.loads(str(z["settings"]))
+        if made != shaping:
+            raise ValueError(f"{file} was made with other settings ({made}); build with those to reuse it")
+        t, st, sh = z["tokens"].astype(np.int64), z["starts"], z["shards"]
+    out: dict[int, list] = {}
+    for a, b, s in zip(st[:-1], st[1:], sh):
+        out.setdefault(int(s), []).append(t[a:b].tolist())
+    return out
+
+
+def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -> tuple[dict, dict]:
+    """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``)."""
     kind = KINDS[i % len(KINDS)]
     t0 = time.perf_counter()
-    if kind == "text":
+    if made is not None and kind != "text" and i in made:
+        seqs = made[i]
+    elif kind == "text":
         seqs = text_windows(files, tok, i // len(KINDS), args.text_files, args.seq, args.seed)
     else:
         rng = np.random.default_rng((args.seed, i))
@@ -190,6 +231,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args) -> tuple[dic
     starts = np.cumsum([0] + [len(s) for s in kept])
     arrays.update(tokens=np.array([t for s in kept for t in s], np.int32), starts=starts)
     record = dict(shard=i, kind=kind, windows=len(seqs), kept=len(kept), tokens=int(starts[-1]), dropped=dropped,
+                  reused=bool(made is not None and kind != "text" and i in made),
                   generation_minutes=(t1 - t0) / 60, feature_minutes=(time.perf_counter() - t1) / 60)
     return arrays, record
 
@@ -225,6 +267,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--text-files", type=int, default=6, help="standard-library files per text shard")
     p.add_argument("--seq", type=int, default=384, help="the longest window kept, in tokens")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--export", default=None, metavar="FILE",
+                   help="write the generated windows (token ids only, compressed) to FILE and stop")
+    p.add_argument("--generations", default=None, metavar="FILE",
+                   help="reuse the generated windows of an --export file made with the same settings: only their "
+                        "features are computed")
     p.add_argument("--external-prompts", default=None,
                    help="the external evaluation prompts folder (default: $MINISPEC_EXTERNAL_PROMPTS, else "
                         "../shared/external_prompts); 'none' to build without it (recorded in the manifest)")
@@ -261,6 +308,22 @@ def main(argv=None) -> int:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
               "or the same settings to resume", file=sys.stderr)
         return 2
+    if args.export:
+        try:
+            got = export_generations(out, Path(args.export), shaping)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"exported {got['windows']} windows ({got['tokens']} tokens) of {got['shards']} generated shards to "
+              f"{args.export}", file=sys.stderr)
+        return 0
+    made = None
+    if args.generations:
+        try:
+            made = load_generations(Path(args.generations), shaping)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"error: --generations {args.generations}: {e}", file=sys.stderr)
+            return 2
     settings.write_text(json.dumps(shaping) + "\n")
     overlap = EvalRuns(prompt_files(external))
     target_dir = resolve_model(args.target)
@@ -282,7 +345,7 @@ def main(argv=None) -> int:
         if (out / f"shard-{i:05d}.json").exists():
             i += 1
             continue
-        arrays, record = make_shard(i, target, tok, files, overlap, args)
+        arrays, record = make_shard(i, target, tok, files, overlap, args, made)
         tmp = out / f"shard-{i:05d}.tmp.npz"
         np.savez(tmp, **arrays)
         tmp.replace(out / f"shard-{i:05d}.npz")
