@@ -10,7 +10,8 @@ import time
 import numpy as np
 
 from .drafters import make_drafter
-from .drafters.protocol import HasOwnTokenizer, ProposesTrees, has
+from .drafters.dynamic_tree import DynamicTree
+from .drafters.protocol import GrowsTrees, HasOwnTokenizer, ProposesTrees, has
 from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
 from .harness.conform.command import add_parser as add_conform
@@ -66,13 +67,27 @@ def k_arg(text: str):
 def tree_arg(text: str):
     if text == "auto":
         return text
+    if text == "dynamic" or text.startswith("dynamic:"):
+        try:
+            return DynamicTree(*(int(x) for x in text.split(":", 1)[1].lower().split("x"))) if ":" in text else DynamicTree()
+        except (ValueError, TypeError) as e:
+            raise argparse.ArgumentTypeError(f"expected dynamic or dynamic:TOPKxDEPTHxNODES (e.g. dynamic:4x5x16), got "
+                                             f"{text!r} ({e})") from None
     try:
         w, d = (int(x) for x in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WIDTHxDEPTH (e.g. 3x4) or 'auto', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected WIDTHxDEPTH (e.g. 3x4), dynamic[:TOPKxDEPTHxNODES] or 'auto', "
+                                         f"got {text!r}") from None
     if w < 1 or d < 1:
         raise argparse.ArgumentTypeError(f"width and depth must be >= 1, got {text!r}")
     return (w, d)
+
+
+def tree_text(tree) -> str:
+    """--tree as it was written: auto, WIDTHxDEPTH or dynamic:TOPKxDEPTHxNODES."""
+    if isinstance(tree, DynamicTree):
+        return f"dynamic:{tree.top_k}x{tree.depth}x{tree.nodes}"
+    return tree if tree == "auto" else "x".join(map(str, tree))
 
 
 def int_arg(minimum: int):
@@ -156,9 +171,12 @@ class Generation:
         if args.tree and drafter is not None and not has(drafter, ProposesTrees):
             raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
                              "drop --tree")
+        if isinstance(args.tree, DynamicTree) and drafter is not None and not has(drafter, GrowsTrees):
+            raise ValueError(f"drafter {drafter.name} does not grow dynamic trees (the EAGLE head does): give --tree "
+                             "WIDTHxDEPTH")
         if args.tree and args.rule == "block":
             raise ValueError("--rule block applies to chains: a tree takes --rule token (the multi-candidate rule) or coupled")
-        how = f"tree={args.tree if args.tree == 'auto' else 'x'.join(map(str, args.tree))}" if args.tree else f"k={args.k}"
+        how = f"tree={tree_text(args.tree)}" if args.tree else f"k={args.k}"
         what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
         if drafter is not None and has(drafter, HasOwnTokenizer):  # slem.py, tli.py
             what += f"; the draft has its own tokenizer: {drafter.summary()}"
@@ -263,7 +281,7 @@ def write_run_trace(trace, path, tok, model, drafter, policy, args, measured) ->
         verify_calibration(model, range(1, k_max + 2)).times
     draft_time = drafter_costs(drafter)[0]
     write_trace(trace, path, decode=lambda t: tok.decode([t]), title=f"minispec trace: {drafter.name}",
-                drafter=drafter.name, rule=args.rule, k=str(args.k) if not args.tree else f"tree {args.tree}",
+                drafter=drafter.name, rule=args.rule, k=str(args.k) if not args.tree else f"tree {tree_text(args.tree)}",
                 temperature=args.temperature, seed=args.seed, predicted_speedup=trace.predicted_speedup(verify, draft_time),
                 measured_speedup=measured, prompt=args.prompt)
 
@@ -357,7 +375,9 @@ def add_generate(sub) -> None:
                    help="draft tokens per round, or auto: choose K each round from measured costs and acceptance, "
                         "K = 0 when speculation does not pay (default auto)")
     g.add_argument("--tree", type=tree_arg, help="verify a token tree per round instead of a chain: WIDTHxDEPTH "
-                                                 "(e.g. 3x4) or auto (shape chosen per round by the cost model)")
+                                                 "(e.g. 3x4), auto (shape chosen per round by the cost model), or "
+                                                 "dynamic[:TOPKxDEPTHxNODES] (EAGLE-2's tree, grown by the EAGLE head's "
+                                                 "confidence; default dynamic:4x5x16)")
     g.add_argument("--layers", type=int_arg(1), help="layers kept by --draft layer-skip (default 4/5 of the target's)")
     g.add_argument("--rule", choices=list(RULES), default="token",
                    help="verification rule: token (Leviathan et al.'s, the default), block (Sun et al. 2025: the "
