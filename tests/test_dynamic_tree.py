@@ -180,3 +180,44 @@ def test_level2_a_deep_sampled_tree_selects_by_value_and_stays_lossless(monkeypa
     monkeypatch.setattr(dynamic_tree, "one_hot", lambda row: True)
     counts, exact = one_round_counts(5_000, shape, seed=0)
     assert chisquare_gof(counts, exact)[2] < 1e-6
+
+
+def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    values = np.array([0.9, 0.8, 0.5, 0.2, 0.05, 0.01])
+    flat = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0)
+    assert flat.choose(values) == 6  # verification free: every node with a value pays
+    steep = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * (1 + 0.3 * (n - 1)) for n in range(1, 18)}, 0.0)
+    n = steep.choose(values)
+    assert 1 <= n < 6  # each node costs 0.3 of a step: those of value below that do not pay
+    assert n == max(range(7), key=lambda m: (1 + values[:m].sum()) / (0.010 * (1 + 0.3 * m)))
+    hopeless = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * n for n in range(1, 18)}, 0.002)
+    assert hopeless.choose(values * 0.1) == 0
+    shapes = [hopeless.next_shape() for _ in range(2)]
+    assert shapes[0] == (0, 0) and isinstance(shapes[1], DynamicTree)  # one plain round, then it grows again
+    assert hopeless.choose(values * 0.1) == 0 and [hopeless.next_shape() for _ in range(3)][:2] == [(0, 0), (0, 0)]
+
+
+def test_trust_learns_how_far_the_values_overpromise():
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    pol = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0)
+    for _ in range(30):
+        pol.choose(np.array([0.9, 0.9, 0.9, 0.9]))  # promises 3.6 tokens
+        pol.observe(2, 1, 0.0, 0.01)  # keeps 1
+    assert 0.2 < pol.trust < 0.35
+    fixed = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0, learn=False)
+    fixed.choose(np.array([0.9]))
+    fixed.observe(1, 0, 0.0, 0.01)
+    assert fixed.trust == 1.0
+
+
+def test_greedy_auto_dynamic_tree_equals_plain_and_drafts(big_pair, big_eagle_dir):  # noqa: F811
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    target = big_pair[0]
+    prompt = [3, 17, 5, 9]
+    policy = AutoDynamicTree(DynamicTree(3, 4, 10), {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 12)}, 0.0005)
+    res = tree_speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 40, shape=policy)
+    assert res.tokens == generate(target, prompt, 40) and res.stats.drafted > 0

@@ -9,6 +9,8 @@ Li et al. 2024, EAGLE-2 (arXiv 2406.16858), section 4. Paper -> code:
     selection       the ``top_k`` nodes of the new level with the highest value are the next frontier
     reranking       after ``depth`` levels, the ``nodes`` nodes of highest value, parents before children. A child's
                     value is at most its parent's, so the kept set holds every kept node's ancestors (``rerank``)
+    tree size -1    the paper's automatic size, timed target passes choosing N: here ``choose``, the cost model's
+                    pick from the values and the measured t(n) (policy/tree_policy.py: ``AutoDynamicTree``)
 
 A tree is verified as any tree is (tree.py): in one target pass, walked with the multi-candidate rule.
 
@@ -25,7 +27,8 @@ a drawn child's presence in the tree does not depend on its own value. So, depar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -40,6 +43,8 @@ class DynamicTree:
     top_k: int = 4
     depth: int = 5
     nodes: int = 16
+    choose: Callable | None = field(default=None, compare=False)  # at T = 0: the grown nodes' values, best first
+    # -> how many to keep (at most ``nodes``; 0: verify none); None keeps ``nodes`` (policy/tree_policy.py)
 
     def __post_init__(self):
         for name in ("top_k", "depth", "nodes"):
@@ -52,7 +57,7 @@ class DynamicTree:
         for); None when no node fits."""
         if depth < 1 or nodes < 1:
             return None
-        return DynamicTree(self.top_k, min(self.depth, depth), min(self.nodes, nodes))
+        return DynamicTree(self.top_k, min(self.depth, depth), min(self.nodes, nodes), self.choose)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V], -inf stays -inf
@@ -91,7 +96,10 @@ def grow(root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> t
             break
     scores = np.array(scores)
     if deterministic and all(one_hot(r) for r in tree.draft_probs[1:]):
-        return rerank(tree, scores, shape.nodes)
+        n = shape.nodes
+        if shape.choose is not None:  # how many the cost model keeps, from the values (EAGLE-2's tree size -1)
+            n = max(0, min(n, int(shape.choose(np.exp(np.sort(scores[1:])[::-1])))))
+        return rerank(tree, scores, n)
     return tree, scores
 
 

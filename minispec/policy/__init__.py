@@ -44,18 +44,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
+from ..drafters.protocol import GrowsTrees, has
 from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
 from .calibration import Calibration, notes_of
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 from .protocol import Calibrated, ChoosesByCost, ChoosesK, ChoosesTrees, calibrations_of
 from .timing import forward_times, guess_time
-from .tree_policy import DynamicTreePolicy, TreePolicy, auto_tree_policy
+from .tree_policy import AutoDynamicTree, DynamicTreePolicy, TreePolicy, auto_dynamic_tree, auto_tree_policy
 
-__all__ = ["Acceptance", "AutoK", "Calibrated", "Calibration", "ChoosesByCost", "ChoosesK", "ChoosesTrees", "FixedK",
-           "PerContext", "ProbeBudget", "StoppedK", "TreePolicy", "auto_k", "auto_tree_policy", "calibrations_of",
-           "drafter_calibration", "drafter_costs", "expected_tokens", "follows_clock", "forward_times", "guess_time",
-           "k_policy", "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
+__all__ = ["Acceptance", "AutoDynamicTree", "AutoK", "Calibrated", "Calibration", "ChoosesByCost", "ChoosesK", "ChoosesTrees",
+           "DynamicTreePolicy", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreePolicy",
+           "auto_dynamic_tree", "auto_k", "auto_tree_policy", "calibrations_of", "drafter_calibration",
+           "drafter_costs", "expected_tokens", "follows_clock", "forward_times", "guess_time", "k_policy",
+           "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
            "verify_calibration"]
 
 
@@ -87,7 +89,9 @@ def shape_policy(shape, target, drafter, learn: bool = True) -> ChoosesTrees:
         return shape
     if isinstance(shape, DynamicTree):
         return DynamicTreePolicy(shape)
-    if isinstance(shape, str) and shape == "auto":
+    if isinstance(shape, str) and shape == "auto":  # a drafter that grows EAGLE-2's tree: sized by the cost model
+        if has(drafter, GrowsTrees):
+            return auto_dynamic_tree(target, drafter, learn=learn)
         return auto_tree_policy(target, drafter, learn=learn)
     if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
         raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a tree policy, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, run_length
 from .auto_k import ProbeBudget, best, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
@@ -115,6 +116,67 @@ class DynamicTreePolicy:
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
                 nodes: int = 0) -> None:
         pass
+
+
+class AutoDynamicTree(DynamicTreePolicy):
+    """EAGLE-2's dynamic tree, sized each round by the cost model (``tree="auto"`` for a drafter that grows trees).
+
+    At T = 0 the drafter grows the full tree, and ``choose`` keeps the N nodes of highest value v_i (the product of
+    the drafter's probabilities on the path: its own estimate that node i is accepted, EAGLE-2's premise) that
+    maximise the round's expected tokens per second,
+
+        (1 + trust * (v_1 + ... + v_N)) / (t_grow + t(N + 1)),
+
+    with t(n) the target's measured pass over n tokens and t_grow the head's levels (calibrated). ``trust`` is the
+    ratio of tokens accepted to tokens the values promised, learned over rounds (it starts at 1). When no N beats a
+    plain step, 1 / t(1), it keeps none, and the next rounds are plain, 2, 4, ... up to 32 of them, before it grows
+    again. At T > 0 the tree is grown within ``nodes`` (dynamic_tree.py), every round: a drawn node cannot be dropped
+    by its value, so neither the size nor the back-off applies there."""
+
+    def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True):
+        super().__init__(shape)
+        self.verify_time, self.level_time, self.learn = verify_time, level_time, learn
+        self.max_room = min(shape.nodes, max(verify_time) - 1)
+        self.trust, self.promised, self.kept = 1.0, 0.0, 0.0
+        self.wait, self.backoff, self.last_promise = 0, 1, None
+
+    def next_shape(self, unseen: int = 1, context: int = 0):
+        if self.wait > 0:
+            self.wait -= 1
+            return (0, 0)  # a plain round
+        return DynamicTree(self.shape.top_k, self.shape.depth, self.max_room, self.choose)
+
+    def choose(self, values: np.ndarray) -> int:
+        t_grow = self.shape.depth * self.level_time
+        gains = 1.0 + self.trust * np.concatenate([[0.0], np.cumsum(values[: self.max_room])])  # [N+1]
+        rates = [gains[n] / (t_grow + self.verify_time[n + 1]) for n in range(len(gains))]
+        n = int(np.argmax(rates))
+        if n == 0 or rates[n] <= 1.0 / self.verify_time[1]:
+            self.wait, self.backoff = self.backoff, min(2 * self.backoff, 32)
+            self.last_promise = None
+            return 0
+        self.backoff, self.last_promise = 1, float(values[:n].sum())  # what the values promise, before trust
+        return n
+
+    def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
+                nodes: int = 0) -> None:
+        if self.learn and self.last_promise:
+            self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted
+            self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
+        self.last_promise = None
+
+
+def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True) -> AutoDynamicTree:
+    """An AutoDynamicTree calibrated for this target and drafter (its t(n) as ``auto_tree_policy``'s; a level's time
+    is the head's pass over top_k nodes)."""
+    shape = shape or DynamicTree()
+    ns = tree_verify_ns(target, shape.nodes)
+    verify = verify_calibration(target, ns)
+    levels = level_calibration(drafter)
+    level_time = float(levels.times.get(min(shape.top_k, 4), 0.0)) if levels else 0.0
+    policy = AutoDynamicTree(shape, dict(verify.times), level_time, learn=learn)
+    policy.calibrations = [verify, levels]
+    return policy
 
 
 MAX_NODES = 16  # the most nodes of an automatic tree
