@@ -38,7 +38,7 @@ def test_level4_reduced_passes_the_real_rule_and_catches_the_broken_one(setup):
 @pytest.mark.slow
 def test_level4_reduced_with_the_eagle_head(setup):
     """The shipped EAGLE head (weights/, so never skipped): T=1 against plain sampling with its broken-rule control,
-    and greedy chains and 3x3 trees identical to plain decoding."""
+    and greedy chains, 3x3 trees and EAGLE-2's dynamic trees identical to plain decoding."""
     target, tok, _ = setup
     eagle = make_drafter(shipped_eagle(), target)
     res = run_check(target, tok, eagle, [eagle], n_runs=REDUCED_EDGE, greedy_prompts=3, greedy_tokens=32,
@@ -47,7 +47,8 @@ def test_level4_reduced_with_the_eagle_head(setup):
     assert res["sampling"]["tokens"]["tokens_b"] >= 900 and "acceptance" in res["sampling"], report
     assert res["passed"]["sampling"], report
     assert res["passed"]["broken_rule_caught"], report
-    assert res["passed"]["greedy"] and len(res["greedy"]) == 2, report  # the chain and the tree
+    assert res["passed"]["greedy"] and len(res["greedy"]) == 3, report  # the chain, the tree and the dynamic tree
+    assert any("dynamic tree" in g["drafter"] for g in res["greedy"]), report
 
 
 @pytest.mark.slow

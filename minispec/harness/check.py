@@ -50,7 +50,8 @@ import numpy as np
 from scipy import stats
 
 from ..drafters import LayerSkip, PromptLookup, make_drafter, other_algorithm
-from ..drafters.protocol import DraftsText, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
+from ..drafters.dynamic_tree import DynamicTree
+from ..drafters.protocol import DraftsText, GrowsTrees, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
 from ..generate import generate
 from ..model.fetch import shipped_draft
 from ..model.progress import Progress
@@ -235,9 +236,13 @@ def calibration_check(target, drafter, tok, seeds: int = 20, n_runs: int = 24, r
 
 
 def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress=True, trees=()) -> list[dict]:
-    """Each drafter with a chain of ``k`` guesses, and each drafter in ``trees`` with a 3x3 tree as well."""
+    """Each drafter with a chain of ``k`` guesses, and each drafter in ``trees`` with a 3x3 tree as well, and, if it
+    grows them (the EAGLE head), with EAGLE-2's dynamic tree of the default shape."""
     prompts = all_prompts(tok)[:n_prompts]
-    runs = [(d.name, d, None) for d in drafters] + [(f"{d.name}, tree 3x3", d, (3, 3)) for d in trees]
+    dynamic = DynamicTree()
+    runs = ([(d.name, d, None) for d in drafters] + [(f"{d.name}, tree 3x3", d, (3, 3)) for d in trees]
+            + [(f"{d.name}, dynamic tree {dynamic.top_k}x{dynamic.depth}x{dynamic.nodes}", d, dynamic)
+               for d in trees if has(d, GrowsTrees)])
     bar = Progress(n_prompts * (1 + len(runs)), "level 4, greedy", quiet=not progress)
     rows = {name: dict(drafter=name, prompts=n_prompts, tokens=0, identical=0, mismatches=[]) for name, _, _ in runs}
     for i, p in enumerate(prompts):
