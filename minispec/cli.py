@@ -202,8 +202,28 @@ class Generation:
                         keyed=is_keyed(verification_rule(self.args.rule)), **self.sampling)
 
 
+BUSY_LOAD = 0.5  # other runnable processes, on average, above which a speed figure is called unreliable
+
+
+def busy_words(load_before: float | None) -> str:
+    """What a speed figure says beside it when the machine was busy: the 1-minute load average read before this
+    run started (its own threads not yet running) above BUSY_LOAD; "" when quiet or unknown."""
+    if load_before is None or load_before <= BUSY_LOAD:
+        return ""
+    return (f"; the machine was busy (load average {load_before:.2f} before this run started): the speed figures "
+            "here are unreliable")
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on this platform
+        return None
+
+
 def cmd_generate(args) -> int:
     """Everything is checked (arguments, model, tokenizer, drafter, policy) before the first output."""
+    load_before = load_average()
     gen = Generation(args)
     stream = TextStream(gen.tok)
     if gen.drafter is None:
@@ -211,7 +231,8 @@ def cmd_generate(args) -> int:
             sys.stdout.write(args.prompt)
         out, dt = timed(lambda: gen.plain(stream))
         sys.stdout.write("\n")
-        print(f"[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding]", file=sys.stderr)
+        print(f"[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding{busy_words(load_before)}]",
+              file=sys.stderr)
         return 0
     pol, t_setup = timed(gen.policy)
     calibrations = calibrations_of(pol)
@@ -230,7 +251,7 @@ def cmd_generate(args) -> int:
         print(show.legend(), file=sys.stderr)
     line = f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; {verdict(res.stats, pol, gen.drafter)}"
     ratios, compared = compare_with_plain(gen, res, dt) if args.compare else ([], "")
-    print(line + compared + "]", file=sys.stderr)
+    print(line + compared + busy_words(load_before) + "]", file=sys.stderr)
     if gen.trace_path:
         write_run_trace(trace, gen.trace_path, gen.tok, gen.model, gen.drafter, pol, args,
                         float(np.median(ratios)) if ratios else None)

@@ -23,7 +23,7 @@ def test_a_traced_tree_run_writes_its_trace_with_the_speed_models_prediction(mod
                             "--tree", tree, "--max-new-tokens", "8", "--no-stop", "--no-compare", "--trace", str(path)])
     assert code == 0, err
     summary = json.loads(path.read_text())["summary"]
-    assert summary["k"] == f"tree {tree if tree == 'auto' else (2, 2)}"
+    assert summary["k"] == f"tree {tree}"  # as --tree was written: auto or 2x2
     assert isinstance(summary["predicted_speedup"], float) and math.isfinite(summary["predicted_speedup"])
 
 
@@ -85,3 +85,16 @@ def test_a_speedup_beyond_the_tokens_per_pass_is_called_noise():
     gen.speculative = lambda pol: time.sleep(0.01) or fair  # half plain's time: about 2x
     ratios, words = compare_with_plain(gen, fair, 0.01)
     assert "noise" not in words and "speedup" in words, words
+
+
+def test_a_busy_machine_is_named_beside_the_speed_figures(monkeypatch, capsys):
+    """The load average before a run, above 0.5, is printed beside its speed; a quiet one adds nothing."""
+    import os
+
+    from minispec.cli import busy_words
+
+    assert busy_words(None) == "" and busy_words(0.3) == ""
+    assert "the machine was busy (load average 2.41" in busy_words(2.41)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 3.0, 3.0))
+    from minispec.cli import load_average
+    assert load_average() == 3.0
