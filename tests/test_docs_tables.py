@@ -24,7 +24,26 @@ def test_every_generated_figure_edited_by_hand_is_caught(name):
         assert re.search(r"\d", inner), f"{name}: {m.group(2)} is empty"
         edited = text[:m.end(1)] + re.sub(r"\d", lambda d: str((int(d.group()) + 1) % 10), inner, count=1) + \
             text[m.start(3):]  # one digit changed by hand
-        assert edited != text and docs_tables.render(edited) == text, f"{name}: {m.group(2)}"
+        assert edited != text and docs_tables.render(edited, where=name) == text, f"{name}: {m.group(2)}"
+
+
+@pytest.mark.parametrize("name", docs_tables.FILES)
+def test_every_link_of_a_generated_section_leads_to_a_file(name):
+    """A section's links are written from the repository root and made relative to the file that holds it: from
+    README and from docs/ alike, each names a file that exists."""
+    f = docs_tables.ROOT / name
+    for m in docs_tables.SECTION.finditer(f.read_text()):
+        for target in re.findall(r"\]\(([^)\s#]+)\)", m.group(0)):
+            if "://" not in target:
+                assert (f.parent / target).is_file(), f"{name}: {m.group(2)} links {target}"
+
+
+def test_a_section_moved_into_docs_links_from_there():
+    section = "<!-- generated: level4 -->\n<!-- end: level4 -->"
+    assert "](docs/level4_draft.json)" in docs_tables.render(section)
+    moved = docs_tables.render(section, where="docs/losslessness.md")
+    assert "](level4_draft.json)" in moved and "](docs/" not in moved
+    assert "](../../docs/level4_draft.json)" in docs_tables.render(section, where="weights/x/README.md")
 
 
 def test_a_marker_naming_nothing_is_refused():

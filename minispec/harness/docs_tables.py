@@ -12,14 +12,16 @@ short ones:
 The sections and figures are computed in ``doc_figures.py`` and, for the two kernels, ``kernel_figures.py``. ``python -m
 minispec.harness.docs_tables`` rewrites every one from its JSON; ``--check`` only compares, and exits 1 naming the
 stale files (tests/test_docs_tables.py runs the comparison, so a new measurement cannot leave old numbers behind). A
-marker naming no known section or figure is an error.
+marker naming no known section or figure is an error. A section links its measurements from the repository root
+(``docs/kernel/forward.json``); in a file elsewhere (``docs/speed.md``) those links are made relative to that file.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from . import bench_commands, doc_figures, kernel_figures
 from .conform import peers_figures
@@ -39,15 +41,27 @@ FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "d
          "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
 VALUE = re.compile(r"(<!-- v:([\w.-]+) -->).*?(<!-- /v -->)", re.S)
+ROOT_LINK = re.compile(r"\]\((docs/[^)\s]*)\)")  # a section's link to a measurement, written from the repository root
 
 
-def render(text: str, root: Path = ROOT) -> str:
+def relink(text: str, where: str) -> str:
+    """``text``'s links into docs/, written from the repository root, made relative to the file ``where`` (a path
+    from the root): ``docs/kernel/forward.json`` is ``kernel/forward.json`` from docs/speed.md."""
+    base = str(PurePosixPath(where).parent)
+    if base == ".":
+        return text
+    return ROOT_LINK.sub(lambda m: f"]({posixpath.relpath(m.group(1), base)})", text)
+
+
+def render(text: str, root: Path = ROOT, where: str = "README.md") -> str:
+    """``text`` with every generated section and figure written afresh; ``where``: the file's path from the root,
+    for the sections' links."""
     figures = {**doc_figures.values(root), **kernel_figures.values(root), **peers_figures.values(root)}
 
     def section(m):
         if m.group(2) not in SECTIONS:
             raise KeyError(f"no generated section named {m.group(2)!r} (known: {', '.join(SECTIONS)})")
-        return f"{m.group(1)}\n{SECTIONS[m.group(2)](root)}\n{m.group(3)}"
+        return f"{m.group(1)}\n{relink(SECTIONS[m.group(2)](root), where)}\n{m.group(3)}"
 
     def value(m):
         if m.group(2) not in figures:
@@ -63,7 +77,7 @@ def main(argv=None) -> int:
     for name in FILES:
         f = ROOT / name
         text = f.read_text()
-        new = render(text)
+        new = render(text, where=name)
         if new != text:
             stale.append(name)
             if "--check" not in argv:
