@@ -18,7 +18,7 @@ the exact expected number of guesses kept per round.
 
     python examples/05_rules.py [--json docs/block/rules_exact.json]
 
-``--json`` also writes the figures with their provenance; README's table of rules is generated from that file.
+``--json`` also writes the figures with their provenance; docs/rules.md's table of rules is generated from that file.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def show(title: str, p_of, q_of, K: int, V: int) -> dict:
 
 
 def figures(paper: dict, table: dict) -> dict:
-    """The exact figures of both cases, as README's table quotes them: per rule, guesses kept per round and the total
+    """The exact figures of both cases, as docs/rules.md's table quotes them: per rule, guesses kept per round and the total
     variation of its law from the target's."""
     return {case: {"K": K, "V": V, "rules": {r: {"kept": kept, "tv": tv} for r, (tv, kept) in res.items()}}
             for case, K, V, res in (("paper", 2, 2, paper), ("table", 3, 3, table))}

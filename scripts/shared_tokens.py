@@ -4,7 +4,7 @@ counted from the two tokenizer files, with their sha256 and the run's provenance
     python scripts/shared_tokens.py [TARGET_DIR] [DRAFT_DIR] [OUT]
 
 Defaults: SmolLM2-135M-Instruct (fetched on first use), the shipped weights/bpe8k-draft-4l-384, and
-docs/crossvocab/shared_tokens.json, which README quotes (harness/doc_figures.py) and tests/test_docs_tables.py
+docs/crossvocab/shared_tokens.json, which docs/shipped-drafters.md quotes (harness/doc_figures.py) and tests/test_docs_tables.py
 counts again where the target is present.
 """
 

@@ -54,8 +54,8 @@ def test_a_marker_naming_nothing_is_refused():
 
 
 def test_the_worked_example_is_the_cost_models_own_prediction():
-    """README's speed model computes with one acceptance a; the cost model's predicted_speedup (policy/acceptance.py),
-    given no later-guess rate, must agree."""
+    """The speed model's worked example (docs/speed.md) computes with one acceptance a; the cost model's
+    predicted_speedup (policy/acceptance.py), given no later-guess rate, must agree."""
     s = doc_figures.study(docs_tables.ROOT)
     c, a = s["c"][doc_figures.DRAFT], doc_figures.row(s, doc_figures.DRAFT, 1)["a_first"]
     text = doc_figures.speed_model(docs_tables.ROOT)
@@ -157,7 +157,7 @@ def test_every_committed_measurement_records_where_it_comes_from():
 
 
 def test_the_rules_table_is_the_examples_exact_integration():
-    """docs/block/rules_exact.json, which README's table of rules quotes, is what examples/05_rules.py computes now."""
+    """docs/block/rules_exact.json, which docs/rules.md's table of rules quotes, is what examples/05_rules.py computes now."""
     import contextlib
     import importlib.util
     import io

@@ -241,7 +241,7 @@ def restore_blas_threads():
 
 
 def test_the_stored_kernel_measurements_are_physical():
-    """docs/kernel/forward.json and the two studies, before README quotes them: each kernel's t(n) within physics
+    """docs/kernel/forward.json and the two studies, before docs/speed.md quotes them: each kernel's t(n) within physics
     (r(n) <= n, a 1-token pass no faster than its own read of the weights), run at a commit, their provenance
     recorded."""
     f = json.loads((ROOT / "docs" / "kernel" / "forward.json").read_text())
@@ -250,7 +250,7 @@ def test_the_stored_kernel_measurements_are_physical():
         for n, r in v["r"].items():
             assert 0.9 <= r <= int(n), (k, n, r)
         assert v["ms"]["1"] >= 0.95 * v["weight_stream_ms"], (k, "a pass faster than reading its weights")
-    for k, rel in (("numpy", "study_numpy.json"), ("numba", "study_numba.json")):  # the studies README quotes
+    for k, rel in (("numpy", "study_numpy.json"), ("numba", "study_numba.json")):  # the studies docs/speed.md quotes
         s = json.loads((ROOT / "docs" / "kernel" / rel).read_text())
         assert f"--kernel {k}" in s["provenance"]["command"] and "+changes" not in str(s["provenance"]["commit"]), rel
         assert all(1 <= float(r) <= int(n) * 1.05 for n, r in s["r"].items()), rel

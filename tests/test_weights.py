@@ -238,15 +238,16 @@ def test_the_readme_gives_the_command_that_made_the_weights(name, recipe):
 
 @pytest.mark.parametrize("name, recipe", [("smoldraft-3l-192", "train_draft"), ("bpe8k-draft-4l-384", "train_bpe_draft"),
                                           ("eagle-smollm2-135m", "train_eagle")])
-def test_the_top_readmes_recipe_commands_make_the_shipped_weights(name, recipe):
-    """Every ``python -m minispec.recipes.<recipe> ...`` command README.md gives (defaults filled in by the recipe's
-    parser) has the arguments training.json recorded: run as written, it makes the shipped weights."""
+def test_the_drafters_pages_recipe_commands_make_the_shipped_weights(name, recipe):
+    """Every ``python -m minispec.recipes.<recipe> ...`` command the drafters' page gives (docs/shipped-drafters.md,
+    moved there from README.md; defaults filled in by the recipe's parser) has the arguments training.json recorded:
+    run as written, it makes the shipped weights."""
     import importlib
     import re
     import shlex
 
-    commands = re.findall(rf"`(python -m minispec\.recipes\.{recipe} [^`]*)`", (ROOT / "README.md").read_text())
-    assert commands, f"README gives no command for {recipe}"
+    commands = re.findall(rf"`(python -m minispec\.recipes\.{recipe} [^`]*)`", (ROOT / "docs" / "shipped-drafters.md").read_text())
+    assert commands, f"docs/shipped-drafters.md gives no command for {recipe}"
     recorded = json.loads((ROOT / "weights" / name / "training.json").read_text())["args"]
     for line in commands:
         args = importlib.import_module(f"minispec.recipes.{recipe}").parser().parse_args(shlex.split(line)[3:])

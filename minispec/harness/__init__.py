@@ -21,7 +21,7 @@
     command.py      what the commands share: the target and drafters they load, checked first; the JSON they store
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
-    docs_tables.py  README sections generated from the committed JSON (``--check`` compares)
+    docs_tables.py  README and docs/ sections generated from the committed JSON (``--check`` compares)
     doc_figures.py  the figures those sections quote
     kernel_figures.py  the two kernels' figures (docs/kernel/)
 

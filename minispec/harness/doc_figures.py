@@ -101,7 +101,7 @@ def study_table(root: Path) -> str:
 
 
 def speed_model(root: Path) -> str:
-    """The worked example of README's speed model, with the shipped draft's measured c, a and r(n)."""
+    """The worked example of the speed model (docs/speed.md), with the shipped draft's measured c, a and r(n)."""
     s = study(root)
     c, one, four = s["c"][DRAFT], row(s, DRAFT, 1), row(s, DRAFT, 4)
     a, r2, r5 = one["a_first"], r_of(s, 2), r_of(s, 5)
@@ -600,7 +600,7 @@ def weights_values(root: Path) -> dict[str, str]:
 
 
 def line_counts(root: Path) -> dict[str, str]:
-    """The lines of the files README's reading order names."""
+    """The lines of the files the reading order names (docs/reading.md)."""
     files = ["minispec/rejection.py", "minispec/textbook.py", "minispec/model/transformer.py"]
     return {f"lines.{Path(f).stem}": str(len((root / f).read_text().splitlines())) for f in files}
 

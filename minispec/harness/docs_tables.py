@@ -30,15 +30,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench_list(root: Path) -> str:
-    """README's list of the bench subcommands, from their one table (bench_commands.SUBCOMMANDS)."""
+    """The list of the bench subcommands (docs/speed.md, "Measuring"), from their one table (bench_commands.SUBCOMMANDS)."""
     width = max(len(name) for name in bench_commands.SUBCOMMANDS) + len("minispec bench ")
     lines = [f"{'minispec bench ' + name:<{width}}   # {what}" for name, (_, what) in bench_commands.SUBCOMMANDS.items()]
     return "\n".join(["```bash", *lines, "```"])
 
 
 SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS, **peers_figures.SECTIONS, "bench_commands": bench_list}
-FILES = ["README.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md", "docs/peers.md",
-         "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
+FILES = ["README.md", "docs/speed.md", "docs/rules.md", "docs/losslessness.md", "docs/shipped-drafters.md", "docs/reading.md",
+         "docs/models.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
+         "docs/peers.md", "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
 VALUE = re.compile(r"(<!-- v:([\w.-]+) -->).*?(<!-- /v -->)", re.S)
 ROOT_LINK = re.compile(r"\]\((docs/[^)\s]*)\)")  # a section's link to a measurement, written from the repository root

@@ -58,7 +58,7 @@ def study_table(root: Path) -> str:
 
 
 def speed_model(root: Path) -> str:
-    """README's worked example under each kernel: the shipped draft at K = 1, predicted and measured."""
+    """docs/speed.md's worked example under each kernel: the shipped draft at K = 1, predicted and measured."""
     lines = []
     for k, rel in STUDIES.items():
         s = load(root, rel)
