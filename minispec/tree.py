@@ -172,6 +172,8 @@ def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, 
     if isinstance(rng, Keyed):
         picks, nodes = rng.top(q, i, width), []
         for x in picks:
+            if q is None:  # what is left has mass below without's floor (top counts any mass): no more children
+                break
             nodes.append(tree.add(parent, x, q))
             q = without(q, [x])
         return nodes

@@ -302,3 +302,16 @@ def test_trees_at_the_end_of_the_targets_context(tmp_path):
         for drafter in (DraftModel(target), DraftModel(longer), PromptLookup()):  # the target's cache the only bound
             res = tree_speculative_generate(target, drafter, prompt, 20, shape=shape)
             assert res.tokens == generate(target, prompt, 20) and len(prompt) + len(res.tokens) == 40
+
+
+def test_keyed_children_stop_where_the_mass_left_is_below_the_floor():
+    """A row whose last tokens hold less than without()'s floor: the keyed race still counts them, but no child is
+    drawn from an empty remainder (bug: without(None) raised AttributeError, met by the coupled rule's dynamic tree)."""
+    from minispec.keyed import KeyedNoise
+    from minispec.tree import Tree, add_children
+
+    logits = np.array([0.0, -1.0, -40.0, -45.0, -np.inf])  # q: two tokens hold all but ~1e-17 of the mass
+    tree = Tree()
+    nodes = add_children(tree, 0, logits, 4, lambda z: warp(z, 1.0), KeyedNoise(3))
+    assert 1 <= len(nodes) <= 3 and all(tree.draft_probs[n] is not None for n in nodes)
+    assert len(set(tree.tokens[1:])) == len(nodes)

@@ -12,7 +12,7 @@ prompt lookup, the length of the n-gram it matched). Labels are ordered: a highe
 drafter has more reason to be right.
 
 Every estimate starts from PRIOR = 0.3, for chains and trees alike: below the acceptance at which even one
-guess pays (at K = 1, a > c + r(2) - 1; the README gives the study's figure), so that a policy drafts only
+guess pays (at K = 1, a > c + r(2) - 1; docs/speed.md gives the study's figure), so that a policy drafts only
 once rounds or probes have measured that drafting pays, not on the prior's word.
 """
 
