@@ -221,3 +221,14 @@ def test_greedy_auto_dynamic_tree_equals_plain_and_drafts(big_pair, big_eagle_di
     policy = AutoDynamicTree(DynamicTree(3, 4, 10), {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 12)}, 0.0005)
     res = tree_speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 40, shape=policy)
     assert res.tokens == generate(target, prompt, 40) and res.stats.drafted > 0
+
+
+def test_rows_that_turn_random_below_a_one_hot_root_stop_the_full_growth():
+    """A one-hot root (top-p keeps one token there) above rows that top-p does not cut to one: the full growth stops
+    where the rows turn random, and the tree fits its budget (bug: grown in full, never reranked, 68 nodes for a
+    budget of 16, past the cache)."""
+    peaked = np.array([5.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    run_level, _ = fake_level(6)
+    tree, _ = grow(peaked, run_level, DynamicTree(top_k=4, depth=5, nodes=16), lambda z: warp(z, 1.3, top_p=0.9),
+                   np.random.default_rng(0))
+    assert 1 <= len(tree) <= 16 and all(np.count_nonzero(r) == 1 for r in tree.draft_probs[1:])

@@ -72,8 +72,9 @@ def one_hot(row) -> bool:
 
 def grow(root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> tuple[Tree, np.ndarray]:
     """The tree and each node's score (log value; the root's 0). ``run_level(tree, frontier)`` -> logits
-    [len(frontier), V]: the drafter's rows after each frontier node. At T = 0 (one-hot q) grown in full and
-    reranked to ``shape.nodes``; at T > 0 grown within the budget (module docstring)."""
+    [len(frontier), V]: the drafter's rows after each frontier node. Where every row is one-hot (T = 0) grown in
+    full and reranked to ``shape.nodes`` (growth stops at a level whose rows are not all one-hot); else grown
+    within the budget (module docstring)."""
     tree, scores = Tree(), [0.0]
 
     def children(parent: int, logits: np.ndarray, count: int, i: int) -> list[int]:
@@ -91,11 +92,13 @@ def grow(root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> t
         if not frontier:
             break
         logits = run_level(tree, frontier)  # [len(frontier), V]: one pass of the drafter
+        if deterministic and not all(one_hot(warp(row)) for row in logits):
+            break  # the rows turn random below here (top-p, say): keep the deterministic tree grown so far
         level = [c for i, node in enumerate(frontier) for c in children(node, logits[i], count, d)]
         if not level:
             break
     scores = np.array(scores)
-    if deterministic and all(one_hot(r) for r in tree.draft_probs[1:]):
+    if deterministic:  # every row was one-hot: which candidates the tree holds cannot bias the walk
         n = shape.nodes
         if shape.choose is not None:  # how many the cost model keeps, from the values (EAGLE-2's tree size -1)
             n = max(0, min(n, int(shape.choose(np.exp(np.sort(scores[1:])[::-1])))))
