@@ -47,3 +47,10 @@ def test_every_kind_is_made_and_held_out_shards_meet_every_kind():
     assert {k.split("-")[0] for k in kinds} == {"code", "chat", "text"} and {"code-greedy", "chat-t1"} <= set(kinds)
     held = {kinds[i % len(kinds)] for i in range(HELD_OUT - 1, HELD_OUT * len(kinds), HELD_OUT)}
     assert held == set(kinds)
+
+
+def test_every_text_shard_reads_its_own_files():
+    """Text shards take the standard library's files in turns: no two text shards read the same files (bug: the two
+    text shards of a cycle read the same ones)."""
+    idx = [eagle_data.text_index(i) for i in range(5 * len(eagle_data.KINDS)) if eagle_data.KINDS[i % len(eagle_data.KINDS)] == "text"]
+    assert idx == list(range(len(idx)))

@@ -142,6 +142,12 @@ def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int) -> 
     return seqs
 
 
+def text_index(i: int) -> int:
+    """Which text shard shard ``i`` is: the number of text shards before it (bug: i // len(KINDS) gave the two text
+    shards of a cycle the same files)."""
+    return sum(KINDS[j % len(KINDS)] == "text" for j in range(i))
+
+
 def text_windows(files, tok, shard: int, per_shard: int, seq: int, seed: int) -> list[list[int]]:
     """Standard-library source, ``per_shard`` files of a fixed permutation for text shard ``shard``, cut in
     windows of ``seq`` ids (each file ended by id 0; a last partial window dropped)."""
@@ -213,7 +219,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     if made is not None and kind != "text" and i in made:
         seqs = made[i]
     elif kind == "text":
-        seqs = text_windows(files, tok, i // len(KINDS), args.text_files, args.seq, args.seed)
+        seqs = text_windows(files, tok, text_index(i), args.text_files, args.seq, args.seed)
     else:
         rng = np.random.default_rng((args.seed, i))
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng)
@@ -302,7 +308,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
     shaping = dict(seed=args.seed, gen_batch=args.gen_batch, chat_tokens=args.chat_tokens, code_tokens=args.code_tokens,
-                   text_files=args.text_files, seq=args.seq, kinds=list(KINDS), low=LOW, mid=MID)
+                   text_files=args.text_files, seq=args.seq, kinds=list(KINDS), low=LOW, mid=MID, text_order="text_index")
     settings = out / "settings.json"
     if settings.exists() and json.loads(settings.read_text()) != shaping:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
