@@ -108,3 +108,20 @@ def test_acceptance_by_depth_of_an_oracle_and_of_a_guesser_that_is_one_step_late
     res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)
     assert res["greedy"][0] < 0.5 and res["t1"][0] < 0.9
     assert res["positions"][0] > res["positions"][1] > res["positions"][2]
+
+
+def test_init_loads_a_heads_file_back_into_the_torch_head():
+    """--init: eagle.safetensors' fused arrays (head_tensors) read back into a fresh torch head give the same head."""
+    from minispec.recipes.train_eagle import build_head, head_tensors
+    from minispec.recipes.train_eagle_ttt import load_into
+
+    c = tiny_config()
+    dims = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"],
+            c["intermediate_size"], c["rope_theta"], c["rms_norm_eps"])
+    torch.manual_seed(0)
+    a = build_head(*dims)
+    torch.manual_seed(1)
+    b = build_head(*dims)
+    load_into(b, {k: v.numpy() for k, v in head_tensors(a).items()}, torch)
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), name
