@@ -54,3 +54,40 @@ def test_every_text_shard_reads_its_own_files():
     text shards of a cycle read the same ones)."""
     idx = [eagle_data.text_index(i) for i in range(5 * len(eagle_data.KINDS)) if eagle_data.KINDS[i % len(eagle_data.KINDS)] == "text"]
     assert idx == list(range(len(idx)))
+
+
+def test_a_rebuild_reuses_the_exported_windows_and_computes_their_features(tmp_path, monkeypatch):
+    """The whole builder on a tiny target with SmolLM2's tokenizer: shards 0-2 come from a --generations file (no
+    generation runs), shard 3 is standard-library text; features are the target's own (bug: the loop's token counter
+    shadowed the reused windows, and shard 4 crashed)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    shaping_args = ["--gen-batch", "2", "--text-files", "1", "--seq", "64", "--external-prompts", "none"]
+    rng = np.random.default_rng(1)
+    windows = {i: [rng.integers(3, 49152, 20).tolist() for _ in range(2)] for i in (0, 1, 2, 4)}
+    shaping = dict(seed=2, gen_batch=2, chat_tokens=256, code_tokens=192, text_files=1, seq=64, kinds=list(eagle_data.KINDS),
+                   low=eagle_data.LOW, mid=eagle_data.MID, text_order="text_index")
+    starts = np.cumsum([0] + [20] * 8)
+    np.savez_compressed(tmp_path / "gen.npz", tokens=np.concatenate([w for i in windows for w in windows[i]]).astype(np.uint16),
+                        starts=starts, shards=np.repeat(list(windows), 2).astype(np.int32), settings=np.array(json.dumps(shaping)))
+
+    def no_generation(*a, **k):
+        raise AssertionError("generated although the windows were given")
+    monkeypatch.setattr(eagle_data, "generate", no_generation)
+    out = tmp_path / "data"
+    assert eagle_data.main(["--out", str(out), "--target", str(target), "--generations", str(tmp_path / "gen.npz"),
+                            "--tokens", "10", "--threads", "1", *shaping_args]) == 0
+    first = json.loads((out / "shard-00000.json").read_text())
+    assert first["reused"] and first["kept"] == 2
+    with np.load(out / "shard-00000.npz") as z:
+        assert z["tokens"].tolist() == windows[0][0] + windows[0][1] and z["top"].shape == (40, 32)
+    # resumed for one token more than shards 0-3 hold: shard 3 is standard-library text, shard 4 reused again
+    def run_to(tokens):
+        return eagle_data.main(["--out", str(out), "--target", str(target), "--generations", str(tmp_path / "gen.npz"),
+                                "--tokens", str(tokens), "--threads", "1", *shaping_args])
+    assert run_to(121) == 0 and json.loads((out / "shard-00003.json").read_text())["kind"] == "text"
+    assert run_to(json.loads((out / "manifest.json").read_text())["tokens"] + 1) == 0
+    assert json.loads((out / "shard-00004.json").read_text())["reused"]

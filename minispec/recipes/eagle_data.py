@@ -171,7 +171,8 @@ def features(target, seqs, batch_tokens: int = 8192) -> dict:
         ids = torch.tensor([seqs[j] + [0] * (width - len(seqs[j])) for j in group])
         with torch.no_grad():
             hs = target.model(input_ids=ids, output_hidden_states=True).hidden_states  # [B, width, D] each
-        for key, h in (("top", hs[-1]), ("low", hs[LOW + 1]), ("mid", hs[MID + 1])):
+        last = len(hs) - 2  # the last layer's output before the final norm (a target shallower than LOW or MID)
+        for key, h in (("top", hs[-1]), ("low", hs[min(LOW + 1, last)]), ("mid", hs[min(MID + 1, last)])):
             h = h.float().numpy()
             for row, j in enumerate(group):
                 out[key][j] = h[row, : len(seqs[j])].astype(np.float16)
@@ -323,10 +324,10 @@ def main(argv=None) -> int:
         print(f"exported {got['windows']} windows ({got['tokens']} tokens) of {got['shards']} generated shards to "
               f"{args.export}", file=sys.stderr)
         return 0
-    made = None
+    generations = None
     if args.generations:
         try:
-            made = load_generations(Path(args.generations), shaping)
+            generations = load_generations(Path(args.generations), shaping)
         except (OSError, ValueError, KeyError) as e:
             print(f"error: --generations {args.generations}: {e}", file=sys.stderr)
             return 2
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
         if (out / f"shard-{i:05d}.json").exists():
             i += 1
             continue
-        arrays, record = make_shard(i, target, tok, files, overlap, args, made)
+        arrays, record = make_shard(i, target, tok, files, overlap, args, generations)
         tmp = out / f"shard-{i:05d}.tmp.npz"
         np.savez(tmp, **arrays)
         tmp.replace(out / f"shard-{i:05d}.npz")
