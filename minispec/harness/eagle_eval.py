@@ -68,13 +68,15 @@ def full_order(listed, V: int) -> list[int]:
     return listed + [t for t in range(V) if t not in seen]
 
 
-def size_row(target, eagle, sets: dict, k: int, max_new_tokens: int, stop, bar) -> dict:
-    """One reduced-head size: c (the head's seconds per guess over a target step timed before and after it), the
-    head's MB, and ``acceptance`` per setting (greedy, T = 1) and prompt set."""
-    t_step = forward_times(target, (1,), context=64, repeats=10)[1]
-    per_guess = eagle.measure_costs(clock, repeats=10)[0]
-    t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
-    row = dict(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step, head_mb=eagle.weight_bytes / 1e6)
+def size_row(target, eagle, sets: dict, k: int, max_new_tokens: int, stop, bar, timing: bool = True) -> dict:
+    """One reduced-head size: c (the head's seconds per guess over a target step timed before and after it; None
+    without ``timing``), the head's MB, and ``acceptance`` per setting (greedy, T = 1) and prompt set."""
+    row = dict(c=None, guess_ms=None, target_step_ms=None, head_mb=eagle.weight_bytes / 1e6)
+    if timing:
+        t_step = forward_times(target, (1,), context=64, repeats=10)[1]
+        per_guess = eagle.measure_costs(clock, repeats=10)[0]
+        t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
+        row.update(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step)
     for setting, temp in (("greedy", 0.0), ("T=1", 1.0)):
         for name, prompts in sets.items():
             row[f"{setting} {name}"] = acceptance(target, eagle, prompts, k, temp, max_new_tokens, stop, bar)
@@ -101,9 +103,12 @@ def report(res: dict) -> str:
             if isinstance(v, dict):
                 setting, name = key.split(" ")
                 pos = " ".join("-" if x is None else f"{x:.2f}" for x in v["per_position"])
-                lines.append(f"| {size} | {row['c']:.3f} | {row['head_mb']:.1f} | {setting} | {name} | {pos} | "
+                c = "-" if row["c"] is None else f"{row['c']:.3f}"
+                lines.append(f"| {size} | {c} | {row['head_mb']:.1f} | {setting} | {name} | {pos} | "
                              f"{v['tokens_per_pass']:.2f} |")
     m = res["memory"]
+    if m is None:
+        return "\n".join(lines + ["(acceptance only: no timing, no memory)"])
     lines.append(f"resident memory after 32 tokens, fresh processes: plain {m['plain_rss_mb']:.0f} MB, speculative with "
                  f"prompt lookup (the same loop, no weights) {m['prompt_lookup_rss_mb']:.0f} MB, with the head "
                  f"{m['eagle_rss_mb']:.0f} MB: the head adds {m['added_mb']:.1f} MB ({m['added_over_plain_mb']:.1f} MB "
@@ -120,6 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--prompts-per-set", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--k", type=int, default=4)
+    p.add_argument("--acceptance-only", action="store_true",
+                   help="measure acceptance only: no c and no memory (which need a quiet machine); for a busy one")
     p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
     check_json_path(a.json)
@@ -136,9 +143,9 @@ def main(argv=None) -> int:
     bar = Progress(len(sizes) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
     for size in sizes:
         res["sizes"][size] = size_row(target, Eagle(target, tensors, order[:size], name=f"eagle-{size}"), sets, a.k,
-                                      a.max_new_tokens, tok.eos_ids, bar)
+                                      a.max_new_tokens, tok.eos_ids, bar, timing=not a.acceptance_only)
     bar.close()
-    res["memory"] = memory_row(target.path, head_dir, shipped)
+    res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped)
     print(report(res))
     if a.json:
         origin = provenance(argv, p.prog)  # date, commit, command, machine
