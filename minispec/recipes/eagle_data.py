@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model.provenance import provenance
 from .eval_overlap import EvalRuns, external_prompts_dir, prompt_files
 
 KINDS = ("code-greedy", "chat-greedy", "chat-t1", "text", "chat-greedy", "code-t1", "text")
@@ -243,7 +244,9 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     return arrays, record
 
 
-def write_manifest(out: Path, overlap: EvalRuns, args, external) -> dict:
+def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | None = None) -> dict:
+    """manifest.json: the shards' totals, the rule and the windows it dropped, and ``origin`` (date, commit, command
+    and machine of the run that wrote it last; earlier runs' are in build_log.txt)."""
     records = [json.loads(p.read_text()) for p in sorted(out.glob("shard-*.json"))]
     manifest = dict(rule="a window is dropped when it shares a run of 8 lowercased whitespace-separated words with "
                          "any evaluation prompt (minispec/recipes/eval_overlap.py)",
@@ -254,7 +257,8 @@ def write_manifest(out: Path, overlap: EvalRuns, args, external) -> dict:
                     tokens_by_kind={k: sum(r["tokens"] for r in records if r["kind"] == k) for k in sorted(set(KINDS))},
                     minutes=dict(generation=sum(r["generation_minutes"] for r in records),
                                  features=sum(r["feature_minutes"] for r in records)),
-                    dropped=[dict(shard=r["shard"], kind=r["kind"], **d) for r in records for d in r["dropped"]])
+                    dropped=[dict(shard=r["shard"], kind=r["kind"], **d) for r in records for d in r["dropped"]],
+                    provenance=origin or {})
     tmp = out / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     tmp.replace(out / "manifest.json")
@@ -346,7 +350,8 @@ def main(argv=None) -> int:
         logf.flush()
 
     log(f"args {vars(args)}; {len(overlap)} evaluation word runs from {len(overlap.files)} files")
-    manifest = write_manifest(out, overlap, args, external)
+    origin = provenance(argv, "python -m minispec.recipes.eagle_data")
+    manifest = write_manifest(out, overlap, args, external, origin)
     i, t0, made = 0, time.perf_counter(), 0
     while manifest["tokens"] < args.tokens:
         if (out / f"shard-{i:05d}.json").exists():
@@ -357,7 +362,7 @@ def main(argv=None) -> int:
         np.savez(tmp, **arrays)
         tmp.replace(out / f"shard-{i:05d}.npz")
         (out / f"shard-{i:05d}.json").write_text(json.dumps(record) + "\n")
-        manifest = write_manifest(out, overlap, args, external)
+        manifest = write_manifest(out, overlap, args, external, origin)
         made += record["tokens"]
         rate = made / (time.perf_counter() - t0)
         log(f"shard {i} {record['kind']}: {record['kept']}/{record['windows']} windows kept, {record['tokens']} tokens "
