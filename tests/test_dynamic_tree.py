@@ -219,8 +219,12 @@ def test_greedy_auto_dynamic_tree_equals_plain_and_drafts(big_pair, big_eagle_di
     target = big_pair[0]
     prompt = [3, 17, 5, 9]
     policy = AutoDynamicTree(DynamicTree(3, 4, 10), {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 12)}, 0.0005)
+    asked = []
+    real_choose = policy.choose
+    policy.choose = lambda values: asked.append(len(values)) or real_choose(values)
     res = tree_speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 40, shape=policy)
     assert res.tokens == generate(target, prompt, 40) and res.stats.drafted > 0
+    assert asked and max(asked) > 10  # the head's full tree was grown and the cost model sized it (bug: choose dropped)
 
 
 def test_rows_that_turn_random_below_a_one_hot_root_stop_the_full_growth():

@@ -40,7 +40,7 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
 
     target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
     target = load_model(target_dir)
-    write_shards(tmp_path / "data", target)
+    write_shards(tmp_path / "data", target, n_shards=4)  # 24 greedy windows: the 20th is held out
     common = ["--target", str(target_dir), "--data", str(tmp_path / "data"), "--epochs", "2", "--batch", "2",
               "--seq", "32", "--threads", "1", "--unroll", "3", "--checkpoint-every", "2", "--vocab", "40",
               "--ship-vocab", "32"]
@@ -65,7 +65,13 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     assert (tmp_path / "resumed" / "eagle.safetensors").read_bytes() == whole
 
     summary = json.loads((tmp_path / "whole" / "training.json").read_text())
-    assert summary["unroll"] == 3 and summary["steps"] > 4 and len(summary["held_out"]["by_depth"]["greedy"]) == 4
+    depth = summary["held_out"]["by_depth"]
+    assert summary["unroll"] == 3 and summary["steps"] > 4 and summary["held_out"]["held_out_windows"] == 1
+    assert len(depth["code"]["greedy"]) == len(depth["chat"]["greedy"]) == 4 and depth["chat"]["positions"][0] == 31  # 40 tokens cut to --seq 32
+    assert depth["code"]["positions"] == [0, 0, 0, 0]  # no code window held out here
+    one = common + ["--out", str(tmp_path / "one"), "--run-dir", str(tmp_path / "run3")]
+    one[one.index("--unroll") + 1] = "1"  # EAGLE-1's loss, evaluated at 4 depths all the same (bug: RoPE table short)
+    assert train_eagle_ttt.main(one) == 0
     eagle = load_eagle(tmp_path / "whole", target)  # the NumPy drafter loads what the recipe wrote
     prompt = [5, 6, 7, 8]
     target.forward(prompt[:-1], target.new_cache(8), on_features=lambda f: eagle.see_features(prompt[:-1], f))

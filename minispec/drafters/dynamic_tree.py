@@ -9,7 +9,7 @@ Li et al. 2024, EAGLE-2 (arXiv 2406.16858), section 4. Paper -> code:
     selection       the ``top_k`` nodes of the new level with the highest value are the next frontier
     reranking       after ``depth`` levels, the ``nodes`` nodes of highest value, parents before children. A child's
                     value is at most its parent's, so the kept set holds every kept node's ancestors (``rerank``)
-    tree size -1    the paper's automatic size, timed target passes choosing N: here ``choose``, the cost model's
+    tree size -1    EAGLE's code's automatic size (total_token=-1), timed target passes choosing N: here ``choose``, the cost model's
                     pick from the values and the measured t(n) (policy/tree_policy.py: ``AutoDynamicTree``)
 
 A tree is verified as any tree is (tree.py): in one target pass, walked with the multi-candidate rule.

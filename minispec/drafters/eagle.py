@@ -190,8 +190,8 @@ class Eagle:
         if f is None:
             return Tree()
         base = len(tokens) - 1  # the head's true entries are slots 0..base-1, the root's last
-        shape = shape.within(shape.depth, shape.nodes)
-        shape = DynamicTree(min(shape.top_k, len(self.tokens_r)), shape.depth, shape.nodes)  # top-k: frequent tokens
+        shape = DynamicTree(min(shape.top_k, len(self.tokens_r)), shape.depth, shape.nodes, shape.choose)  # top-k:
+        # frequent tokens only (never a -inf logit); ``choose``, the cost model's size, kept
         slot, out = {0: base - 1}, {0: f}  # node -> its head cache slot, and the head's output there
 
         def run_level(tree: Tree, frontier: list[int]) -> np.ndarray:  # -> [len(frontier), V]

@@ -129,8 +129,8 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     with t(n) the target's measured pass over n tokens and t_grow the head's levels (calibrated). ``trust`` is the
     ratio of tokens accepted to tokens the values promised, learned over rounds (it starts at 1). When no N beats a
-    plain step, 1 / t(1), it keeps none, and the next rounds are plain, 2, 4, ... up to 32 of them, before it grows
-    again. At T > 0 the tree is grown within ``nodes`` (dynamic_tree.py), every round: a drawn node cannot be dropped
+    plain step, 1 / t(1), it keeps none, and the next 1, 2, 4, ... up to 32 rounds (doubling each
+    time) are plain before it grows again. At T > 0 the tree is grown within ``nodes`` (dynamic_tree.py), every round: a drawn node cannot be dropped
     by its value, so neither the size nor the back-off applies there."""
 
     def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True):

@@ -172,7 +172,7 @@ def features(target, seqs, batch_tokens: int = 8192) -> dict:
         ids = torch.tensor([seqs[j] + [0] * (width - len(seqs[j])) for j in group])
         with torch.no_grad():
             hs = target.model(input_ids=ids, output_hidden_states=True).hidden_states  # [B, width, D] each
-        last = len(hs) - 2  # the last layer's output before the final norm (a target shallower than LOW or MID)
+        last = len(hs) - 2  # the deepest stored layer below the top (for a target shallower than LOW or MID)
         for key, h in (("top", hs[-1]), ("low", hs[min(LOW + 1, last)]), ("mid", hs[min(MID + 1, last)])):
             h = h.float().numpy()
             for row, j in enumerate(group):
@@ -257,6 +257,9 @@ def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | 
                     tokens_by_kind={k: sum(r["tokens"] for r in records if r["kind"] == k) for k in sorted(set(KINDS))},
                     minutes=dict(generation=sum(r["generation_minutes"] for r in records),
                                  features=sum(r["feature_minutes"] for r in records)),
+                    shard_minutes=[dict(shard=r["shard"], kind=r["kind"], tokens=r["tokens"],
+                                        generation=round(r["generation_minutes"], 3), features=round(r["feature_minutes"], 3))
+                                   for r in records],
                     dropped=[dict(shard=r["shard"], kind=r["kind"], **d) for r in records for d in r["dropped"]],
                     provenance=origin or {})
     tmp = out / "manifest.json.tmp"

@@ -25,7 +25,8 @@ The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>
 optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end) and ``log.txt``. Run the
 same command again after an interruption and it resumes at the last checkpoint.
 
-Held out: every 20th shard (``shard % 20 == 19``). Reported by depth d = 1..unroll on its greedy generations: greedy,
+Held out: every 20th greedy generation (code and chat), in the order the shards made them. Reported per kind by
+depth d = 1..max(unroll, 4): greedy,
 the share of positions where the head's d-th guess equals the target's argmax among those where guesses 1..d-1 did
 (the acceptance of guess d in a chain), and at T = 1 the mean sum min(p, q) of step d.
 """
@@ -43,7 +44,7 @@ import numpy as np
 from ..model.provenance import provenance
 from .train_eagle import build_head, frequency_order, frequent_tokens, head_tensors, write_head_dir
 
-HELD_OUT = 20  # every 20th shard
+HELD_OUT = 20  # every 20th greedy generation is held out
 
 
 def load_shards(folder: Path, log) -> dict:
@@ -226,8 +227,9 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         log(f"error: {e}")
         return 2
-    held = np.flatnonzero((data["shard"] % HELD_OUT == HELD_OUT - 1) & np.array([k.endswith("greedy") for k in data["kind"]]))
-    rows = np.flatnonzero(data["shard"] % HELD_OUT != HELD_OUT - 1)
+    greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
+    held = greedy[HELD_OUT - 1:: HELD_OUT]  # every 20th greedy generation, in the order the shards made them
+    rows = np.setdiff1d(np.arange(len(data["tokens"])), held)
     if args.max_tokens:
         cum = np.cumsum([len(data["tokens"][r]) for r in rows])
         rows = rows[: int(np.searchsorted(cum, args.max_tokens)) + 1]
@@ -241,7 +243,8 @@ def main(argv=None) -> int:
     n_tokens = int(sum(len(data["tokens"][r]) for r in rows))
     steps = int(args.epochs * n_tokens / (args.batch * args.seq * 0.85))
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
-    head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + args.unroll)
+    depths = max(args.unroll, 4)  # steps trained, and depths evaluated (at least 4)
+    head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + depths)
     run_dir = Path(args.run_dir) if args.run_dir else cache_dir() / (
         f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -298,11 +301,13 @@ def main(argv=None) -> int:
     head.eval()
     ids = torch.from_numpy(freq)
     if not len(held):
-        log(f"no held-out windows: they are the greedy generations of every {HELD_OUT}th shard, and the data has "
-            f"{int(data['shard'].max()) + 1} shards")
-    held_out = evaluate(head, E, ids, data, held, args.seq, max(args.unroll, 4), dims, torch)
-    log("held out by depth: greedy " + " ".join(f"{x:.3f}" for x in held_out["greedy"])
-        + "; T=1 " + " ".join(f"{x:.3f}" for x in held_out["t1"]))
+        log(f"no held-out windows: they are every {HELD_OUT}th greedy generation, and the data has {len(greedy)}")
+    held_out = {kind: evaluate(head, E, ids, data, rows_of_kind, args.seq, depths, dims, torch)
+                for kind, rows_of_kind in (("code", held[[data["kind"][r].startswith("code") for r in held]]),
+                                           ("chat", held[[data["kind"][r].startswith("chat") for r in held]]))}
+    for kind, res in held_out.items():
+        log(f"held out, {kind} ({res['positions'][0]} positions), by depth: greedy "
+            + " ".join(f"{x:.3f}" for x in res["greedy"]) + "; T=1 " + " ".join(f"{x:.3f}" for x in res["t1"]))
     out.mkdir(parents=True, exist_ok=True)
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
@@ -316,8 +321,7 @@ def main(argv=None) -> int:
                    generation_minutes=manifest.get("minutes", {}).get("generation"),
                    feature_minutes=manifest.get("minutes", {}).get("features"),
                    training_minutes=state["seconds"] / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
-                   held_out={f"{len(freq)}": dict(first_greedy=held_out["greedy"][0], first_t1=held_out["t1"][0]),
-                             "by_depth": held_out},
+                   held_out={"by_depth": held_out, "held_out_windows": len(held), "trained_vocab": len(freq)},
                    loss_curve={st: [[float(x) for x in row] for row in np.mean(state["curve"][max(0, st - 25): st + 1], axis=0)]
                                for st in range(0, steps, 50)},
                    args=vars(args), torch=torch.__version__, provenance=provenance(argv, p.prog))
@@ -349,9 +353,11 @@ Made on this machine by `python -m minispec.recipes.train_eagle_ttt --out {a['ou
   tokens. Windows that share a run of 8 words with any evaluation prompt were dropped;
 - training: {summary['steps']} AdamW steps of {a['batch']} windows x {a['seq']} tokens, with EAGLE-3's training-time
   test unrolled {a['unroll']} steps ({summary['training_minutes']:.1f} min on {a['threads']} CPU threads);
-- held out (the greedy generations of every 20th shard), by depth d = 1, 2, ...: the d-th guess equals the target's
-  greedy token, given the guesses before it did: {", ".join(f"{x:.3f}" for x in d['greedy'])}; T=1 acceptance
-  sum min(p, q): {", ".join(f"{x:.3f}" for x in d['t1'])}. Full log: `train_log.txt`, figures: `training.json`.
+- held out (every 20th greedy generation), by depth d = 1, 2, ...: the d-th guess equals the target's greedy
+  token, given the guesses before it did: code {", ".join(f"{x:.3f}" for x in d['code']['greedy'])}; chat
+  {", ".join(f"{x:.3f}" for x in d['chat']['greedy'])}; T=1 acceptance sum min(p, q): code
+  {", ".join(f"{x:.3f}" for x in d['code']['t1'])}; chat {", ".join(f"{x:.3f}" for x in d['chat']['t1'])}. Full log:
+  `train_log.txt`, figures: `training.json`.
 
 `token_frequency_order.json` lists the token ids most frequent first, without the tail of unseen ids (in
 increasing order). `SHA256SUMS` lists the checksums of the four files.
