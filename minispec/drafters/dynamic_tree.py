@@ -9,8 +9,8 @@ Li et al. 2024, EAGLE-2 (arXiv 2406.16858), section 4. Paper -> code:
     selection       the ``top_k`` nodes of the new level with the highest value are the next frontier
     reranking       after ``depth`` levels, the ``nodes`` nodes of highest value, parents before children. A child's
                     value is at most its parent's, so the kept set holds every kept node's ancestors (``rerank``)
-    tree size -1    EAGLE's code's automatic size (total_token=-1), timed target passes choosing N: here ``choose``, the cost model's
-                    pick from the values and the measured t(n) (policy/tree_policy.py: ``AutoDynamicTree``)
+    tree size -1    EAGLE's code's automatic size (total_token=-1): timed target passes choose N. Here ``choose``,
+                    the cost model's pick from the values and the measured t(n) (policy/tree_policy.py)
 
 A tree is verified as any tree is (tree.py): in one target pass, walked with the multi-candidate rule.
 
@@ -23,6 +23,8 @@ a drawn child's presence in the tree does not depend on its own value. So, depar
       children a node gets is decided before they are drawn (``budgeted``);
     - selection stays: whether a node gets children at all may depend on its value and its cousins', because its
       children are drawn after that decision, each from its own q.
+    With the default shape (4, 5, 16) a sampled tree spends its budget in two levels (4 children of the root, then
+    3 x 4): at T > 0, ``depth`` matters only for larger budgets.
 """
 
 from __future__ import annotations
