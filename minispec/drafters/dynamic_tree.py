@@ -63,6 +63,8 @@ class DynamicTree:
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V], -inf stays -inf
+    """The drafter's untempered log-probabilities, for scores only: they rank nodes and never reach a model, so
+    float64 here (as sampling.warp's probabilities) cannot promote an activation."""
     z = np.asarray(logits, np.float64)
     m = np.max(z, axis=-1, keepdims=True)
     return z - m - np.log(np.sum(np.exp(z - m), axis=-1, keepdims=True))
