@@ -91,3 +91,45 @@ def test_a_rebuild_reuses_the_exported_windows_and_computes_their_features(tmp_p
     assert run_to(121) == 0 and json.loads((out / "shard-00003.json").read_text())["kind"] == "text"
     assert run_to(json.loads((out / "manifest.json").read_text())["tokens"] + 1) == 0
     assert json.loads((out / "shard-00004.json").read_text())["reused"]
+
+
+def test_generate_only_makes_windows_without_features_and_a_later_build_adds_them(tmp_path, monkeypatch):
+    """--generate-only writes the generated shards' windows (no features, no text shard) and exports them; a build in
+    the same folder then computes those shards' features from the same windows without generating again, and keeps
+    what the generating run dropped."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    shaping_args = ["--gen-batch", "2", "--text-files", "1", "--seq", "64", "--external-prompts", "none"]
+    rng = np.random.default_rng(3)
+    calls = []
+
+    def fake_generate(target, tok, prompts, new, greedy, seed):
+        calls.append(seed)
+        return [p[:5] + rng.integers(3, 49152, 10).tolist() for p in prompts]
+    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    out = tmp_path / "data"
+    run = ["--out", str(out), "--target", str(target), "--threads", "1", *shaping_args]
+    assert eagle_data.main([*run, "--generate-only", "--tokens", "100"]) == 0
+    records = {int(p.stem[-5:]): json.loads(p.read_text()) for p in out.glob("shard-*.json")}
+    assert records and all(not r["features"] and r["kind"] != "text" for r in records.values())
+    assert sum(r["tokens"] for r in records.values()) >= 100
+    first = min(records)
+    with np.load(out / f"shard-{first:05d}.npz") as z:
+        assert set(z.files) == {"tokens", "starts"}
+        windows = z["tokens"].tolist()
+    got = eagle_data.export_generations(out, tmp_path / "gen.npz", json.loads((out / "settings.json").read_text()))
+    assert got["shards"] == len(records)
+    # the planted record of a dropped window survives the feature pass
+    rec = json.loads((out / f"shard-{first:05d}.json").read_text())
+    rec["dropped"] = [dict(window=9, run="planted", file="x")]
+    (out / f"shard-{first:05d}.json").write_text(json.dumps(rec))
+    n_calls = len(calls)
+    assert eagle_data.main([*run, "--tokens", str(max(records) * 0 + 1)]) == 0
+    assert len(calls) == n_calls  # no generation: the windows were there
+    again = json.loads((out / f"shard-{first:05d}.json").read_text())
+    assert again["features"] and again["dropped"][0]["run"] == "planted"
+    with np.load(out / f"shard-{first:05d}.npz") as z:
+        assert z["tokens"].tolist() == windows and z["top"].shape == (len(windows), 32)

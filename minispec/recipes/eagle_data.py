@@ -3,10 +3,13 @@
     python -m minispec.recipes.eagle_data --tokens 2500000 [--threads 2]      # runs for hours: start it in the background
     python -m minispec.recipes.eagle_data --export weights/eagle-data/generations-s2.npz   # the generated windows
     python -m minispec.recipes.eagle_data --generations weights/eagle-data/generations-s2.npz   # rebuild: features only
+    python -m minispec.recipes.eagle_data --generate-only --out DIR --generations FILE --tokens N   # more windows, no features
 
 Generating is the dear part (the target writes every token); features are one teacher-forced pass. So the
 generated windows are exported as token ids (about a byte a token, compressed) and committed, and a rebuild on
-another machine reuses them: it computes their features and the text shards' again.
+another machine reuses them: it computes their features and the text shards' again. ``--generate-only`` makes only
+the generated shards' windows (no features, no text shards), to grow the committed file where the features would not
+be kept; a later build in the same folder computes the features of those shards from their windows.
 
 Each shard is one unit of work, seeded by (seed, shard index) alone, so an interrupted run restarts at the first
 missing shard and makes the same data (the settings that shape the data are kept in ``settings.json``; a run with
@@ -214,10 +217,25 @@ def load_generations(file: Path, shaping: dict) -> dict:
     return out
 
 
+def windows_without_features(out: Path) -> dict:
+    """{shard: (its windows, its record)} of the shards that ``--generate-only`` wrote (records say ``features: false``)."""
+    pending = {}
+    for rec in sorted(out.glob("shard-*.json")):
+        r = json.loads(rec.read_text())
+        if r.get("features", True):
+            continue
+        with np.load(rec.with_suffix(".npz")) as z:
+            t, st = z["tokens"].astype(np.int64), z["starts"]
+        pending[r["shard"]] = ([t[a:b].tolist() for a, b in zip(st[:-1], st[1:])], r)
+    return pending
+
+
 def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -> tuple[dict, dict]:
     """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``)."""
     kind = KINDS[i % len(KINDS)]
     t0 = time.perf_counter()
+    if args.generate_only and kind == "text":
+        raise ValueError(f"shard {i} is a text shard: --generate-only makes generated shards only")
     if made is not None and kind != "text" and i in made:
         seqs = made[i]
     elif kind == "text":
@@ -235,10 +253,11 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
             kept.append(s)
         else:
             dropped.append(dict(window=j, run=hit[0], file=hit[1]))
-    arrays = features(target, kept) if kept else {}
+    arrays = features(target, kept) if kept and not args.generate_only else {}
     starts = np.cumsum([0] + [len(s) for s in kept])
     arrays.update(tokens=np.array([t for s in kept for t in s], np.int32), starts=starts)
     record = dict(shard=i, kind=kind, windows=len(seqs), kept=len(kept), tokens=int(starts[-1]), dropped=dropped,
+                  features=not args.generate_only,
                   reused=bool(made is not None and kind != "text" and i in made),
                   generation_minutes=(t1 - t0) / 60, feature_minutes=(time.perf_counter() - t1) / 60)
     return arrays, record
@@ -286,6 +305,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--generations", default=None, metavar="FILE",
                    help="reuse the generated windows of an --export file made with the same settings: only their "
                         "features are computed")
+    p.add_argument("--generate-only", action="store_true",
+                   help="make only the generated shards' windows, without features (for --export); --tokens then "
+                        "counts generated tokens, and a later build in the same folder adds the features")
     p.add_argument("--external-prompts", default=None,
                    help="the external evaluation prompts folder (default: $MINISPEC_EXTERNAL_PROMPTS, else "
                         "../shared/external_prompts); 'none' to build without it (recorded in the manifest)")
@@ -338,6 +360,11 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError) as e:
             print(f"error: --generations {args.generations}: {e}", file=sys.stderr)
             return 2
+    pending = {}
+    if not args.generate_only:  # shards written by --generate-only: their windows are kept, their features made here
+        pending = windows_without_features(out)
+        if pending:
+            generations = {**(generations or {}), **{i: w for i, (w, _) in pending.items()}}
     settings.write_text(json.dumps(shaping) + "\n")
     overlap = EvalRuns(prompt_files(external))
     target_dir = resolve_model(args.target)
@@ -355,12 +382,15 @@ def main(argv=None) -> int:
     log(f"args {vars(args)}; {len(overlap)} evaluation word runs from {len(overlap.files)} files")
     origin = provenance(argv, "python -m minispec.recipes.eagle_data")
     manifest = write_manifest(out, overlap, args, external, origin)
-    i, t0, made = 0, time.perf_counter(), 0
-    while manifest["tokens"] < args.tokens:
-        if (out / f"shard-{i:05d}.json").exists():
-            i += 1
-            continue
+    t0, made = time.perf_counter(), 0
+
+    def write_shard(i: int) -> dict:
+        nonlocal manifest, made
         arrays, record = make_shard(i, target, tok, files, overlap, args, generations)
+        if i in pending:  # what the generating run made and dropped, and its minutes
+            first = pending[i][1]
+            record.update(windows=first["windows"], dropped=first["dropped"] + record["dropped"],
+                          generation_minutes=first["generation_minutes"])
         tmp = out / f"shard-{i:05d}.tmp.npz"
         np.savez(tmp, **arrays)
         tmp.replace(out / f"shard-{i:05d}.npz")
@@ -371,6 +401,14 @@ def main(argv=None) -> int:
         log(f"shard {i} {record['kind']}: {record['kept']}/{record['windows']} windows kept, {record['tokens']} tokens "
             f"in {record['generation_minutes'] + record['feature_minutes']:.1f} min; total {manifest['tokens']} of "
             f"{args.tokens} ({rate:.0f} tok/s this run, {max(args.tokens - manifest['tokens'], 0) / max(rate, 1e-9) / 3600:.1f} h to go)")
+        return record
+
+    for i in sorted(pending):  # first the shards without features (each record stays until its shard is replaced)
+        write_shard(i)
+    i = 0
+    while manifest["tokens"] < args.tokens:
+        if not (out / f"shard-{i:05d}.json").exists() and not (args.generate_only and KINDS[i % len(KINDS)] == "text"):
+            write_shard(i)
         i += 1
     log(f"done: {manifest['tokens']} tokens in {manifest['shards']} shards")
     return 0
