@@ -5,17 +5,20 @@ Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1, one round per i
 drafter: ``DraftModel.feed`` keeps the prefix it shares with the sequence), and the same
 tokens for the same K and seed (tests/test_textbook.py). Each addition has a name and lives elsewhere:
 
-    choosing K          the policy asks for K each round, or "auto" from the cost model (policy/)
-    probes              a plain round (K = 0) may measure one unverified guess (rounds.py; when: policy/auto_k.py)
     drafters            any kind (drafters/): a draft model, prompt lookup, layer skip, an EAGLE head, a draft
                         with its own tokenizer; ``run.draft()`` lets it catch up and propose
+    stop tokens         ``run.emit`` never appends past one (rounds.py)
+    the record          ``run.emit`` records each round (stats.RoundRecord); ``run.result()`` reads the
+                        statistics from the records (stats.py)
+    choosing K          ``k="auto"`` or a policy: K each round from the cost model (policy/), and a plain round
+                        (K = 0) may measure one unverified guess, a probe (rounds.py; when: policy/auto_k.py)
     features            a drafter that reads the target's features gets them from the same pass
                         (``on_features``; ``run.emit`` hands on the rows the cache kept)
     the rule            ``rule="block"``: block verification instead of the token-wise rule (rejection.py);
                         ``rule="coupled"``: the keyed rule, whose tokens are the same for any drafter (keyed.py)
     trees               ``tree_speculative_generate`` verifies a token tree per round (tree.py)
-    a trace             ``trace=Trace()`` records every round for a picture of the run (trace/)
-    stop tokens, statistics, timing      ``run.emit`` and ``run.result()`` (rounds.py, stats.py)
+    a trace             ``trace=Trace()`` watches every round and the rule's decisions (trace/): an observer
+                        (stats.Observer), attached by ``start_run``; the loop does not see it
 
 With K = 0 a round is one plain autoregressive step.
 """
@@ -42,17 +45,16 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     or a function of their signature: the losslessness checks pass a deliberately broken twin to show that they
     can fail. ``trace``: a ``trace.Trace`` that records every round
     (the rule's decisions, what was emitted, the time it took); the output is the same with or without it."""
-    verify = verification_rule(rule)  # accept_reject (the textbook's), block_verify or coupled_verify: rejection.py
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,
-                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace, rule=verify)
-    verify = trace.observe(verify) if trace is not None else verify  # an observer of its decisions (trace/)
+                    top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace,
+                    rule=verification_rule(rule))  # accept_reject (the textbook's), block_verify or coupled_verify
     while not run.done:
-        draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]; K from the policy
+        draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]
         K = len(draft_tokens)
         # ONE target pass over the tokens its cache lacks (run.unread: the last one; round 1 the prompt too)
         target_logits = target.forward(run.unread + draft_tokens, run.cache, last=K + 1, on_features=run.on_features)
         target_probs = run.warp(target_logits)  # p_1..p_{K+1}: [K+1, V], warped like q
-        n, next_token = verify(target_probs, draft_probs, draft_tokens, run.rng)
+        n, next_token = run.verify(target_probs, draft_probs, draft_tokens, run.rng)  # the rule: rejection.py
         run.cache.crop(len(run.tokens) + n)  # keep the tokens and x_1..x_n: every token but the new last one
         run.emit(draft_tokens[:n] + [next_token], n, target_probs)
     return run.result()

@@ -1,26 +1,106 @@
-"""What a run of the speculative loop counts: guesses drafted and accepted, by position, and the time
-spent drafting and verifying. ``rounds.Run.emit`` records every round; the loops never touch it."""
+"""What a run of the speculative loop records: one ``RoundRecord`` per round, and the statistics read from them.
+
+``rounds.Run.emit`` appends each round's record to the run's log and hands it to the run's observers (``Observer``:
+a trace, trace/). The statistics (``SpecStats``: guesses drafted and accepted, by position, and the time spent
+drafting and verifying) are read from the log when asked for, after the run: the loop never computes them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class RoundRecord:
+    """One round. ``drafted``: guesses drafted (a tree: its depth; 0: a plain round), ``accepted`` kept, ``emitted``
+    the tokens output; seconds drafting and verifying (``prefill``: the pass also carried the prompt);
+    ``plain_cause``: why a plain round drafted nothing; ``tree``: a tree round's (nodes verified, whether its walk
+    ended at a leaf), None for a chain."""
+    drafted: int
+    accepted: int
+    emitted: list
+    t_draft: float
+    t_verify: float
+    prefill: bool
+    plain_cause: str = ""
+    tree: tuple | None = None
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """What watches a run without changing it (a ``trace.Trace``): told of each round once it is done."""
+
+    def round_done(self, record: RoundRecord) -> None: ...
 
 
 @dataclass
 class SpecStats:
-    drafted: int = 0
-    accepted: int = 0
-    rounds: int = 0  # = target passes (the first also carried the prompt)
+    """A run's statistics, read from its rounds' records (``log``). ``draft_forwards``: the drafter's passes."""
+    log: list = field(default_factory=list)  # a RoundRecord per round
     draft_forwards: int = 0
-    position_drafted: list = field(default_factory=list)  # [j]: rounds that drafted a token at position j+1
-    position_accepted: list = field(default_factory=list)  # [j]: rounds that accepted it
-    tokens_per_pass: dict = field(default_factory=dict)  # tokens emitted by a round -> how many rounds
-    rounds_log: list = field(default_factory=list)  # (drafted, accepted) of every round
-    time_draft: float = 0.0
-    time_verify: float = 0.0  # the verification passes and the rule, prompt pass excluded
-    time_prefill: float = 0.0  # the first round's pass, which carried the prompt
-    plain_causes: dict = field(default_factory=dict)  # why rounds drafted nothing -> how many: "policy" (it chose
-    # K = 0), "end" (one token still wanted), "room" (the draft's context was full), "nothing" (nothing to propose)
+
+    @property
+    def rounds(self) -> int:
+        """Rounds = target passes (the first also carried the prompt)."""
+        return len(self.log)
+
+    @property
+    def drafted(self) -> int:
+        return sum(r.drafted for r in self.log)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.log)
+
+    @property
+    def position_drafted(self) -> list[int]:
+        """[j]: rounds that drafted a token at position j+1."""
+        K = max((r.drafted for r in self.log), default=0)
+        return [sum(r.drafted > j for r in self.log) for j in range(K)]
+
+    @property
+    def position_accepted(self) -> list[int]:
+        """[j]: rounds that accepted the token they drafted at position j+1."""
+        K = max((r.drafted for r in self.log), default=0)
+        return [sum(r.drafted > j and r.accepted > j for r in self.log) for j in range(K)]
+
+    @property
+    def tokens_per_pass(self) -> dict:
+        """Tokens emitted by a round -> how many rounds."""
+        out: dict = {}
+        for r in self.log:
+            out[len(r.emitted)] = out.get(len(r.emitted), 0) + 1
+        return out
+
+    @property
+    def rounds_log(self) -> list[tuple[int, int]]:
+        """(drafted, accepted) of every round."""
+        return [(r.drafted, r.accepted) for r in self.log]
+
+    @property
+    def time_draft(self) -> float:
+        return sum(r.t_draft for r in self.log)
+
+    @property
+    def time_verify(self) -> float:
+        """The verification passes and the rule, the prompt's pass excluded."""
+        return sum(r.t_verify for r in self.log if not r.prefill)
+
+    @property
+    def time_prefill(self) -> float:
+        """The first round's pass, which carried the prompt."""
+        return sum(r.t_verify for r in self.log if r.prefill)
+
+    @property
+    def plain_causes(self) -> dict:
+        """Why rounds drafted nothing -> how many: "policy" (it chose K = 0), "end" (one token still wanted), "room"
+        (the draft's context was full), "nothing" (nothing to propose)."""
+        out: dict = {}
+        for r in self.log:
+            if r.drafted == 0:
+                out[r.plain_cause or "nothing"] = out.get(r.plain_cause or "nothing", 0) + 1
+        return out
 
     @property
     def acceptance_rate(self) -> float:
@@ -39,28 +119,4 @@ class SpecStats:
     @property
     def plain_rounds(self) -> int:
         """Rounds that drafted nothing: plain decoding steps (an adaptive policy's K = 0)."""
-        return sum(1 for d, _ in self.rounds_log if d == 0)
-
-    def record(self, n_drafted: int, n_accepted: int, emitted: int, t_draft: float = 0.0, t_verify: float = 0.0,
-               prefill: bool = False, plain_cause: str = "") -> None:
-        """One round: ``n_drafted`` guesses (a tree: its depth), ``n_accepted`` kept, ``emitted`` tokens
-        output; seconds drafting and verifying (``prefill``: the pass also carried the prompt)."""
-        self.rounds += 1
-        self.drafted += n_drafted
-        self.accepted += n_accepted
-        while len(self.position_drafted) < n_drafted:
-            self.position_drafted.append(0)
-            self.position_accepted.append(0)
-        for j in range(n_drafted):
-            self.position_drafted[j] += 1
-            self.position_accepted[j] += j < n_accepted
-        self.tokens_per_pass[emitted] = self.tokens_per_pass.get(emitted, 0) + 1
-        self.rounds_log.append((n_drafted, n_accepted))
-        if n_drafted == 0:
-            cause = plain_cause or "nothing"
-            self.plain_causes[cause] = self.plain_causes.get(cause, 0) + 1
-        self.time_draft += t_draft
-        if prefill:
-            self.time_prefill += t_verify
-        else:
-            self.time_verify += t_verify
+        return sum(1 for r in self.log if r.drafted == 0)

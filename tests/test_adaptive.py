@@ -484,11 +484,11 @@ def test_only_runs_whose_output_cannot_depend_on_timing_follow_the_clock(big_pai
                                                                         learns):
     """A seeded sampled run keeps its calibrated costs, so that the same seed gives the same tokens on a busy and a
     quiet machine; greedy runs and unseeded ones may follow the clock (bug: a seeded run that learns from timings)."""
-    from minispec import rounds
+    from minispec import policy
 
     target, draft = big_pair
     seen = []
-    real = rounds.k_policy
-    monkeypatch.setattr(rounds, "k_policy", lambda *a, **kw: seen.append(kw["learn"]) or real(*a, **kw))
+    real = policy.k_policy
+    monkeypatch.setattr(policy, "k_policy", lambda *a, **kw: seen.append(kw["learn"]) or real(*a, **kw))
     speculative_generate(target, DraftModel(draft), [1, 2, 3], 4, k="auto", seed=seed, temperature=temperature)
     assert seen == [learns]

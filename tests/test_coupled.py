@@ -13,6 +13,7 @@ from minispec.harness.equivalence import chisquare_gof, coupled_emits_the_guess
 from minispec.harness.exact_law import continued_law, joint_law
 from minispec.harness.exact_race import FixedNoise, race_law, round_law
 from minispec.keyed import KeyedNoise, coupled_acceptance
+from minispec.policy import FixedK
 from minispec.rejection import coupled_verify, overlap
 from minispec.rounds import start_run
 from minispec.sampling import draw
@@ -200,8 +201,8 @@ def test_a_probe_of_a_coupled_run_measures_the_coupled_acceptance(big_pair):
     target, draft = big_pair
     p, q = np.full(64, 1 / 64), np.arange(64.0) / np.arange(64.0).sum()
     for rule, want in ((coupled_verify, coupled_acceptance(p, q)), (None, overlap(p, q))):
-        run = start_run(target, DraftModel(draft), [1, 2, 3], 4, k=2, temperature=1.0, seed=0, rule=rule)
-        run.probe = q
+        run = start_run(target, DraftModel(draft), [1, 2, 3], 4, k=FixedK(2), temperature=1.0, seed=0, rule=rule)
+        run.probe = q  # (a policy probes; a fixed integer K has none, and never probes)
         assert run.measure_probe(p, 0)[0] == pytest.approx(want)
     assert coupled_acceptance(p, q) < overlap(p, q)
 

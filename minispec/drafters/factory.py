@@ -15,27 +15,9 @@ from .crossvocab import CrossVocab, read_vocabulary
 from .draft_model import DraftModel, LayerSkip
 from .eagle import is_eagle_dir, load_eagle
 from .prompt_lookup import PromptLookup
+from .protocol import as_drafter
 from .slem import SLEM
 from .tli import TLI
-
-
-def as_drafter(drafter, target: Model):
-    """A Model becomes a DraftModel; a drafter object passes through, and a drafter without a vocabulary
-    (prompt lookup) takes the target's. A drafter's vocabulary must be the target's: its q rows are compared
-    with the target's p rows, entry by entry."""
-    if isinstance(drafter, Model):
-        return DraftModel(drafter, target.cfg.vocab_size)
-    if not (hasattr(drafter, "propose") and hasattr(drafter, "context")):
-        raise TypeError("drafter must be a Model or have propose(tokens, k, warp, rng) and context(tokens), "
-                        f"got {type(drafter).__name__}")
-    if getattr(drafter, "vocab", 0) is None:
-        drafter.vocab = target.cfg.vocab_size
-    vocab = getattr(drafter, "vocab", target.cfg.vocab_size)
-    if vocab != target.cfg.vocab_size:
-        raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} has vocabulary size {vocab}, "
-                         f"expected the target's {target.cfg.vocab_size}")
-    return drafter
-
 
 CROSS_VOCAB = {"slem": SLEM, "tli": TLI}  # drafts with their own tokenizer (slem.py, tli.py)
 BUILT_IN = ("none", "prompt-lookup", "layer-skip", *CROSS_VOCAB)

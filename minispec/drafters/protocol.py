@@ -1,5 +1,6 @@
 """What a drafter is, declared: the protocol every drafter implements, and the optional capabilities that the
-loops, the policy and the harness ask for by name (``has(drafter, ReadsFeatures)``), never by class.
+loops, the policy and the harness ask for by name (``has(drafter, ReadsFeatures)``), never by class; and
+``as_drafter``, which checks what a caller passes in as a drafter (a Model becomes a ``DraftModel``).
 
 ``typing.Protocol`` with ``runtime_checkable``: a drafter need not inherit from anything; ``has`` asks whether it
 has the capability's methods (or attributes), and refuses to be asked for anything but a capability listed in
@@ -156,3 +157,23 @@ def has(drafter, capability) -> bool:
         raise TypeError(f"has(drafter, {getattr(capability, '__name__', capability)!r}): ask for a capability "
                         f"({', '.join(c.__name__ for c in CAPABILITIES)}), not a class")
     return isinstance(drafter, capability)
+
+
+def as_drafter(drafter, target):
+    """A Model becomes a DraftModel; a drafter object passes through, and a drafter without a vocabulary
+    (prompt lookup) takes the target's. A drafter's vocabulary must be the target's: its q rows are compared
+    with the target's p rows, entry by entry."""
+    from ..model import Model
+    if isinstance(drafter, Model):
+        from .draft_model import DraftModel
+        return DraftModel(drafter, target.cfg.vocab_size)
+    if not (hasattr(drafter, "propose") and hasattr(drafter, "context")):
+        raise TypeError("drafter must be a Model or have propose(tokens, k, warp, rng) and context(tokens), "
+                        f"got {type(drafter).__name__}")
+    if getattr(drafter, "vocab", 0) is None:
+        drafter.vocab = target.cfg.vocab_size
+    vocab = getattr(drafter, "vocab", target.cfg.vocab_size)
+    if vocab != target.cfg.vocab_size:
+        raise ValueError(f"drafter {getattr(drafter, 'name', type(drafter).__name__)} has vocabulary size {vocab}, "
+                         f"expected the target's {target.cfg.vocab_size}")
+    return drafter

@@ -128,18 +128,19 @@ class Trace:
         traced.__name__ = f"traced {getattr(rule, '__name__', 'rule')}"
         return traced
 
-    def round_done(self, emitted: list[int], accepted: int, t_draft: float, t_verify: float, tree=None) -> None:
-        """The round's emitted tokens and timings. A round the rule did not see, a tree (``tree``: its nodes and
-        whether the walk ended at a leaf), is kept without decisions: k is its nodes, and its next_token the bonus
-        after a leaf, the correction after a node whose children were all rejected."""
-        r = self.pending
+    def round_done(self, record) -> None:
+        """A round is done (``stats.RoundRecord``: its emitted tokens and timings). A round the rule did not see, a
+        tree (``record.tree``: its nodes and whether the walk ended at a leaf), is kept without decisions: k is its
+        nodes, and its next_token the bonus after a leaf, the correction after a node whose children were all
+        rejected."""
+        r, emitted, accepted, tree = self.pending, record.emitted, record.accepted, record.tree
         if r is None or tree is not None:
             nodes, leaf = tree if tree is not None else (0, True)
             r = Round(k=nodes, guesses=list(emitted[:accepted]), p=[], q=[], accept=[], draws=[], accepted=accepted,
                       next_token=emitted[-1] if len(emitted) > accepted else -1,
                       next_kind="plain" if nodes == 0 else "bonus" if leaf else "correction", residual_top=[],
                       rule="tree")
-        r.emitted, r.t_draft, r.t_verify = [int(t) for t in emitted], float(t_draft), float(t_verify)
+        r.emitted, r.t_draft, r.t_verify = [int(t) for t in emitted], float(record.t_draft), float(record.t_verify)
         self.rounds.append(r)
         self.pending = None
         if self.on_round is not None:
