@@ -24,6 +24,7 @@
     docs_tables.py  README and docs/ sections generated from the committed JSON (``--check`` compares)
     doc_figures.py  the figures those sections quote
     kernel_figures.py  the two kernels' figures (docs/kernel/)
+    round_lines.py  how many lines a reader meets in one run of the textbook's round and of the engine's (a line tracer)
 
 The recipes that trained the shipped drafters are in recipes/. What a stored measurement records of its run (date,
 commit, command, machine) is ``model/provenance.py``, which the recipes share.
