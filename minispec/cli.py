@@ -14,6 +14,7 @@ from .drafters.dynamic_tree import DynamicTree
 from .drafters.protocol import GrowsTrees, HasOwnTokenizer, ProposesTrees, has
 from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
+from .harness.calibration_store import DiskStore
 from .harness.conform.command import add_parser as add_conform
 from .harness.measure import timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
@@ -30,6 +31,7 @@ from .model.fetch import (
 )
 from .model.kernel import KERNELS, use_kernel
 from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
+from .policy.calibration import use_store
 from .rejection import RULES, is_keyed, verification_rule
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
@@ -221,6 +223,20 @@ def load_average() -> float | None:
         return None
 
 
+def cost_model_line(calibrations, seconds: float) -> str:
+    """One plain line on the calibrations an automatic policy chose from: measured here, or stored (and what the
+    probe said); "" for a policy without any."""
+    if not calibrations:
+        return ""
+    notes = notes_of(calibrations)
+    if any(c.source == "measured" for c in calibrations):
+        how = f"measured in {seconds:.1f}s, once for this machine, kernel and model, and stored"
+    else:
+        how = f"stored figures, checked by a probe in {seconds:.1f}s"
+    return f"[cost model: {how}; not in any figure below" + (f"; {notes[0]}" if notes else "") + \
+        (f" (and {len(notes) - 1} more: minispec calibrate prints them)" if len(notes) > 1 else "") + "]"
+
+
 def cmd_generate(args) -> int:
     """Everything is checked (arguments, model, tokenizer, drafter, policy) before the first output."""
     load_before = load_average()
@@ -234,13 +250,13 @@ def cmd_generate(args) -> int:
         print(f"[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding{busy_words(load_before)}]",
               file=sys.stderr)
         return 0
+    if (args.k == "auto" or isinstance(args.tree, str)) and sys.stderr.isatty():  # a progress line, replaced by the line below
+        print("[cost model: reading the stored figures, or measuring them once for this machine...]", end="\r",
+              file=sys.stderr, flush=True)
     pol, t_setup = timed(gen.policy)
-    calibrations = calibrations_of(pol)
-    if any(c.source == "measured" for c in calibrations):
-        print(f"[calibrated the cost model in {t_setup:.1f}s: cached for later runs (checked by a probe before each "
-              "use), and not in any figure below]", file=sys.stderr)
-    for note in notes_of(calibrations):  # what was measured again or distrusted, and why
-        print(f"[calibration: {note}]", file=sys.stderr)
+    line = cost_model_line(calibrations_of(pol), t_setup)
+    if line:
+        print(line + " " * 20 * sys.stderr.isatty(), file=sys.stderr)
     show = ShowStream(gen.tok, sys.stdout, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")) if args.show else None
     trace = Trace(on_round=show) if (show or gen.trace_path) else None
     if not args.chat:
@@ -475,6 +491,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["bench"]:  # bench parses its own options (and subcommands)
         argv = ["bench", "--"] + argv[1:]
     args = build_parser().parse_args(argv)
+    before = use_store(None if os.environ.get("MINISPEC_NO_CALIBRATION_CACHE") else DiskStore())  # the lab's store
     try:
         if getattr(args, "kernel", None):
             use_kernel(args.kernel)
@@ -484,6 +501,8 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        use_store(before)
 
 
 if __name__ == "__main__":

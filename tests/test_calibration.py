@@ -9,6 +9,7 @@ import pytest
 
 from minispec import load_model, speculative_generate
 from minispec.drafters import DraftModel
+from minispec.harness.calibration_store import MAX_AGE_DAYS, DiskStore
 from minispec.model.tiny import write_random_model
 from minispec.policy import AutoK, auto_k, calibration, costs, timing
 
@@ -45,40 +46,41 @@ def draft_cost(n, i):  # c = 0.5
 
 @pytest.fixture
 def machine(tmp_path, monkeypatch):
-    """A fresh process's view: nothing in memory, a disk cache of its own, the scripted clock, a tiny pair."""
-    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("MINISPEC_NO_CALIBRATION_CACHE", raising=False)
+    """A fresh process's view: nothing in memory, a disk store of its own, the scripted clock, a tiny pair."""
     monkeypatch.delenv("MINISPEC_TRUST_CALIBRATION", raising=False)
     monkeypatch.setattr(calibration, "_MEMORY", {})
+    store = DiskStore(tmp_path / "cache" / "calibration")
+    monkeypatch.setattr(calibration, "_STORE", [store])
     clock = ScriptedClock()
     monkeypatch.setattr(timing, "clock", clock)
     target = load_model(write_random_model(tmp_path / "t", seed=1), name="target")
     draft = load_model(write_random_model(tmp_path / "d", seed=2), name="draft")
     clock.attach(monkeypatch, target, target_cost)
     clock.attach(monkeypatch, draft, draft_cost)
-    return target, draft, clock, tmp_path / "cache" / "calibration.json"
+    return target, draft, clock, store
 
 
 def test_a_calibration_measures_what_the_clock_says_and_is_stored_with_its_record(machine):
-    target, draft, clock, f = machine
+    target, draft, clock, store = machine
     cal = costs.verify_calibration(target, range(1, 5))
     assert cal.times == pytest.approx({n: 0.010 * n for n in range(1, 5)}) and cal.notes == []
     pol = auto_k(target, DraftModel(draft), k_max=3)
     assert pol.draft_time == pytest.approx(0.005) and pol.next_k() == 0  # r(n) = n: nothing can pay
-    stored = json.loads(f.read_text())
-    assert len(stored) == 2  # t(n) for n = 1..4 (auto_k found it in memory) and the draft's guesses
-    assert all({"times", "measured_at", "load", "notes"} <= set(e) for e in stored.values())
+    files = [json.loads(f.read_text()) for f in sorted(store.folder.glob("*.json"))]
+    assert len(files) == 2  # t(n) for n = 1..4 (auto_k found it in memory) and the draft's guesses: a file per key
+    assert all({"times", "measured_at", "load", "notes"} <= set(run) for data in files for run in data["runs"])
 
 
-def corrupt(f, verify_times: dict, guess: float):
+def corrupt(store, verify_times: dict, guess: float):
     """Rewrite the stored figures: the target's t(n) and the draft's seconds per guess."""
-    data = json.loads(f.read_text())
-    for entry in data.values():
-        if "guess" in entry["times"]:
-            entry["times"]["guess"] = guess
-        else:
-            entry["times"] = {str(n): t for n, t in verify_times.items() if str(n) in entry["times"]}
-    f.write_text(json.dumps(data))
+    for f in store.folder.glob("*.json"):
+        data = json.loads(f.read_text())
+        for run in data["runs"]:
+            if "guess" in run["times"]:
+                run["times"]["guess"] = guess
+            else:
+                run["times"] = {str(n): t for n, t in verify_times.items() if str(n) in run["times"]}
+        f.write_text(json.dumps(data))
 
 
 def fresh_process(monkeypatch):
@@ -89,33 +91,63 @@ def fresh_process(monkeypatch):
 def test_a_corrupted_calibration_does_not_make_auto_draft_where_drafting_cannot_pay(machine, monkeypatch, stored):
     """t(1) inflated, so that verification looks nearly free (r(9) = 1.8), and a guess that looks three times
     cheaper than it is: physically plausible, so only the probe can tell. Drafting would pay on those figures;
-    it cannot on this machine. The control: the honest calibration gives the same choice, K = 0."""
-    target, draft, clock, f = machine
+    it cannot on this machine. The probe runs faster than the stored t(n): they are scaled down to it. It runs slower
+    than the stored guess: load only ever slows a pass, so the stored guess stands, and the note says the machine
+    looks busy. The control: the honest calibration gives the same choice, K = 0, with no note."""
+    target, draft, clock, store = machine
     drafter = DraftModel(draft)
     auto_k(target, drafter)  # measured and stored
+    measured = clock.calls["target"]
     if stored == "corrupted":
-        corrupt(f, {n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3)
+        corrupt(store, {n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3)
         fresh_process(monkeypatch)
         fooled = AutoK({n: 0.050 + 0.005 * (n - 1) for n in range(1, 10)}, 0.005 / 3, learn=False)
         assert fooled.next_k() > 0  # what the corrupted figures alone would do
     fresh_process(monkeypatch)
     pol = auto_k(target, drafter, learn=False)
-    assert pol.next_k() == 0 and pol.verify_time[1] == pytest.approx(0.010) and pol.draft_time == pytest.approx(0.005)
+    assert clock.calls["target"] - measured <= 1 + 3 * 2  # a probe, not a measurement: the context, then 1 warmup and 2 repeats of t(1) and t(9)
+    assert pol.next_k() == 0 and pol.verify_time[1] == pytest.approx(0.010)
     notes = calibration.notes_of(pol.calibrations)
+    assert all(c.source == "stored" for c in pol.calibrations)
     if stored == "corrupted":
-        assert any("distrusted (t(1) stored 50.00 ms, a probe now 10.00 ms)" in n for n in notes), notes
-        assert any("distrusted (guess stored 1.67 ms, a probe now 5.00 ms)" in n for n in notes), notes
+        assert any("the stored figures were slower than a probe now (t(1) stored 50.00 ms, a probe now 10.00 ms)" in n
+                   for n in notes), notes
+        assert any("a probe ran slower (guess stored 1.67 ms, a probe now 5.00 ms): the machine is busy now" in n
+                   for n in notes), notes
+        assert pol.verify_time[9] == pytest.approx(0.090) and pol.draft_time == pytest.approx(0.005 / 3)
     else:
-        assert notes == [] and all(c.source == "stored" for c in pol.calibrations)
+        assert notes == [] and pol.draft_time == pytest.approx(0.005)
     res = speculative_generate(target, drafter, [3, 17, 5, 9], 12, k=pol, seed=0)
     assert res.stats.drafted == 0
 
 
+def test_a_busy_run_cannot_raise_a_quiet_runs_figures_and_old_runs_are_dropped(tmp_path):
+    """The store gives back a low quantile of its runs, figure by figure: a busy run's (3x slower) leaves the quiet
+    figures as they were; a quiet run after busy ones brings them down; a run older than MAX_AGE_DAYS is not read."""
+    import time
+
+    store = DiskStore(tmp_path)
+    quiet = calibration.Calibration("t(n)", {1: 0.010, 2: 0.012})
+    busy = calibration.Calibration("t(n)", {1: 0.030, 2: 0.036})
+    store.save("a", quiet)
+    store.save("a", busy)
+    store.save("a", busy)
+    assert store.load("a", "t(n)").times == pytest.approx({1: 0.010, 2: 0.012})
+    store.save("b", busy)
+    assert store.load("b", "t(n)").times == pytest.approx({1: 0.030, 2: 0.036})  # another key, another file
+    store.save("b", quiet)
+    assert store.load("b", "t(n)").times == pytest.approx({1: 0.010, 2: 0.012})
+    old = calibration.Calibration("t(n)", {1: 0.001, 2: 0.001}, measured_at=time.time() - (MAX_AGE_DAYS + 1) * 86400)
+    store.save("c", old)
+    assert store.load("c", "t(n)") is None
+    assert len(list(tmp_path.glob("*.json"))) == 3
+
+
 def test_the_calibration_that_fooled_k_auto_fails_the_physics_checks(machine, monkeypatch):
     """The file measured while the machine was busy (docs/policy.md): t(3) < t(1) and r(2) = 3.5."""
-    target, draft, clock, f = machine
+    target, draft, clock, store = machine
     costs.verify_calibration(target, (1, 2, 3, 4, 5, 9))
-    corrupt(f, {1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184}, 0.005)
+    corrupt(store, {1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184}, 0.005)
     problems = calibration.check_verify({1: 0.101, 2: 0.354, 3: 0.092, 4: 0.109, 5: 0.132, 9: 0.184})
     assert "r(2) = 3.50 > 2" in problems and "t(3) = 92.0 ms < t(2) = 354.0 ms" in problems
     fresh_process(monkeypatch)
@@ -126,7 +158,7 @@ def test_the_calibration_that_fooled_k_auto_fails_the_physics_checks(machine, mo
 
 
 def test_one_burst_cannot_move_a_calibration_and_an_implausible_one_is_measured_again(machine, monkeypatch):
-    target, draft, clock, f = machine
+    target, draft, clock, store = machine
     n_passes = len(range(1, 5)) * (calibration.REPEATS + 1)  # one calibration of t(1..4): warmup + repeats, interleaved
 
     def burst(n, i):  # two of the seven repeats run 5x slower: the median does not move
@@ -137,7 +169,7 @@ def test_one_burst_cannot_move_a_calibration_and_an_implausible_one_is_measured_
     assert cal.times == pytest.approx({n: 0.010 * n for n in range(1, 5)}) and cal.notes == []
 
     fresh_process(monkeypatch)
-    monkeypatch.setenv("MINISPEC_NO_CALIBRATION_CACHE", "1")
+    calibration.use_store(None)  # (the fixture's monkeypatch restores the store) memory only: measured again
 
     def long_burst(n, i):  # every pass over 2 tokens in the first calibration is 3.5x slower: r(2) = 7 > 2
         return target_cost(n, i) * (3.5 if n == 2 and i < n_passes else 1.0)
@@ -159,14 +191,15 @@ def test_a_drafter_guess_must_cost_something():
     assert calibration.check_drafter({"guess": 1e-4, "fed": 0.0}) == []
 
 
-def test_an_old_or_unreadable_entry_is_measured_afresh(machine, monkeypatch):
-    target, draft, clock, f = machine
+def test_an_unreadable_entry_is_measured_afresh(machine, monkeypatch):
+    target, draft, clock, store = machine
     key = calibration.calibration_key(target, (1, 2))
-    f.parent.mkdir(parents=True)
-    f.write_text(json.dumps({key: {"1": 0.5, "2": 0.6}}))  # the format before records: figures only
+    store.folder.mkdir(parents=True)
+    store.path(key).write_text(json.dumps({key: {"1": 0.5, "2": 0.6}}))  # the format before the store: figures only
     cal = costs.verify_calibration(target, (1, 2))
-    assert cal.times == pytest.approx({1: 0.010, 2: 0.020})
-    assert "stored without a record of when it was measured" in cal.notes[0]
+    assert cal.times == pytest.approx({1: 0.010, 2: 0.020}) and cal.source == "measured"
+    assert "unreadable" in cal.notes[0] and "not a calibration file of this key" in cal.notes[0]
+    assert store.load(key, "t(n)").times == pytest.approx({1: 0.010, 2: 0.020})  # and replaced by the new figures
 
 
 def test_a_run_that_learns_falls_back_to_plain_rounds_when_drafting_is_slower_than_predicted():
@@ -185,7 +218,7 @@ def test_a_run_that_learns_falls_back_to_plain_rounds_when_drafting_is_slower_th
 
 
 def test_a_seeded_run_says_which_calibration_it_used(machine):
-    target, draft, clock, f = machine
+    target, draft, clock, store = machine
     res = speculative_generate(target, DraftModel(draft), [3, 17, 5, 9], 8, k="auto", seed=1)
     assert res.calibration and res.calibration[0].startswith("t(n) of target: measured")
     assert "guesses of draft:draft" in res.calibration[1]
@@ -193,9 +226,9 @@ def test_a_seeded_run_says_which_calibration_it_used(machine):
     assert np.isfinite(res.stats.rounds)
 
 
-def test_generate_says_when_it_distrusted_a_stored_calibration(tmp_path, monkeypatch):
-    """The CLI's summary names what was measured afresh and why (the figures planted break physics, so the
-    outcome does not depend on the machine's speed)."""
+def test_generate_says_in_one_line_when_it_distrusted_a_stored_calibration(tmp_path, monkeypatch):
+    """The CLI's one line on the cost model names what was measured afresh and why (the figures planted break
+    physics, so the outcome does not depend on the machine's speed)."""
     from .helpers import chat_model_dir, run_cli
 
     monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path / "cache"))
@@ -203,14 +236,15 @@ def test_generate_says_when_it_distrusted_a_stored_calibration(tmp_path, monkeyp
     monkeypatch.setattr(calibration, "_MEMORY", {})
     model_dir = chat_model_dir(tmp_path / "model")
     key = calibration.calibration_key(load_model(model_dir), range(1, 10))
-    f = tmp_path / "cache" / "calibration.json"
-    f.parent.mkdir(parents=True)
     planted = calibration.Calibration("t(n)", {n: 0.010 * (n if n != 3 else 0.5) for n in range(1, 10)})
-    f.write_text(json.dumps({key: planted.to_json()}))
+    DiskStore(tmp_path / "cache" / "calibration").save(key, planted)
     code, out, err = run_cli(["generate", "--model", str(model_dir), "--prompt", "hi", "--draft", "layer-skip",
                               "--layers", "1", "--max-new-tokens", "3", "--no-compare"])
     assert code == 0, err
-    assert "[calibration: t(n) of model: the stored calibration was distrusted (t(3) = 5.0 ms < t(2) = 20.0 ms" in err, err
+    lines = [line for line in err.splitlines() if line.startswith("[cost model:")]
+    assert len(lines) == 1, err
+    assert "measured in" in lines[0] and "t(n) of model: the stored calibration was distrusted (t(3) = 5.0 ms < t(2) = 20.0 ms" in lines[0], err
+    assert calibration.attached_store() is None  # the CLI's store is detached when the command ends
 
 
 def test_calibrate_prints_the_cost_model(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""Drafters: whatever proposes the K guesses. One small protocol, one module per kind (as vLLM's
+"""Drafters: whatever proposes the K guesses (the core: nothing here imports the lab). One small protocol, one module
+per kind (as vLLM's
 ``v1/spec_decode/``: one file per proposer):
 
     draft_model.py     a smaller model with the target's tokenizer; layer skip (the target's first layers)

@@ -1,4 +1,5 @@
-"""The measuring harness: everything that checks or measures the library, never used by it.
+"""The measuring harness, the heart of the lab: everything that checks or measures the library, never imported by the
+core (tests/test_layout.py).
 
     check.py        ``minispec check``: level-4 losslessness on the real target
     equivalence.py  the deliberately broken rules (twins of the real ones), chi-square and permutation tests
@@ -24,6 +25,7 @@
     docs_tables.py  README and docs/ sections generated from the committed JSON (``--check`` compares)
     doc_figures.py  the figures those sections quote
     kernel_figures.py  the two kernels' figures (docs/kernel/)
+    calibration_store.py  the cost model's calibrations kept on disk (the core keeps them in memory; the CLI attaches it)
     round_lines.py  how many lines a reader meets in one run of the textbook's round and of the engine's (a line tracer)
 
 The recipes that trained the shipped drafters are in recipes/. What a stored measurement records of its run (date,

@@ -15,7 +15,6 @@ and measure it afresh.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 
@@ -28,6 +27,7 @@ from ..policy import k_policy, notes_of
 from ..rounds import SpecResult
 from ..speculative import speculative_generate
 from ..stats import SpecStats
+from .calibration_store import DiskStore
 from .command import check_json_path, drafters_parser, last_prompts, load_target_and_drafters, markdown_table, print_and_store, shipped_drafters
 from .measure import side_by_side
 from .prompts import PROMPT_SETS
@@ -44,21 +44,25 @@ def drafter_specs() -> list[str]:
 
 
 def corrupt_calibration(target, drafters) -> None:
-    """Measure and store honest calibrations of the target and of every drafter, then rewrite the stored file: each
-    t(n) of the target multiplied by ``BUSY[n]``, each drafter's seconds per guess divided by 3."""
+    """Measure and store honest calibrations of the target and of every drafter, then rewrite every stored run of
+    them (harness/calibration_store.py): each t(n) of the target multiplied by ``BUSY[n]``, each drafter's seconds per
+    guess divided by 3."""
     for d in drafters:
         k_policy("auto", target, d)
-    f = store.cache_dir() / "calibration.json"
-    data = json.loads(f.read_text())
-    for key, entry in data.items():
-        t = entry["times"]
-        if "guess" in t:
-            t["guess"] /= 3
-        elif store.is_key_of(key, target):  # the target's t(n), not a drafter's tree levels
-            for n in t:
-                t[n] *= BUSY.get(int(n), 1.9)
-    f.write_text(json.dumps(data))
-    store.forget_in_memory()  # as a new process: it reads the corrupted file
+    disk = store.attached_store()
+    if not isinstance(disk, DiskStore):
+        raise RuntimeError("bench auto --calibration corrupted needs the disk store (unset MINISPEC_NO_CALIBRATION_CACHE)")
+    for f in disk.folder.glob("*.json"):
+        data = json.loads(f.read_text())
+        for run in data["runs"]:
+            t = run["times"]
+            if "guess" in t:
+                t["guess"] /= 3
+            elif store.is_key_of(data["key"], target):  # the target's t(n), not a drafter's tree levels
+                for n in t:
+                    t[n] *= BUSY.get(int(n), 1.9)
+        f.write_text(json.dumps(data))
+    store.forget_in_memory()  # as a new process: it reads the corrupted figures
 
 
 def round_ratios(timed) -> dict:
@@ -123,21 +127,16 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", choices=["honest", "corrupted"], default="honest")
     a = p.parse_args(argv)
     check_json_path(a.json)
-    saved = {k: os.environ.get(k) for k in ("MINISPEC_CACHE", "MINISPEC_NO_CALIBRATION_CACHE")}
+    before = store.attached_store()
     try:
-        if a.calibration == "corrupted":  # a cache of its own: the user's calibrations stay as they are
-            os.environ["MINISPEC_CACHE"] = tempfile.mkdtemp(prefix="minispec-corrupted-")
-            os.environ.pop("MINISPEC_NO_CALIBRATION_CACHE", None)
+        if a.calibration == "corrupted":  # a store of its own: the user's calibrations stay as they are
+            store.use_store(DiskStore(tempfile.mkdtemp(prefix="minispec-corrupted-")))
             store.forget_in_memory()  # measured afresh, stored there, then corrupted
         res = run(a)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        store.use_store(before)
         if a.calibration == "corrupted":
-            store.forget_in_memory()  # the corrupted figures' replacements belong to the temporary cache
+            store.forget_in_memory()  # the corrupted figures' replacements belong to the temporary store
     print_and_store(report(res), res, a.json, p.prog, argv)
     return 0
 

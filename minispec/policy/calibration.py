@@ -1,43 +1,48 @@
-"""The calibration store: a measured figure of the cost model, checked, stored and validated before use.
+"""Calibration: a measured figure of the cost model, checked, and reused while a probe agrees with it.
 
-A laptop is rarely quiet, and one burst of load during a measurement can move a figure several-fold; a
-figure that is stored is then trusted by every later process. So a calibration is:
+A laptop is rarely quiet, and one burst of load during a measurement can move a figure several-fold. Load only
+ever slows a pass: interference is one-sided. So a calibration is:
 
     measured   REPEATS interleaved repeats (every n inside each repeat, so that a burst hits them alike);
                the median, which one burst cannot move
     checked    against physics: every figure > 0; t(n) does not fall as n grows and r(n) <= n, each within
                NOISE. One that fails is measured again, up to TRIES times, and its note says what failed
-    stored     in memory and on disk (``$MINISPEC_CACHE/calibration.json``, keyed by model and machine),
-               with when it was measured and the machine's load then
-    validated  once per process before it is used again: the physics checks, and a cheap probe (a few passes
-               of 1 and of n_max tokens; one proposal of the drafter). A stored figure more than TOLERANCE
-               from the probe's is distrusted and measured afresh, and the note says so
+    kept       in this process's memory, and in a ``Store`` where one is attached (``use_store``): the core keeps
+               none on disk; the lab's (harness/calibration_store.py, which the CLI attaches) keeps each key's
+               recent calibrations and gives back a low quantile of them, so a busy run cannot raise a quiet one's
+               figures
+    reused     once per process, after the physics checks and one cheap probe (a few passes of 1 and of n_max
+               tokens; one proposal of the drafter): ``reconcile``. A probe faster than the stored figures by more
+               than TOLERANCE says they were measured on a busy machine: they are scaled down to it. A slower probe
+               says the machine is busy now: the stored figures stand, and a run that may follow its clock corrects
+               them from its own rounds (auto_k.py). Nothing is measured at length again unless the stored figures
+               break physics, or ``minispec calibrate`` asks (``fresh``)
 
-``MINISPEC_NO_CALIBRATION_CACHE=1`` keeps calibrations in memory only; ``MINISPEC_TRUST_CALIBRATION=1``
-uses a stored one without the probe (to repeat a seeded ``k="auto"`` run exactly, see policy/__init__.py).
-What is calibrated (a target's t(n), a drafter's guess, a tree level) is costs.py's; how it is timed, timing.py's.
+``MINISPEC_TRUST_CALIBRATION=1`` uses a stored one without the probe (to repeat a seeded ``k="auto"`` run exactly,
+see policy/__init__.py). What is calibrated (a target's t(n), a drafter's guess, a tree level) is costs.py's; how it
+is timed, timing.py's. The key names what a figure depends on (``calibration_key``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from ..drafters.protocol import TimesItself, TimesItsTreeLevels, has
 from ..model import Model, backend
-from ..model.fetch import cache_dir
 
 REPEATS = 7  # interleaved repeats of a calibration: the median of 7 moves only when 4 of them are hit
-TRIES = 3  # measurements of a calibration that fails a physical check before the last one is repaired
+TRIES = 2  # measurements of a calibration that fails a physical check before the last one is repaired
 NOISE = 0.15  # the slack of a physical check: t(n+1) >= (1 - NOISE) t(n) and r(n) <= (1 + NOISE) n
 TOLERANCE = 0.30  # a stored figure further than this from a probe's, relatively, is measured afresh
 
-__all__ = ["Calibration", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory", "is_key_of", "notes_of"]
+__all__ = ["Calibration", "Store", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory",
+           "is_key_of", "notes_of", "reconcile", "attached_store", "use_store"]
 
 
 @dataclass
@@ -75,7 +80,31 @@ class Calibration:
                    [str(n) for n in entry.get("notes", [])], source="stored")
 
 
+@runtime_checkable
+class Store(Protocol):
+    """Where calibrations outlive a process (the lab's: harness/calibration_store.py). ``load(key, what)``: the
+    figures to reuse for ``key`` (a Calibration of source "stored"), or None; ValueError names what is wrong with
+    what it holds. ``save(key, calibration)``: keep this process's figures for ``key``."""
+
+    def load(self, key: str, what: str) -> Calibration | None: ...
+
+    def save(self, key: str, calibration: Calibration) -> None: ...
+
+
 _MEMORY: dict[str, Calibration] = {}  # calibration_key -> the validated calibration of this process
+_STORE: list = [None]  # the attached Store, or None: calibrations live in memory only
+
+
+def attached_store() -> Store | None:
+    return _STORE[0]
+
+
+def use_store(store: Store | None) -> Store | None:
+    """Attach ``store`` (None: memory only) -> the store attached before."""
+    if store is not None and not isinstance(store, Store):
+        raise TypeError(f"use_store: {type(store).__name__} has no load(key, what) and save(key, calibration)")
+    before, _STORE[0] = _STORE[0], store
+    return before
 
 
 def forget_in_memory() -> None:
@@ -97,7 +126,21 @@ def calibration_key(what, ns) -> str:
     else:
         raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
     return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
-            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}")
+            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_model()}|threads {threads()}")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (a machine's kind: the same node name may be lent another CPU)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.processor())
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def threads() -> str:
+    """The thread counts the kernels were asked for (OpenBLAS's, numba's), as the environment sets them."""
+    return ",".join(os.environ.get(v, "-") for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"))
 
 
 def is_key_of(key: str, what) -> bool:
@@ -137,14 +180,38 @@ def check_drafter(times: dict) -> list[str]:
     return problems + ([] if times.get("fed", 0) >= 0 else [f"catching up measured {times.get('fed')} s per token"])
 
 
-def disagreement(stored: dict, probed: dict) -> str | None:
-    """The figure that a probe contradicts by more than TOLERANCE, in words, or None."""
-    for k, now in probed.items():
-        was = stored.get(k)
-        if was is None or now <= 0 or abs(was / now - 1) > TOLERANCE:
-            label = f"t({k})" if isinstance(k, int) else k
-            return f"{label} stored {1e3 * (was or 0):.2f} ms, a probe now {1e3 * now:.2f} ms"
-    return None
+def reconcile(stored: Calibration, probed: dict) -> Calibration:
+    """The stored figures, checked by a probe's (module docstring). Where the probe is faster by more than TOLERANCE,
+    every figure is scaled by probe / stored: at a probed figure its own ratio, between probed n's interpolated,
+    elsewhere the smallest ratio. Where it is only slower, the stored figures stand. The note says which, in figures."""
+    ratios = {k: now / stored.times[k] for k, now in probed.items() if k in stored.times and stored.times[k] > 0 and now > 0}
+    if not ratios or min(ratios.values()) >= 1 - TOLERANCE:
+        cal = Calibration(stored.what, dict(stored.times), stored.measured_at, stored.load, list(stored.notes), "stored")
+        slow = [k for k, r in ratios.items() if r > 1 + TOLERANCE]
+        if slow:
+            cal.notes.append(f"a probe ran slower ({said(slow[0], stored.times[slow[0]], probed[slow[0]])}): the "
+                             "machine is busy now; the stored figures stand")
+        return cal
+    ns = sorted(k for k in ratios if isinstance(k, int))
+    low = min(ratios.values())
+
+    def ratio(k):
+        if k in ratios:
+            return min(1.0, ratios[k])
+        if isinstance(k, int) and ns:
+            return min(1.0, float(np.interp(k, ns, [ratios[n] for n in ns])))
+        return min(1.0, low)
+
+    first = min(ratios, key=ratios.get)
+    note = (f"the stored figures were slower than a probe now ({said(first, stored.times[first], probed[first])}): "
+            "scaled to it")
+    return Calibration(stored.what, {k: v * ratio(k) for k, v in stored.times.items()}, time.time(), load_per_core(),
+                       [note], "stored")
+
+
+def said(k, was: float, now: float) -> str:
+    label = f"t({k})" if isinstance(k, int) else k
+    return f"{label} stored {1e3 * was:.2f} ms, a probe now {1e3 * now:.2f} ms"
 
 
 def measure_checked(what: str, measure, check) -> Calibration:
@@ -167,41 +234,33 @@ def measure_checked(what: str, measure, check) -> Calibration:
 
 
 def calibrated(key: str, what: str, measure, check, probe, fresh: bool = False) -> Calibration:
-    """The calibration under ``key``: from memory; else from disk, checked and probed (``probe()`` -> some of its
-    figures, measured cheaply); else, or when it fails, measured afresh (``measure_checked``) and stored.
+    """The calibration under ``key``: from memory; else from the attached store, checked against physics and
+    reconciled with one cheap probe (``probe()`` -> some of its figures); else, or when the stored figures break
+    physics, measured (``measure_checked``). What this process settles on is saved to the store.
     ``fresh``: measure afresh whatever is stored (``minispec calibrate``)."""
     if key in _MEMORY and not fresh:
         return _MEMORY[key]
-    disk = os.environ.get("MINISPEC_NO_CALIBRATION_CACHE") is None
-    f = cache_dir() / "calibration.json"
+    store = _STORE[0]
     cal, distrust = None, None
-    if disk and f.exists() and not fresh:
+    if store is not None and not fresh:
         try:
-            entry = json.loads(f.read_text()).get(key)
-            if entry is not None:
-                cal = Calibration.from_json(what, entry)
-                problems = check(cal.times)
-                if problems:
-                    distrust = ", ".join(problems)
-                elif os.environ.get("MINISPEC_TRUST_CALIBRATION") is None:
-                    distrust = disagreement(cal.times, probe())
+            stored = store.load(key, what)
+            problems = [] if stored is None else check(stored.times)
+            if problems:
+                distrust = ", ".join(problems)
+            elif stored is not None:
+                cal = stored if os.environ.get("MINISPEC_TRUST_CALIBRATION") else reconcile(stored, probe())
         except (OSError, ValueError, AttributeError, TypeError) as e:
             distrust = f"unreadable ({e})"
-        if distrust is not None:
-            cal = None
     if cal is None:
         cal = measure_checked(what, measure, check)
         if distrust is not None:
             cal.notes.insert(0, f"the stored calibration was distrusted ({distrust}) and measured afresh")
-        if disk:
-            try:
-                data = json.loads(f.read_text()) if f.exists() else {}
-                data = data if isinstance(data, dict) else {}
-                data[key] = cal.to_json()
-                f.parent.mkdir(parents=True, exist_ok=True)
-                f.write_text(json.dumps(data, indent=1))
-            except (OSError, ValueError, TypeError):
-                pass
+    if store is not None and (cal.source == "measured" or cal.notes):
+        try:
+            store.save(key, cal)
+        except OSError:
+            pass  # a read-only cache: the figures stay in memory
     _MEMORY[key] = cal
     return cal
 

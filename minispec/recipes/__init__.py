@@ -1,4 +1,5 @@
-"""The recipes that trained the shipped drafters (PyTorch, CPU): run them to reproduce ``weights/``.
+"""The lab's recipes that trained the shipped drafters (PyTorch, CPU): run them to reproduce ``weights/``. The core never
+imports them.
 
     train_draft.py      the draft model with the target's tokenizer (weights/smoldraft-3l-192)
     train_eagle.py      the EAGLE head (weights/eagle-smollm2-135m)

@@ -1,4 +1,5 @@
-"""Seeing speculation happen: a trace of every round, recorded by an observer of the rule's decisions.
+"""Seeing speculation happen (the lab: the core never imports it): a trace of every round, recorded by an observer of
+the rule's decisions. A run takes it as an observer (stats.Observer) of its rounds.
 
 The loop does not change. ``Trace.observe(rule)`` wraps the verification rule (rejection.py): it hands the rule
 a generator that remembers every uniform the rule draws, and afterwards reads, from the rule's own inputs and
