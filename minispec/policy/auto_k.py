@@ -31,9 +31,10 @@ lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the rou
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
 Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose
-output does not depend on K) refines t_verify(1) from its plain rounds, and keeps ``slowdown``: how much
-slower its drafting rounds ran than the calibrated cost model predicted for them (a decaying mean of
-measured / predicted seconds). It covers what no calibration sees: re-reading the text in a
+output does not depend on K) refines t_verify(1) from its plain rounds (the same low quantile), and keeps ``slowdown``: how much
+slower its drafting rounds ran than the calibrated cost model predicted for them (the 0.25 quantile of measured /
+predicted seconds over its last 16 drafting rounds: load only ever slows a round, so a burst does not move it, and a
+lasting slowdown does). It covers what no calibration sees: re-reading the text in a
 draft's own tokens, catching up on features, a machine that got busy. Every drafting K's expected time
 is multiplied by it, so when drafting rounds run slower than predicted, plain rounds win and the run
 falls back to them: "never slower" kept at run time, not only at calibration. A seeded run at T > 0
@@ -45,8 +46,19 @@ rule, so the output distribution is unchanged. Measurements: docs/policy.md.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .acceptance import Acceptance, PerContext, expected_tokens
 from .costs import drafter_calibration, verify_calibration
+
+RECENT = 16  # rounds a learning run reads its costs from
+QUANTILE = 0.25  # of those rounds' figures: load only ever slows a round, so a low quantile, not the mean
+
+
+def low_quantile(figures: list[float], before: float) -> float:
+    """The QUANTILE of the last rounds' figures, once there are 3; ``before`` until then."""
+    return float(np.quantile(figures, QUANTILE)) if len(figures) >= 3 else before
+
 
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
 
@@ -121,6 +133,8 @@ class AutoK:
         self.probes = 0  # plain rounds that probed
         self.planned = 1.0 / self.verify_time[1]  # tokens per second this round expects (``rate`` of its K, >= plain)
         self.slowdown = 1.0  # measured / predicted seconds of this run's drafting rounds (learning only)
+        self.slowdowns: list[float] = []  # the last RECENT of them
+        self.plain_steps: list[float] = []  # seconds of the last RECENT plain steps (learning only)
         self.margin = margin
         self.timed: list[tuple[int, float, float]] = []  # (K, predicted, measured seconds) of every timed round
         self.calibrations: list = []  # the Calibration records its costs came from (calibration.py), if any
@@ -198,9 +212,11 @@ class AutoK:
                 self.budget.saved -= max(0.0, t_draft - self.probe_cost(self.unseen))
             self.timed.append((drafted, predicted, t_draft + t_verify))  # (`minispec bench auto` shows them)
             if self.learn and drafted:  # measured against what the cost model predicted for this round
-                self.slowdown = 0.7 * self.slowdown + 0.3 * (t_draft + t_verify) / predicted
+                self.slowdowns = (self.slowdowns + [(t_draft + t_verify) / predicted])[-RECENT:]
+                self.slowdown = low_quantile(self.slowdowns, self.slowdown)
             elif self.learn:  # a plain step: the rate every K is compared with
-                self.verify_time[1] = 0.8 * self.verify_time[1] + 0.2 * t_verify
+                self.plain_steps = (self.plain_steps + [t_verify])[-RECENT:]
+                self.verify_time[1] = low_quantile(self.plain_steps, self.verify_time[1])
         if drafted:
             self.estimate.update(drafted, accepted)
             return

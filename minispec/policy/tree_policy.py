@@ -20,7 +20,7 @@ import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, run_length
-from .auto_k import ProbeBudget, best, probe_cost
+from .auto_k import RECENT, ProbeBudget, best, low_quantile, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
@@ -37,6 +37,7 @@ class TreePolicy:
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
         self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
         self.slowdown = 1.0  # it does not learn how much slower its rounds ran than predicted (AutoK does)
+        self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreePolicy":
@@ -91,8 +92,9 @@ class TreePolicy:
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None,
                 probed: tuple[float, bool] | None = None, nodes: int = 0) -> None:
         """As AutoK.observe; ``nodes``: the tree's size (its pass verified nodes + 1 tokens)."""
-        if t_verify is not None and self.learn and nodes + 1 in self.verify_time:
-            self.verify_time[nodes + 1] = 0.8 * self.verify_time[nodes + 1] + 0.2 * t_verify
+        if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its recent passes
+            seen = self.passes[nodes + 1] = (self.passes.get(nodes + 1, []) + [t_verify])[-RECENT:]
+            self.verify_time[nodes + 1] = low_quantile(seen, self.verify_time[nodes + 1])
         if depth:
             self.acc[self.context].update(depth, accepted)
         elif self.auto:
