@@ -4,16 +4,24 @@ Read in this order: ``rejection.py`` (the rule), ``textbook.py`` (one round: ``s
 ``model/transformer.py`` (``Model.forward``); then ``speculative.py`` (the same round, plus what a real run
 needs) and ``drafters/`` (who guesses). The parts:
 
-    the rule       sampling.py, rejection.py (pure functions), tree.py (the tree rule, and verify_tree: one target
-                   pass over a tree)
+The core, what a learner reads (it never imports the lab: tests/test_layout.py):
+
+    the rule       sampling.py, rejection.py (pure functions), keyed.py (keyed noise, for the coupled rule),
+                   tree.py (the tree rule, and verify_tree: one target pass over a tree)
     the loops      textbook.py (the textbook round), generate.py (plain), speculative.py (the engine's loop:
-                   chain and tree), rounds.py (its bookkeeping)
+                   chain and tree), rounds.py (the run it drives), stats.py (a record per round)
     drafters       drafters/: one module per kind (draft model and layer skip, prompt lookup, EAGLE, a draft
                    with its own tokenizer: SLEM and TLI) and the factory
     the policy     policy/: choosing K or a tree per round, the early stop, the cost model
     the model      model/: transformer, KV cache, config, weights, formats, backend
-    the harness    harness/: check, study, bench, statistics of losslessness
+
+The lab, what measures the core and makes its weights:
+
+    the harness    harness/: check, study, bench, statistics of losslessness, the calibration store
     the recipes    recipes/: training the shipped drafters (PyTorch)
+    the trace      trace/: a picture of a run, round by round
+    fetch          model/fetch.py, convert.py, progress.py, provenance.py: the target from PyPI, and the record
+                   of where a measurement comes from
     the CLI        cli.py (nothing imports it)
 """
 

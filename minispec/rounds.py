@@ -1,7 +1,7 @@
 """The run a speculative loop drives: the sequence, the caches, K, and the record of each round.
 
-``speculative.py`` makes the algorithm's calls itself (the draft, one target pass, the rule, the rollback); the
-rest sits behind three calls on its ``Run``, once each per round:
+``speculative.py`` makes the algorithm's calls itself (one target pass, the rule, the rollback); the rest sits
+behind ``start_run`` and two calls on its ``Run`` each round:
 
     run = start_run(...)   check the arguments like ``generate``, wrap the drafter, size the cache; a fixed K, or
                            a policy that chooses it (policy/)

@@ -1,9 +1,20 @@
 """The engine's loop: the textbook round (textbook.py), plus what a real run needs.
 
 Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1, one round per iteration. Read
-``speculative_sampling`` in textbook.py first: this is the same round (the draft's crop happens inside the
-drafter: ``DraftModel.feed`` keeps the prefix it shares with the sequence), and the same
-tokens for the same K and seed (tests/test_textbook.py). Each addition has a name and lives elsewhere:
+``speculative_sampling`` in textbook.py first: this is the same round, and the same tokens for the same K and seed
+(tests/test_textbook.py). Line by line:
+
+    textbook.py                                       here
+    K = min(k, tokens still wanted - 1)               run.draft(): the same cap, and the draft's room (rounds.py)
+    x_i ~ q_i, one after another (draft.forward)      run.draft() -> DraftModel.propose (drafters/draft_model.py)
+    ONE target pass, warp                             the same two lines
+    accept_reject(...)                                run.verify(...): accept_reject, or the rule asked for
+    target_cache.crop(len(tokens) + n)                the same line
+    draft_cache.crop(...)                             inside the drafter, at its next proposal: DraftModel.feed
+                                                      keeps the prefix its cache shares with the sequence
+    tokens += x_1..x_n, t                             run.emit(...): and records the round
+
+Each addition has a name and lives elsewhere:
 
     drafters            any kind (drafters/): a draft model, prompt lookup, layer skip, an EAGLE head, a draft
                         with its own tokenizer; ``run.draft()`` lets it catch up and propose

@@ -9,9 +9,9 @@ Chen et al. 2023 (arXiv 2302.01318), Algorithm 2 "speculative sampling"; Leviath
     forget the rejected guesses                cache.crop(...)                   both caches: an integer
     emit x_1..x_n, t
 
-After each round both caches hold every token except the last (before round 1: nothing), so a pass feeds what
-its cache lacks: the whole prompt in round 1, then the last token (and for the draft, x_K when all K guesses
-were kept: it never fed it).
+After each round the target's cache holds every token except the last (before round 1: nothing), so its pass
+feeds what it lacks: the whole prompt in round 1, then the last token. The draft's holds the same, or one token
+less when all K guesses were kept (it never fed x_K), and its first pass of a round feeds what it lacks too.
 
 This is the real algorithm, not a sketch: ``speculative_generate(target, DraftModel(draft), ...)``
 (speculative.py) makes the same calls and emits the same tokens for the same K, temperature and seed

@@ -52,7 +52,7 @@ class DraftModel:
         return self.model.cfg.max_position_embeddings - len(tokens)
 
     def pad(self, rows: np.ndarray) -> np.ndarray:  # [T, V_draft] -> [T, V_target]
-        """Padding rows of a larger draft vocabulary are never proposed."""
+        """The first V_target columns: the padding ids of a larger draft vocabulary are cut off, never proposed."""
         return rows[..., : self.vocab]
 
     def ensure_cache(self, length: int) -> None:
