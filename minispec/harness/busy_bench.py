@@ -150,7 +150,8 @@ def main(argv=None) -> int:
             row = {}
             for busy in (False, True):
                 print(f"[busy_bench: a {kernel} step on {n} thread(s), {'busy' if busy else 'quiet'}]", file=sys.stderr)
-                row["busy" if busy else "quiet"] = part(lambda: dict(seconds=step_seconds(model_dir, kernel, n, a.repeats)), busy)
+                row["busy" if busy else "quiet"] = part(
+                    lambda kernel=kernel, n=n: dict(seconds=step_seconds(model_dir, kernel, n, a.repeats)), busy)
                 if busy:
                     settle(a.settle)
             row["busy_over_quiet"] = round(row["busy"]["seconds"] / row["quiet"]["seconds"], 2)
@@ -160,7 +161,6 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as d:
             env = dict(os.environ, MINISPEC_CACHE=d)
             env.pop("MINISPEC_NO_CALIBRATION_CACHE", None)
-            Path(d, "models").symlink_to(Path(model_dir).parent) if False else None
             runs = {}
             print("[busy_bench: README's main command, first run (measures the cost model)]", file=sys.stderr)
             runs["first, quiet"] = part(lambda: timed_run(cmd, env), False)
