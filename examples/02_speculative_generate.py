@@ -9,6 +9,7 @@ import argparse
 import time
 
 from minispec import generate, load_model, load_tokenizer, make_drafter, resolve_model, speculative_generate
+from minispec.harness.measure import busy_words, others_load
 
 
 def main():
@@ -49,7 +50,8 @@ def main():
     print(f"tokens per target pass {s.mean_tokens_per_pass:.2f}; histogram {dict(sorted(s.tokens_per_pass.items()))}")
     print(f"time: draft {s.time_draft:.2f}s, verify and rule {s.time_verify:.2f}s, prompt {s.time_prefill:.2f}s")
     speedup = t_plain / t_spec * len(res.tokens) / len(plain)
-    print(f"plain {len(plain) / t_plain:.1f} tok/s, speculative {len(res.tokens) / t_spec:.1f} tok/s: speedup {speedup:.2f}x")
+    print(f"plain {len(plain) / t_plain:.1f} tok/s, speculative {len(res.tokens) / t_spec:.1f} tok/s: speedup {speedup:.2f}x"
+          f"{busy_words(others_load())}")
     print()
     print(f"What this showed: greedy speculative output is {'identical' if res.tokens == plain else 'NOT identical'} to "
           f"plain decoding, token for token ({len(plain)} tokens); that is the algorithm's promise. The speed is not "

@@ -1,6 +1,6 @@
 """The three drafters on the same prompts: a trained draft model, prompt lookup, layer skip.
 
-    python examples/03_drafters.py [--prompts 3] [--max-new-tokens 64]
+    python examples/03_drafters.py [--prompts 1] [--max-new-tokens 64]
 
 Greedy, K = 4. Prints acceptance, tokens per target pass and tokens/s for each, next to plain
 decoding measured in the same run, checks the outputs are identical, and explains each speedup
@@ -10,9 +10,11 @@ emitted over what they cost.
 """
 
 import argparse
+import sys
 import time
 
 from minispec import generate, load_model, load_tokenizer, make_drafter, resolve_model, shipped_draft, speculative_generate
+from minispec.harness.measure import busy_words, others_load
 from minispec.harness.prompts import PROMPT_SETS, load_prompts
 from minispec.policy import forward_times
 from minispec.policy.timing import guess_time
@@ -21,7 +23,7 @@ from minispec.policy.timing import guess_time
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
-    ap.add_argument("--prompts", type=int, default=2, help="prompts per prompt set (default 2)")
+    ap.add_argument("--prompts", type=int, default=1, help="prompts per prompt set (default 1)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
@@ -37,7 +39,8 @@ def main():
     accepted = {d.name: [0, 0, 0, 0] for d in drafters}  # accepted, drafted, tokens, passes
     rounds = {d.name: [] for d in drafters}  # (guesses drafted, accepted) of every round
     n_tokens, identical = 0, True
-    for p in prompts:
+    for i, p in enumerate(prompts, 1):
+        print(f"[prompt {i} of {len(prompts)}: plain decoding and {len(drafters)} drafters]", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         want = generate(target, p, args.max_new_tokens)
         total["plain"] += time.perf_counter() - t0
@@ -53,9 +56,11 @@ def main():
             a[2] += len(res.tokens)
             a[3] += res.stats.rounds
             rounds[d.name] += res.stats.rounds_log
+    print(f"[timing a target pass over 1..{args.k + 1} tokens]", file=sys.stderr, flush=True)
     t = forward_times(target, range(1, args.k + 2), context=128, repeats=10)
     r = {n: t[n] / t[1] for n in t}  # r(n): a pass over n tokens, in target steps
-    print(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, greedy, k={args.k}; outputs identical: {identical}")
+    print(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, greedy, k={args.k}; outputs identical: {identical}"
+          f"{busy_words(others_load())}")
     print(f"{'drafter':<34} {'accept':>7} {'tok/pass':>9} {'tok/s':>7} {'speedup':>8} {'c':>6} {'modelled':>10}")
     print(f"{'plain decoding':<34} {'':>7} {1.0:>9.2f} {n_tokens / total['plain']:>7.1f} {1.0:>8.2f}")
     verdicts = []

@@ -16,7 +16,7 @@ from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
 from .harness.calibration_store import DiskStore
 from .harness.conform.command import add_parser as add_conform
-from .harness.measure import timed
+from .harness.measure import busy_words, timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
 from .model.fetch import (
@@ -202,18 +202,6 @@ class Generation:
         """Plain decoding; with the coupled rule, keyed sampling: the tokens every coupled run of this seed gives."""
         return generate(self.model, self.prompt_ids, self.args.max_new_tokens, on_token=on_token,
                         keyed=is_keyed(verification_rule(self.args.rule)), **self.sampling)
-
-
-BUSY_LOAD = 0.5  # other runnable processes, on average, above which a speed figure is called unreliable
-
-
-def busy_words(load_before: float | None) -> str:
-    """What a speed figure says beside it when the machine was busy: the 1-minute load average read before this
-    run started (its own threads not yet running) above BUSY_LOAD; "" when quiet or unknown."""
-    if load_before is None or load_before <= BUSY_LOAD:
-        return ""
-    return (f"; the machine was busy (load average {load_before:.2f} before this run started): the speed figures "
-            "here are unreliable")
 
 
 def load_average() -> float | None:

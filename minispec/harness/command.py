@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..drafters import make_drafter
@@ -16,6 +17,7 @@ from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipp
 from ..model.provenance import provenance
 from ..model.tokenizer import Tokenizer
 from ..model.transformer import Model
+from .measure import busy_words, others_load
 from .prompts import PROMPT_SETS, load_prompts
 
 MODEL_HELP = "target directory (default: SmolLM2-135M-Instruct)"
@@ -86,6 +88,9 @@ def print_and_store(report: str, res: dict, path, prog: str, argv=None, indent: 
     provenance: date, commit, machine, and the command as typed (``prog`` and ``argv``, also when ``main(argv)`` is
     called in-process; None: this process's own command line)."""
     print(report)
+    busy = busy_words(others_load())
+    if busy:
+        print(f"[{busy[2:]}]", file=sys.stderr)
     if path:
         origin = provenance(argv, prog)
         Path(path).write_text(json.dumps(dict(res, provenance=origin), indent=indent))

@@ -4,6 +4,7 @@ and after the runs it is compared with, the weight-streaming floor and peak memo
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -13,6 +14,30 @@ import numpy as np
 from ..model import backend
 
 SETTINGS = {"greedy": 0.0, "T=1": 1.0}  # setting -> temperature
+BUSY_LOAD = 0.5  # other runnable processes, on average, above which a speed figure is called unreliable
+_START = (time.perf_counter(), time.process_time())  # when this process began measuring, and its CPU seconds then
+
+
+def others_load() -> float | None:
+    """The 1-minute load average less this process's own use of the CPUs since it began (its CPU seconds over the
+    wall-clock seconds, at most a minute's worth): roughly, how many other processes were running; None where the
+    platform has no load average."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    wall = time.perf_counter() - _START[0]
+    own = (time.process_time() - _START[1]) / wall if wall > 1 else 0.0
+    return max(0.0, load - own)
+
+
+def busy_words(load: float | None) -> str:
+    """What a speed figure says beside it when the machine was busy: ``load`` (the load average of the other
+    processes: ``others_load()``, or the load before a run began) above BUSY_LOAD; "" when quiet or unknown (None)."""
+    if load is None or load <= BUSY_LOAD:
+        return ""
+    return (f"; the machine was busy (load average {load:.2f} besides this run): the speed figures here are "
+            "unreliable")
 
 
 def timed(fn):
