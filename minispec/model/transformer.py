@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import backend
+from . import backend, threads
 from .blas import skinny_matmul
 from .config import ModelConfig
 from .kernel import PackedMatrix, check_kernel, default_kernel
@@ -251,16 +251,17 @@ class Model:
         cos, sin = self.cos[pos], self.sin[pos]  # [T, HD/2]
         mask = backend.asarray(np.asarray(mask, dtype=np.float32))  # [T, S]; a float64 mask would promote x
         x = self.embed[backend.asarray(ids)]  # [T, D]
-        for i, w in enumerate(self.layers):
-            x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
-        cache.length = pos0 + T
-        if on_features is not None:  # every row's features: the norm over T rows costs little next to the head
-            features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
-            on_features(features)
-            x = features if last is None else features[T - last:]  # [T', D]
-        else:
-            x = rms_norm(x if last is None else x[T - last:], self.final_norm, self.cfg.rms_norm_eps)  # [T', D]
-        logits = linear(x, self.lm_head)  # [T', V]
+        with threads.running(self.kernel):  # the kernel's threads for this pass (threads.py)
+            for i, w in enumerate(self.layers):
+                x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
+            cache.length = pos0 + T
+            if on_features is not None:  # every row's features: the norm over T rows costs little next to the head
+                features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
+                on_features(features)
+                x = features if last is None else features[T - last:]  # [T', D]
+            else:
+                x = rms_norm(x if last is None else x[T - last:], self.final_norm, self.cfg.rms_norm_eps)  # [T', D]
+            logits = linear(x, self.lm_head)  # [T', V]
         assert logits.dtype == xp.float32, logits.dtype
         return backend.to_host(logits)
 

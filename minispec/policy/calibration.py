@@ -34,7 +34,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..drafters.protocol import TimesItself, TimesItsTreeLevels, has
-from ..model import Model, backend
+from ..model import Model, backend, threads
 
 REPEATS = 7  # interleaved repeats of a calibration: the median of 7 moves only when 4 of them are hit
 TRIES = 2  # measurements of a calibration that fails a physical check before the last one is repaired
@@ -126,7 +126,7 @@ def calibration_key(what, ns) -> str:
     else:
         raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
     return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
-            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_model()}|threads {threads()}")
+            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_model()}|{threads.describe(what.kernel)}")
 
 
 def cpu_model() -> str:
@@ -136,11 +136,6 @@ def cpu_model() -> str:
             return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.processor())
     except OSError:
         return platform.processor() or platform.machine()
-
-
-def threads() -> str:
-    """The thread counts the kernels were asked for (OpenBLAS's, numba's), as the environment sets them."""
-    return ",".join(os.environ.get(v, "-") for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"))
 
 
 def is_key_of(key: str, what) -> bool:

@@ -1,0 +1,62 @@
+"""The threads a model's matrix products run on: one policy, declared here, for both kernels, and applied by
+``Model.forward`` around each pass (``model.threads()``), so that nothing outside a pass changes.
+
+Threads that wait for work spin, and a spinning thread holds a core. OpenBLAS's threads (the NumPy kernel) then
+stall each other on a machine whose cores are busy: beside two busy processes a 2-vCPU machine ran a SmolLM2 step
+many times slower with OpenBLAS on both cores than on one, while numba's threads slowed down about as much as
+the machine did (the measurement and how it was taken: docs/speed.md, "A busy machine"). So:
+
+    numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
+    numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend)
+
+``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` sets OpenBLAS's threads
+inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+_BLAS = []  # the threadpoolctl controller of NumPy's BLAS, made on first use (it scans the loaded libraries)
+
+
+def chosen(kernel: str) -> int:
+    """The threads ``kernel``'s products run on: ``$MINISPEC_THREADS``, else the policy above."""
+    env = os.environ.get("MINISPEC_THREADS", "").strip()
+    if env:
+        if not (env.isdigit() and int(env) >= 1):
+            raise ValueError(f"MINISPEC_THREADS={env!r} must be a whole number of threads, 1 or more")
+        return int(env)
+    cores = os.cpu_count() or 1
+    return cores if kernel == "numba" else max(1, cores - 1)
+
+
+def blas():
+    if not _BLAS:
+        try:
+            import threadpoolctl
+            _BLAS.append(threadpoolctl.ThreadpoolController().select(user_api="blas"))
+        except ImportError:
+            _BLAS.append(None)
+    return _BLAS[0]
+
+
+def running(kernel: str):
+    """A context for one pass of a ``kernel`` model: OpenBLAS on the policy's threads (numpy), or on one (numba,
+    whose own threads are set once, numba_kernel.py)."""
+    if kernel == "numba":
+        import numba
+        numba.set_num_threads(min(chosen(kernel), numba.config.NUMBA_NUM_THREADS))
+    controller = blas()
+    if controller is None:
+        return contextlib.nullcontext()
+    return controller.limit(limits=chosen(kernel) if kernel == "numpy" else 1)
+
+
+def describe(kernel: str) -> str:
+    """The policy in use, in words."""
+    n = chosen(kernel)
+    if kernel == "numba":
+        return f"numba on {n} thread(s), OpenBLAS on 1"
+    return f"OpenBLAS on {n} thread(s)" + ("" if blas() is not None else " asked, not applied: threadpoolctl is missing")
