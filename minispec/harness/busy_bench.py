@@ -134,6 +134,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=40, help="target steps per child (default 40)")
     ap.add_argument("--settle", type=float, default=240, help="seconds to wait for a quiet machine (default 240)")
     ap.add_argument("--skip-readme", action="store_true", help="only the target steps")
+    ap.add_argument("--readme-only", action="store_true",
+                    help="only README's command; the steps are kept from the --json file, with their provenance")
     ap.add_argument("--kernels", default="numpy,numba")
     a = ap.parse_args(argv)
     from ..model.fetch import resolve_model
@@ -144,6 +146,13 @@ def main(argv=None) -> int:
     for k in kernels:
         check_kernel(k)
     record = dict(settled_load=settle(a.settle), steps={}, readme=None)
+    if a.readme_only:
+        if not (a.json and Path(a.json).exists()):
+            print("error: --readme-only keeps the steps of an existing --json file", file=sys.stderr)
+            return 2
+        old = json.loads(Path(a.json).read_text())
+        record.update(steps=old["steps"], steps_provenance=old.get("steps_provenance", old["provenance"]))
+        kernels = []
     threads = sorted({1, os.cpu_count() or 1})
     for kernel in kernels:
         for n in threads:
@@ -165,6 +174,7 @@ def main(argv=None) -> int:
             print("[busy_bench: README's main command, first run (measures the cost model)]", file=sys.stderr)
             runs["first, quiet"] = part(lambda: timed_run(cmd, env), False)
             print("[busy_bench: README's main command, second run]", file=sys.stderr)
+            settle(a.settle)
             runs["second, quiet"] = part(lambda: timed_run(cmd, env), False)
             print("[busy_bench: README's main command, second run beside two busy processes]", file=sys.stderr)
             runs["second, busy"] = part(lambda: timed_run(cmd, env), True)

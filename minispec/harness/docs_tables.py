@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path, PurePosixPath
 
-from . import bench_commands, doc_figures, kernel_figures
+from . import bench_commands, busy_figures, doc_figures, kernel_figures
 from .conform import peers_figures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,8 @@ def bench_list(root: Path) -> str:
     return "\n".join(["```bash", *lines, "```"])
 
 
-SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS, **peers_figures.SECTIONS, "bench_commands": bench_list}
+SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS, **peers_figures.SECTIONS, **busy_figures.SECTIONS,
+            "bench_commands": bench_list}
 FILES = ["README.md", "docs/speed.md", "docs/rules.md", "docs/losslessness.md", "docs/shipped-drafters.md", "docs/reading.md",
          "docs/models.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
          "docs/peers.md", "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
@@ -57,7 +58,8 @@ def relink(text: str, where: str) -> str:
 def render(text: str, root: Path = ROOT, where: str = "README.md") -> str:
     """``text`` with every generated section and figure written afresh; ``where``: the file's path from the root,
     for the sections' links."""
-    figures = {**doc_figures.values(root), **kernel_figures.values(root), **peers_figures.values(root)}
+    figures = {**doc_figures.values(root), **kernel_figures.values(root), **peers_figures.values(root),
+               **busy_figures.values(root)}
 
     def section(m):
         if m.group(2) not in SECTIONS:

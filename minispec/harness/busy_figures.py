@@ -1,0 +1,58 @@
+"""The figures of a busy machine and of the examples' run times (docs/busy/contention.json,
+docs/examples/times.json), for ``docs_tables``: the thread policy's table, README's main command quiet and busy,
+and each example's run time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .doc_figures import load, run_line
+
+BUSY, EXAMPLES = "docs/busy/contention.json", "docs/examples/times.json"
+
+
+def busy_steps(root: Path) -> str:
+    """One target step per kernel and thread count, quiet and beside two busy processes."""
+    d = load(root, BUSY)
+    lines = ["| kernel, threads | quiet | beside two busy processes | busy / quiet |", "|---|---|---|---|"]
+    for name, r in d["steps"].items():
+        quiet = f"{1e3 * r['quiet']['seconds']:.1f} ms" + ("" if r["quiet"]["quiet"] else " (load said busy)")
+        lines.append(f"| {name} | {quiet} | {1e3 * r['busy']['seconds']:.1f} ms | {r['busy_over_quiet']:.2f}x |")
+    return "\n".join(lines) + f"\n\n*{run_line(d)}; one SmolLM2-135M step, one token after 64, median of the run's steps.*"
+
+
+def readme_runs(root: Path) -> str:
+    d = load(root, BUSY)
+    runs = (d.get("readme") or {}).get("runs") or {}
+    lines = ["| README's main command | seconds | load before | quiet |", "|---|---|---|---|"]
+    for name, r in runs.items():
+        quiet = "-" if r["quiet"] is None else "yes" if r["quiet"] else "no"
+        lines.append(f"| {name} | {r['seconds']:.1f} | {r['load_before']} | {quiet} |")
+    return "\n".join(lines) + f"\n\n*{run_line(d)}.*"
+
+
+def examples_table(root: Path) -> str:
+    d = load(root, EXAMPLES)
+    lines = ["| example | what it shows | seconds |", "|---|---|---|"]
+    for name, r in d["examples"].items():
+        note = "" if r["quiet"] else " (busy)"
+        lines.append(f"| [`{name}`](../examples/{name}) | {r['what']} | {r['seconds']:.0f}{note} |")
+    return "\n".join(lines) + f"\n\n*{run_line(d)}: each run alone, after the load average fell below 0.5.*"
+
+
+SECTIONS = {"busy_steps": busy_steps, "readme_runs": readme_runs, "examples": examples_table}
+
+
+def values(root: Path) -> dict[str, str]:
+    out = {}
+    if (root / BUSY).exists():
+        runs = (load(root, BUSY).get("readme") or {}).get("runs") or {}
+        for key, name in (("first", "first, quiet"), ("second", "second, quiet"), ("busy", "second, busy")):
+            if name in runs:
+                out[f"busy.readme.{key}"] = f"{runs[name]['seconds']:.0f} s"
+        out["busy.machine"] = load(root, BUSY)["provenance"]["machine"].get("cpu", "?")
+    if (root / EXAMPLES).exists():
+        ex = load(root, EXAMPLES)["examples"]
+        if "00_tiny_loop.py" in ex:
+            out["examples.tiny"] = f"{ex['00_tiny_loop.py']['seconds']:.0f} s"
+    return out
