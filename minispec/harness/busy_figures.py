@@ -18,7 +18,8 @@ def busy_steps(root: Path) -> str:
     for name, r in d["steps"].items():
         quiet = f"{1e3 * r['quiet']['seconds']:.1f} ms" + ("" if r["quiet"]["quiet"] else " (load said busy)")
         lines.append(f"| {name} | {quiet} | {1e3 * r['busy']['seconds']:.1f} ms | {r['busy_over_quiet']:.2f}x |")
-    return "\n".join(lines) + f"\n\n*{run_line(d)}; one SmolLM2-135M step, one token after 64, median of the run's steps.*"
+    origin = dict(provenance=d.get("steps_provenance", d["provenance"]))
+    return "\n".join(lines) + f"\n\n*{run_line(origin)}; one SmolLM2-135M step, one token after 64, median of the run's steps.*"
 
 
 def readme_runs(root: Path) -> str:
