@@ -37,8 +37,12 @@ def examples_table(root: Path) -> str:
     lines = ["| example | what it shows | seconds |", "|---|---|---|"]
     for name, r in d["examples"].items():
         note = "" if r["quiet"] else " (busy)"
-        lines.append(f"| [`{name}`](../examples/{name}) | {r['what']} | {r['seconds']:.0f}{note} |")
+        lines.append(f"| [`{name}`](../examples/{name}) | {r['what']} | {seconds(r['seconds'])}{note} |")
     return "\n".join(lines) + f"\n\n*{run_line(d)}: each run alone, after the load average fell below 0.5.*"
+
+
+def seconds(s: float) -> str:
+    return f"{s:.1f}" if s < 10 else f"{s:.0f}"
 
 
 SECTIONS = {"busy_steps": busy_steps, "readme_runs": readme_runs, "examples": examples_table}
@@ -52,8 +56,11 @@ def values(root: Path) -> dict[str, str]:
             if name in runs:
                 out[f"busy.readme.{key}"] = f"{runs[name]['seconds']:.0f} s"
         out["busy.machine"] = load(root, BUSY)["provenance"]["machine"].get("cpu", "?")
+        for name, r in load(root, BUSY)["steps"].items():  # "numpy, 1 thread(s)" -> busy.numpy.1
+            kernel, n = name.split(",")[0], name.split(",")[1].split()[0]
+            out[f"busy.{kernel}.{n}"] = f"{r['busy_over_quiet']:.1f}x"
     if (root / EXAMPLES).exists():
         ex = load(root, EXAMPLES)["examples"]
         if "00_tiny_loop.py" in ex:
-            out["examples.tiny"] = f"{ex['00_tiny_loop.py']['seconds']:.0f} s"
+            out["examples.tiny"] = f"{seconds(ex['00_tiny_loop.py']['seconds'])} s"
     return out

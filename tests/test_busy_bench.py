@@ -1,0 +1,40 @@
+"""The busy-machine benchmark's parts (minispec/harness/busy_bench.py): it runs README's own command, it never calls a
+run quiet that the load average says was busy, and its busy processes end when it is done."""
+
+import os
+from pathlib import Path
+
+from minispec.harness import busy_bench, example_times
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_it_runs_the_command_readme_gives():
+    cmd = busy_bench.readme_command(ROOT / "README.md")
+    assert cmd[:2] == ["minispec", "generate"] and "--prompt" in cmd
+    assert " ".join(cmd[:2]) + " " in (ROOT / "README.md").read_text()
+
+
+def test_a_part_is_quiet_only_when_the_load_says_so(monkeypatch):
+    loads = iter([0.2, 0.3, 0.9, 0.4])
+    monkeypatch.setattr(busy_bench, "load", lambda: next(loads))
+    assert busy_bench.part(lambda: {"seconds": 1.0}, busy=False)["quiet"] is True
+    assert busy_bench.part(lambda: {"seconds": 1.0}, busy=False)["quiet"] is False  # 0.9 before it: not quiet
+
+
+def test_the_busy_processes_spin_and_end():
+    with busy_bench.Busy(n=2, limit=30) as busy:
+        assert all(p.poll() is None for p in busy.procs)  # running
+        pids = [p.pid for p in busy.procs]
+    assert all(p.poll() is not None for p in busy.procs)
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive = True
+        except OSError:
+            alive = False
+        assert not alive
+
+
+def test_the_examples_list_names_what_each_shows():
+    assert example_times.first_line(ROOT / "examples" / "00_tiny_loop.py").startswith("The whole loop")
