@@ -39,7 +39,7 @@ from ..model import Model, backend, threads
 REPEATS = 7  # interleaved repeats of a calibration: the median of 7 moves only when 4 of them are hit
 TRIES = 2  # measurements of a calibration that fails a physical check before the last one is repaired
 NOISE = 0.15  # the slack of a physical check: t(n+1) >= (1 - NOISE) t(n) and r(n) <= (1 + NOISE) n
-TOLERANCE = 0.30  # a stored figure further than this from a probe's, relatively, is measured afresh
+TOLERANCE = 0.30  # a probe faster than a stored figure by more than this, relatively, scales it down (reconcile)
 
 __all__ = ["Calibration", "Store", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory",
            "is_key_of", "notes_of", "reconcile", "attached_store", "use_store"]
@@ -69,7 +69,7 @@ class Calibration:
 
     @classmethod
     def from_json(cls, what: str, entry) -> "Calibration":
-        """A stored entry, or ValueError naming what is wrong with it (it is then measured afresh)."""
+        """A stored entry, or ValueError naming what is wrong with it (the calibration is then measured afresh)."""
         if not isinstance(entry, dict) or not isinstance(entry.get("times"), dict):
             raise ValueError("stored without a record of when it was measured")
         times = {int(k) if k.isdigit() else k: float(v) for k, v in entry["times"].items()}
