@@ -6,8 +6,9 @@
   weight once for every row. Weights are packed once, at load, as a ``PackedMatrix``: the same numbers
   stored by output rows ([out, in], the file's own layout), and no second copy.
 
-The seam is ``transformer.linear(x, w)``: a packed weight multiplies itself (``w.rmatmul(x)``), any
-other goes to NumPy. So the layer functions read the same under both kernels.
+The seam is ``transformer.linear(x, w)``: a weight is either an array (NumPy multiplies it) or a ``PackedMatrix``,
+the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer functions read the same
+under both kernels.
 
 A kernel is chosen, in this order, by the ``kernel=`` argument of ``load_model``, by ``use_kernel`` (what
 ``--kernel`` on the command line calls), or by ``$MINISPEC_KERNEL``; else it is ``numpy``.

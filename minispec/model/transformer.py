@@ -26,11 +26,11 @@ from .weights import load_weights
 
 
 def linear(x, w):  # [T, in], [in, out] -> [T, out]
-    """x @ w, by the kernel the weight was packed for at load (kernel.py). A weight packed for the numba
-    kernel multiplies itself, reading each weight once for all T rows (numba_kernel.py). Otherwise NumPy:
-    on a CPU, a product of 2 or more rows goes through ``blas.skinny_matmul``, the same product shaped
-    for OpenBLAS (see blas.py)."""
-    if hasattr(w, "rmatmul"):
+    """x @ w, by the kernel the weight was packed for at load (kernel.py): a ``PackedMatrix`` (the numba
+    kernel's weights) multiplies itself, reading each weight once for all T rows (numba_kernel.py); any other
+    weight is an array, multiplied by NumPy: on a CPU, a product of 2 or more rows goes through
+    ``blas.skinny_matmul``, the same product shaped for OpenBLAS (see blas.py)."""
+    if isinstance(w, PackedMatrix):
         return w.rmatmul(x)
     if x.shape[0] == 1 or backend.xp is not np:
         return x @ w
