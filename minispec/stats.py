@@ -94,9 +94,8 @@ class SpecStats:
 
     @property
     def plain_causes(self) -> dict:
-        """Why rounds drafted nothing -> how many: "policy" (K = 0 was asked for: by the policy, or a fixed K of 0), "end"
-        (one token still wanted), "room"
-        (the draft's context was full), "nothing" (nothing to propose)."""
+        """Why rounds drafted nothing -> how many: "policy" (K = 0 was asked for: by the policy, or a fixed K of 0),
+        "end" (one token still wanted), "room" (the draft's context was full), "nothing" (nothing to propose)."""
         out: dict = {}
         for r in self.log:
             if r.drafted == 0:
