@@ -16,7 +16,7 @@ from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
 from .harness.calibration_store import DiskStore
 from .harness.conform.command import add_parser as add_conform
-from .harness.measure import busy_words, timed
+from .harness.measure import busy_words, load_average, timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.convert import convert_gguf
 from .model.fetch import (
@@ -202,13 +202,6 @@ class Generation:
         """Plain decoding; with the coupled rule, keyed sampling: the tokens every coupled run of this seed gives."""
         return generate(self.model, self.prompt_ids, self.args.max_new_tokens, on_token=on_token,
                         keyed=is_keyed(verification_rule(self.args.rule)), **self.sampling)
-
-
-def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on this platform
-        return None
 
 
 def cost_model_line(calibrations, seconds: float) -> str:

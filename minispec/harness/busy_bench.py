@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from ..model.provenance import provenance
+from .measure import load_average
 
 QUIET_LOAD = 0.5  # a 1-minute load average below this, before a part starts, is a quiet machine
 STEP = """
@@ -51,10 +52,8 @@ print(float(np.median(ts[3:])))
 
 
 def load() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (OSError, AttributeError):
-        return None
+    got = load_average()
+    return None if got is None else round(got, 2)
 
 
 class Busy:

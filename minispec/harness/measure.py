@@ -18,13 +18,20 @@ BUSY_LOAD = 0.5  # other runnable processes, on average, above which a speed fig
 _START = (time.perf_counter(), time.process_time())  # when this process began measuring, and its CPU seconds then
 
 
+def load_average() -> float | None:
+    """The 1-minute load average; None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def others_load() -> float | None:
     """The 1-minute load average less this process's own use of the CPUs since it began (its CPU seconds over the
     wall-clock seconds, at most a minute's worth): roughly, how many other processes were running; None where the
     platform has no load average."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
+    load = load_average()
+    if load is None:
         return None
     wall = time.perf_counter() - _START[0]
     own = (time.process_time() - _START[1]) / wall if wall > 1 else 0.0
