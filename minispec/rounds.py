@@ -33,11 +33,11 @@ from typing import Callable
 import numpy as np
 
 from .drafters.dynamic_tree import DynamicTree
-from .drafters.protocol import GrowsTrees, HasRoom, ProposesTrees, ReadsFeatures, as_drafter, has
+from .drafters.protocol import GrowsTrees, HasOwnTokenizer, HasRoom, ProposesTrees, ReadsFeatures, as_drafter, has
 from .keyed import KeyedNoise, keyed_noise
 from .model import Model, backend
 from .rejection import guess_acceptance, is_keyed, overlap
-from .sampling import check_generate_args, is_integer, stop_set, warp
+from .sampling import Warp, check_generate_args, is_integer, stop_set
 from .stats import RoundRecord, SpecStats
 from .tree import Tree, propose_tree
 
@@ -60,7 +60,7 @@ class Run:
     cache: object  # the target's KV cache: every token but the last (round 1: nothing yet)
     stop: set
     max_new_tokens: int
-    warp: Callable  # logits -> the probabilities to sample from (the same warp for draft and target)
+    warp: Warp  # (logits, prefix) -> the probabilities to sample from: the same for draft and target (sampling.py)
     stream: np.random.Generator  # the run's random stream (seeded by ``seed``)
     on_token: Callable | None
     observers: list  # what is told of each round (stats.Observer: a trace)
@@ -252,21 +252,23 @@ NOT_A_TREE = object()  # start_run's default ``shape``: a chain of ``k`` guesses
 
 def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None, shape=NOT_A_TREE,
               temperature: float = 0.0, top_k=None, top_p=None, seed=None, stop_ids=None, on_token=None,
-              trace=None, rule=None) -> Run:
+              trace=None, rule=None, processors=()) -> Run:
     """Check the arguments like ``generate`` and set up a run: a chain of ``k`` guesses per round (an integer, or a
     policy: ``choose_policy``), or a tree of ``shape``. The cache has room for the prompt, the output and the
     largest tree. ``rule``: the verification rule (rejection.py). ``trace``: an observer (stats.Observer) of every
-    round, and of the rule's decisions (``trace.observe(rule)``)."""
+    round, and of the rule's decisions (``trace.observe(rule)``). ``processors``: logits processors (processors.py),
+    applied to draft and target rows alike by the run's ``warp``."""
     ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
     drafter, stream = as_drafter(drafter, target), np.random.default_rng(seed)
+    processors = check_processors(processors, drafter) if processors else ()
     fixed = shape is NOT_A_TREE and is_integer(k) and k >= 0  # the textbook's fixed K: no policy
     policy, room = (None, 0) if fixed else choose_policy(target, drafter, k, shape, seed, temperature, rule)
     cache = target.new_cache(min(len(ids) + max_new_tokens + room, target.cfg.max_position_embeddings))
     run = Run(target=target, drafter=drafter, k=int(k) if fixed else 0, policy=policy, tokens=[int(t) for t in ids],
               out=[], cache=cache, stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
-              warp=lambda logits: warp(logits, temperature, top_k, top_p), stream=stream, on_token=on_token,
+              warp=Warp(temperature, top_k, top_p, processors, len(ids)), stream=stream, on_token=on_token,
               observers=[] if trace is None else [trace], reads_features=has(drafter, ReadsFeatures),
               verify=rule if trace is None else trace.observe(rule), forwards0=drafter.forwards if drafter is not None else 0)
     if is_keyed(rule):
@@ -274,6 +276,19 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     if policy is not None:
         run.accepts, run.keep = guess_acceptance(rule), policy.keep if shape is NOT_A_TREE else None
     return run
+
+
+def check_processors(processors, drafter) -> tuple:
+    """The run's logits processors as a tuple; refused for a draft of its own tokenizer, whose rows are not the
+    target's vocabulary (a processor reads and masks the target's token ids)."""
+    processors = tuple(processors or ())
+    if any(not callable(p) for p in processors):
+        raise TypeError("processors must be logits processors: functions (logits, prefix, prompt_len) -> logits "
+                        "(processors.py)")
+    if processors and has(drafter, HasOwnTokenizer):
+        raise ValueError(f"logits processors need a drafter of the target's tokenizer; {drafter.algorithm} "
+                         f"({drafter.name}) drafts in its own tokens: use another drafter, or no processors")
+    return processors
 
 
 def choose_policy(target: Model, drafter, k, shape, seed, temperature: float, rule) -> tuple[object, int]:

@@ -4,9 +4,16 @@
 decoding applies the *same* warp to draft and target, and the draft must sample from exactly the
 probabilities it hands to the rejection rule. Probabilities are float64: they are not activations,
 and the rejection rule divides and subtracts them.
+
+``Warp`` is what a run hands its drafter and applies to the target's rows: the warp's settings, and the logits
+processors (processors.py: penalties, a choice mask) that read the tokens before a row, its *prefix*. A row's
+prefix is its own: at the i-th guess of a round, the sequence and the guesses x_1..x_{i-1} drawn before it, for the
+draft's q_i and the target's p_i alike (``Warp.chain``, ``Warp.tree``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -120,3 +127,63 @@ def draw(probs: np.ndarray, rng, i: int) -> int:
     the keyed race at that position where ``rng`` is keyed noise (keyed.py: the noise the target's own token there
     races on, so the two coincide as often as they can), else from the generator's stream (``sample``)."""
     return rng.race(probs, i) if isinstance(rng, Keyed) else sample(probs, rng)
+
+
+@dataclass(frozen=True)
+class Warp:
+    """The distribution a position samples from, given the model's logits there and the tokens before it (its
+    ``prefix``), for draft and target alike. The order, written here and nowhere else: the ``processors`` in the
+    order given, each reading the row's own prefix, then temperature, top-k and top-p (``warp``), as transformers
+    and vLLM order them. ``prompt_len``: the prefix's first tokens that are the prompt (a processor that counts
+    generated tokens counts the rest). With no processors the prefix is not needed, and a matrix of rows is warped
+    at once. The settings are checked where they are used, by ``warp``."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    processors: tuple = ()
+    prompt_len: int = 0
+
+    def __call__(self, logits, prefix=None, strict: bool = False) -> np.ndarray:  # [V] -> [V] float64
+        """The row's distribution. ``strict``: the prefix is the run's own sequence (not one a guess made up), so
+        processors that leave no token allowed there are an error, not a row to leave as it was (``process``)."""
+        return warp(self.process(logits, prefix, strict) if self.processors else logits, self.temperature, self.top_k,
+                    self.top_p)
+
+    def process(self, logits, prefix, strict: bool = False) -> np.ndarray:  # [V] -> [V] float64
+        """The processors applied to one row, in order, on a float64 copy. A row they leave with no allowed token
+        (every logit -inf) is given back as it came: that happens only after a guess the processors forbid (a
+        deterministic drafter's), whose later rows the rule never reaches, since that guess is always rejected.
+        Departure from transformers, which would sample NaNs there."""
+        z = np.array(logits, dtype=np.float64)  # [V]
+        if not self.processors:
+            return z
+        if prefix is None:
+            raise TypeError("these logits processors read the tokens before a row: call warp(logits, prefix) "
+                            "(a drafter passes the sequence and its guesses so far; drafters/protocol.py)")
+        prefix = [int(t) for t in prefix]
+        for processor in self.processors:
+            z = processor(z, prefix, self.prompt_len)
+        if not np.isfinite(z).any():
+            if strict:
+                raise ValueError(f"the logits processors allow no token after {len(prefix) - self.prompt_len} "
+                                 f"generated tokens ({', '.join(map(describe, self.processors))})")
+            return np.array(logits, dtype=np.float64)
+        return z
+
+    def chain(self, logits, tokens, guesses) -> np.ndarray:  # [n, V] -> [n, V]
+        """Row i's distribution after ``tokens`` + ``guesses[:i]``: a target pass's p_1..p_{K+1} over a chain
+        x_1..x_K, or a drafter's first-guess rows over a text. Row 0's prefix is the sequence itself (strict)."""
+        if self.processors:
+            logits = np.stack([self.process(row, [*tokens, *guesses[:i]], i == 0) for i, row in enumerate(logits)])
+        return warp(logits, self.temperature, self.top_k, self.top_p)
+
+    def tree(self, logits, tokens, tree) -> np.ndarray:  # [N+1, V] -> [N+1, V]
+        """Row n's distribution after ``tokens`` and the path to node n of ``tree`` (tree.py; row 0: the root's)."""
+        if self.processors:
+            logits = np.stack([self.process(row, tree.prefix(tokens, n), n == 0) for n, row in enumerate(logits)])
+        return warp(logits, self.temperature, self.top_k, self.top_p)
+
+
+def describe(processor) -> str:
+    return getattr(processor, "describe", lambda: type(processor).__name__)()

@@ -47,7 +47,7 @@ from .tree import kept_rows, tree_rule, verify_tree
 def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=4,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, stop_ids=None, on_token: Callable[[int], None] | None = None,
-                         rule="token", trace=None) -> SpecResult:
+                         rule="token", trace=None, processors=()) -> SpecResult:
     """Generate like ``generate(target, ...)`` (the same distribution; greedy: the same tokens), faster
     when the drafter guesses well and cheaply. ``drafter``: a drafter (drafters/) or a draft Model.
     ``k``: guesses per round, or "auto" (chosen per round by the cost model, policy/auto_k.py).
@@ -55,16 +55,19 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
     (``block_verify``), "coupled" (``coupled_verify``: for a seed, the same tokens with any drafter; rejection.py),
     or a function of their signature: the losslessness checks pass a deliberately broken twin to show that they
     can fail. ``trace``: a ``trace.Trace`` that records every round
-    (the rule's decisions, what was emitted, the time it took); the output is the same with or without it."""
+    (the rule's decisions, what was emitted, the time it took); the output is the same with or without it.
+    ``processors``: logits processors (processors.py: penalties, a choice mask), applied to every q_i and p_i with
+    that row's own prefix; the output then has the law of plain decoding with them (``generate(processors=...)``)."""
     run = start_run(target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace,
-                    rule=verification_rule(rule))  # accept_reject (the textbook's), block_verify or coupled_verify
+                    rule=verification_rule(rule), processors=processors)  # accept_reject (the textbook's), block_verify or coupled_verify
     while not run.done:
         draft_tokens, draft_probs = run.draft()  # x_1..x_K and q_1..q_K: [K], [K, V]
         K = len(draft_tokens)
         # ONE target pass over the tokens its cache lacks (run.unread: the last one; round 1 the prompt too)
         target_logits = target.forward(run.unread + draft_tokens, run.cache, last=K + 1, on_features=run.on_features)
-        target_probs = run.warp(target_logits)  # p_1..p_{K+1}: [K+1, V], warped like q
+        target_probs = run.warp.chain(target_logits, run.tokens, draft_tokens)  # p_1..p_{K+1}: [K+1, V], warped
+        # like q: row i after the sequence and x_1..x_{i-1}
         n, next_token = run.verify(target_probs, draft_probs, draft_tokens, run.rng)  # the rule: rejection.py
         run.cache.crop(len(run.tokens) + n)  # keep the tokens and x_1..x_n: every token but the new last one
         run.emit(draft_tokens[:n] + [next_token], n, target_probs)
@@ -74,21 +77,23 @@ def speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int
 def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens: int, *, shape=(2, 4),
                               temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                               seed: int | None = None, stop_ids=None,
-                              on_token: Callable[[int], None] | None = None, rule="token", trace=None) -> SpecResult:
+                              on_token: Callable[[int], None] | None = None, rule="token", trace=None,
+                              processors=()) -> SpecResult:
     """Like ``speculative_generate``, but each round verifies a token tree in one target pass (tree.py).
     ``shape``: (width, depth), "auto" (chosen per round by the cost model, policy/tree_policy.py), or a
     TreePolicy. ``rule``: "token", the multi-candidate rule (``accept_tree``), or "coupled", the keyed rule
     (``accept_tree_coupled``); block verification decides one chain (for trees see Traversal Verification,
-    arXiv 2505.12398). A ``trace`` records each round's accepted path."""
+    arXiv 2505.12398). A ``trace`` records each round's accepted path. ``processors``: as ``speculative_generate``'s,
+    each node's rows with the path to it."""
     accept = tree_rule(rule)  # accept_tree, or accept_tree_coupled: tree.py
     run = start_run(target, drafter, prompt_ids, max_new_tokens, shape=shape, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace,
-                    rule=verification_rule(rule))
+                    rule=verification_rule(rule), processors=processors)
     while not run.done:
         tree = run.draft_tree()  # N nodes, each drawn from its q
         head = run.unread  # the root (the last token) and, in round 1, the prompt before it
         target_logits = verify_tree(target, run.cache, head, tree, on_features=run.on_features)  # [N+1, V]: one pass
-        target_probs = run.warp(target_logits)  # [N+1, V]
+        target_probs = run.warp.tree(target_logits, run.tokens, tree)  # [N+1, V]: node n's row after its path
         path, next_token = accept(target_probs, tree, run.rng)  # the accepted nodes, root to deepest
         run.cache.keep(len(run.tokens) - 1, [0] + path)  # the root and the accepted nodes, compacted
         run.emit([tree.tokens[node] for node in path] + [next_token], len(path), target_probs, kept_rows(len(head), path))

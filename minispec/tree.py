@@ -75,6 +75,10 @@ class Tree:
             node = self.parents[node]
         return out[::-1]
 
+    def prefix(self, tokens, node: int) -> list[int]:
+        """The tokens before node ``node``'s children: ``tokens`` (the sequence, the root last) and the path to it."""
+        return list(tokens) + [self.tokens[n] for n in self.path(node)]
+
 
 def tree_mask(parents: list[int], prefix: int) -> np.ndarray:  # -> [N+1, prefix + N+1] additive mask
     n = len(parents)
@@ -160,14 +164,17 @@ def without(probs: np.ndarray, tokens) -> np.ndarray | None:
     return q / s if s > 1e-12 else None
 
 
-def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, rng, i: int = 0) -> list[int]:
+def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, rng, i: int = 0,
+                 prefix=None) -> list[int]:
     """``width`` children of ``parent``, whose tokens sit at the round's i-th new position (i: the parent's depth):
-    sampled without replacement from q = warp(logits), each with the q it was drawn from (q without the siblings
-    before it); with keyed noise (keyed.py), the first ``width`` of the race on it, the Gumbel top-k, which is the
-    same law; at temperature 0 (one-hot q) the top ``width`` logits instead, each one-hot."""
-    q = warp(logits)
+    sampled without replacement from q = warp(logits, prefix), each with the q it was drawn from (q without the
+    siblings before it); with keyed noise (keyed.py), the first ``width`` of the race on it, the Gumbel top-k, which is
+    the same law; at temperature 0 (one-hot q) the top ``width`` processed logits instead, each one-hot. ``prefix``:
+    the tokens before the children (``tree.prefix(tokens, parent)``), for a warp with logits processors."""
+    q = warp(logits, prefix)
     if width > 1 and np.count_nonzero(q) == 1:  # greedy: deterministic candidates
-        top = [int(t) for t in np.argsort(-logits, kind="stable")[:width]]
+        z = warp.process(logits, prefix)  # [V]: the logits after the processors
+        top = [int(t) for t in np.argsort(-z, kind="stable")[:width] if np.isfinite(z[t])]
         return [tree.add(parent, t, row) for t, row in zip(top, one_hot_rows(top, len(q)))]
     if isinstance(rng, Keyed):
         picks, nodes = rng.top(q, i, width), []

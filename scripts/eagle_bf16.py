@@ -18,7 +18,7 @@ from minispec.harness.prompts import load_prompts
 from minispec.model import load_model, load_tokenizer
 from minispec.model.fetch import resolve_model
 from minispec.model.provenance import provenance
-from minispec.sampling import warp
+from minispec.sampling import Warp, warp
 
 
 def main(f32_dir: str, out: str) -> None:
@@ -31,7 +31,7 @@ def main(f32_dir: str, out: str) -> None:
             seq = list(prompt) + generate(target, prompt, 48, temperature=1.0, seed=len(prompt))
             feats = []
             p = warp(target.forward(seq, target.new_cache(len(seq)), on_features=feats.append)[len(prompt) - 1:-1], 1.0)
-            q = {k: h.first_guess_rows(seq, len(prompt), lambda z: warp(z, 1.0), feats[0]) for k, h in heads.items()}
+            q = {k: h.first_guess_rows(seq, len(prompt), Warp(1.0), feats[0]) for k, h in heads.items()}
             tv += list(0.5 * np.abs(q["BF16"] - q["F32"]).sum(1))
             for k in heads:
                 acc[k] += list(np.minimum(p, q[k]).sum(1))

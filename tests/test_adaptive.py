@@ -22,7 +22,7 @@ from minispec.policy import (
     expected_tokens,
     k_policy,
 )
-from minispec.sampling import sample, top_probability, warp
+from minispec.sampling import Warp, sample, top_probability, warp
 from minispec.speculative import speculative_generate
 
 from .helpers import V, broken_residual, exact_three_tokens, exact_two_tokens
@@ -372,7 +372,7 @@ def test_keep_threshold_follows_the_cost_curve():
 
 def test_propose_stops_before_the_first_guess_keep_refuses(big_pair):
     target, draft = big_pair
-    prompt, greedy = [3, 4, 5, 6], (lambda z: warp(z, 0.0))
+    prompt, greedy = [3, 4, 5, 6], Warp(0.0)
     calls = []
 
     def keep(j, reach):

@@ -24,7 +24,7 @@ from minispec.harness.exact_loop import loop_law
 from minispec.model import ModelFormatError
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.rejection import accept_reject, overlap, residual
-from minispec.sampling import sample, warp
+from minispec.sampling import Warp, sample, warp
 from minispec.speculative import speculative_generate
 
 from .helpers import V, exact_three_tokens, exact_two_tokens, three_token_counts
@@ -187,7 +187,7 @@ def test_level1_tli_law_is_the_targets(target_words, draft_words, seed, w, tempe
         return  # nothing to propose: the round is plain decoding
     rng = np.random.default_rng(seed)
     p = warp(rng.standard_normal(len(target_bytes)) * 2, temperature, **w)
-    q = tli.target_row(tli.restrict(rng.standard_normal(len(draft_bytes)) * 2, lambda z: warp(z, temperature, **w)))
+    q = tli.target_row(tli.restrict(rng.standard_normal(len(draft_bytes)) * 2, Warp(temperature, **w)))
     assert abs(q.sum() - 1) < 1e-9 and np.all(q[np.setdiff1d(np.arange(len(p)), tli.cross.shared_target)] == 0)
     np.testing.assert_allclose(rule_law(p, q), p, atol=1e-12)
 
@@ -266,7 +266,7 @@ def tli_round(broken=None):
     target_of_first = {d: TARGET_VOCAB[b.decode()[:1]] for d, b in enumerate(draft_bytes)}
 
     def propose(tokens, rng):
-        q = tli.restrict(logits, lambda z: warp(z, 1.0))
+        q = tli.restrict(logits, Warp(1.0))
         if broken == "outside":  # drawn from the whole draft vocabulary (a token outside mapped to its first
             d = sample(warp(logits, 1.0), rng)  # character), while the rule is told q'
             return [target_of_first[d]], tli.target_row(q)[None]
@@ -430,13 +430,12 @@ def test_tli_drafting_for_the_target_itself_proposes_the_targets_greedy_continua
     """The target under another numbering, greedy, reading a prompt in its own canonical split: its k guesses are the
     target's next k greedy tokens, each drafted after the one before (bug: a draft step skipped, so a guess is drawn
     from the row of the position before)."""
-    from minispec.sampling import warp
 
     target = bigger_models[0]
     drafter = make_drafter(f"tli:{renumbered_draft}", target)
     prompt = drafter.cross.target_ids("the cat sat on the mat and")
     for k in (1, 2, 4, 6):
-        guesses, rows = drafter.propose(prompt, k, lambda x: warp(x, 0.0), np.random.default_rng(0))
+        guesses, rows = drafter.propose(prompt, k, Warp(0.0), np.random.default_rng(0))
         assert guesses == generate(target, prompt, k), k
         assert rows.shape == (k, target.cfg.vocab_size) and np.allclose(rows.sum(axis=1), 1.0)
 
@@ -455,7 +454,7 @@ def test_room_is_what_the_drafts_context_has_left(bigger_models):
     for drafter in (tli, make_drafter(f"slem:{draft_dir}", target)):
         drafter.cross.text = lambda tokens: None
         assert drafter.read(words[:4]) is None and drafter.room(words[:4]) == 0  # (words[:3] is memoised)
-        assert drafter.propose(words[:5], 3, lambda z: warp(z, 1.0), np.random.default_rng(0))[0] == []
+        assert drafter.propose(words[:5], 3, Warp(1.0), np.random.default_rng(0))[0] == []
 
 
 def test_a_tokenizer_without_added_tokens(bigger_models, tmp_path):

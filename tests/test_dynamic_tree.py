@@ -9,7 +9,7 @@ from minispec import generate, load_eagle
 from minispec.drafters import DraftModel, Eagle, dynamic_tree
 from minispec.drafters.dynamic_tree import DynamicTree, grow, rerank
 from minispec.harness.exact_loop import loop_law
-from minispec.sampling import warp
+from minispec.sampling import Warp
 from minispec.speculative import tree_speculative_generate
 from minispec.tree import Tree
 
@@ -30,7 +30,7 @@ def fake_level(V_, seed=0):
 def test_greedy_growth_expands_the_best_nodes_and_reranks_to_n():
     root = np.random.default_rng(1).standard_normal(12) * 2
     run_level, asked = fake_level(12)
-    tree, scores = grow(root, run_level, DynamicTree(top_k=3, depth=4, nodes=7), lambda z: warp(z, 0.0), None)
+    tree, scores = grow([], root, run_level, DynamicTree(top_k=3, depth=4, nodes=7), Warp(0.0), None)
     assert len(tree) == 7 and len(asked) == 3 and all(len(f) == 3 for f in asked)
     depths = tree.depths()
     for n in range(1, len(tree.tokens)):
@@ -62,7 +62,7 @@ def test_sampled_growth_stays_within_its_budget_and_never_reranks(monkeypatch):
     monkeypatch.setattr(dynamic_tree, "rerank", lambda *a: called.append(a))
     for nodes in (1, 2, 5, 9):
         run_level, _ = fake_level(12, nodes)
-        tree, scores = grow(root, run_level, DynamicTree(top_k=3, depth=4, nodes=nodes), lambda z: warp(z, 1.0),
+        tree, scores = grow([], root, run_level, DynamicTree(top_k=3, depth=4, nodes=nodes), Warp(1.0),
                             np.random.default_rng(nodes))
         assert 1 <= len(tree) <= nodes and len(scores) == len(tree.tokens)
     assert called == []
@@ -157,7 +157,7 @@ def one_round_counts(rounds: int, shape: DynamicTree, seed: int) -> tuple[np.nda
     for _ in range(rounds):
         def run_level(tree, frontier):
             return np.log(np.stack([row([tree.tokens[a] for a in tree.path(n)], 2) for n in frontier]))
-        tree, _ = grow(np.log(row([], 2)), run_level, shape, lambda z: warp(z, 1.0), rng)
+        tree, _ = grow([], np.log(row([], 2)), run_level, shape, Warp(1.0), rng)
         paths = [[tree.tokens[a] for a in tree.path(n)] for n in range(len(tree.tokens))]
         path, t = accept_tree(np.stack([row(p, 1) for p in paths]), tree, rng)
         seq = [tree.tokens[n] for n in path] + [t]
@@ -233,6 +233,6 @@ def test_rows_that_turn_random_below_a_one_hot_root_stop_the_full_growth():
     budget of 16, past the cache)."""
     peaked = np.array([5.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     run_level, _ = fake_level(6)
-    tree, _ = grow(peaked, run_level, DynamicTree(top_k=4, depth=5, nodes=16), lambda z: warp(z, 1.3, top_p=0.9),
+    tree, _ = grow([], peaked, run_level, DynamicTree(top_k=4, depth=5, nodes=16), Warp(1.3, top_p=0.9),
                    np.random.default_rng(0))
     assert 1 <= len(tree) <= 16 and all(np.count_nonzero(r) == 1 for r in tree.draft_probs[1:])

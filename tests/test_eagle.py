@@ -15,7 +15,7 @@ from minispec.model import ModelFormatError
 from minispec.model.safetensors_io import read_safetensors
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.policy import AutoK
-from minispec.sampling import warp
+from minispec.sampling import Warp
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
 from .helpers import V, broken_residual, exact_three_tokens, write_random_eagle
@@ -117,7 +117,7 @@ def test_first_round_is_the_prefill_and_never_a_rare_token(big_pair, big_eagle_d
     """No features before the target has run the prompt: round 1 drafts nothing. Later guesses are frequent tokens."""
     target = big_pair[0]
     eagle = load_eagle(big_eagle_dir, target)
-    assert eagle.propose([3, 17, 5, 9], 3, lambda z: warp(z, 1.0), np.random.default_rng(0))[0] == []
+    assert eagle.propose([3, 17, 5, 9], 3, Warp(1.0), np.random.default_rng(0))[0] == []
     seen = []
     orig = eagle.propose
 
@@ -239,7 +239,7 @@ def test_the_heads_early_stop_and_tree_shape(big_pair, big_eagle_dir):
     from minispec.tree import propose_tree
 
     target = big_pair[0]
-    prompt, greedy = [3, 4, 5, 6, 7], (lambda z: warp(z, 0.0))
+    prompt, greedy = [3, 4, 5, 6, 7], Warp(0.0)
     eagle = load_eagle(big_eagle_dir, target)
     target.forward(prompt[:-1], target.new_cache(len(prompt)), on_features=lambda f: eagle.see_features(prompt[:-1], f))
     asked = []
@@ -320,7 +320,7 @@ def test_the_heads_logits_room_and_a_refused_first_guess(big_pair, big_eagle_dir
     assert logits.dtype == np.float32 and logits.shape == (1, target.cfg.vocab_size)
     assert np.isfinite(logits[0, :40]).all() and np.isneginf(logits[0, 40:]).all()
     assert eagle.room(prompt) == target.cfg.max_position_embeddings - len(prompt)
-    toks, probs = eagle.propose(prompt, 3, lambda z: warp(z, 0.0), np.random.default_rng(0), lambda j, reach: False)
+    toks, probs = eagle.propose(prompt, 3, Warp(0.0), np.random.default_rng(0), lambda j, reach: False)
     assert toks == [] and probs.shape == (0, target.cfg.vocab_size)
 
 
@@ -333,7 +333,7 @@ def test_a_one_wide_greedy_tree_is_the_greedy_chain(big_pair, big_eagle_dir, mak
     from minispec.tree import propose_tree
 
     target, draft = big_pair
-    sampled = lambda z: warp(z, 1.0)  # noqa: E731
+    sampled = Warp(1.0)
     for seed, prompt in enumerate(([3, 4, 5, 6, 7], [9, 1, 9, 1, 9, 1, 30, 2], [5] * 9)):
         drafters = []
         for _ in range(2):

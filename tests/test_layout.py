@@ -21,15 +21,15 @@ import minispec
 
 # (d): what the model must not import: the speculation side of the package
 SPECULATION = ("rejection", "keyed", "textbook", "speculative", "rounds", "drafters", "tree", "policy", "stats", "harness",
-               "recipes")
+               "recipes", "processors")
 # (e): the textbook round imports only the rule, sampling and the model
 TEXTBOOK_USES = ("rejection", "sampling", "model")
 # (g): the lab; everything else but the CLI is the core, which never imports it
 LAB = ("harness", "recipes", "trace", "model.fetch", "model.convert", "model.progress", "model.provenance")
-# (f): what stands at the package's top level: the rule, sampling and its keyed noise, the tree rule, the loops (and
-# the CLI)
-TOP_LEVEL = {"__init__", "__main__", "cli", "rejection", "sampling", "keyed", "tree", "textbook", "generate",
-             "speculative", "rounds", "stats"}
+# (f): what stands at the package's top level: the rule, sampling, its keyed noise and its logits processors, the tree
+# rule, the loops (and the CLI)
+TOP_LEVEL = {"__init__", "__main__", "cli", "rejection", "sampling", "keyed", "processors", "tree", "textbook",
+             "generate", "speculative", "rounds", "stats"}
 
 
 def module_names(root: Path, package: str) -> dict[str, Path]:

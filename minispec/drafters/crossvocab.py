@@ -29,7 +29,7 @@ import numpy as np
 from ..model import Model
 from ..model.config import ModelFormatError, read_json
 from ..model.kvcache import kept_prefix
-from ..sampling import warp
+from ..sampling import Warp
 
 
 @lru_cache(maxsize=1)
@@ -235,7 +235,7 @@ class OtherTokenizerDraft:
             t0 = clock()
             self.feed(self.read(tokens) or [0])
             t1 = clock()
-            self.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
+            self.propose(tokens, 4, Warp(0.0), rng)
             t2 = clock()
             per_fed.append((t1 - t0) / len(tokens))
             per_guess.append((t2 - t1) / 4)

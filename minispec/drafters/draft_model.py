@@ -76,7 +76,7 @@ class DraftModel:
         if not 1 <= start <= len(tokens):
             raise ValueError(f"first_guess_rows: start {start} must be in 1..{len(tokens)} (a guess follows a token)")
         logits = self.pad(self.model.forward(tokens, self.model.new_cache(len(tokens))))  # [T, V]
-        return warp(logits[start - 1: len(tokens) - 1])
+        return warp.chain(logits[start - 1: len(tokens) - 1], tokens[:start], tokens[start:])  # row i after tokens[:start + i]
 
     def propose(self, tokens, k, warp, rng, keep=None):
         """Sample up to k guesses one after another. With ``keep``, stop before guess j when the draft's
@@ -97,7 +97,7 @@ class DraftModel:
                 reach *= top_probability(logits)
                 if not keep(i + 1, reach):
                     break
-            probs = warp(logits)  # [V]
+            probs = warp(logits, list(tokens) + draft_tokens)  # [V]: q_i, after the sequence and x_1..x_{i-1}
             x = draw(probs, rng, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
             draft_tokens.append(x)
             draft_probs.append(probs)
@@ -114,7 +114,7 @@ class DraftModel:
         one masked pass per level over the whole level; its tree entries are scratch (cropped after)."""
         tree = Tree()
         self.ensure_cache(len(tokens) + width * depth)
-        level = add_children(tree, 0, self.feed(tokens), width, warp, rng)
+        level = add_children(tree, 0, self.feed(tokens), width, warp, rng, prefix=tokens)
         base = self.cache.length  # the draft cache holds every committed token, the root last (slot base-1)
         for d in range(1, depth):
             ids = np.array([tree.tokens[n] for n in level], dtype=np.int64)
@@ -122,7 +122,8 @@ class DraftModel:
             positions = base - 1 + tree.depths()[level]
             self.forwards += 1
             logits = self.pad(self.model.forward_masked(ids, self.cache, positions, mask))  # [len(level), V]
-            level = [add_children(tree, n, logits[i], 1, warp, rng, d)[0] for i, n in enumerate(level)]
+            level = [add_children(tree, n, logits[i], 1, warp, rng, d, tree.prefix(tokens, n))[0]
+                     for i, n in enumerate(level)]
         self.cache.crop(base)
         return tree
 

@@ -74,20 +74,21 @@ def one_hot(row) -> bool:
     return int(np.count_nonzero(row)) == 1
 
 
-def grow(root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> tuple[Tree, np.ndarray]:
-    """The tree and each node's score (log value; the root's 0). ``run_level(tree, frontier)`` -> logits
+def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> tuple[Tree, np.ndarray]:
+    """The tree after ``tokens`` (the sequence, the root last) and each node's score (log value; the root's 0).
+    ``run_level(tree, frontier)`` -> logits
     [len(frontier), V]: the drafter's rows after each frontier node. Where every row is one-hot (T = 0) grown in
     full and reranked to ``shape.nodes`` (growth stops at a level whose rows are not all one-hot); else grown
     within the budget (module docstring)."""
     tree, scores = Tree(), [0.0]
 
     def children(parent: int, logits: np.ndarray, count: int, i: int) -> list[int]:
-        kids = add_children(tree, parent, logits, count, warp, rng, i)
+        kids = add_children(tree, parent, logits, count, warp, rng, i, tree.prefix(tokens, parent))
         value = log_softmax(logits)
         scores.extend(scores[parent] + float(value[tree.tokens[c]]) for c in kids)
         return kids
 
-    deterministic = one_hot(warp(root_logits))
+    deterministic = one_hot(warp(root_logits, tokens))
     budget = None if deterministic else shape.nodes
     level = children(0, root_logits, shape.top_k if budget is None else min(shape.top_k, budget), 0)
     for d in range(1, shape.depth):
@@ -96,7 +97,7 @@ def grow(root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> t
         if not frontier:
             break
         logits = run_level(tree, frontier)  # [len(frontier), V]: one pass of the drafter
-        if deterministic and not all(one_hot(warp(row)) for row in logits):
+        if deterministic and not all(one_hot(warp(row, tree.prefix(tokens, n))) for row, n in zip(logits, frontier)):
             break  # the rows turn random below here (top-p, say): keep the deterministic tree grown so far
         level = [c for i, node in enumerate(frontier) for c in children(node, logits[i], count, d)]
         if not level:

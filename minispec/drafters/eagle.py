@@ -50,7 +50,7 @@ from ..model.kernel import pack
 from ..model.kvcache import KVCache, common_prefix
 from ..model.safetensors_io import read_safetensors
 from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
-from ..sampling import draw, top_probability, warp
+from ..sampling import Warp, draw, top_probability
 from ..tree import Tree, add_children, tree_mask_rows
 from .dynamic_tree import DynamicTree, grow
 
@@ -148,7 +148,7 @@ class Eagle:
                 reach *= top_probability(logits)
                 if not keep(i + 1, reach):
                     break
-            probs = warp(logits)  # [V], zero outside the frequent tokens
+            probs = warp(logits, list(tokens) + draft_tokens)  # [V], zero outside the frequent tokens
             x = draw(probs, rng, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
             draft_tokens.append(x)
             draft_probs.append(probs)
@@ -170,7 +170,7 @@ class Eagle:
             return tree
         base = len(tokens) - 1  # the head's true entries: the root's is slot base - 1
         width = min(width, len(self.tokens_r))  # the top W at T = 0 must be frequent tokens, never a -inf logit
-        level = add_children(tree, 0, self.logits(f[None])[0], width, warp, rng)
+        level = add_children(tree, 0, self.logits(f[None])[0], width, warp, rng, prefix=tokens)
         parent_f = np.repeat(f[None], len(level), axis=0)  # [W, D] the feature each level node reads
         for d in range(1, depth):  # below level 1 each node has one child, so a level's node ids are contiguous
             ids = [tree.tokens[node] for node in level]
@@ -178,7 +178,8 @@ class Eagle:
             positions = base - 1 + tree.depths()[level]
             parent_f = self.head(ids, parent_f, self.cache.length, positions, mask)  # [W, D]
             logits = self.logits(parent_f)  # [W, V]
-            level = [add_children(tree, node, logits[i], 1, warp, rng, d)[0] for i, node in enumerate(level)]
+            level = [add_children(tree, node, logits[i], 1, warp, rng, d, tree.prefix(tokens, node))[0]
+                     for i, node in enumerate(level)]
         self.cache.crop(base)
         return tree
 
@@ -207,7 +208,7 @@ class Eagle:
             out.update((n, h[i]) for i, n in enumerate(frontier))
             return self.logits(h)
 
-        tree, _ = grow(self.logits(f[None])[0], run_level, shape, warp, rng)
+        tree, _ = grow(tokens, self.logits(f[None])[0], run_level, shape, warp, rng)
         self.cache.crop(base)
         return tree
 
@@ -273,7 +274,7 @@ class Eagle:
             finally:
                 self.cache = own
             logits = np.concatenate([first, self.logits(out)])  # [n, V]: row j guesses x_{j+1}
-        return warp(logits[start - 1: len(tokens) - 1])
+        return warp.chain(logits[start - 1: len(tokens) - 1], tokens[:start], tokens[start:])  # row i after tokens[:start + i]
 
     # ---- cost hooks (drafters/protocol.py: TimesItself, TimesItsTreeLevels): the policy times the head with these,
     # on random tokens and features, and finds it as it was (no features, an empty cache) ----
@@ -295,7 +296,7 @@ class Eagle:
             t0 = clock()
             self.catch_up(tokens)
             t1 = clock()
-            self.propose(tokens, 4, lambda z: warp(z, 0.0), rng)
+            self.propose(tokens, 4, Warp(0.0), rng)
             t2 = clock()
             per_fed.append((t1 - t0) / n)
             per_guess.append((t2 - t1) / 4)

@@ -57,7 +57,7 @@ from ..model.fetch import shipped_draft
 from ..model.progress import Progress
 from ..model.provenance import provenance
 from ..rejection import accept_reject, block_verify, coupled_verify, is_keyed
-from ..sampling import warp
+from ..sampling import Warp, warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from .command import load_target
 from .equivalence import block_residual_bug, broken_accept_reject, coupled_emits_the_guess, mean_test, prefix_match, token_test
@@ -161,7 +161,7 @@ def per_token_values(target, drafter, prompt, run) -> dict[str, np.ndarray]:  # 
     idx, out = np.arange(len(run)), {}
     if has(drafter, DraftsText):
         out["prefix"] = prefix_mass(drafter.cross)(p, run)
-    q = drafter.first_guess_rows(seq, len(prompt), lambda z: warp(z, 1.0), features[0] if features else None) \
+    q = drafter.first_guess_rows(seq, len(prompt), Warp(1.0), features[0] if features else None) \
         if has(drafter, HasFirstGuessRows) else None  # [n, V]
     if q is not None:
         out["acceptance"] = np.minimum(1.0, q[idx, run] / p[idx, run])

@@ -29,7 +29,7 @@ from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
 from ..policy.auto_k import best as choose_best
 from ..policy.timing import guess_time
-from ..sampling import warp
+from ..sampling import Warp
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side
@@ -50,7 +50,7 @@ CONFIDENCE_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0)
 
 def confidence_rows(drafter, prompt, out) -> list[tuple[float, bool]]:
     """(draft's top probability, draft's top token == the token emitted) at each position of ``out``."""
-    q = drafter.first_guess_rows(list(prompt) + list(out), len(prompt), lambda z: warp(z, 1.0))  # [T, V]: predicts out
+    q = drafter.first_guess_rows(list(prompt) + list(out), len(prompt), Warp(1.0))  # [T, V]: predicts out
     return [(float(c), bool(a)) for c, a in zip(q.max(-1), q.argmax(-1) == np.asarray(out))]
 
 

@@ -38,7 +38,7 @@ from ..generate import generate
 from ..model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT
 from ..model.progress import Progress
 from ..model.provenance import provenance
-from ..sampling import warp
+from ..sampling import Warp, warp
 from .command import load_target
 from .measure import compact_json
 from .prompts import PROMPT_SETS, load_prompts
@@ -74,7 +74,7 @@ def texts(target, tok, n_prompts: int, max_new_tokens: int, temperature: float) 
 
 def first_guess_rows(drafter, seq: list[int], start: int) -> np.ndarray:  # -> [len(seq) - start, V_target]
     """The drafter's own first-guess rows at T = 1 (``HasFirstGuessRows``: a draft model, TLI)."""
-    return drafter.first_guess_rows(seq, start, lambda z: warp(z, 1.0))
+    return drafter.first_guess_rows(seq, start, Warp(1.0))
 
 
 def own_model(drafter):

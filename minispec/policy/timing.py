@@ -25,7 +25,7 @@ import numpy as np
 
 from ..drafters.protocol import TimesItself, has
 from ..model import backend
-from ..sampling import warp
+from ..sampling import Warp
 
 clock = time.perf_counter  # seconds; every timing of the cost model reads it
 
@@ -55,8 +55,7 @@ def forward_times(model, ns=(1, 2, 4, 8, 16), context: int = 256, repeats: int =
     return {n: float(np.median(t)) for n, t in times.items()}
 
 
-def greedy(z):
-    return warp(z, 0.0)
+greedy = Warp(0.0)  # the warp the timings draft with
 
 
 def guess_time(drafter, tokens: list[int], repeats: int = 20, warmup: int = 2) -> float:

@@ -1,0 +1,215 @@
+"""Logits processors: what a run does to a row of logits, from the tokens before it, before the warp.
+
+A processor is a function of a row of logits and that row's *prefix* (every token before the row's position: the
+prompt, what was emitted, and in a speculative round the guesses drawn before it). ``sampling.Warp`` applies them,
+in the order given, then temperature, top-k and top-p: the one place the order is written.
+
+Speculation stays lossless with them as long as p_i and q_i of a round are both processed with the same, own
+prefix: the rule then compares the two distributions plain masked decoding would sample from at that position
+(tests/test_processors.py, exactly on tiny models, with twins that get the prefix wrong). Each processor is
+stateless: it reads the prefix afresh, so it cannot advance on a guess the rule later rejects.
+
+The penalties mean what transformers means by them (``RepetitionPenaltyLogitsProcessor``,
+``NoRepeatNGramLogitsProcessor``, ``MinNewTokensLengthLogitsProcessor``), and the frequency and presence penalties
+what vLLM and OpenAI's API mean (transformers has none):
+
+    RepetitionPenalty(r)     every token in the prefix, prompt included, once: a logit l > 0 becomes l / r, a
+                             logit l < 0 becomes l * r (r > 1 discourages repeats)
+    FrequencyPenalty(f)      l - f * (how often the token was generated): generated tokens only, not the prompt
+    PresencePenalty(a)       l - a if the token was generated at all
+    NoRepeatNGram(n)         -inf for every token that would repeat an n-gram of the prefix (prompt included)
+    MinNewTokens(m, stops)   -inf for the stop tokens until m tokens are generated
+    Choices(seqs, stops)     only tokens that continue one of the token sequences ``seqs`` (a trie walked by the
+                             generated tokens); once one is complete, its continuations and the stop tokens
+
+The choice mask is local, as in plain masked decoding: its law is masked decoding's, not the law of the
+unconstrained model conditioned on the output being a choice. FVO-Spec (arXiv 2605.07698) measures that gap
+(total variation up to 0.996); it is a property of masking, not of speculation (docs/processors.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .sampling import is_integer, is_number
+
+
+class Processor(Protocol):
+    """``processor(logits, prefix, prompt_len) -> logits``: ``logits`` [V] float64 (the caller's copy: it may be
+    changed in place), ``prefix`` the tokens before the row, of which the first ``prompt_len`` are the prompt."""
+
+    def __call__(self, logits: np.ndarray, prefix: Sequence[int], prompt_len: int) -> np.ndarray: ...
+
+    def describe(self) -> str: ...
+
+
+def finite(name: str, value) -> float:
+    if not (is_number(value) and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+class RepetitionPenalty:
+    def __init__(self, penalty: float):
+        self.penalty = finite("repetition penalty", penalty)
+        if self.penalty <= 0:
+            raise ValueError(f"repetition penalty must be > 0 (1 leaves the logits as they are), got {penalty!r}")
+
+    def __call__(self, logits, prefix, prompt_len):
+        seen = np.unique(np.asarray(prefix, dtype=np.int64))  # prompt included, as transformers
+        z = logits[seen]
+        logits[seen] = np.where(z < 0, z * self.penalty, z / self.penalty)
+        return logits
+
+    def describe(self) -> str:
+        return f"repetition penalty {self.penalty:g}"
+
+
+def generated_counts(prefix, prompt_len: int, V: int) -> np.ndarray:  # -> [V]
+    return np.bincount(np.asarray(prefix[prompt_len:], dtype=np.int64), minlength=V)[:V]
+
+
+class FrequencyPenalty:
+    def __init__(self, penalty: float):
+        self.penalty = finite("frequency penalty", penalty)
+
+    def __call__(self, logits, prefix, prompt_len):
+        logits -= self.penalty * generated_counts(prefix, prompt_len, len(logits))
+        return logits
+
+    def describe(self) -> str:
+        return f"frequency penalty {self.penalty:g}"
+
+
+class PresencePenalty:
+    def __init__(self, penalty: float):
+        self.penalty = finite("presence penalty", penalty)
+
+    def __call__(self, logits, prefix, prompt_len):
+        logits -= self.penalty * (generated_counts(prefix, prompt_len, len(logits)) > 0)
+        return logits
+
+    def describe(self) -> str:
+        return f"presence penalty {self.penalty:g}"
+
+
+class NoRepeatNGram:
+    def __init__(self, n: int):
+        if not (is_integer(n) and n >= 1):
+            raise ValueError(f"no-repeat n-gram size must be an integer >= 1, got {n!r}")
+        self.n = int(n)
+
+    def __call__(self, logits, prefix, prompt_len):
+        n = self.n
+        if len(prefix) + 1 < n:
+            return logits
+        head = tuple(prefix[len(prefix) - n + 1:]) if n > 1 else ()  # the n-1 tokens the next one would follow
+        banned = [prefix[i + n - 1] for i in range(len(prefix) - n + 1) if tuple(prefix[i: i + n - 1]) == head]
+        logits[banned] = -np.inf
+        return logits
+
+    def describe(self) -> str:
+        return f"no repeated {self.n}-gram"
+
+
+def check_stops(what: str, stop_ids) -> tuple[int, ...]:
+    stops = tuple(int(t) for t in (stop_ids or ()))
+    if not stops:
+        raise ValueError(f"{what} needs the run's stop tokens (stop_ids): it forbids or allows them")
+    return stops
+
+
+class MinNewTokens:
+    def __init__(self, min_new: int, stop_ids):
+        if not (is_integer(min_new) and min_new >= 0):
+            raise ValueError(f"minimum new tokens must be an integer >= 0, got {min_new!r}")
+        self.min_new, self.stops = int(min_new), check_stops("a minimum length", stop_ids)
+
+    def __call__(self, logits, prefix, prompt_len):
+        if len(prefix) - prompt_len < self.min_new:
+            logits[list(self.stops)] = -np.inf
+        return logits
+
+    def describe(self) -> str:
+        return f"at least {self.min_new} new tokens"
+
+
+class Choices:
+    """Only outputs that are one of ``sequences`` (token ids each), then a stop token. A trie: the node the
+    generated tokens lead to allows its children, and the stop tokens where a sequence ends there. Generated tokens
+    that leave the trie (a forbidden guess of a deterministic drafter) allow every token: the row after such a guess
+    is never used, since the guess is always rejected."""
+
+    def __init__(self, sequences, stop_ids, labels=None):
+        self.stops = check_stops("a choice list", stop_ids)
+        seqs = [tuple(int(t) for t in s) for s in sequences]
+        if not seqs:
+            raise ValueError("the choice list is empty: give at least one choice")
+        if any(len(s) == 0 for s in seqs):
+            raise ValueError("a choice is empty (no tokens): every choice must have at least one token")
+        self.children: list[dict[int, int]] = [{}]  # node -> {token: child node}; node 0 is the root
+        self.ends: set[int] = set()
+        for s in seqs:
+            node = 0
+            for t in s:
+                if t not in self.children[node]:
+                    self.children.append({})
+                    self.children[node][t] = len(self.children) - 1
+                node = self.children[node][t]
+            self.ends.add(node)
+        self.shortest = min(len(s) for s in seqs)
+        self.labels = list(labels) if labels is not None else [str(list(s)) for s in seqs]
+
+    def node(self, generated) -> int | None:
+        node = 0
+        for t in generated:
+            node = self.children[node].get(int(t))
+            if node is None:
+                return None
+        return node
+
+    def allowed(self, generated) -> list[int] | None:
+        """The tokens allowed after ``generated``; None when they left the trie (everything is)."""
+        node = self.node(generated)
+        if node is None:
+            return None
+        return sorted(self.children[node]) + (list(self.stops) if node in self.ends else [])
+
+    def __call__(self, logits, prefix, prompt_len):
+        allowed = self.allowed(prefix[prompt_len:])
+        if allowed is None:
+            return logits
+        keep = np.full(len(logits), -np.inf)
+        keep[allowed] = logits[allowed]
+        return keep
+
+    def describe(self) -> str:
+        return f"one of {len(self.labels)} choices"
+
+
+def build(*, repetition_penalty=None, frequency_penalty=None, presence_penalty=None, no_repeat_ngram=None,
+          min_new_tokens=None, choices=None, stop_ids=None, max_new_tokens=None) -> tuple:
+    """The processors a run's settings ask for, checked (ValueError naming the setting), in this order: the
+    penalties, the n-gram ban, the minimum length, the choice mask. ``choices``: token sequences (a ``Choices`` is
+    built from them), or a ``Choices``. ``max_new_tokens``: refuse choices that cannot finish within it."""
+    out = []
+    if repetition_penalty is not None:
+        out.append(RepetitionPenalty(repetition_penalty))
+    if frequency_penalty is not None:
+        out.append(FrequencyPenalty(frequency_penalty))
+    if presence_penalty is not None:
+        out.append(PresencePenalty(presence_penalty))
+    if no_repeat_ngram is not None:
+        out.append(NoRepeatNGram(no_repeat_ngram))
+    if min_new_tokens is not None:
+        out.append(MinNewTokens(min_new_tokens, stop_ids))
+    if choices is not None:
+        mask = choices if isinstance(choices, Choices) else Choices(choices, stop_ids)
+        if max_new_tokens is not None and mask.shortest + 1 > max_new_tokens:
+            raise ValueError(f"no choice fits in max_new_tokens = {max_new_tokens}: the shortest is "
+                             f"{mask.shortest} tokens, and a stop token follows it")
+        out.append(mask)
+    return tuple(out)
