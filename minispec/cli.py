@@ -32,6 +32,7 @@ from .model.fetch import (
 from .model.kernel import KERNELS, use_kernel
 from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
 from .policy.calibration import use_store
+from .processors import build
 from .rejection import RULES, is_keyed, verification_rule
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate
@@ -42,8 +43,8 @@ from .trace.show import ShowStream
 class TextStream:
     """Print tokens as text while they arrive; holds back incomplete UTF-8 sequences."""
 
-    def __init__(self, tokenizer, out=sys.stdout):
-        self.tok, self.out, self.ids, self.printed = tokenizer, out, [], ""
+    def __init__(self, tokenizer, out=None):
+        self.tok, self.out, self.ids, self.printed = tokenizer, out or sys.stdout, [], ""  # sys.stdout as it is now
 
     def __call__(self, token: int) -> None:
         self.ids.append(token)
@@ -116,6 +117,36 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
                         "keeps the stored one); the output distribution never depends on it (minispec/policy/__init__.py)")
 
 
+def add_processor_args(p: argparse.ArgumentParser) -> None:
+    """Logits processors (minispec/processors.py), applied to draft and target alike, before the temperature."""
+    p.add_argument("--repetition-penalty", type=float, help="divide positive logits, multiply negative ones, of every "
+                                                            "token already in the text, prompt included (> 0; 1: none)")
+    p.add_argument("--frequency-penalty", type=float, help="subtract this times how often a token was generated")
+    p.add_argument("--presence-penalty", type=float, help="subtract this from every token generated at least once")
+    p.add_argument("--no-repeat-ngram", type=int, metavar="N", help="never repeat an N-gram of the text")
+    p.add_argument("--min-new-tokens", type=int, metavar="M", help="no end-of-sequence token before M new tokens")
+    p.add_argument("--choices", help="the output is one of these texts, separated by |, then the end-of-sequence "
+                                     "token (each tokenized as written: with --chat, no leading space)")
+
+
+def processor_settings(args) -> dict:
+    """The processor flags of ``args``, as ``processors.build`` takes them (checked by ``check_processor_settings``
+    before the model loads, and by ``build`` once the tokenizer has)."""
+    choices = None if args.choices is None else args.choices.split("|")
+    return dict(repetition_penalty=args.repetition_penalty, frequency_penalty=args.frequency_penalty,
+                presence_penalty=args.presence_penalty, no_repeat_ngram=args.no_repeat_ngram,
+                min_new_tokens=args.min_new_tokens, choices=choices)
+
+
+def check_processor_settings(settings: dict, no_stop: bool = False) -> None:
+    """Refuse bad processor values before any model loads (the stop tokens and the tokenizer come with it)."""
+    if no_stop and (settings["choices"] is not None or settings["min_new_tokens"] is not None):
+        raise ValueError("--choices and --min-new-tokens end on, or hold back, the end-of-sequence token: drop --no-stop")
+    build(**{k: v for k, v in settings.items() if k != "choices"}, stop_ids=[0])  # [0]: a stand-in for the check
+    if settings["choices"] is not None and not all(settings["choices"]):
+        raise ValueError(f"--choices {'|'.join(settings['choices'])!r}: a choice is empty")
+
+
 DEFAULT_DRAFTER = "prompt-lookup"  # the only drafter measured to pay on a 2-core CPU (docs/study/report.md)
 
 
@@ -156,6 +187,8 @@ class Generation:
         if args.layers is not None and args.draft != "layer-skip":
             raise ValueError(f"--layers {args.layers} applies only to --draft layer-skip (got --draft {args.draft or DEFAULT_DRAFTER})")
         check_warp_args(args.temperature, args.top_k, args.top_p)
+        settings = processor_settings(args)
+        check_processor_settings(settings, args.no_stop)
         backend.use_device(args.device)
         model_dir = resolve_model(args.model)
         t0 = time.perf_counter()
@@ -167,6 +200,11 @@ class Generation:
         self.sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                              stop_ids=stop)
         check_generate_args(self.model, self.prompt_ids, args.max_new_tokens, **self.sampling)
+        self.sampling["processors"] = build(**settings, stop_ids=stop, max_new_tokens=args.max_new_tokens,
+                                            encode=self.tok.encode)
+        if self.sampling["processors"] and drafter is not None and has(drafter, HasOwnTokenizer):
+            raise ValueError(f"logits processors need a drafter of the target's tokenizer: {drafter.name} drafts in "
+                             "its own tokens; use another --draft, or drop the processor flags")
         self.trace_path = check_trace_path(args.trace) if args.trace else None
         if (args.show or args.trace) and drafter is None:
             raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
@@ -360,7 +398,9 @@ def cmd_convert(args) -> int:
 def cmd_check(args) -> int:
     from .harness.check import main_check  # the harness (and scipy) only when asked for
 
-    return main_check(args)
+    settings = processor_settings(args)
+    check_processor_settings(settings)
+    return main_check(args, settings)
 
 
 def cmd_bench(args) -> int:
@@ -410,6 +450,7 @@ def add_generate(sub) -> None:
     g.add_argument("--no-compare", dest="compare", action="store_false",
                    help="skip the plain-decoding run that measures the speedup")
     add_sampling_args(g)
+    add_processor_args(g)
     g.set_defaults(func=cmd_generate)
 
 
@@ -429,6 +470,7 @@ def add_check(sub) -> None:
                         "coupled also checks that every run is plain keyed sampling's tokens")
     k.add_argument("--json", help="also write the figures to this JSON file (several --draft: a path with {kind}, "
                                   "for example docs/level4_{kind}.json)")
+    add_processor_args(k)
     add_kernel_arg(k)
     k.set_defaults(func=cmd_check)
 

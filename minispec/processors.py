@@ -191,10 +191,11 @@ class Choices:
 
 
 def build(*, repetition_penalty=None, frequency_penalty=None, presence_penalty=None, no_repeat_ngram=None,
-          min_new_tokens=None, choices=None, stop_ids=None, max_new_tokens=None) -> tuple:
+          min_new_tokens=None, choices=None, stop_ids=None, max_new_tokens=None, encode=None) -> tuple:
     """The processors a run's settings ask for, checked (ValueError naming the setting), in this order: the
-    penalties, the n-gram ban, the minimum length, the choice mask. ``choices``: token sequences (a ``Choices`` is
-    built from them), or a ``Choices``. ``max_new_tokens``: refuse choices that cannot finish within it."""
+    penalties, the n-gram ban, the minimum length, the choice mask. ``choices``: texts (tokenized by ``encode``, as
+    given: a leading space is part of a choice) or token sequences. ``max_new_tokens``: refuse choices that cannot
+    finish within it."""
     out = []
     if repetition_penalty is not None:
         out.append(RepetitionPenalty(repetition_penalty))
@@ -207,7 +208,12 @@ def build(*, repetition_penalty=None, frequency_penalty=None, presence_penalty=N
     if min_new_tokens is not None:
         out.append(MinNewTokens(min_new_tokens, stop_ids))
     if choices is not None:
-        mask = choices if isinstance(choices, Choices) else Choices(choices, stop_ids)
+        choices = list(choices)
+        texts = all(isinstance(c, str) for c in choices) and choices
+        if texts and encode is None:
+            raise TypeError("choices given as text need the tokenizer's encode")
+        mask = Choices([encode(c) if c else [] for c in choices] if texts else choices, stop_ids,
+                       labels=choices if texts else None)
         if max_new_tokens is not None and mask.shortest + 1 > max_new_tokens:
             raise ValueError(f"no choice fits in max_new_tokens = {max_new_tokens}: the shortest is "
                              f"{mask.shortest} tokens, and a stop token follows it")

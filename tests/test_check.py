@@ -89,3 +89,17 @@ def test_level4_full(setup):
     target, tok, main = setup
     res = run_check(target, tok, main, [main, PromptLookup(), LayerSkip(target)], progress=False)
     assert all(res["passed"].values()), format_check(res)
+
+
+@pytest.mark.slow
+def test_level4_reduced_with_a_repetition_penalty(setup):
+    """Level 4 with a logits processor on both sides (processors.py): the real rule is not told apart from plain
+    sampling with the same penalty, its broken twin is, and greedy output is plain greedy's with the penalty."""
+    from minispec.processors import RepetitionPenalty
+
+    target, tok, main = setup
+    res = run_check(target, tok, main, [main, PromptLookup()], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32,
+                    calibration_seeds=0, progress=False, processors=(RepetitionPenalty(1.3),))
+    report = format_check(res)
+    assert "with repetition penalty 1.3" in report
+    assert res["passed"]["sampling"] and res["passed"]["broken_rule_caught"] and res["passed"]["greedy"], report

@@ -20,7 +20,7 @@ from minispec.rejection import accept_reject
 from minispec.sampling import Warp, sample
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
-from .helpers import V
+from .helpers import V, chat_model_dir, run_cli
 
 EXACT = dict(rtol=1e-5, atol=1e-7)  # float32 rounding, as tests/test_speculative.py
 PROMPT = [1, 4, 2]
@@ -344,3 +344,33 @@ def test_a_drafter_that_ignores_the_prefix_is_refused_by_name(big_pair):
         speculative_generate(target, Old(draft), [5, 9, 2], 4, k=2, processors=(RepetitionPenalty(1.3),))
     with pytest.raises(TypeError, match="processors must be logits processors"):
         speculative_generate(target, DraftModel(draft), [5, 9, 2], 4, k=2, processors=(1.3,))
+
+
+# ---- the command line ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    return chat_model_dir(tmp_path_factory.mktemp("procs") / "model")
+
+
+def test_cli_greedy_with_a_repetition_penalty_prints_plain_decodings_text(chat_model):
+    base = ["generate", "--model", str(chat_model), "--prompt", "a b a b a b", "--max-new-tokens", "24", "--no-stop",
+            "--repetition-penalty", "1.3", "--no-compare"]
+    code, plain, err = run_cli(base + ["--draft", "none"])
+    assert code == 0, err
+    for draft in (["--draft", "prompt-lookup", "--k", "3"], ["--draft", "layer-skip", "--tree", "2x2"]):
+        code, out, err = run_cli(base + draft)
+        assert code == 0, err
+        assert out == plain, draft
+    assert len(plain) > len("a b a b a b\n") + 20
+    assert run_cli(base[:-3] + ["--no-compare", "--draft", "none"])[1] != plain  # the penalty changes the text
+
+
+def test_cli_choices_print_only_a_choice(chat_model):
+    choices = ["alpha", "beta gamma", "delta"]
+    for seed in range(4):
+        code, out, err = run_cli(["generate", "--model", str(chat_model), "--prompt", "pick", "--chat", "--choices",
+                                  "|".join(choices), "--temperature", "1", "--seed", str(seed), "--no-compare",
+                                  "--draft", "prompt-lookup", "--k", "2"])
+        assert code == 0, err
+        assert out.strip() in choices, out

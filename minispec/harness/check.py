@@ -56,8 +56,9 @@ from ..generate import generate
 from ..model.fetch import shipped_draft
 from ..model.progress import Progress
 from ..model.provenance import provenance
+from ..processors import build
 from ..rejection import accept_reject, block_verify, coupled_verify, is_keyed
-from ..sampling import Warp, warp
+from ..sampling import Warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from .command import load_target
 from .equivalence import block_residual_bug, broken_accept_reject, coupled_emits_the_guess, mean_test, prefix_match, token_test
@@ -81,8 +82,9 @@ def sample_runs(method, prompts, n_runs: int, run_tokens: int, seed: int, bar) -
     return runs
 
 
-def plain_sampler(target, stop, keyed: bool = False):
-    return lambda p, n, s: generate(target, p, n, temperature=1.0, seed=s, stop_ids=stop, keyed=keyed)
+def plain_sampler(target, stop, keyed: bool = False, processors=()):
+    return lambda p, n, s: generate(target, p, n, temperature=1.0, seed=s, stop_ids=stop, keyed=keyed,
+                                    processors=processors)
 
 
 RULES = {"token": (accept_reject, broken_accept_reject), "block": (block_verify, block_residual_bug),
@@ -113,9 +115,9 @@ def broken_twins(drafter, rule: str = "token") -> dict:
     return twins
 
 
-def speculative_sampler(target, drafter, stop, k: int, rule_fn):
+def speculative_sampler(target, drafter, stop, k: int, rule_fn, processors=()):
     return lambda p, n, s: speculative_generate(target, drafter, p, n, k=k, temperature=1.0, seed=s, stop_ids=stop,
-                                                rule=rule_fn).tokens
+                                                rule=rule_fn, processors=processors).tokens
 
 
 def successor(b: bytes) -> bytes:
@@ -146,22 +148,23 @@ class PrefixMass:
                           0.0)
 
 
-def per_token_values(target, drafter, prompt, run) -> dict[str, np.ndarray]:  # -> {statistic: [len(run)]}
+def per_token_values(target, drafter, prompt, run, processors=()) -> dict[str, np.ndarray]:  # -> {statistic: [len(run)]}
     """For each token y of ``run`` at T = 1, from one teacher-forced pass of the target and of the drafter over
     prompt + run:
       acceptance   min(1, q(y) / p(y)), what the rule would accept y with had the draft proposed it, with q the
                    drafter's first-guess rows (``HasFirstGuessRows``; the target's features go to a drafter that
                    ``ReadsFeatures``);
       prefix       a drafter that ``DraftsText``: ``PrefixMass`` m(y), aimed at a verifier that trusts a guess by
-                   string prefix."""
-    seq = list(prompt) + list(run)
+                   string prefix.
+    With ``processors`` (processors.py) both rows are processed with each position's own prefix, as in a run."""
+    seq, sampled = list(prompt) + list(run), Warp(1.0, processors=tuple(processors), prompt_len=len(prompt))
     features = [] if has(drafter, ReadsFeatures) else None
     logits = target.forward(seq, target.new_cache(len(seq)), on_features=None if features is None else features.append)
-    p = warp(logits[len(prompt) - 1: len(seq) - 1], 1.0)  # [n, V]: the rows that predict the run's tokens
+    p = sampled.chain(logits[len(prompt) - 1: len(seq) - 1], prompt, run)  # [n, V]: the rows that predict the run
     idx, out = np.arange(len(run)), {}
     if has(drafter, DraftsText):
         out["prefix"] = prefix_mass(drafter.cross)(p, run)
-    q = drafter.first_guess_rows(seq, len(prompt), Warp(1.0), features[0] if features else None) \
+    q = drafter.first_guess_rows(seq, len(prompt), sampled, features[0] if features else None) \
         if has(drafter, HasFirstGuessRows) else None  # [n, V]
     if q is not None:
         out["acceptance"] = np.minimum(1.0, q[idx, run] / p[idx, run])
@@ -180,10 +183,10 @@ def prefix_mass(cross) -> PrefixMass:
 STATISTICS = ("tokens", "acceptance", "prefix")
 
 
-def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000) -> dict:
+def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000, processors=()) -> dict:
     """The statistics (module docstring) for paired runs, and the verdict at ALPHA."""
     res = dict(tokens=token_test(runs_a, runs_b, seed=seed, permutations=permutations))
-    values = [[per_token_values(target, drafter, prompts[i % len(prompts)], r) for i, r in enumerate(runs)]
+    values = [[per_token_values(target, drafter, prompts[i % len(prompts)], r, processors) for i, r in enumerate(runs)]
               for runs in (runs_a, runs_b)]
     for name in STATISTICS[1:]:
         if name not in values[0][0]:
@@ -196,7 +199,7 @@ def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutation
 
 
 def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_tokens: int = 48, progress: bool = True,
-                   rule: str = "token", twin: str | None = None, keyed: list | None = None) -> dict:
+                   rule: str = "token", twin: str | None = None, keyed: list | None = None, processors=()) -> dict:
     """Speculative sampling at T = 1 with ``rule`` ("token", "block" or "coupled"; ``twin``: one of its broken
     controls, ``broken_twins``) against ``plain_runs``, run i of each on prompt i. The statistics read the real
     drafter. ``keyed``: plain keyed sampling's runs (``plain_runs(keyed=True)``), which a keyed rule's runs must equal."""
@@ -205,11 +208,11 @@ def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_token
     bar = Progress(len(plain_runs), f"level 4, T=1, {drafter.name}" + (f" ({twin})" if twin else ""),
                    quiet=not progress)
     t0 = time.perf_counter()
-    spec = sample_runs(speculative_sampler(target, runner, tok.eos_ids, k, rule_fn), prompts, len(plain_runs),
-                       run_tokens, SPECULATIVE_SEED, bar)
+    spec = sample_runs(speculative_sampler(target, runner, tok.eos_ids, k, rule_fn, processors), prompts,
+                       len(plain_runs), run_tokens, SPECULATIVE_SEED, bar)
     bar.close()
     t1 = time.perf_counter()
-    res = compare(target, drafter, prompts, plain_runs, spec)
+    res = compare(target, drafter, prompts, plain_runs, spec, processors=processors)
     if is_keyed(rule_fn) and keyed is not None:
         res["identity"] = identity(spec, keyed)
     return dict(drafter=drafter.name, rule=getattr(rule_fn, "__name__", str(rule_fn)), broken_rule=twin is not None,
@@ -217,16 +220,16 @@ def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_token
 
 
 def calibration_check(target, drafter, tok, seeds: int = 20, n_runs: int = 24, run_tokens: int = 32,
-                      progress: bool = True) -> dict:
+                      progress: bool = True, processors=()) -> dict:
     """Plain against plain, ``seeds`` times: the p-values of each statistic, and a Kolmogorov-Smirnov test of
     their uniformity (the null hypothesis holds here, so a calibrated test gives U(0, 1) p-values)."""
-    prompts, sample = all_prompts(tok), plain_sampler(target, tok.eos_ids)
+    prompts, sample = all_prompts(tok), plain_sampler(target, tok.eos_ids, processors=processors)
     bar = Progress(2 * seeds * n_runs, "level 4, calibration (plain vs plain)", quiet=not progress)
     p_values = {}
     for j in range(seeds):
         a = sample_runs(sample, prompts, n_runs, run_tokens, 10**7 * (j + 1), bar)
         b = sample_runs(sample, prompts, n_runs, run_tokens, 10**7 * (j + 1) + 10**6, bar)
-        for name, r in compare(target, drafter, prompts, a, b, seed=j).items():
+        for name, r in compare(target, drafter, prompts, a, b, seed=j, processors=processors).items():
             if isinstance(r, dict):
                 p_values.setdefault(name, []).append(r["p_value"])
     bar.close()
@@ -235,7 +238,8 @@ def calibration_check(target, drafter, tok, seeds: int = 20, n_runs: int = 24, r
                 passed=all(v > ALPHA for v in ks.values()))
 
 
-def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress=True, trees=()) -> list[dict]:
+def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress=True, trees=(),
+                 processors=()) -> list[dict]:
     """Each drafter with a chain of ``k`` guesses, and each drafter in ``trees`` with a 3x3 tree as well, and, if it
     grows them (the EAGLE head), with EAGLE-2's dynamic tree of the default shape."""
     prompts = all_prompts(tok)[:n_prompts]
@@ -246,11 +250,11 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
     bar = Progress(n_prompts * (1 + len(runs)), "level 4, greedy", quiet=not progress)
     rows = {name: dict(drafter=name, prompts=n_prompts, tokens=0, identical=0, mismatches=[]) for name, _, _ in runs}
     for i, p in enumerate(prompts):
-        want = generate(target, p, n_tokens)
+        want = generate(target, p, n_tokens, processors=processors)
         bar.update()
         for name, d, shape in runs:
-            got = (speculative_generate(target, d, p, n_tokens, k=k) if shape is None
-                   else tree_speculative_generate(target, d, p, n_tokens, shape=shape)).tokens
+            got = (speculative_generate(target, d, p, n_tokens, k=k, processors=processors) if shape is None
+                   else tree_speculative_generate(target, d, p, n_tokens, shape=shape, processors=processors)).tokens
             bar.update()
             r = rows[name]
             r["tokens"] += len(got)
@@ -259,7 +263,8 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
                 continue
             j = first_difference(got, want)
             ctx = list(p) + want[:j]
-            top2 = np.sort(target.forward(ctx, target.new_cache(len(ctx)))[-1])[-2:]
+            top2 = np.sort(Warp(0.0, processors=processors, prompt_len=len(p)).process(
+                target.forward(ctx, target.new_cache(len(ctx)))[-1], ctx))[-2:]  # the processed logits' top two
             r["mismatches"].append(dict(prompt=i, position=j, plain=want[j] if j < len(want) else None,
                                         speculative=got[j] if j < len(got) else None,
                                         top2_logit_gap=float(top2[1] - top2[0])))
@@ -267,13 +272,13 @@ def greedy_check(target, drafters, tok, n_prompts=20, n_tokens=64, k=4, progress
     return list(rows.values())
 
 
-def plain_runs(target, tok, n_runs: int = 192, progress: bool = True, keyed: bool = False) -> dict:
+def plain_runs(target, tok, n_runs: int = 192, progress: bool = True, keyed: bool = False, processors=()) -> dict:
     """The plain side of the T=1 comparison: run i is plain sampling from prompt i with seed i. One set serves
     every drafter checked in one invocation (its runs do not depend on the drafter). ``keyed``: plain keyed
     sampling with the speculative side's prompts and seeds instead, what a keyed rule must emit run for run."""
     t0 = time.perf_counter()
     bar = Progress(n_runs, "level 4, T=1 plain" + (" keyed" if keyed else ""), quiet=not progress)
-    runs = sample_runs(plain_sampler(target, tok.eos_ids, keyed), all_prompts(tok), n_runs, 48,
+    runs = sample_runs(plain_sampler(target, tok.eos_ids, keyed, processors), all_prompts(tok), n_runs, 48,
                        SPECULATIVE_SEED if keyed else 0, bar)
     bar.close()
     return dict(runs=runs, seconds=time.perf_counter() - t0)
@@ -281,15 +286,17 @@ def plain_runs(target, tok, n_runs: int = 192, progress: bool = True, keyed: boo
 
 def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192, greedy_prompts: int = 20,
               greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=(), rule: str = "token",
-              plain: dict | None = None) -> dict:
+              plain: dict | None = None, processors=()) -> dict:
     """The whole level-4 check (module docstring); ``calibration_seeds`` 0 skips the calibration. ``plain``: runs
-    from ``plain_runs`` to share (their time is then counted where they were made, ``plain_shared``)."""
+    from ``plain_runs`` to share (their time is then counted where they were made, ``plain_shared``).
+    ``processors``: logits processors (processors.py) applied on both sides and by the statistics."""
     t0 = time.perf_counter()
     shared = plain is not None
-    plain = plain or plain_runs(target, tok, n_runs, progress)
-    keyed = plain_runs(target, tok, len(plain["runs"]), progress, keyed=True) if is_keyed(RULES[rule][0]) else None
-    common = dict(progress=progress, rule=rule, keyed=keyed["runs"] if keyed else None)
-    res = dict(target=target.name, rule=rule,
+    plain = plain or plain_runs(target, tok, n_runs, progress, processors=processors)
+    keyed = plain_runs(target, tok, len(plain["runs"]), progress, keyed=True, processors=processors) \
+        if is_keyed(RULES[rule][0]) else None
+    common = dict(progress=progress, rule=rule, keyed=keyed["runs"] if keyed else None, processors=processors)
+    res = dict(target=target.name, rule=rule, processors=[p.describe() for p in processors],
                sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], **common))
     for twin in broken_twins(sampling_drafter, rule):
         res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], twin=twin, **common)
@@ -299,11 +306,12 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
             phases[f"{side}_{what}"] = sec
     if calibration_seeds:
         t1 = time.perf_counter()
-        res["calibration"] = calibration_check(target, sampling_drafter, tok, calibration_seeds, progress=progress)
+        res["calibration"] = calibration_check(target, sampling_drafter, tok, calibration_seeds, progress=progress,
+                                               processors=processors)
         phases["calibration"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     res["greedy"] = greedy_check(target, greedy_drafters, tok, greedy_prompts, greedy_tokens, progress=progress,
-                                 trees=trees)
+                                 trees=trees, processors=processors)
     phases["greedy"] = time.perf_counter() - t1
     res["seconds"] = time.perf_counter() - t0 + (plain["seconds"] if shared else 0.0)
     res["seconds_by_phase"] = phases
@@ -353,7 +361,8 @@ def word(good: bool) -> str:
 
 def format_check(res: dict) -> str:
     ok = res["passed"]
-    lines = [f"Level 4 on {res['target']}: is speculative decoding's output the target's own?",
+    with_procs = f" (with {', '.join(res['processors'])}, on both sides)" if res.get("processors") else ""
+    lines = [f"Level 4 on {res['target']}{with_procs}: is speculative decoding's output the target's own?",
              f"A comparison tells two methods apart when its combined p-value is at or below {ALPHA} "
              f"({sum(k in res['sampling'] for k in STATISTICS)} permutation tests, Bonferroni).", ""]
     lines.append(f"{word(ok['sampling'])}  T=1, the real rule ({res['sampling'].get('rule', 'accept_reject')}, "
@@ -404,7 +413,9 @@ def json_path(pattern: str, drafter, several: bool) -> str:
     return pattern.replace("{kind}", kind)
 
 
-def main_check(args) -> int:
+def main_check(args, processor_settings: dict | None = None) -> int:
+    """``minispec check``; ``processor_settings``: the processor flags (``processors.build``'s arguments, checked),
+    built once the tokenizer is loaded."""
     specs = args.draft or [shipped_draft() or "layer-skip"]
     several = len(specs) > 1
     if several and args.json and "{kind}" not in args.json:
@@ -413,24 +424,28 @@ def main_check(args) -> int:
     if len(set(specs)) != len(specs):
         raise ValueError(f"--draft: {', '.join(specs)}: a drafter named twice")
     target, tok = load_target(args.model)
+    procs = build(**(processor_settings or {}), stop_ids=tok.eos_ids, max_new_tokens=48, encode=tok.encode)
     mains = [make_drafter(spec, target) for spec in specs]  # every spec checked before anything runs
     for spec, main in zip(specs, mains):
         if not (has(main, HasFirstGuessRows) or has(main, DraftsText)):
             raise ValueError(f"--draft {spec}: the T=1 check needs a drafter with a statistic to read (first-guess rows: "
                              "a draft model, an EAGLE head, a draft with its own tokenizer, or layer-skip); prompt lookup "
                              "is checked greedily")
+        if procs and has(main, HasOwnTokenizer):
+            raise ValueError(f"--draft {spec}: logits processors need a drafter of the target's tokenizer, and "
+                             f"{main.name} drafts in its own tokens")
     if args.runs is not None and args.runs < 2:
         raise ValueError(f"--runs {args.runs}: the permutation tests need at least 2 paired runs")
     n_runs = args.runs if args.runs is not None else 24 if args.quick else 192
     quick = dict(n_runs=n_runs, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0) if args.quick else \
         dict(n_runs=n_runs, calibration_seeds=0 if args.no_calibration else 20)
-    plain = plain_runs(target, tok, quick["n_runs"]) if several else None  # shared by every drafter
+    plain = plain_runs(target, tok, quick["n_runs"], processors=procs) if several else None  # shared by every drafter
     done, failed, origin = set(), False, provenance()
     for main in mains:
         greedy = [d for d in greedy_set(main, target) if d.name not in done]  # each drafter greedily once
         done |= {d.name for d in greedy}
         trees = [main] if has(main, ReadsFeatures) else []  # a feature head: its trees too
-        res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, **quick)
+        res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, processors=procs, **quick)
         res["provenance"] = origin
         print(format_check(res) + ("\n" if several else ""))
         failed |= not all(res["passed"].values())
