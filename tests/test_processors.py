@@ -13,6 +13,7 @@ import pytest
 
 from minispec import generate, sampling
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
+from minispec.drafters.dynamic_tree import DynamicTree
 from minispec.harness.exact_law import continued_law, joint_law, paths, round_law
 from minispec.harness.exact_loop import loop_law
 from minispec.processors import Choices, FrequencyPenalty, MinNewTokens, NoRepeatNGram, PresencePenalty, RepetitionPenalty, build
@@ -21,6 +22,8 @@ from minispec.sampling import Warp, sample
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
 from .helpers import V, chat_model_dir, run_cli
+from .test_adaptive import auto_policy
+from .test_eagle import small_eagle, small_eagle_dir  # noqa: F401 (fixtures)
 
 EXACT = dict(rtol=1e-5, atol=1e-7)  # float32 rounding, as tests/test_speculative.py
 PROMPT = [1, 4, 2]
@@ -374,3 +377,33 @@ def test_cli_choices_print_only_a_choice(chat_model):
                                   "--draft", "prompt-lookup", "--k", "2"])
         assert code == 0, err
         assert out.strip() in choices, out
+
+
+# ---- the slow set: the other rules, K chosen by the policy, and the other drafters, exactly -----------------------
+
+def slow_runs(target, draft, make_eagle):
+    """name -> (make a drafter, the loop's keyword arguments, tokens walked)."""
+    dynamic = DynamicTree(top_k=2, depth=2, nodes=3)
+    return {
+        "block rule": (lambda: DraftModel(draft), dict(k=2, rule="block"), 3),
+        "k auto": (lambda: DraftModel(draft), dict(fresh=lambda: dict(k=auto_policy())), 3),
+        "layer-skip": (lambda: LayerSkip(target, layers=1), dict(k=2), 3),
+        "prompt-lookup": (lambda: PromptLookup(max_ngram=1), dict(k=2), 3),
+        "eagle chain": (make_eagle, dict(k=2), 3),  # a reduced head: processed on its full-vocabulary q
+        "eagle tree": (make_eagle, dict(generate=tree_speculative_generate, shape=(2, 2)), 3),
+        "eagle dynamic tree": (make_eagle, dict(generate=tree_speculative_generate, shape=dynamic), 3),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["repetition", "choices"])
+@pytest.mark.parametrize("run", ["block rule", "k auto", "layer-skip", "prompt-lookup", "eagle chain", "eagle tree",
+                                 "eagle dynamic tree"])
+def test_level3_processors_with_the_other_rules_policies_and_drafters(pair, small_eagle, name, run):  # noqa: F811
+    target, draft = pair
+    make, kw, m = slow_runs(target, draft, small_eagle)[run]
+    procs = (PROCESSORS[name](),)
+    fresh = kw.pop("fresh", None)
+    law, _ = loop_law(target, make, PROMPT, m, V, temperature=1.0, processors=procs,
+                      fresh=fresh, **kw)
+    np.testing.assert_allclose(law, masked_law(target, PROMPT, m, procs), **EXACT)
