@@ -112,7 +112,7 @@ def caught(s: dict) -> bool:
 
 @pytest.mark.parametrize("name", sorted(twins.LOOPS))
 def test_every_planted_loop_bug_is_caught(name):
-    bad = check_loop(twins.LOOPS[name], progress=False)
+    bad = check_loop(twins.LOOPS[name], progress=False, processors=twins.LOOP_PROCESSORS.get(name))
     assert not bad["sampling_passed"], format_report(bad)
     assert caught(bad["smallest_failing"]), format_report(bad)
 
@@ -205,3 +205,22 @@ def test_a_case_the_exact_walk_cannot_follow_runs_by_monte_carlo():
     res = check_rule(peer, progress=False, cases=SMALL, draws=300)
     assert res["mode"] == "exact" and res["passed"], format_report(res)
     assert [("monte_carlo_because" in r) for r in res["results"]] == [c.K == 2 for c in SMALL]
+
+
+@pytest.mark.parametrize("settings", [dict(repetition_penalty=3.0, no_repeat_ngram=2),
+                                      dict(frequency_penalty=1.5, presence_penalty=1.0), twins.CHOICES],
+                         ids=["repetition+ngram", "frequency+presence", "choices"])
+def test_minispecs_loop_passes_with_processors(settings):
+    """The loop contract's ninth argument: minispec's loop with logits processors has plain masked decoding's law,
+    and its greedy tokens are plain greedy's with them."""
+    res = check_loop(adapters.loop, progress=False, runs=600, processors=settings)
+    assert res["passed"], format_report(res)
+    assert res["processors"] == settings
+
+
+def test_a_loop_without_the_processors_argument_is_refused_by_name_when_they_are_asked_for():
+    from minispec.harness.conform.contract import UsageError, load
+
+    assert load("minispec.harness.conform.twins:shared_noise_loop", "loop")  # today's contract: still checked
+    with pytest.raises(UsageError, match="processors"):
+        load("minispec.harness.conform.twins:shared_noise_loop", "loop", processors=True)

@@ -14,6 +14,7 @@ import pytest
 from minispec import generate, sampling
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
 from minispec.drafters.dynamic_tree import DynamicTree
+from minispec.harness.conform.twins import AdvancesOnGuesses
 from minispec.harness.exact_law import continued_law, joint_law, paths, round_law
 from minispec.harness.exact_loop import loop_law
 from minispec.processors import Choices, FrequencyPenalty, MinNewTokens, NoRepeatNGram, PresencePenalty, RepetitionPenalty, build
@@ -223,21 +224,6 @@ class UnprocessedDraft(DraftModel):
 
     def propose(self, tokens, k, warp, rng, keep=None):
         return super().propose(tokens, k, dataclasses.replace(warp, processors=()), rng, keep)
-
-
-class AdvancesOnGuesses(Choices):
-    """Twin: a grammar automaton with state, advanced by every token it is shown (the draft's guesses included) and
-    never rolled back when the rule rejects a guess."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.state: list[int] = []
-
-    def __call__(self, logits, prefix, prompt_len):
-        generated = list(prefix[prompt_len:])
-        self.state += generated[len(self.state):]  # advances on every new token it is shown
-        believed = self.state[: len(generated)]  # what it thinks was generated: never rolled back
-        return super().__call__(logits, list(prefix[:prompt_len]) + believed, prompt_len)
 
 
 def masked_after_the_rule(mask: Choices) -> dict:

@@ -5,7 +5,8 @@ and what must pass.
     greedy                        rejection.accept_greedy: valid only where the target is greedy (one-hot rows), so
                                   it is checked on those cases (``minispec conform rule --greedy``)
     loop                          speculative_generate with the draft model and K = 2 (two guesses, so that the
-                                  check's 3 tokens reach a bonus token)
+                                  check's 3 tokens reach a bonus token); ``processors``, the contract's settings,
+                                  built by processors.build
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from functools import lru_cache
 
 from ...drafters import DraftModel
 from ...model import load_model
+from ...processors import build
 from ...rejection import accept_greedy, accept_reject, block_verify  # noqa: F401  (re-exported for MODULE:FUNCTION)
 from ...speculative import speculative_generate
 
@@ -30,11 +32,12 @@ def model(path: str):
     return load_model(path)
 
 
-def loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, rule="token",
-         drafter_class=DraftModel):
-    """``rule`` and ``drafter_class``: what twins.py changes."""
+def loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, processors=None,
+         rule="token", drafter_class=DraftModel, make_processors=build):
+    """``rule``, ``drafter_class`` and ``make_processors`` (settings -> processors): what twins.py changes."""
     target = model(str(target_dir))
     drafter = drafter_class(model(str(draft_dir)), target.cfg.vocab_size)
     return speculative_generate(target, drafter, prompt_ids, max_new_tokens, k=K, temperature=temperature, top_k=top_k,
-                                top_p=top_p, seed=seed, rule=rule).tokens
+                                top_p=top_p, seed=seed, rule=rule,
+                                processors=make_processors(**processors) if processors else ()).tokens
 

@@ -23,6 +23,12 @@ def add_parser(sub) -> None:
     lo.add_argument("--runs", type=int, help="runs per setting (default 1500, 6000 with --thorough)")
     lo.add_argument("--own-vocabulary", action="store_true", help="the draft has a vocabulary of its own (6 tokens, "
                                                                  "one merge): for a loop that drafts across tokenizers")
+    for flag, kind, what in [("--repetition-penalty", float, "the repetition penalty (> 0)"),
+                             ("--frequency-penalty", float, "the frequency penalty"),
+                             ("--presence-penalty", float, "the presence penalty"),
+                             ("--no-repeat-ngram", int, "the no-repeat n-gram size")]:
+        lo.add_argument(flag, type=kind, help=f"{what}, as minispec/processors.py means it: the loop is then called with "
+                                              "a ninth argument, processors, a dict of these settings")
     for p in (r, lo):
         p.add_argument("--thorough", action="store_true", help="more cases and draws: more power, longer")
         p.add_argument("--timeout", type=float, default=None,
@@ -42,7 +48,13 @@ def main(args) -> int:
         raise ValueError(f"--runs {args.runs}: at least 10")
     if args.timeout is not None and not args.timeout > 0:
         raise ValueError(f"--timeout {args.timeout}: must be > 0 seconds")
-    fn = load(args.function, args.level)
+    names = ("repetition_penalty", "frequency_penalty", "presence_penalty", "no_repeat_ngram")
+    processors = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if processors:
+        from ...processors import build
+
+        build(**processors)  # bad values refused by name before any call
+    fn = load(args.function, args.level, processors=bool(processors))
     if args.level == "rule":
         from .cases import generated_cases
         from .rule_check import check_rule
@@ -56,7 +68,7 @@ def main(args) -> int:
         from .loop_check import check_loop
 
         res = check_loop(fn, args.thorough, args.timeout or 60.0, progress=not args.quiet, runs=args.runs,
-                         own_vocabulary=args.own_vocabulary)
+                         own_vocabulary=args.own_vocabulary, processors=processors or None)
     res["function"] = args.function
     print_and_store(format_report(res), res, args.json, "minispec conform")
     return 0 if res["passed"] else 1

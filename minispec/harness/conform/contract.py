@@ -4,6 +4,9 @@
                -> (n_accepted, next_token)                       (``rejection.accept_reject``'s contract)
     loop   generate(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed) -> list[int]
                (two Hugging Face-format model directories; temperature 0 is greedy; top_k, top_p None for none)
+           and, checked with logits processors only, a ninth argument ``processors``: a dict of settings,
+               repetition_penalty, frequency_penalty, presence_penalty, no_repeat_ngram (as processors.py means
+               them), choices (token id sequences) and stop_ids: a loop written for the eight still checks unchanged
 
 ``load("MODULE:FUNCTION", kind)`` imports the function and checks that it can take the contract's arguments; a
 missing module, a missing name, a non-callable or a wrong signature is a ``UsageError`` that names the problem.
@@ -40,9 +43,9 @@ class PeerFault(Exception):
         self.kind, self.detail = kind, detail
 
 
-def load(spec: str, kind: str):
+def load(spec: str, kind: str, processors: bool = False):
     """"MODULE:FUNCTION" (MODULE importable, or a path to a .py file) -> the function, checked against ``kind``'s
-    contract ("rule" or "loop")."""
+    contract ("rule" or "loop"; ``processors``: a loop that takes the ninth argument)."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise UsageError(f"{spec!r}: expected MODULE:FUNCTION, for example minispec.rejection:accept_reject")
     module_name, name = spec.split(":")
@@ -69,13 +72,13 @@ def load(spec: str, kind: str):
     fn = getattr(module, name)
     if not callable(fn):
         raise UsageError(f"{spec}: {name} is a {type(fn).__name__}, not a function")
-    check_signature(fn, kind, spec)
+    check_signature(fn, kind, spec, processors)
     return fn
 
 
-def check_signature(fn, kind: str, spec: str = "") -> None:
-    """The function must accept the contract's arguments, positionally, in its order."""
-    names = ARGUMENTS[kind]
+def check_signature(fn, kind: str, spec: str = "", processors: bool = False) -> None:
+    """The function must accept the contract's arguments, positionally, in its order (and ``processors``)."""
+    names = ARGUMENTS[kind] + (("processors",) if processors else ())
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):

@@ -14,6 +14,10 @@
                (``generate``); a mismatch is shown with the target's top-2 logit gap there, and forgiven only at a
                float tie (gap < 1e-4, as level 4's greedy check does).
 
+With logits processors (``processors``: the contract's settings), the law is plain masked decoding's (the target's
+rows processed with their own prefixes, then warped: sampling.Warp), the greedy tokens are ``generate``'s with them,
+and the peer is called with the settings as its ninth argument.
+
 Every call is guarded (contract.py): a fault fails its setting with the call that caused it.
 """
 
@@ -28,7 +32,8 @@ import numpy as np
 from ...generate import generate
 from ...model import load_model
 from ...model.progress import Progress
-from ...sampling import warp
+from ...processors import build
+from ...sampling import Warp, warp
 from ..check import ALPHA
 from ..exact_law import joint_law
 from .contract import PeerFault, guarded, loop_outcome
@@ -45,46 +50,51 @@ TIE_GAP = 1e-4
 RUNS = {False: 1500, True: 6000}
 
 
-def target_law(target, prompt, m: int, temperature, top_k, top_p, reverse: bool = False) -> np.ndarray:
+def target_law(target, prompt, m: int, temperature, top_k, top_p, reverse: bool = False, processors=()) -> np.ndarray:
     """The target's exact law of its first m tokens after ``prompt`` [V^m]; ``reverse``: ties broken the other way
-    (the warp applied to the vocabulary in reverse order)."""
-    memo = {}
+    (the warp applied to the vocabulary in reverse order, after the ``processors``, which read token ids)."""
+    memo, processed = {}, Warp(temperature, top_k, top_p, tuple(processors), len(prompt))
 
     def p_of(prefix):
         if prefix not in memo:
             seq = list(prompt) + list(prefix)
-            z = target.forward(seq, target.new_cache(len(seq)))[-1]
+            z = processed.process(target.forward(seq, target.new_cache(len(seq)))[-1], seq, strict=True)
             memo[prefix] = warp(z[::-1], temperature, top_k, top_p)[::-1] if reverse else warp(z, temperature, top_k, top_p)
         return memo[prefix]
     return joint_law(p_of, m, V)
 
 
-def sampling_setting(loop, dirs, target, setting: dict, runs: int, alpha: float, limit_s, bar, prompt=PROMPT) -> dict:
+def sampling_setting(loop, dirs, target, setting: dict, runs: int, alpha: float, limit_s, bar, prompt=PROMPT,
+                     processors: dict | None = None) -> dict:
     counts = np.zeros(V ** M)
     for seed in range(runs):
         args = (str(dirs[0]), str(dirs[1]), list(prompt), M, setting["temperature"], setting["top_k"],
-                setting["top_p"], seed)
+                setting["top_p"], seed) + ((dict(processors),) if processors else ())
         try:
             tokens = loop_outcome(guarded(loop, args, limit_s), M, V)
         except PeerFault as e:
             return dict(passed=False, fault=e.kind, detail=e.detail, call=call_text(args), runs_done=seed)
         counts[np.ravel_multi_index(tuple(tokens), (V,) * M)] += 1
         bar.update()
-    law = target_law(target, prompt, M, **setting)
-    tie_free = bool(np.allclose(law, target_law(target, prompt, M, **setting, reverse=True), atol=1e-12))
+    procs = build(**processors) if processors else ()
+    law = target_law(target, prompt, M, **setting, processors=procs)
+    tie_free = bool(np.allclose(law, target_law(target, prompt, M, **setting, reverse=True, processors=procs),
+                                atol=1e-12))
     return dict(compare_counts(counts, law, alpha, seed=runs), tie_free=tie_free)
 
 
 def call_text(args) -> str:
-    names = ("target_dir", "draft_dir", "prompt_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed")
+    names = ("target_dir", "draft_dir", "prompt_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed",
+             "processors")
     return ", ".join(f"{n}={a!r}" for n, a in zip(names, args))
 
 
-def greedy_check(loop, dirs, target, limit_s, bar, prompts=GREEDY_PROMPTS) -> dict:
-    rows = []
+def greedy_check(loop, dirs, target, limit_s, bar, prompts=GREEDY_PROMPTS, processors: dict | None = None) -> dict:
+    rows, procs = [], build(**processors) if processors else ()
     for prompt in prompts:
-        want = generate(target, prompt, GREEDY_TOKENS)
-        args = (str(dirs[0]), str(dirs[1]), list(prompt), GREEDY_TOKENS, 0.0, None, None, 0)
+        want = generate(target, prompt, GREEDY_TOKENS, processors=procs)
+        args = (str(dirs[0]), str(dirs[1]), list(prompt), GREEDY_TOKENS, 0.0, None, None, 0) + \
+            ((dict(processors),) if processors else ())
         try:
             got = loop_outcome(guarded(loop, args, limit_s), GREEDY_TOKENS, V)
         except PeerFault as e:
@@ -95,7 +105,8 @@ def greedy_check(loop, dirs, target, limit_s, bar, prompts=GREEDY_PROMPTS) -> di
         if got != want:
             j = next(j for j, (x, y) in enumerate(zip(got, want)) if x != y)
             ctx = list(prompt) + want[:j]
-            top2 = np.sort(target.forward(ctx, target.new_cache(len(ctx)))[-1])[-2:]
+            top2 = np.sort(Warp(0.0, processors=procs, prompt_len=len(prompt)).process(
+                target.forward(ctx, target.new_cache(len(ctx)))[-1], ctx))[-2:]
             row.update(position=j, top2_logit_gap=float(top2[1] - top2[0]), passed=float(top2[1] - top2[0]) < TIE_GAP)
         rows.append(row)
         bar.update()
@@ -104,11 +115,16 @@ def greedy_check(loop, dirs, target, limit_s, bar, prompts=GREEDY_PROMPTS) -> di
 
 def check_loop(loop, thorough: bool = False, limit_s: float | None = 60.0, progress: bool = True,
                runs: int | None = None, settings: list[dict] | None = None, directory=None,
-               own_vocabulary: bool = False, reverse_vocabulary: bool = False) -> dict:
+               own_vocabulary: bool = False, reverse_vocabulary: bool = False, processors: dict | None = None) -> dict:
     """The loop check's report (report.py formats it). ``own_vocabulary``: the draft has a vocabulary of its own
     (models.py), for a loop that drafts across tokenizers. ``reverse_vocabulary``: the same models and prompts with
     the vocabulary in reverse order, so that every tie the peer breaks by token id breaks the other way (what
-    another CPU's rounding might do), on this machine."""
+    another CPU's rounding might do), on this machine. ``processors``: the contract's processor settings (module
+    docstring); not with ``reverse_vocabulary``, whose ids they would not follow."""
+    if processors and reverse_vocabulary:
+        raise ValueError("processor settings name token ids: check them without reverse_vocabulary")
+    if processors:
+        build(**processors)  # refused by name before any call
     t0 = time.perf_counter()
     name = getattr(loop, "__qualname__", getattr(loop, "__name__", repr(loop)))
     runs = runs or RUNS[thorough]
@@ -123,15 +139,16 @@ def check_loop(loop, thorough: bool = False, limit_s: float | None = 60.0, progr
         results = []
         for setting in settings:
             s0 = time.perf_counter()
-            res = sampling_setting(loop, dirs, target, setting, runs, alpha, limit_s, bar, prompt)
+            res = sampling_setting(loop, dirs, target, setting, runs, alpha, limit_s, bar, prompt, processors)
             results.append(dict(setting=setting, prompt=prompt, tokens=M, **res, seconds=time.perf_counter() - s0))
         g0 = time.perf_counter()
-        greedy = dict(greedy_check(loop, dirs, target, limit_s, bar, [flip(p) for p in GREEDY_PROMPTS]),
+        greedy = dict(greedy_check(loop, dirs, target, limit_s, bar, [flip(p) for p in GREEDY_PROMPTS], processors),
                       seconds=time.perf_counter() - g0)
         bar.close()
     failing = [r for r in results if not r["passed"]]
     tvs = [r["tv"] for r in results if "tv" in r]
     return dict(level="loop", function=name, mode="monte carlo", runs_per_setting=runs, tokens=M, vocabulary=V,
+                processors=dict(processors) if processors else None,
                 draft_vocabulary=V + own_vocabulary,
                 alpha=ALPHA, passed=not failing and greedy["passed"], sampling_passed=not failing,
                 max_tv=max(tvs) if tvs else None, tv_80_max=max((r.get("tv_80", 0) for r in results), default=None),

@@ -53,7 +53,8 @@ def format_rule(res: dict) -> str:
 def format_loop(res: dict) -> str:
     lines = [f"{word(res['passed'])}  loop {res['function']}: Monte Carlo, {res['runs_per_setting']} runs of "
              f"{res['tokens']} tokens per setting, tiny models (vocabulary {res['vocabulary']}), alpha {res['alpha']} "
-             f"over the settings ({res['seconds']:.1f} s)"]
+             f"over the settings ({res['seconds']:.1f} s)"
+             + (f"; logits processors {res['processors']} on both sides of the comparison" if res.get("processors") else "")]
     for r in res["results"]:
         s = r["setting"]
         lines.append(f"  {word(r['passed'])}  T={s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}: "

@@ -22,6 +22,12 @@ Loops (the loop contract):
                        so a tie at the top lets a (k+1)-th token in; both sides warp alike, so only the target's
                        own law with the requested top-k tells
     wrong_residual_loop  minispec's loop with the wrong residual: the loop check's power on a rule bug
+    shared_noise_loop  the draft's sampling noise reused by the acceptance test (vLLM PR #47386): guess i is drawn by
+                       inverting q_i's CDF at a uniform u_i, and accepted when that same u_i < p_i(x_i) / q_i(x_i)
+Loops with logits processors (checked with the settings of ``LOOP_PROCESSORS``):
+    grammar_advanced_loop  a grammar automaton with state, advanced on every guess and never rolled back after a
+                       rejection (``AdvancesOnGuesses``)
+    penalty_not_verified_loop  the penalty applied to the draft's rows, not to the target's in verification
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ... import rejection, rounds, sampling
+from ... import rejection, sampling
 from ...drafters import DraftModel
+from ...processors import Choices, build
 from ...sampling import warp
 from ..equivalence import broken_accept_reject
 from ..power import planted_rule
@@ -124,7 +131,7 @@ def distinct_top_k(logits, temperature: float = 1.0, top_k=None, top_p=None):
 
 def topk_ties_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
     """minispec's loop with ``distinct_top_k`` as the warp of both sides."""
-    with replaced(rounds, "warp", distinct_top_k):
+    with replaced(sampling, "warp", distinct_top_k):  # what sampling.Warp applies, draft and target alike
         return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed)
 
 
@@ -140,9 +147,9 @@ class RawLogitsDraft(DraftModel):
     def propose(self, tokens, k, warp, rng, keep=None):
         raw = []
 
-        def warped(logits):  # called once per guess, on its [V] logits
+        def warped(logits, prefix=None):  # called once per guess, on its [V] logits
             raw.append(np.asarray(logits, dtype=np.float64))
-            return warp(logits)
+            return warp(logits, prefix)
         draft_tokens, draft_probs = super().propose(tokens, k, warped, rng, keep)
         return draft_tokens, (sampling.warp(np.array(raw), 1.0) if draft_tokens else draft_probs)
 
@@ -154,3 +161,88 @@ def raw_q_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, t
 
 
 LOOPS = {"raw_q": raw_q_loop, "topk_ties": topk_ties_loop, "wrong_residual": wrong_residual_loop}
+
+
+class Recorder:
+    """A generator that keeps every uniform it draws in ``uniforms`` (the draft's noise)."""
+
+    def __init__(self, rng, uniforms: list):
+        self.rng, self.uniforms = rng, uniforms
+
+    def random(self):
+        self.uniforms.append(self.rng.random())
+        return self.uniforms[-1]
+
+
+class Replayer:
+    """A generator that hands out ``uniforms`` first (the draft's noise, reused), then fresh draws."""
+
+    def __init__(self, rng, uniforms: list):
+        self.rng, self.uniforms = rng, list(uniforms)
+
+    def random(self):
+        return self.uniforms.pop(0) if self.uniforms else self.rng.random()
+
+
+def shared_noise_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+    """minispec's loop whose rule reuses, for guess i's acceptance, the uniform that drew guess i."""
+    uniforms: list[float] = []
+
+    class NoiseKeepingDraft(DraftModel):
+        def propose(self, tokens, k, warp, rng, keep=None):
+            uniforms.clear()
+            return super().propose(tokens, k, warp, Recorder(rng, uniforms), keep)
+
+    def rule(target_probs, draft_probs, draft_tokens, rng):
+        return rejection.accept_reject(target_probs, draft_probs, draft_tokens, Replayer(rng, uniforms))
+    return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                         rule=rule, drafter_class=NoiseKeepingDraft)
+
+
+class AdvancesOnGuesses(Choices):
+    """A choice automaton with state: advanced by every token it is shown (the draft's guesses included) and never
+    rolled back when the rule rejects a guess; it masks as if what it saw had been generated."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.state: list[int] = []
+
+    def __call__(self, logits, prefix, prompt_len):
+        generated = list(prefix[prompt_len:])
+        self.state += generated[len(self.state):]  # advances on every new token it is shown
+        believed = self.state[: len(generated)]  # what it thinks was generated: never rolled back
+        return super().__call__(logits, list(prefix[:prompt_len]) + believed, prompt_len)
+
+
+def with_stateful_choices(**settings) -> tuple:
+    """processors.build, with the choice mask replaced by ``AdvancesOnGuesses`` (a fresh one per run)."""
+    out = list(build(**settings))
+    return tuple(AdvancesOnGuesses(settings["choices"], settings["stop_ids"]) if isinstance(p, Choices) else p
+                 for p in out)
+
+
+def grammar_advanced_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                          processors=None):
+    """minispec's loop with ``AdvancesOnGuesses`` as its choice mask."""
+    return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                         processors, make_processors=with_stateful_choices)
+
+
+def unprocessed_chain(self, logits, tokens, guesses):
+    """``sampling.Warp.chain`` that leaves out the processors: the target's rows verified without them."""
+    return warp(logits, self.temperature, self.top_k, self.top_p)
+
+
+def penalty_not_verified_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                              processors=None):
+    """minispec's loop whose target rows skip the processors (the draft's keep them)."""
+    with replaced(sampling.Warp, "chain", unprocessed_chain):
+        return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                             processors)
+
+
+LOOPS["shared_noise"] = shared_noise_loop
+LOOPS["grammar_advanced"] = grammar_advanced_loop
+LOOPS["penalty_not_verified"] = penalty_not_verified_loop
+CHOICES = dict(choices=[[1, 2], [3], [2, 4, 1], [4, 3]], stop_ids=[0])  # token ids of the kit's 5-token models
+LOOP_PROCESSORS = {"grammar_advanced": CHOICES, "penalty_not_verified": dict(repetition_penalty=3.0)}
