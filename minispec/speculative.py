@@ -7,7 +7,7 @@ Leviathan, Kalman & Matias 2022 (arXiv 2211.17192), Algorithm 1, one round per i
     textbook.py                                       here
     K = min(k, tokens still wanted - 1)               run.draft(): the same cap, and the draft's room (rounds.py)
     x_i ~ q_i, one after another (draft.forward)      run.draft() -> DraftModel.propose (drafters/draft_model.py)
-    ONE target pass, warp                             the same two lines
+    ONE target pass, warp                             the same two lines (``run.warp.chain``: the warp, row by row)
     accept_reject(...)                                run.verify(...): accept_reject, or the rule asked for
     target_cache.crop(len(tokens) + n)                the same line
     draft_cache.crop(...)                             inside the drafter, at its next proposal: DraftModel.feed
@@ -30,6 +30,8 @@ Each addition has a name and lives elsewhere:
     trees               ``tree_speculative_generate`` verifies a token tree per round (tree.py)
     a trace             ``trace=Trace()`` watches every round and the rule's decisions (trace/): an observer
                         (stats.Observer), attached by ``start_run``; the loop does not see it
+    processors          ``processors=``: penalties or a choice mask (processors.py), applied by ``run.warp`` to
+                        every q_i and p_i with that row's own prefix (``Warp.chain``; the textbook's warp has none)
 
 With K = 0 a round is one plain autoregressive step.
 """

@@ -393,3 +393,18 @@ def test_level3_processors_with_the_other_rules_policies_and_drafters(pair, smal
     law, _ = loop_law(target, make, PROMPT, m, V, temperature=1.0, processors=procs,
                       fresh=fresh, **kw)
     np.testing.assert_allclose(law, masked_law(target, PROMPT, m, procs), **EXACT)
+
+
+def test_a_draft_of_its_own_tokenizer_is_refused_by_name(big_pair):
+    """SLEM and TLI draft in their own tokens (drafters/protocol.py: HasOwnTokenizer): a processor reads the target's
+    ids, so the run refuses before any work."""
+    target, draft = big_pair
+
+    class OwnTokens(DraftModel):
+        cross, draft_model, algorithm = None, None, "TLI"
+
+        def summary(self):
+            return "a draft of its own tokenizer"
+    with pytest.raises(ValueError, match="TLI .* drafts in its own tokens"):
+        speculative_generate(target, OwnTokens(draft), [5, 9, 2], 4, k=2, processors=(RepetitionPenalty(1.3),))
+    assert speculative_generate(target, OwnTokens(draft), [5, 9, 2], 4, k=2).tokens  # without processors: runs

@@ -9,6 +9,8 @@
     loop    assisted generation with assistant_ensemble_weight 0.5: expected to fail
     loop    universal assisted decoding (a draft of its own vocabulary, with both tokenizers), and the same with
             the one-line order fix of transformers_peers.universal_sorted
+    loop    assisted generation and prompt lookup with logits processors: repetition_penalty, no_repeat_ngram_size,
+            and a choice list through prefix_allowed_tokens_fn (the loop contract's ninth argument)
 Each stored result keeps its per-case rows without the bulk (rounded figures).
 """
 
@@ -24,16 +26,29 @@ from ...model.provenance import provenance
 from .loop_check import check_loop
 from .report import format_report
 from .rule_check import check_rule
+from .twins import CHOICES
 
 WEIGHTS = (0.25, 0.5, 0.75, 0.9, 1.0)
+PROCESSORS = [("repetition", "`repetition_penalty=3.0`", dict(repetition_penalty=3.0)),
+              ("ngram", "`no_repeat_ngram_size=2`", dict(no_repeat_ngram=2)),
+              ("choices", "a choice list (`prefix_allowed_tokens_fn=`)", CHOICES)]
 LOOP_WEIGHT = 0.5
 
 
-def peers(quick: bool = False):
-    """[(key, what, expected verdict, a function that runs its check)]."""
+def peers(quick: bool = False, group: str = "plain"):
+    """[(key, what, expected verdict, a function that runs its check)] of ``group``: "plain" (docs/peers/peers.json)
+    or "processors" (the loops with logits processors, docs/peers/processors.json)."""
     from . import transformers_peers as tp
 
     draws, runs = (300, 300) if quick else (None, None)
+    if group == "processors":
+        return [row for key, what, settings in PROCESSORS for row in (
+            (f"plain_{key}", f"plain sampling (no draft, the control) with {what}", "pass",
+             lambda s=settings: check_loop(tp.plain, runs=runs, processors=s)),
+            (f"assisted_{key}", f"assisted generation with {what}", "pass",
+             lambda s=settings: check_loop(tp.assisted, runs=runs, processors=s)),
+            (f"prompt_lookup_{key}", f"prompt lookup with {what}", "pass",
+             lambda s=settings: check_loop(tp.prompt_lookup, runs=runs, processors=s)))]
     rows = [("rule", "transformers `_speculative_sampling`", "pass",
              lambda: check_rule(tp.speculative_sampling, draws=draws))]
     for w in WEIGHTS:
@@ -80,14 +95,16 @@ def versions() -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m minispec.harness.conform.peers", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/peers/peers.json", help="the JSON file (default docs/peers/peers.json)")
+    ap.add_argument("--set", dest="group", choices=["plain", "processors"], default="plain",
+                    help="plain: the rule and loops (default); processors: the loops with logits processors")
+    ap.add_argument("--out", help="the JSON file (default docs/peers/peers.json, or docs/peers/processors.json)")
     ap.add_argument("--quick", action="store_true", help="300 draws per case and runs per setting (a smoke run)")
     ap.add_argument("--only", action="append", help="a peer's key (repeat); default every peer")
     a = ap.parse_args(argv)
-    out = Path(a.out)
+    out = Path(a.out or ("docs/peers/processors.json" if a.group == "processors" else "docs/peers/peers.json"))
     stored = json.loads(out.read_text()) if out.exists() and a.only else dict(peers={})
     t0 = time.perf_counter()
-    for key, what, expected, run in peers(a.quick):
+    for key, what, expected, run in peers(a.quick, a.group):
         if a.only and key not in a.only:
             continue
         res = run()

@@ -13,8 +13,11 @@ THOROUGH = "docs/peers/rule_thorough.json"  # minispec conform rule ...:speculat
 ASSISTED_THOROUGH = "docs/peers/assisted_thorough.json"  # minispec conform loop ...:assisted --thorough
 
 
-def load(root: Path) -> dict:
-    return json.loads((Path(root) / PEERS).read_text())
+PROCESSORS = "docs/peers/processors.json"  # python -m minispec.harness.conform.peers --set processors
+
+
+def load(root: Path, name: str = PEERS) -> dict:
+    return json.loads((Path(root) / name).read_text())
 
 
 def verdict(res: dict) -> str:
@@ -51,8 +54,8 @@ def largest(res: dict) -> str:
     return f"{res['max_tv']:.3f}" if res["max_tv"] is not None else "-"
 
 
-def peers_table(root: Path) -> str:
-    res = load(root)
+def peers_table(root: Path, name: str = PEERS) -> str:
+    res = load(root, name)
     lines = ["| peer | level | expected | verdict | size | TV seen (a correct peer's noise) | caught at TV >= (power 0.8) | "
              "smallest failing case | time |", "|---|---|---|---|---|---|---|---|---|"]
     for p in res["peers"].values():
@@ -97,7 +100,12 @@ def values(root: Path) -> dict[str, str]:
 
     res = load(root)
     v = res["versions"]
-    out = {"peers.run": f"{run_line(res)}; {res['seconds']:.0f} s",
+    if (Path(root) / PROCESSORS).exists():
+        pr = load(root, PROCESSORS)
+        out_processors = {"peers.processors_run": f"{run_line(pr)}; {pr['seconds']:.0f} s"}
+    else:
+        out_processors = {}
+    out = {**out_processors, "peers.run": f"{run_line(res)}; {res['seconds']:.0f} s",
            "peers.versions": f"transformers {v['transformers']}, torch {v['torch']}"}
     if (Path(root) / THOROUGH).exists():
         t = json.loads((Path(root) / THOROUGH).read_text())
@@ -115,4 +123,8 @@ def values(root: Path) -> dict[str, str]:
     return out
 
 
-SECTIONS = {"peers": peers_table, "peers_ensemble": ensemble_table}
+def processors_table(root: Path) -> str:
+    return peers_table(root, PROCESSORS) if (Path(root) / PROCESSORS).exists() else "(not measured yet)"
+
+
+SECTIONS = {"peers": peers_table, "peers_ensemble": ensemble_table, "peers_processors": processors_table}

@@ -11,6 +11,10 @@ Loops (``model.generate`` on the two directories, loaded once each, float32 on t
     assisted                 ``assistant_model=`` the draft: do_sample=True with temperature, top-k, top-p
                              (top_k=0 and top_p=1.0 when the contract's are None); temperature 0: do_sample=False
     prompt_lookup            ``prompt_lookup_num_tokens=3`` (the draft directory is not used)
+    plain                    no draft at all (with processors: the control for the two above)
+    with logits processors   all three take the contract's ninth argument (``hf_processors``): ``repetition_penalty=``,
+                             ``no_repeat_ngram_size=`` and, for a choice list, ``prefix_allowed_tokens_fn=``; transformers
+                             has no frequency or presence penalty, so those are refused (a fault the report shows)
     ensemble_loop(w)         ``assistant_model=`` with ``assistant_ensemble_weight=w``
     universal                universal assisted decoding: ``assistant_model=`` a draft of its own vocabulary, with
                              ``tokenizer=`` and ``assistant_tokenizer=`` (check it with ``--own-vocabulary``). At
@@ -85,14 +89,47 @@ def hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_
     return out[0, ids.shape[1]:].tolist()
 
 
-def assisted(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
-    return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
-                       assistant_model=hf_model(str(draft_dir)))
+def hf_processors(settings: dict | None, prompt_len: int, vocab: int) -> dict:
+    """The contract's processor settings as ``generate``'s keyword arguments (module docstring)."""
+    settings = dict(settings or {})
+    unsupported = sorted(k for k in settings if k in ("frequency_penalty", "presence_penalty"))
+    if unsupported:
+        raise NotImplementedError(f"transformers' generate has no {' or '.join(unsupported)}")
+    kw = {}
+    if settings.get("repetition_penalty") is not None:
+        kw["repetition_penalty"] = float(settings["repetition_penalty"])
+    if settings.get("no_repeat_ngram") is not None:
+        kw["no_repeat_ngram_size"] = int(settings["no_repeat_ngram"])
+    if settings.get("choices") is not None:
+        from ...processors import Choices
+
+        mask = Choices(settings["choices"], settings["stop_ids"])
+
+        def allowed(batch_id, input_ids):  # off the choices (a forbidden guess's later rows): every token
+            tokens = mask.allowed(input_ids[prompt_len:].tolist())
+            return list(range(vocab)) if tokens is None else tokens
+        kw["prefix_allowed_tokens_fn"] = allowed
+    return kw
 
 
-def prompt_lookup(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
+def plain(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, processors=None):
+    """``model.generate`` with no draft: the control that tells a speculation bug from a sampling one."""
     return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
-                       prompt_lookup_num_tokens=3)
+                       **hf_processors(processors, len(prompt_ids), vocab(target_dir)))
+
+
+def assisted(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, processors=None):
+    return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                       assistant_model=hf_model(str(draft_dir)), **hf_processors(processors, len(prompt_ids), vocab(target_dir)))
+
+
+def prompt_lookup(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, processors=None):
+    return hf_generate(target_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                       prompt_lookup_num_tokens=3, **hf_processors(processors, len(prompt_ids), vocab(target_dir)))
+
+
+def vocab(target_dir) -> int:
+    return int(hf_model(str(target_dir)).config.vocab_size)
 
 
 def ensemble_loop(weight: float):
