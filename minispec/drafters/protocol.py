@@ -9,6 +9,11 @@ minispec uses it as it is (tests/test_protocol.py drives one that minispec has n
 policy, ``minispec check`` and ``minispec bench``).
 
 Names: ``draft_tokens`` x_1..x_k, ``draft_probs`` q_1..q_k (rejection.py's), ``warp`` the sampling warps (sampling.py).
+
+``warp`` is a ``sampling.Warp``: a drafter calls ``warp(logits, prefix)`` for each row it draws from, ``prefix`` being
+the tokens before that row (the sequence and the guesses drawn before it; in a tree, ``tree.prefix(tokens, node)``),
+so that logits processors (processors.py) see what the target's row at the same position sees. Without processors
+the prefix is not read, and ``warp(logits)`` still works; with them, leaving it out is an error that says so.
 """
 
 from __future__ import annotations
