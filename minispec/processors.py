@@ -145,6 +145,8 @@ class Choices:
 
     def __init__(self, sequences, stop_ids, labels=None):
         self.stops = check_stops("a choice list", stop_ids)
+        if any(isinstance(s, str) for s in sequences):
+            raise TypeError("Choices takes token id sequences; texts go through processors.build(choices=..., encode=...)")
         seqs = [tuple(int(t) for t in s) for s in sequences]
         if not seqs:
             raise ValueError("the choice list is empty: give at least one choice")
@@ -210,6 +212,8 @@ def build(*, repetition_penalty=None, frequency_penalty=None, presence_penalty=N
     if choices is not None:
         choices = list(choices)
         texts = all(isinstance(c, str) for c in choices) and choices
+        if not texts and any(isinstance(c, str) for c in choices):
+            raise ValueError("choices must be all texts or all token id sequences, not a mix")
         if texts and encode is None:
             raise TypeError("choices given as text need the tokenizer's encode")
         mask = Choices([encode(c) if c else [] for c in choices] if texts else choices, stop_ids,
@@ -217,5 +221,8 @@ def build(*, repetition_penalty=None, frequency_penalty=None, presence_penalty=N
         if max_new_tokens is not None and mask.shortest + 1 > max_new_tokens:
             raise ValueError(f"no choice fits in max_new_tokens = {max_new_tokens}: the shortest is "
                              f"{mask.shortest} tokens, and a stop token follows it")
+        if min_new_tokens is not None and min_new_tokens > mask.shortest:
+            raise ValueError(f"min_new_tokens = {min_new_tokens} with a choice of {mask.shortest} tokens: after it only a "
+                             "stop token is allowed, and the minimum length forbids it")
         out.append(mask)
     return tuple(out)

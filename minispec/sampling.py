@@ -145,16 +145,17 @@ class Warp:
     prompt_len: int = 0
 
     def __call__(self, logits, prefix=None, strict: bool = False) -> np.ndarray:  # [V] -> [V] float64
-        """The row's distribution. ``strict``: the prefix is the run's own sequence (not one a guess made up), so
-        processors that leave no token allowed there are an error, not a row to leave as it was (``process``)."""
+        """The row's distribution. ``strict``: a row the output is sampled from (the target's, or plain decoding's),
+        where processors that leave no token allowed are an error, as in plain decoding; a draft's row is not strict
+        (``process``)."""
         return warp(self.process(logits, prefix, strict) if self.processors else logits, self.temperature, self.top_k,
                     self.top_p)
 
     def process(self, logits, prefix, strict: bool = False) -> np.ndarray:  # [V] -> [V] float64
         """The processors applied to one row, in order, on a float64 copy. A row they leave with no allowed token
-        (every logit -inf) is given back as it came: that happens only after a guess the processors forbid (a
-        deterministic drafter's), whose later rows the rule never reaches, since that guess is always rejected.
-        Departure from transformers, which would sample NaNs there."""
+        (every logit -inf) is an error where ``strict`` (the ValueError plain decoding raises there); a draft's row is
+        given back as it came instead (an EAGLE head whose frequent tokens are all forbidden): any q the guesses are
+        really drawn from keeps the rule lossless. Departure from transformers, which would sample NaNs there."""
         z = np.array(logits, dtype=np.float64)  # [V]
         if not self.processors:
             return z
@@ -171,17 +172,17 @@ class Warp:
             return np.array(logits, dtype=np.float64)
         return z
 
-    def chain(self, logits, tokens, guesses) -> np.ndarray:  # [n, V] -> [n, V]
+    def chain(self, logits, tokens, guesses, strict: bool = True) -> np.ndarray:  # [n, V] -> [n, V]
         """Row i's distribution after ``tokens`` + ``guesses[:i]``: a target pass's p_1..p_{K+1} over a chain
-        x_1..x_K, or a drafter's first-guess rows over a text. Row 0's prefix is the sequence itself (strict)."""
-        if self.processors:
-            logits = np.stack([self.process(row, [*tokens, *guesses[:i]], i == 0) for i, row in enumerate(logits)])
+        x_1..x_K, or (``strict=False``) a drafter's first-guess rows over a text."""
+        if self.processors and len(logits):
+            logits = np.stack([self.process(row, [*tokens, *guesses[:i]], strict) for i, row in enumerate(logits)])
         return warp(logits, self.temperature, self.top_k, self.top_p)
 
     def tree(self, logits, tokens, tree) -> np.ndarray:  # [N+1, V] -> [N+1, V]
         """Row n's distribution after ``tokens`` and the path to node n of ``tree`` (tree.py; row 0: the root's)."""
         if self.processors:
-            logits = np.stack([self.process(row, tree.prefix(tokens, n), n == 0) for n, row in enumerate(logits)])
+            logits = np.stack([self.process(row, tree.prefix(tokens, n), True) for n, row in enumerate(logits)])
         return warp(logits, self.temperature, self.top_k, self.top_p)
 
 

@@ -110,7 +110,9 @@ def test_bad_settings_are_refused_by_name():
                       (dict(min_new_tokens=2), "needs the run's stop tokens"),
                       (dict(choices=[], stop_ids=[0]), "the choice list is empty"),
                       (dict(choices=[[1], []], stop_ids=[0]), "a choice is empty"),
-                      (dict(choices=[[1, 2, 3]], stop_ids=[0], max_new_tokens=3), "no choice fits in max_new_tokens = 3")]:
+                      (dict(choices=[[1, 2, 3]], stop_ids=[0], max_new_tokens=3), "no choice fits in max_new_tokens = 3"),
+                      (dict(choices=["yes", [4]], stop_ids=[0]), "all texts or all token id sequences"),
+                      (dict(choices=[[1, 2]], stop_ids=[0], min_new_tokens=3), "min_new_tokens = 3 with a choice of 2")]:
         with pytest.raises(ValueError, match=words):
             build(**kw)
     assert build() == ()
@@ -123,7 +125,7 @@ def test_a_warp_with_processors_needs_the_prefix():
     banned = Warp(1.0, processors=(NoRepeatNGram(1),), prompt_len=0)  # every token of the prefix is banned
     with pytest.raises(ValueError, match="allow no token"):
         banned(np.zeros(3), [0, 1, 2], strict=True)
-    assert np.allclose(banned(np.zeros(3), [0, 1, 2]), 1 / 3)  # a made-up prefix: the row as it came
+    assert np.allclose(banned(np.zeros(3), [0, 1, 2]), 1 / 3)  # a draft's row (not strict): the row as it came
 
 
 # ---- level 1: one round, exactly -------------------------------------------------------------------------------
@@ -408,3 +410,16 @@ def test_a_draft_of_its_own_tokenizer_is_refused_by_name(big_pair):
     with pytest.raises(ValueError, match="TLI .* drafts in its own tokens"):
         speculative_generate(target, OwnTokens(draft), [5, 9, 2], 4, k=2, processors=(RepetitionPenalty(1.3),))
     assert speculative_generate(target, OwnTokens(draft), [5, 9, 2], 4, k=2).tokens  # without processors: runs
+
+
+def test_a_row_with_no_token_allowed_is_an_error_in_speculation_as_in_plain_decoding(big_pair):
+    """Settings that leave nothing allowed on a real sequence (the only choice repeats a bigram the n-gram ban
+    forbids): plain decoding raises, and so does the speculative loop, at the target row where it happens, even
+    past a round's first row (a draft's rows may fall back; the target's may not)."""
+    target, draft = big_pair
+    procs = (Choices([[7, 7, 7]], stop_ids=[0]), NoRepeatNGram(2))
+    with pytest.raises(ValueError, match="allow no token after 2 generated tokens"):
+        generate(target, [5, 9, 2], 6, processors=procs)
+    for drafter in (DraftModel(draft), PromptLookup()):
+        with pytest.raises(ValueError, match="allow no token after 2 generated tokens"):
+            speculative_generate(target, drafter, [5, 9, 2], 6, k=3, processors=procs)

@@ -76,7 +76,7 @@ class DraftModel:
         if not 1 <= start <= len(tokens):
             raise ValueError(f"first_guess_rows: start {start} must be in 1..{len(tokens)} (a guess follows a token)")
         logits = self.pad(self.model.forward(tokens, self.model.new_cache(len(tokens))))  # [T, V]
-        return warp.chain(logits[start - 1: len(tokens) - 1], tokens[:start], tokens[start:])  # row i after tokens[:start + i]
+        return warp.chain(logits[start - 1: len(tokens) - 1], tokens[:start], tokens[start:], strict=False)  # row i after tokens[:start + i]
 
     def propose(self, tokens, k, warp, rng, keep=None):
         """Sample up to k guesses one after another. With ``keep``, stop before guess j when the draft's

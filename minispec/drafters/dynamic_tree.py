@@ -84,7 +84,7 @@ def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, r
 
     def children(parent: int, logits: np.ndarray, count: int, i: int) -> list[int]:
         kids = add_children(tree, parent, logits, count, warp, rng, i, tree.prefix(tokens, parent))
-        value = log_softmax(logits)
+        value = log_softmax(logits)  # the drafter's own confidence, before the processors: it only ranks nodes
         scores.extend(scores[parent] + float(value[tree.tokens[c]]) for c in kids)
         return kids
 

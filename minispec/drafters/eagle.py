@@ -274,7 +274,7 @@ class Eagle:
             finally:
                 self.cache = own
             logits = np.concatenate([first, self.logits(out)])  # [n, V]: row j guesses x_{j+1}
-        return warp.chain(logits[start - 1: len(tokens) - 1], tokens[:start], tokens[start:])  # row i after tokens[:start + i]
+        return warp.chain(logits[start - 1: len(tokens) - 1], tokens[:start], tokens[start:], strict=False)  # row i after tokens[:start + i]
 
     # ---- cost hooks (drafters/protocol.py: TimesItself, TimesItsTreeLevels): the policy times the head with these,
     # on random tokens and features, and finds it as it was (no features, an empty cache) ----

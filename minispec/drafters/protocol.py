@@ -14,6 +14,8 @@ Names: ``draft_tokens`` x_1..x_k, ``draft_probs`` q_1..q_k (rejection.py's), ``w
 the tokens before that row (the sequence and the guesses drawn before it; in a tree, ``tree.prefix(tokens, node)``),
 so that logits processors (processors.py) see what the target's row at the same position sees. Without processors
 the prefix is not read, and ``warp(logits)`` still works; with them, leaving it out is an error that says so.
+``first_guess_rows`` calls ``warp.chain(rows, tokens[:start], tokens[start:], strict=False)``, and a tree's
+``tree.add_children`` needs ``warp.process`` (the processed logits whose top W are the greedy children).
 """
 
 from __future__ import annotations

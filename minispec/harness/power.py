@@ -35,7 +35,7 @@ from ..drafters import DraftModel
 from ..generate import generate
 from ..model.progress import Progress
 from ..model.provenance import provenance
-from ..sampling import warp
+from ..sampling import Warp, warp
 from ..speculative import speculative_generate
 from .check import ALPHA
 from .equivalence import broken_residual, mean_test, token_test, twin
@@ -165,7 +165,7 @@ def smollm2_point(target, draft, prompts, n_runs: int = 24, run_tokens: int = 48
         prompt = prompts[i % len(prompts)]
         seq = list(prompt) + generate(target, prompt, run_tokens, temperature=1.0, seed=i)
         p = rows(target, seq, len(prompt))
-        q = draft.first_guess_rows(seq, len(prompt), lambda z: warp(z, 1.0))  # [T, V]
+        q = draft.first_guess_rows(seq, len(prompt), Warp(1.0))  # [T, V]
         tv.extend(round_tv(p, q, "residual", 1.0))
     return dict(runs=n_runs, run_tokens=run_tokens, positions=len(tv), tv_per_round_start=float(np.mean(tv)))
 

@@ -131,7 +131,7 @@ def distinct_top_k(logits, temperature: float = 1.0, top_k=None, top_p=None):
 
 def topk_ties_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed):
     """minispec's loop with ``distinct_top_k`` as the warp of both sides."""
-    with replaced(sampling, "warp", distinct_top_k):  # what sampling.Warp applies, draft and target alike
+    with replaced(sampling, "warp", distinct_top_k):  # sampling.Warp looks warp up when it runs: both sides get it
         return adapters.loop(target_dir, draft_dir, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed)
 
 
