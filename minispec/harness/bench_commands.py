@@ -19,6 +19,7 @@ SUBCOMMANDS = {  # name -> ("module:function" called with the subcommand's argum
     "auto": ("minispec.harness.auto_eval:main", "k=auto against plain decoding for every drafter, predicted rounds against measured"),
     "rules": ("minispec.harness.rules_eval:main", "the token-wise, block and coupled rules side by side at T = 1 and 0.7"),
     "power": ("minispec.harness.power:main", "the power of level 4: planted departures of exact size on tiny models"),
+    "specbench": ("minispec.harness.specbench:main", "Spec-Bench's six tasks: every method against plain decoding, side by side"),
 }
 OWN_KERNEL_OPTION = {"forward", "decode"}  # these parse --kernel themselves; bench.main applies it for the others
 

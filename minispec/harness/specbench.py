@@ -1,0 +1,286 @@
+"""``minispec bench specbench QUESTIONS.jsonl``: minispec's drafters on Spec-Bench's questions, on this machine.
+
+Spec-Bench (Xia et al. 2024, arXiv 2401.07851, hemingkx/Spec-Bench) has 480 questions in six tasks of 80. A line of
+its ``question.jsonl`` is ``{"question_id", "category", "turns", ["reference"]}``; the task is the category, except
+that MT-bench's 80 questions carry 8 sub-categories (``MT_BENCH``), which together are the MT-bench task. An unknown
+category is a task of its own. The file is other people's data: it is read where the user keeps it and never copied.
+
+Per question, greedy, with SmolLM2's chat template: plain decoding, then each method, then plain decoding again (the
+two plain runs' mean time is the question's plain time), turn by turn; a second turn sees the model's own first
+answer, each method its own, as Spec-Bench's ``eval.py`` does. Every method's tokens are compared with plain
+decoding's (greedy identity as ../shared/design.md defines it): a difference is recorded with the target's top-2
+logit margin where it happens.
+
+Methods (``--methods``): ``prompt-lookup``, ``eagle`` (the shipped head, a chain), ``eagle-tree`` (its dynamic tree),
+``draft`` (the shipped draft model), ``layer-skip``; each with ``k="auto"`` (trees: ``--tree auto``), its policy
+built, and its cost model calibrated, outside the timed runs.
+
+Each question's results are appended to ``--out`` (JSON lines; the first line holds the settings) as soon as it is
+done, so an interrupted run started again with the same command resumes at the first question not in the file.
+
+Per method and task: the speedup (the task's tokens per second over plain decoding's, both summed over its
+questions), the mean accepted tokens per target pass (tau, Spec-Bench's "mean accepted tokens"), tokens per second,
+and the interquartile range of the per-question speedups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..generate import generate
+from ..model.fetch import shipped_draft, shipped_eagle
+from ..model.progress import Progress
+from ..sampling import is_integer
+from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
+from .measure import busy_words, others_load, side_by_side
+
+MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+METHODS = ("prompt-lookup", "eagle", "eagle-tree", "draft", "layer-skip")
+DEFAULT_METHODS = "prompt-lookup,eagle,eagle-tree,draft"
+
+
+@dataclass(frozen=True)
+class Question:
+    question_id: int
+    category: str
+    turns: tuple
+
+    @property
+    def task(self) -> str:
+        return "mt_bench" if self.category in MT_BENCH else self.category
+
+
+def read_questions(path) -> list[Question]:
+    """Every question of a Spec-Bench-format file; a malformed line is refused with its number and what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (Spec-Bench's question.jsonl; see docs/specbench.md)")
+    out, seen = [], {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {n}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: a JSON object is expected, got {type(row).__name__}")
+        qid, category, turns = row.get("question_id"), row.get("category"), row.get("turns")
+        if not is_integer(qid):
+            raise ValueError(f"{where}: question_id must be an integer, got {qid!r}")
+        if not isinstance(category, str) or not category:
+            raise ValueError(f"{where}: category must be a non-empty string, got {category!r}")
+        if not (isinstance(turns, list) and turns and all(isinstance(t, str) and t for t in turns)):
+            raise ValueError(f"{where}: turns must be a non-empty list of non-empty strings")
+        if qid in seen:
+            raise ValueError(f"{where}: question_id {qid} again (first on line {seen[qid]})")
+        seen[qid] = n
+        out.append(Question(int(qid), category, tuple(turns)))
+    if not out:
+        raise ValueError(f"{path}: no questions")
+    return out
+
+
+def select(questions: list[Question], per_task: int | None) -> list[Question]:
+    """The first ``per_task`` questions of each task by question_id (all of them for None); MT-bench's spread over
+    its sub-categories in turn, so that 8 questions are one of each. Tasks in Spec-Bench's order, then any other."""
+    by_task: dict[str, list[Question]] = {}
+    for q in sorted(questions, key=lambda q: q.question_id):
+        by_task.setdefault(q.task, []).append(q)
+    out = []
+    for task in [t for t in TASKS if t in by_task] + sorted(t for t in by_task if t not in TASKS):
+        qs = by_task[task]
+        if task == "mt_bench" and per_task is not None:
+            groups = [[q for q in qs if q.category == c] for c in MT_BENCH]
+            qs = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+        out += qs[:per_task] if per_task is not None else qs
+    return out
+
+
+def make_method(name: str, target):
+    """-> (drafter, tree): the method's drafter and whether it drafts a tree."""
+    from ..drafters import make_drafter
+
+    spec = {"eagle": shipped_eagle(), "eagle-tree": shipped_eagle(), "draft": shipped_draft()}.get(name, name)
+    if spec is None:
+        raise ValueError(f"--methods {name}: its weights are not in weights/ (a clean clone has them)")
+    return make_drafter(spec, target), name == "eagle-tree"
+
+
+def margin(target, context: list[int]) -> float:
+    """The target's top-2 logit gap after ``context``: how near a tie a greedy difference is."""
+    top2 = np.sort(target.forward(context, target.new_cache(len(context)))[-1])[-2:]
+    return float(top2[1] - top2[0])
+
+
+class Runner:
+    """One question at a time: plain decoding and each method side by side, turn by turn (module docstring)."""
+
+    def __init__(self, target, tok, methods: dict, max_new_tokens: int):
+        self.target, self.tok, self.methods, self.max_new_tokens = target, tok, methods, max_new_tokens
+
+    def ids(self, q: Question, answers: list[str]) -> list[int]:
+        messages = []
+        for turn, answer in zip(q.turns, answers + [None]):
+            messages.append({"role": "user", "content": turn})
+            if answer is not None:
+                messages.append({"role": "assistant", "content": answer})
+        return self.tok.encode(self.tok.apply_chat_template(messages))
+
+    def speculative(self, name: str, ids: list[int]):
+        from ..policy import k_policy, shape_policy
+        from ..speculative import speculative_generate, tree_speculative_generate
+
+        drafter, tree = self.methods[name]
+        if tree:
+            policy = shape_policy("auto", self.target, drafter, True)  # calibrated here, outside the timed run
+            return lambda: tree_speculative_generate(self.target, drafter, ids, self.max_new_tokens, shape=policy,
+                                                     stop_ids=self.tok.eos_ids)
+        policy = k_policy("auto", self.target, drafter, learn=True)
+        return lambda: speculative_generate(self.target, drafter, ids, self.max_new_tokens, k=policy,
+                                            stop_ids=self.tok.eos_ids)
+
+    def question(self, q: Question, done=lambda: None) -> dict:
+        plain = dict(tokens=0, seconds=0.0)
+        rows = {m: dict(tokens=0, seconds=0.0, target_passes=0, identical=True, differences=[]) for m in self.methods}
+        answers = {m: [] for m in ["plain", *self.methods]}
+        for turn in range(len(q.turns)):
+            runs = {m: self.speculative(m, self.ids(q, answers[m])) for m in self.methods}
+            plain_ids = self.ids(q, answers["plain"])
+            tokens, rate, results = side_by_side(
+                lambda ids=plain_ids: generate(self.target, ids, self.max_new_tokens, stop_ids=self.tok.eos_ids),
+                list(runs.values()), done)
+            plain["tokens"] += len(tokens)
+            plain["seconds"] += len(tokens) / rate
+            answers["plain"].append(self.tok.decode(tokens, skip_special_tokens=True))
+            for m, (res, seconds) in zip(runs, results):
+                r = rows[m]
+                r["tokens"] += len(res.tokens)
+                r["seconds"] += seconds
+                r["target_passes"] += res.stats.rounds
+                answers[m].append(self.tok.decode(res.tokens, skip_special_tokens=True))
+                if res.tokens != tokens and answers[m][:-1] == answers["plain"][:-1]:
+                    j = next(i for i, (a, b) in enumerate(zip(res.tokens + [-1], tokens + [-2])) if a != b)
+                    r["identical"] = False
+                    r["differences"].append(dict(turn=turn, position=j, margin=margin(self.target, plain_ids + tokens[:j])))
+                elif res.tokens != tokens:
+                    r["identical"] = False  # its own earlier answer differed: this turn's prompt is another
+        return dict(question_id=q.question_id, category=q.category, task=q.task, plain=plain, methods=rows)
+
+
+def resume(out: Path, settings: dict) -> dict[int, dict]:
+    """The questions ``out`` already holds, by question_id; a file made with other settings is refused. A last line cut
+    short by an interruption is dropped (its question runs again)."""
+    if not out.exists() or not out.read_text().strip():
+        return {}
+    lines = [x for x in out.read_text().splitlines() if x.strip()]
+    head = json.loads(lines[0])
+    if head.get("settings") != settings:
+        raise ValueError(f"--out {out} holds a run with other settings ({head.get('settings')}); give another --out, "
+                         "or the same settings to resume it")
+    rows = {}
+    for n, line in enumerate(lines[1:], 2):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if n < len(lines):
+                raise ValueError(f"--out {out}, line {n}: not JSON, and not the last line: the file is damaged") from None
+            out.write_text("\n".join(lines[:-1]) + "\n")  # an interrupted write: that question runs again
+            break
+        rows[row["question_id"]] = row
+    return rows
+
+
+def summarise(rows: list[dict], methods: list[str]) -> dict:
+    """{method: {task (and "overall"): speedup, tau, tokens_per_s, iqr, questions}}, and greedy identity."""
+    out = {}
+    tasks = [t for t in TASKS if any(r["task"] == t for r in rows)] + sorted({r["task"] for r in rows} - set(TASKS))
+    for m in methods:
+        cells = {}
+        for task in [*tasks, "overall"]:
+            rs = [r for r in rows if task in ("overall", r["task"])]
+            mine = [r["methods"][m] for r in rs]
+            plain_rate = sum(r["plain"]["tokens"] for r in rs) / sum(r["plain"]["seconds"] for r in rs)
+            rate = sum(x["tokens"] for x in mine) / sum(x["seconds"] for x in mine)
+            per_q = [(x["tokens"] / x["seconds"]) / (r["plain"]["tokens"] / r["plain"]["seconds"]) for x, r in zip(mine, rs)]
+            cells[task] = dict(speedup=rate / plain_rate, tau=sum(x["tokens"] for x in mine) / sum(x["target_passes"] for x in mine),
+                               tokens_per_s=rate, plain_tokens_per_s=plain_rate, questions=len(rs),
+                               iqr=[float(np.percentile(per_q, 25)), float(np.percentile(per_q, 75))])
+        differing = [dict(question_id=r["question_id"], **d) for r in rows for d in r["methods"][m]["differences"]]
+        out[m] = dict(tasks=cells, identical=sum(r["methods"][m]["identical"] for r in rows), questions=len(rows),
+                      differences=differing)
+    return out
+
+
+def report(res: dict) -> str:
+    tasks = list(next(iter(res["methods"].values()))["tasks"]) if res["methods"] else []
+    lines = markdown_table(f"Spec-Bench on this machine: speedup over plain decoding (tau: mean accepted tokens per target "
+                           f"pass), greedy, {res['settings']['max_new_tokens']} new tokens, {res['questions']} questions",
+                           ["method", *tasks], [[m, *(f"{c['speedup']:.2f}x ({c['tau']:.2f})" for c in v["tasks"].values())]
+                                                for m, v in res["methods"].items()])
+    lines.append("")
+    for m, v in res["methods"].items():
+        diffs = "; ".join(f"question {d['question_id']} turn {d['turn'] + 1} at token {d['position']} (top-2 margin "
+                          f"{d['margin']:.3g})" for d in v["differences"][:5])
+        lines.append(f"- {m}: greedy output identical to plain decoding on {v['identical']} of {v['questions']} "
+                     "questions" + (f"; first differences: {diffs}" if diffs else ""))
+    lines.append("- peers (transformers, llama.cpp): not run by this command yet")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="minispec bench specbench", description=__doc__.splitlines()[0])
+    ap.add_argument("questions", help="Spec-Bench's question.jsonl (for example ../shared/external_prompts/"
+                                      "spec_bench_question.jsonl); read in place, never copied")
+    ap.add_argument("--per-task", type=int, help="the first N questions of each task (default: all 480)")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn (default 128)")
+    ap.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma-separated, of {', '.join(METHODS)} "
+                                                              f"(default {DEFAULT_METHODS})")
+    ap.add_argument("--model", help=MODEL_HELP)
+    ap.add_argument("--out", default="specbench_results.jsonl",
+                    help="the per-question results, appended as each question ends (default specbench_results.jsonl); "
+                         "the same command again resumes it")
+    ap.add_argument("--json", help="also write the summary to this JSON file")
+    a = ap.parse_args(argv)
+    if a.per_task is not None and a.per_task < 1:
+        ap.error(f"--per-task {a.per_task}: at least 1")
+    if a.max_new_tokens < 1:
+        ap.error(f"--max-new-tokens {a.max_new_tokens}: at least 1")
+    names = [m.strip() for m in a.methods.split(",") if m.strip()]
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names or len(set(names)) != len(names):
+        ap.error(f"--methods {a.methods}: give distinct names of {', '.join(METHODS)}")
+    check_json_path(a.json)
+    out = Path(a.out)
+    check_json_path(str(out))
+    questions = select(read_questions(a.questions), a.per_task)  # refused before the model loads
+    settings = dict(questions=Path(a.questions).name, per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names,
+                    model=a.model)
+    done = resume(out, settings)
+    target, tok = load_target(a.model)
+    runner = Runner(target, tok, {m: make_method(m, target) for m in names}, a.max_new_tokens)
+    todo = [q for q in questions if q.question_id not in done]
+    if done:
+        print(f"[resuming {out}: {len(done)} of {len(questions)} questions done]", file=sys.stderr)
+    bar = Progress(sum(len(q.turns) for q in todo) * (len(names) + 2), "bench specbench")
+    if not out.exists() or not done:
+        out.write_text(json.dumps(dict(settings=settings)) + "\n")
+    for q in todo:
+        row = runner.question(q, bar.update)
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        done[q.question_id] = row
+    bar.close()
+    rows = [done[q.question_id] for q in questions]
+    res = dict(settings=settings, questions=len(rows), methods=summarise(rows, names),
+               busy=busy_words(others_load()).strip("; ") or None)
+    print_and_store(report(res), res, a.json, "minispec bench specbench", argv)
+    return 0

@@ -1,0 +1,85 @@
+"""``minispec bench specbench`` (harness/specbench.py) on a tiny model with SmolLM2's tokenizer: the file is read and
+refused line by line, the tasks and the subset are Spec-Bench's, an interrupted run resumes, and greedy output is
+plain decoding's. Spec-Bench's own file is read in place where ../shared/external_prompts has it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minispec.harness import specbench
+
+from .helpers import chat_model_dir, run_cli
+
+EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_prompts" / "spec_bench_question.jsonl"
+CATEGORIES = ["writing", "roleplay", "translation", "summarization", "qa", "math_reasoning", "rag", "poetry"]
+
+
+def write_questions(path: Path, per_category: int = 2) -> Path:
+    lines, qid = [], 1
+    for c in CATEGORIES:
+        for i in range(per_category):
+            turns = [f"say {c} {i} a b a b", "again, shorter"] if c in specbench.MT_BENCH else [f"{c} {i}: a b a b"]
+            lines.append(json.dumps(dict(question_id=qid, category=c, turns=turns)))
+            qid += 1
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    return chat_model_dir(tmp_path_factory.mktemp("specbench") / "model")
+
+
+def test_tasks_and_the_subset_are_spec_benchs(tmp_path):
+    qs = specbench.read_questions(write_questions(tmp_path / "q.jsonl", 3))
+    assert {q.task for q in qs} == {*specbench.TASKS, "poetry"}  # MT-bench's sub-categories are one task
+    chosen = specbench.select(qs, 2)
+    assert [q.task for q in chosen][:4] == ["mt_bench"] * 2 + ["translation"] * 2 and chosen[-1].task == "poetry"
+    assert [q.category for q in chosen[:2]] == ["writing", "roleplay"]  # spread over the sub-categories
+
+
+def test_malformed_lines_are_refused_by_line_number(tmp_path, chat_model):
+    good = json.dumps(dict(question_id=1, category="qa", turns=["x"]))
+    for bad, words in [("{not json", "line 2: not JSON"), ("[1, 2]", "line 2: a JSON object"),
+                       (json.dumps(dict(question_id="7", category="qa", turns=["x"])), "line 2: question_id"),
+                       (json.dumps(dict(question_id=2, category="qa", turns=[])), "line 2: turns"),
+                       (json.dumps(dict(question_id=1, category="qa", turns=["y"])), "line 2: question_id 1 again")]:
+        f = tmp_path / "bad.jsonl"
+        f.write_text(good + "\n" + bad + "\n")
+        code, out, err = run_cli(["bench", "specbench", str(f), "--model", str(tmp_path / "no-model")])
+        assert code == 2 and words in err and out == "", err  # refused before the model is looked for
+
+
+def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model):
+    questions = write_questions(tmp_path / "q.jsonl")
+    out, summary = tmp_path / "results.jsonl", tmp_path / "summary.json"
+    argv = ["bench", "specbench", str(questions), "--per-task", "2", "--max-new-tokens", "6", "--methods",
+            "prompt-lookup,layer-skip", "--model", str(chat_model), "--out", str(out), "--json", str(summary)]
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    lines = out.read_text().splitlines()
+    n = 2 * (len(CATEGORIES) - 1)  # 2 per task: MT-bench's two sub-categories are one task
+    assert len(lines) == 1 + n
+    res = json.loads(summary.read_text())
+    for m in ("prompt-lookup", "layer-skip"):
+        assert res["methods"][m]["identical"] == n, res["methods"][m]["differences"]
+        assert set(res["methods"][m]["tasks"]) == {*specbench.TASKS, "poetry", "overall"}
+    # an interruption: three questions done, the fourth cut short while it was written
+    out.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])
+    code, _, err = run_cli(argv)
+    assert code == 0 and "resuming" in err and f"3 of {n} questions done" in err, err
+    again = out.read_text().splitlines()
+    assert again[:4] == lines[:4] and len(again) == len(lines)  # kept as they were, the rest made again
+    code, _, err = run_cli(argv[:-6] + ["--max-new-tokens", "5", "--model", str(chat_model), "--out", str(out)])
+    assert code == 2 and "other settings" in err, err
+
+
+def test_spec_benchs_own_file(tmp_path):
+    if not EXTERNAL.exists():
+        pytest.skip(f"{EXTERNAL} is absent: Spec-Bench's questions are other people's data, read in place only")
+    qs = specbench.read_questions(EXTERNAL)
+    assert len(qs) == 480
+    assert {t: sum(q.task == t for q in qs) for t in specbench.TASKS} == {t: 80 for t in specbench.TASKS}
+    chosen = specbench.select(qs, 8)
+    assert len(chosen) == 48 and sorted(q.category for q in chosen[:8]) == sorted(specbench.MT_BENCH)
