@@ -154,7 +154,7 @@ class Run:
         return emitted
 
     def result(self) -> SpecResult:
-        forwards = (self.drafter.forwards if self.drafter is not None else 0) - self.forwards0
+        forwards = self.drafter.forwards - self.forwards0
         used = [] if self.policy is None else [c.describe() for c in calibrations_of(self.policy)]
         return SpecResult(self.out, SpecStats(self.log, forwards), used)
 
@@ -270,7 +270,7 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
               out=[], cache=cache, stop=stop_set(stop_ids), max_new_tokens=max_new_tokens,
               warp=Warp(temperature, top_k, top_p, processors, len(ids)), stream=stream, on_token=on_token,
               observers=[] if trace is None else [trace], reads_features=has(drafter, ReadsFeatures),
-              verify=rule if trace is None else trace.observe(rule), forwards0=drafter.forwards if drafter is not None else 0)
+              verify=rule if trace is None else trace.observe(rule), forwards0=drafter.forwards)
     if is_keyed(rule):
         run.noise = keyed_noise(seed, stream)
     if policy is not None:

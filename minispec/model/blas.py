@@ -6,9 +6,9 @@ target pass over K + 1 rows, and speculation pays only if that pass costs little
 runs a gemm over 2 rows at ~2.4x the cost of its gemv over 1 row, over 6 rows at 3.6x, over 8 rows
 at 2.3x: for a decode step bound by streaming the weights, the extra rows should be almost free.
 So for 2..SMALL_BATCH rows we run one gemv per row, column block by column block, while the block
-is still in cache for the next row (each extra row then costs ~0.35x); above that we pad the rows
-to a multiple of 8. Measured on SmolLM2-135M (``minispec bench forward``, docs/study): r(2) 1.42,
-r(4) 1.94, r(8) 2.14, r(16) 3.06.
+is still in cache for the next row; above that we pad the rows to a multiple of 8. What r(n) this
+gives on SmolLM2-135M depends on the CPU: ``minispec bench forward`` measures it, and docs/speed.md
+gives the committed figures with the machine they were measured on.
 """
 
 from __future__ import annotations

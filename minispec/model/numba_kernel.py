@@ -17,7 +17,7 @@ Dimension key, as in ``transformer.linear``: T rows of ``x`` (tokens), in inputs
 outputs.
 
 Two settings decide the speed, and both are made here (what was measured: docs/policy.md):
-- LLVM prefers 256-bit vectors on many Intel cores (on this machine's Xeon it names the host
+- LLVM prefers 256-bit vectors on many Intel cores (on the Xeons this was tuned on it names the host
   "rocketlake"), and 512-bit ones make this loop's tiles faster where the CPU has them. So
   ``NUMBA_CPU_FEATURES`` is set to the host's features without that preference before numba is
   imported, unless it is set already or numba was imported first. Being in ``os.environ``, it
