@@ -63,8 +63,15 @@ def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model
     assert len(lines) == 1 + n
     res = json.loads(summary.read_text())
     for m in ("prompt-lookup", "layer-skip"):
-        assert res["methods"][m]["identical"] == n, res["methods"][m]["differences"]
-        assert set(res["methods"][m]["tasks"]) == {*specbench.TASKS, "poetry", "overall"}
+        got = res["summary"]["methods"][m]
+        assert got["identical"] == n, got["differences"]
+        assert set(got["tasks"]) == {*specbench.TASKS, "poetry", "overall"}
+    peers = res["summary"]["peers"]
+    if res["peers_note"].startswith("transformers"):  # the parity extra is installed: its three modes ran beside
+        assert set(peers) == {"transformers plain", "transformers prompt-lookup", "transformers assisted"}
+        assert all(v["questions"] == n and v["own"]["overall"]["speedup"] > 0 for v in peers.values())
+    else:
+        assert peers == {} and "not installed" in res["peers_note"]
     # an interruption: three questions done, the fourth cut short while it was written
     out.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])
     code, _, err = run_cli(argv)

@@ -13,7 +13,9 @@ logit margin where it happens.
 
 Methods (``--methods``): ``prompt-lookup``, ``eagle`` (the shipped head, a chain), ``eagle-tree`` (its dynamic tree),
 ``draft`` (the shipped draft model), ``layer-skip``; each with ``k="auto"`` (trees: ``--tree auto``), its policy
-built, and its cost model calibrated, outside the timed runs.
+built, and its cost model calibrated, outside the timed runs. Peers (``--peers``, specbench_peers.py): transformers'
+plain decoding, prompt lookup and assisted generation on the same weights, timed in the same alternation, each
+reported against minispec's plain decoding and against its own plain mode.
 
 Each question's results are appended to ``--out`` (JSON lines; the first line holds the settings) as soon as it is
 done, so an interrupted run started again with the same command resumes at the first question not in the file.
@@ -39,6 +41,7 @@ from ..model.progress import Progress
 from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
+from .specbench_peers import transformers_modes, version
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -122,10 +125,12 @@ def margin(target, context: list[int]) -> float:
 
 
 class Runner:
-    """One question at a time: plain decoding and each method side by side, turn by turn (module docstring)."""
+    """One question at a time: plain decoding, each method and each peer mode side by side, turn by turn (module
+    docstring). ``peers``: {name: ids -> new ids} (specbench_peers.py)."""
 
-    def __init__(self, target, tok, methods: dict, max_new_tokens: int):
+    def __init__(self, target, tok, methods: dict, max_new_tokens: int, peers: dict | None = None):
         self.target, self.tok, self.methods, self.max_new_tokens = target, tok, methods, max_new_tokens
+        self.peers = peers or {}
 
     def ids(self, q: Question, answers: list[str]) -> list[int]:
         messages = []
@@ -148,12 +153,18 @@ class Runner:
         return lambda: speculative_generate(self.target, drafter, ids, self.max_new_tokens, k=policy,
                                             stop_ids=self.tok.eos_ids)
 
+    @staticmethod
+    def peer(fn, ids: list[int]):
+        return lambda: Peer(fn(ids))
+
     def question(self, q: Question, done=lambda: None) -> dict:
         plain = dict(tokens=0, seconds=0.0)
-        rows = {m: dict(tokens=0, seconds=0.0, target_passes=0, identical=True, differences=[]) for m in self.methods}
-        answers = {m: [] for m in ["plain", *self.methods]}
+        rows = {m: dict(tokens=0, seconds=0.0, target_passes=0, identical=True, differences=[])
+                for m in [*self.methods, *self.peers]}
+        answers = {m: [] for m in ["plain", *self.methods, *self.peers]}
         for turn in range(len(q.turns)):
             runs = {m: self.speculative(m, self.ids(q, answers[m])) for m in self.methods}
+            runs.update({m: self.peer(fn, self.ids(q, answers[m])) for m, fn in self.peers.items()})
             plain_ids = self.ids(q, answers["plain"])
             tokens, rate, results = side_by_side(
                 lambda ids=plain_ids: generate(self.target, ids, self.max_new_tokens, stop_ids=self.tok.eos_ids),
@@ -165,7 +176,7 @@ class Runner:
                 r = rows[m]
                 r["tokens"] += len(res.tokens)
                 r["seconds"] += seconds
-                r["target_passes"] += res.stats.rounds
+                r["target_passes"] += res.stats.rounds if res.stats is not None else 0
                 answers[m].append(self.tok.decode(res.tokens, skip_special_tokens=True))
                 if res.tokens != tokens and answers[m][:-1] == answers["plain"][:-1]:
                     j = next(i for i, (a, b) in enumerate(zip(res.tokens + [-1], tokens + [-2])) if a != b)
@@ -173,7 +184,16 @@ class Runner:
                     r["differences"].append(dict(turn=turn, position=j, margin=margin(self.target, plain_ids + tokens[:j])))
                 elif res.tokens != tokens:
                     r["identical"] = False  # its own earlier answer differed: this turn's prompt is another
-        return dict(question_id=q.question_id, category=q.category, task=q.task, plain=plain, methods=rows)
+        return dict(question_id=q.question_id, category=q.category, task=q.task, plain=plain,
+                    methods={m: rows[m] for m in self.methods}, peers={m: rows[m] for m in self.peers})
+
+
+@dataclass
+class Peer:
+    """A peer's tokens, shaped like a run's result (no statistics: its engine does not report them)."""
+
+    tokens: list
+    stats: object = None
 
 
 def resume(out: Path, settings: dict) -> dict[int, dict]:
@@ -199,40 +219,65 @@ def resume(out: Path, settings: dict) -> dict[int, dict]:
     return rows
 
 
-def summarise(rows: list[dict], methods: list[str]) -> dict:
-    """{method: {task (and "overall"): speedup, tau, tokens_per_s, iqr, questions}}, and greedy identity."""
-    out = {}
+def rate(entries: list[dict]) -> float:
+    return sum(e["tokens"] for e in entries) / sum(e["seconds"] for e in entries)
+
+
+def cells(rows: list[dict], get, base) -> dict:
+    """{task (and "overall"): figures} of the entries ``get(row)`` against the baselines ``base(row)``."""
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)] + sorted({r["task"] for r in rows} - set(TASKS))
+    out = {}
+    for task in [*tasks, "overall"]:
+        rs = [r for r in rows if task in ("overall", r["task"])]
+        mine, ref = [get(r) for r in rs], [base(r) for r in rs]
+        passes = sum(e.get("target_passes", 0) for e in mine)
+        per_q = [rate([e]) / rate([b]) for e, b in zip(mine, ref)]
+        out[task] = dict(speedup=rate(mine) / rate(ref), tau=sum(e["tokens"] for e in mine) / passes if passes else None,
+                         tokens_per_s=rate(mine), questions=len(rs),
+                         iqr=[float(np.percentile(per_q, 25)), float(np.percentile(per_q, 75))])
+    return out
+
+
+def identity(rows: list[dict], side: str, name: str) -> dict:
+    differing = [dict(question_id=r["question_id"], **d) for r in rows for d in r[side][name]["differences"]]
+    return dict(identical=sum(r[side][name]["identical"] for r in rows), questions=len(rows), differences=differing)
+
+
+def summarise(rows: list[dict], methods: list[str], peers: list[str]) -> dict:
+    """Per method: {tasks: {task: speedup over plain decoding, tau, tokens/s, IQR}} and greedy identity; per peer
+    mode the same against minispec's plain decoding, and (``own``) against its own engine's plain mode."""
+    out = dict(plain=dict(tasks=cells(rows, lambda r: r["plain"], lambda r: r["plain"])), methods={}, peers={})
     for m in methods:
-        cells = {}
-        for task in [*tasks, "overall"]:
-            rs = [r for r in rows if task in ("overall", r["task"])]
-            mine = [r["methods"][m] for r in rs]
-            plain_rate = sum(r["plain"]["tokens"] for r in rs) / sum(r["plain"]["seconds"] for r in rs)
-            rate = sum(x["tokens"] for x in mine) / sum(x["seconds"] for x in mine)
-            per_q = [(x["tokens"] / x["seconds"]) / (r["plain"]["tokens"] / r["plain"]["seconds"]) for x, r in zip(mine, rs)]
-            cells[task] = dict(speedup=rate / plain_rate, tau=sum(x["tokens"] for x in mine) / sum(x["target_passes"] for x in mine),
-                               tokens_per_s=rate, plain_tokens_per_s=plain_rate, questions=len(rs),
-                               iqr=[float(np.percentile(per_q, 25)), float(np.percentile(per_q, 75))])
-        differing = [dict(question_id=r["question_id"], **d) for r in rows for d in r["methods"][m]["differences"]]
-        out[m] = dict(tasks=cells, identical=sum(r["methods"][m]["identical"] for r in rows), questions=len(rows),
-                      differences=differing)
+        out["methods"][m] = dict(tasks=cells(rows, lambda r, m=m: r["methods"][m], lambda r: r["plain"]),
+                                 **identity(rows, "methods", m))
+    own = next((p for p in peers if p.endswith(" plain")), None)
+    for m in peers:
+        out["peers"][m] = dict(tasks=cells(rows, lambda r, m=m: r["peers"][m], lambda r: r["plain"]),
+                               own=cells(rows, lambda r, m=m: r["peers"][m], lambda r: r["peers"][own]) if own else None,
+                               **identity(rows, "peers", m))
     return out
 
 
 def report(res: dict) -> str:
-    tasks = list(next(iter(res["methods"].values()))["tasks"]) if res["methods"] else []
-    lines = markdown_table(f"Spec-Bench on this machine: speedup over plain decoding (tau: mean accepted tokens per target "
-                           f"pass), greedy, {res['settings']['max_new_tokens']} new tokens, {res['questions']} questions",
-                           ["method", *tasks], [[m, *(f"{c['speedup']:.2f}x ({c['tau']:.2f})" for c in v["tasks"].values())]
-                                                for m, v in res["methods"].items()])
+    s = res["summary"]
+    tasks = list(s["plain"]["tasks"])
+    fmt = lambda c: f"{c['speedup']:.2f}x" + (f" ({c['tau']:.2f})" if c["tau"] else "")  # noqa: E731
+    rows = [["plain decoding (tokens/s)", *(f"{c['tokens_per_s']:.1f}" for c in s["plain"]["tasks"].values())]]
+    rows += [[m, *(fmt(c) for c in v["tasks"].values())] for m, v in s["methods"].items()]
+    rows += [[f"{m} (its own plain: x)", *(f"{fmt(c)} ({o['speedup']:.2f}x)" if v["own"] else fmt(c)
+                                           for c, o in zip(v["tasks"].values(), (v["own"] or v["tasks"]).values()))]
+             for m, v in s["peers"].items()]
+    lines = markdown_table(f"Spec-Bench on this machine: speedup over minispec's plain decoding (tau: mean accepted "
+                           f"tokens per target pass), greedy, {res['settings']['max_new_tokens']} new tokens per turn, "
+                           f"{res['questions']} questions", ["method", *tasks], rows)
     lines.append("")
-    for m, v in res["methods"].items():
-        diffs = "; ".join(f"question {d['question_id']} turn {d['turn'] + 1} at token {d['position']} (top-2 margin "
-                          f"{d['margin']:.3g})" for d in v["differences"][:5])
-        lines.append(f"- {m}: greedy output identical to plain decoding on {v['identical']} of {v['questions']} "
-                     "questions" + (f"; first differences: {diffs}" if diffs else ""))
-    lines.append("- peers (transformers, llama.cpp): not run by this command yet")
+    for side in ("methods", "peers"):
+        for m, v in s[side].items():
+            diffs = "; ".join(f"question {d['question_id']} turn {d['turn'] + 1} at token {d['position']} (top-2 margin "
+                              f"{d['margin']:.3g})" for d in v["differences"][:5])
+            lines.append(f"- {m}: greedy output identical to minispec's plain decoding on {v['identical']} of "
+                         f"{v['questions']} questions" + (f"; first differences: {diffs}" if diffs else ""))
+    lines.append(f"- peers: {res['peers_note']}")
     return "\n".join(lines)
 
 
@@ -248,6 +293,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="specbench_results.jsonl",
                     help="the per-question results, appended as each question ends (default specbench_results.jsonl); "
                          "the same command again resumes it")
+    ap.add_argument("--peers", default="transformers", choices=["transformers", "none"],
+                    help="other engines in the same run: transformers (default; skipped, and said, when not installed)")
     ap.add_argument("--json", help="also write the summary to this JSON file")
     a = ap.parse_args(argv)
     if a.per_task is not None and a.per_task < 1:
@@ -263,14 +310,18 @@ def main(argv=None) -> int:
     check_json_path(str(out))
     questions = select(read_questions(a.questions), a.per_task)  # refused before the model loads
     settings = dict(questions=Path(a.questions).name, per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names,
-                    model=a.model)
+                    model=a.model, peers=a.peers)
     done = resume(out, settings)
     target, tok = load_target(a.model)
-    runner = Runner(target, tok, {m: make_method(m, target) for m in names}, a.max_new_tokens)
+    peers = transformers_modes(target.path, shipped_draft(), a.max_new_tokens, tok.eos_ids) if a.peers != "none" else {}
+    note = (", ".join(f"{k} {v}" for k, v in version().items()) + "; llama.cpp: not wired in yet"
+            if peers else "none asked for (--peers none)" if a.peers == "none" else
+            "transformers: skipped, torch or transformers is not installed; llama.cpp: not wired in yet")
+    runner = Runner(target, tok, {m: make_method(m, target) for m in names}, a.max_new_tokens, peers)
     todo = [q for q in questions if q.question_id not in done]
     if done:
         print(f"[resuming {out}: {len(done)} of {len(questions)} questions done]", file=sys.stderr)
-    bar = Progress(sum(len(q.turns) for q in todo) * (len(names) + 2), "bench specbench")
+    bar = Progress(sum(len(q.turns) for q in todo) * (len(names) + len(peers) + 2), "bench specbench")
     if not out.exists() or not done:
         out.write_text(json.dumps(dict(settings=settings)) + "\n")
     for q in todo:
@@ -280,7 +331,7 @@ def main(argv=None) -> int:
         done[q.question_id] = row
     bar.close()
     rows = [done[q.question_id] for q in questions]
-    res = dict(settings=settings, questions=len(rows), methods=summarise(rows, names),
+    res = dict(settings=settings, questions=len(rows), summary=summarise(rows, names, list(peers)), peers_note=note,
                busy=busy_words(others_load()).strip("; ") or None)
     print_and_store(report(res), res, a.json, "minispec bench specbench", argv)
     return 0
