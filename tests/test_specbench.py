@@ -90,3 +90,15 @@ def test_spec_benchs_own_file(tmp_path):
     assert {t: sum(q.task == t for q in qs) for t in specbench.TASKS} == {t: 80 for t in specbench.TASKS}
     chosen = specbench.select(qs, 8)
     assert len(chosen) == 48 and sorted(q.category for q in chosen[:8]) == sorted(specbench.MT_BENCH)
+
+
+def test_the_outputs_never_overwrite_the_questions_or_another_file(tmp_path):
+    questions = write_questions(tmp_path / "q.jsonl")
+    before = questions.read_bytes()
+    code, _, err = run_cli(["bench", "specbench", str(questions), "--json", str(questions), "--model", str(tmp_path)])
+    assert code == 2 and "files of their own" in err, err
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"some": "thing"}\n')
+    code, _, err = run_cli(["bench", "specbench", str(questions), "--out", str(other), "--model", str(tmp_path / "none")])
+    assert code == 2 and "not this command's settings" in err, err
+    assert questions.read_bytes() == before and other.read_text() == '{"some": "thing"}\n'

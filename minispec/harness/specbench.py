@@ -13,21 +13,26 @@ logit margin where it happens.
 
 Methods (``--methods``): ``prompt-lookup``, ``eagle`` (the shipped head, a chain), ``eagle-tree`` (its dynamic tree),
 ``draft`` (the shipped draft model), ``layer-skip``; each with ``k="auto"`` (trees: ``--tree auto``), its policy
-built, and its cost model calibrated, outside the timed runs. Peers (``--peers``, specbench_peers.py): transformers'
+built, and its cost model calibrated, outside the timed runs (``eagle-tree``: the automatic dynamic tree, as
+``minispec generate --tree auto``). Peers (``--peers``, specbench_peers.py): transformers'
 plain decoding, prompt lookup and assisted generation on the same weights, timed in the same alternation, each
 reported against minispec's plain decoding and against its own plain mode.
 
-Each question's results are appended to ``--out`` (JSON lines; the first line holds the settings) as soon as it is
-done, so an interrupted run started again with the same command resumes at the first question not in the file.
+Each question's results are appended to ``--out`` (JSON lines; the first line holds the settings, with the questions
+file's SHA-256) as soon as it is done, so an interrupted run started again with the same command runs only the
+questions the file lacks.
 
 Per method and task: the speedup (the task's tokens per second over plain decoding's, both summed over its
 questions), the mean accepted tokens per target pass (tau, Spec-Bench's "mean accepted tokens"), tokens per second,
-and the interquartile range of the per-question speedups.
+and the interquartile range of the per-question speedups (the printed table shows the speedup and tau, and plain
+decoding's tokens per second; ``--json`` keeps every figure). A peer mode is also reported over its own engine's
+plain mode ("transformers plain"). Each engine runs with its own thread settings (specbench_peers.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -41,7 +46,7 @@ from ..model.progress import Progress
 from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
-from .specbench_peers import transformers_modes, version
+from .specbench_peers import peers_installed, transformers_modes, version
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -57,7 +62,7 @@ class Question:
 
     @property
     def task(self) -> str:
-        return "mt_bench" if self.category in MT_BENCH else self.category
+        return "mt_bench" if self.category in MT_BENCH else self.category  # "mt_bench" itself is one too
 
 
 def read_questions(path) -> list[Question]:
@@ -66,7 +71,11 @@ def read_questions(path) -> list[Question]:
     if not path.is_file():
         raise ValueError(f"{path}: no such file (Spec-Bench's question.jsonl; see docs/specbench.md)")
     out, seen = [], {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}): a JSON lines file is expected") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}, line {n}"
@@ -102,7 +111,9 @@ def select(questions: list[Question], per_task: int | None) -> list[Question]:
     for task in [t for t in TASKS if t in by_task] + sorted(t for t in by_task if t not in TASKS):
         qs = by_task[task]
         if task == "mt_bench" and per_task is not None:
-            groups = [[q for q in qs if q.category == c] for c in MT_BENCH]
+            categories = [c for c in MT_BENCH if any(q.category == c for q in qs)] + \
+                sorted({q.category for q in qs} - set(MT_BENCH))  # "mt_bench" itself, if a file says so
+            groups = [[q for q in qs if q.category == c] for c in categories]
             qs = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
         out += qs[:per_task] if per_task is not None else qs
     return out
@@ -178,7 +189,8 @@ class Runner:
                 r["seconds"] += seconds
                 r["target_passes"] += res.stats.rounds if res.stats is not None else 0
                 answers[m].append(self.tok.decode(res.tokens, skip_special_tokens=True))
-                if res.tokens != tokens and answers[m][:-1] == answers["plain"][:-1]:
+                same_prompt = answers[m][:-1] == answers["plain"][:-1]  # its earlier turns' answers were plain's
+                if res.tokens != tokens and same_prompt:
                     j = next(i for i, (a, b) in enumerate(zip(res.tokens + [-1], tokens + [-2])) if a != b)
                     r["identical"] = False
                     r["differences"].append(dict(turn=turn, position=j, margin=margin(self.target, plain_ids + tokens[:j])))
@@ -197,14 +209,22 @@ class Peer:
 
 
 def resume(out: Path, settings: dict) -> dict[int, dict]:
-    """The questions ``out`` already holds, by question_id; a file made with other settings is refused. A last line cut
-    short by an interruption is dropped (its question runs again)."""
+    """The questions ``out`` already holds, by question_id; a file made with other settings, or not made by this
+    command, is refused. A last line cut short by an interruption is dropped (its question runs again), and the file
+    is rewritten whole, one result a line, before anything is appended."""
+    if out.exists() and not out.is_file():
+        raise ValueError(f"--out {out}: not a file")
     if not out.exists() or not out.read_text().strip():
         return {}
     lines = [x for x in out.read_text().splitlines() if x.strip()]
-    head = json.loads(lines[0])
-    if head.get("settings") != settings:
-        raise ValueError(f"--out {out} holds a run with other settings ({head.get('settings')}); give another --out, "
+    try:
+        head = json.loads(lines[0])
+    except json.JSONDecodeError:
+        head = None
+    if not isinstance(head, dict) or "settings" not in head:
+        raise ValueError(f"--out {out}: its first line is not this command's settings: not a file it wrote")
+    if head["settings"] != settings:
+        raise ValueError(f"--out {out} holds a run with other settings ({head['settings']}); give another --out, "
                          "or the same settings to resume it")
     rows = {}
     for n, line in enumerate(lines[1:], 2):
@@ -212,10 +232,13 @@ def resume(out: Path, settings: dict) -> dict[int, dict]:
             row = json.loads(line)
         except json.JSONDecodeError:
             if n < len(lines):
-                raise ValueError(f"--out {out}, line {n}: not JSON, and not the last line: the file is damaged") from None
-            out.write_text("\n".join(lines[:-1]) + "\n")  # an interrupted write: that question runs again
+                raise ValueError(f"--out {out}: result {n - 1} is not JSON, and not the last: the file is damaged") from None
+            lines = lines[:-1]  # an interrupted write: that question runs again
             break
+        if not (isinstance(row, dict) and "question_id" in row):
+            raise ValueError(f"--out {out}: result {n - 1} has no question_id: not a file this command wrote")
         rows[row["question_id"]] = row
+    out.write_text("\n".join(lines) + "\n")
     return rows
 
 
@@ -229,7 +252,7 @@ def cells(rows: list[dict], get, base) -> dict:
     out = {}
     for task in [*tasks, "overall"]:
         rs = [r for r in rows if task in ("overall", r["task"])]
-        mine, ref = [get(r) for r in rs], [base(r) for r in rs]
+        mine, ref = [get(r) for r in rs], [base(r) for r in rs]  # every run emits a token: no rate divides by 0
         passes = sum(e.get("target_passes", 0) for e in mine)
         per_q = [rate([e]) / rate([b]) for e, b in zip(mine, ref)]
         out[task] = dict(speedup=rate(mine) / rate(ref), tau=sum(e["tokens"] for e in mine) / passes if passes else None,
@@ -264,9 +287,10 @@ def report(res: dict) -> str:
     fmt = lambda c: f"{c['speedup']:.2f}x" + (f" ({c['tau']:.2f})" if c["tau"] else "")  # noqa: E731
     rows = [["plain decoding (tokens/s)", *(f"{c['tokens_per_s']:.1f}" for c in s["plain"]["tasks"].values())]]
     rows += [[m, *(fmt(c) for c in v["tasks"].values())] for m, v in s["methods"].items()]
-    rows += [[f"{m} (its own plain: x)", *(f"{fmt(c)} ({o['speedup']:.2f}x)" if v["own"] else fmt(c)
-                                           for c, o in zip(v["tasks"].values(), (v["own"] or v["tasks"]).values()))]
-             for m, v in s["peers"].items()]
+    for m, v in s["peers"].items():  # a peer: over minispec's plain, and (in brackets) over its own engine's plain
+        own = v["own"] or {}
+        rows.append([f"{m} (x over its own plain)", *(fmt(c) + (f" ({own[t]['speedup']:.2f}x)" if t in own else "")
+                                                       for t, c in v["tasks"].items())])
     lines = markdown_table(f"Spec-Bench on this machine: speedup over minispec's plain decoding (tau: mean accepted "
                            f"tokens per target pass), greedy, {res['settings']['max_new_tokens']} new tokens per turn, "
                            f"{res['questions']} questions", ["method", *tasks], rows)
@@ -285,7 +309,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="minispec bench specbench", description=__doc__.splitlines()[0])
     ap.add_argument("questions", help="Spec-Bench's question.jsonl (for example ../shared/external_prompts/"
                                       "spec_bench_question.jsonl); read in place, never copied")
-    ap.add_argument("--per-task", type=int, help="the first N questions of each task (default: all 480)")
+    ap.add_argument("--per-task", type=int, help="the first N questions of each task (default: every question of "
+                                                 "the file; Spec-Bench has 480)")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn (default 128)")
     ap.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma-separated, of {', '.join(METHODS)} "
                                                               f"(default {DEFAULT_METHODS})")
@@ -307,13 +332,23 @@ def main(argv=None) -> int:
         ap.error(f"--methods {a.methods}: give distinct names of {', '.join(METHODS)}")
     check_json_path(a.json)
     out = Path(a.out)
-    check_json_path(str(out))
+    if not out.resolve().parent.is_dir():
+        raise ValueError(f"--out {out}: directory {out.resolve().parent} does not exist")
+    paths = {Path(a.questions).resolve(): "the questions file", out.resolve(): "--out"}
+    if a.json and Path(a.json).resolve() in paths or out.resolve() == Path(a.questions).resolve():
+        raise ValueError(f"--json and --out must be files of their own, not {' or '.join(paths.values())}")
     questions = select(read_questions(a.questions), a.per_task)  # refused before the model loads
-    settings = dict(questions=Path(a.questions).name, per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names,
-                    model=a.model, peers=a.peers)
+    missing = [m for m in names if m in ("eagle", "eagle-tree") and shipped_eagle() is None
+               or m == "draft" and shipped_draft() is None]
+    if missing:
+        raise ValueError(f"--methods: {', '.join(missing)}: its weights are not in weights/ (a clean clone has them)")
+    with_peers = a.peers != "none" and peers_installed()
+    settings = dict(questions=Path(a.questions).name, sha256=hashlib.sha256(Path(a.questions).read_bytes()).hexdigest(),
+                    per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names, model=a.model,
+                    peers="transformers" if with_peers else "none")
     done = resume(out, settings)
     target, tok = load_target(a.model)
-    peers = transformers_modes(target.path, shipped_draft(), a.max_new_tokens, tok.eos_ids) if a.peers != "none" else {}
+    peers = transformers_modes(target.path, shipped_draft(), a.max_new_tokens, tok.eos_ids) if with_peers else {}
     note = (", ".join(f"{k} {v}" for k, v in version().items()) + "; llama.cpp: not wired in yet"
             if peers else "none asked for (--peers none)" if a.peers == "none" else
             "transformers: skipped, torch or transformers is not installed; llama.cpp: not wired in yet")
