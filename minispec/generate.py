@@ -30,7 +30,7 @@ def generate(model: Model, prompt_ids, max_new_tokens: int, *, temperature: floa
     cache = model.new_cache(len(ids) + max_new_tokens)
     logits = model.forward(ids, cache, last=1)[0]  # [V]: prefill
     while True:
-        probs = w(logits, seq + out, strict=True)  # [V]
+        probs = w(logits, seq + out if w.processors else None, strict=True)  # [V]: the prefix only when read
         token = noise.race(probs, len(ids) + len(out)) if keyed else sample(probs, rng)
         out.append(token)
         if on_token:
