@@ -133,3 +133,42 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
     assert again["features"] and again["dropped"][0]["run"] == "planted"
     with np.load(out / f"shard-{first:05d}.npz") as z:
         assert z["tokens"].tolist() == windows and z["top"].shape == (len(windows), 32)
+
+
+def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_them_is_replaced(tmp_path, monkeypatch):
+    """--asked: the target writes the chat requests; the quoted request is kept, one that holds a whole short
+    evaluation prompt is replaced by a template's, and the settings record the share (a folder made without it is
+    refused)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from minispec.recipes.eval_overlap import MINISPEC_DATA, file_texts
+
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    short = next(t for t in file_texts(MINISPEC_DATA / "chat.jsonl") if 3 <= len(t.split()) < 8)
+    good = "How do I keep a sourdough starter alive over a long holiday?"
+    made = []
+
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0):
+        if temperature != 1.0:  # the requests: one good, one that holds an evaluation prompt
+            said = [f'A user might ask: "{good}"', f'A user might ask: "{short}"']
+            return [p + tok.encode(said[j % 2]) for j, p in enumerate(prompts)]
+        made.extend(tok.decode(p) for p in prompts)
+        return [p + [5, 6, 7] for p in prompts]
+    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    out = tmp_path / "data"
+    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
+           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    assert eagle_data.main([*run, "--asked", "0.5"]) == 0
+    rec = json.loads((out / "shard-00000.json").read_text())
+    assert rec["asked"] == 1 and rec["kind"] == "chat-greedy"
+    assert sum(good in m for m in made) == 1 and not any(short in m for m in made) and len(made) == 4
+    assert json.loads((out / "settings.json").read_text())["asked"] == 0.5
+    assert eagle_data.main([*run, "--asked", "0"]) == 2  # other settings: refused
+
+
+@pytest.mark.parametrize("bad", [["--kinds", "chat-greedy,poetry"], ["--asked", "1.5"], ["--kinds", ""]])
+def test_bad_kinds_or_share_are_refused_before_anything_loads(tmp_path, bad, capsys):
+    assert eagle_data.main(["--out", str(tmp_path / "d"), *bad]) == 2
+    assert "error: --" in capsys.readouterr().err and not (tmp_path / "d").exists()

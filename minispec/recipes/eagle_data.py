@@ -23,6 +23,12 @@ other settings is refused). Shards cycle through seven kinds:
   standard-library function (write it from its docstring's first line, or explain it);
 - ``text``: standard-library source in chunks of ``--seq`` tokens (teacher-forced: no generation).
 
+``--kinds`` sets another cycle (``chat-greedy,chat-t1``: a folder of answers only). ``--asked F``: a share F of the
+chat instructions are written by the target itself (self-instruct, Wang et al. 2023, arXiv 2212.10560): asked for a
+request of some style about some subject, it writes one. Template x topic prompts repeat
+their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
+prompt (fewer than 8 words, which the window rule cannot see) is replaced by a template's (``EvalRuns.holds_short``).
+
 Every window (prompt + answer, or chunk) that shares a run of 8 lowercased words with an evaluation prompt
 (``eval_overlap.py``: minispec/data and the external prompt sets) is dropped before its features are computed, and
 listed in ``manifest.json`` (the repository commits a copy: docs/eagle/data_manifest.json).
@@ -80,6 +86,23 @@ MORE_TEMPLATES = [
 ]
 
 
+ASK_STYLES = [
+    "question", "how-to question", "why question", "request for advice", "request for a short poem",
+    "request for a list of ideas", "request for an email", "request for a recipe", "request for tips",
+    "request for a short story", "what-if question", "request for a plan", "request for a comparison",
+    "request for a simple explanation", "request for a definition", "question a student might ask",
+]
+SUBJECTS = [
+    "cooking", "travel", "health", "history", "science", "money", "friendship", "pets", "sports", "music", "movies",
+    "the weather", "cars", "home repair", "school", "work", "programming", "mathematics", "geography", "art", "books",
+    "gardening", "animals", "space", "the ocean", "food", "exercise", "sleep", "language", "holidays", "shopping",
+    "technology", "phones", "computers", "the environment", "energy", "chemistry", "physics", "biology", "medicine",
+    "psychology", "philosophy", "law", "politics", "economics", "business", "marketing", "writing", "poetry",
+    "photography", "fashion", "architecture", "cities", "farming", "insects", "birds", "plants", "rivers",
+    "mountains", "deserts", "festivals", "family life", "parenting", "careers", "hobbies", "games", "puzzles",
+]
+
+
 def all_topics():
     from .train_draft import TOPICS
     return TOPICS + MORE_TOPICS
@@ -120,22 +143,44 @@ def chat_instruction(files, rng) -> str:
     return "Explain what this Python function does:\n```python\n" + "\n".join(body[:15]) + "\n```"
 
 
-def shard_prompts(kind: str, files, tok, n: int, rng) -> list[list[int]]:
+def asked_instructions(target, tok, n: int, rng, seed: int, overlap) -> list[str | None]:
+    """n requests the target writes itself (the module docstring's ``--asked``), at T = 0.6 and top-p 0.9: the text
+    between its first pair of double quotes (it answers 'A user might ask: "..."'), else its first line; None where
+    that is not 3 to 40 words, or holds a short evaluation prompt."""
+    subjects = all_topics() + SUBJECTS
+    metas = [f"Write one {ASK_STYLES[rng.integers(len(ASK_STYLES))]} about {subjects[rng.integers(len(subjects))]} "
+             "that a user could ask a chatbot. Only write the request itself, in one sentence." for _ in range(n)]
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": m}])) for m in metas]
+    out = []
+    for p, s in zip(prompts, generate(target, tok, prompts, 48, False, seed, temperature=0.6, top_p=0.9)):
+        text = tok.decode([t for t in s[len(p):] if t not in tok.eos_ids]).strip()
+        quoted = text.split('"')
+        text = (quoted[1] if len(quoted) >= 3 else text.split("\n")[0]).strip()
+        ok = 3 <= len(text.split()) <= 40 and not overlap.holds_short(text)
+        out.append(text if ok else None)
+    return out
+
+
+def shard_prompts(kind: str, files, tok, n: int, rng, asked=None) -> list[list[int]]:
+    """The shard's prompts; ``asked``: requests the target wrote (None: a template's instead) for the first of them."""
     if kind.startswith("code"):
         from .train_draft import code_prompts
         return code_prompts(files, tok, n, rng)
-    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": chat_instruction(files, rng)}]))
-            for _ in range(n)]
+    asked = list(asked or [])
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": (asked[j] if j < len(asked) and asked[j]
+                                                                             else chat_instruction(files, rng))}]))
+            for j in range(n)]
 
 
-def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int) -> list[list[int]]:
+def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int, temperature: float = 1.0,
+             top_p: float = 1.0) -> list[list[int]]:
     """prompt + the target's continuation (to its end-of-sequence token, included), for each prompt."""
     import torch
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding with <|endoftext|>
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     torch.manual_seed(seed)
-    sampling = {} if greedy else dict(temperature=1.0, top_k=0, top_p=1.0)
+    sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=top_p)
     with torch.no_grad():
         out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=not greedy,
                               pad_token_id=0, eos_token_id=tok.eos_ids, **sampling)
@@ -146,10 +191,10 @@ def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int) -> 
     return seqs
 
 
-def text_index(i: int) -> int:
+def text_index(i: int, kinds=KINDS) -> int:
     """Which text shard shard ``i`` is: the number of text shards before it (bug: i // len(KINDS) gave the two text
     shards of a cycle the same files)."""
-    return sum(KINDS[j % len(KINDS)] == "text" for j in range(i))
+    return sum(kinds[j % len(kinds)] == "text" for j in range(i))
 
 
 def text_windows(files, tok, shard: int, per_shard: int, seq: int, seed: int) -> list[list[int]]:
@@ -232,17 +277,23 @@ def windows_without_features(out: Path) -> dict:
 
 def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -> tuple[dict, dict]:
     """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``)."""
-    kind = KINDS[i % len(KINDS)]
+    kind = args.kinds[i % len(args.kinds)]
     t0 = time.perf_counter()
+    asked = 0
     if args.generate_only and kind == "text":
         raise ValueError(f"shard {i} is a text shard: --generate-only makes generated shards only")
     if made is not None and kind != "text" and i in made:
         seqs = made[i]
     elif kind == "text":
-        seqs = text_windows(files, tok, text_index(i), args.text_files, args.seq, args.seed)
+        seqs = text_windows(files, tok, text_index(i, args.kinds), args.text_files, args.seq, args.seed)
     else:
         rng = np.random.default_rng((args.seed, i))
-        prompts = shard_prompts(kind, files, tok, args.gen_batch, rng)
+        requests = None
+        if kind.startswith("chat") and args.asked > 0:
+            m = int(round(args.asked * args.gen_batch))
+            requests = asked_instructions(target, tok, m, rng, args.seed * 100_000 + 50_000 + i, overlap)
+            asked = sum(r is not None for r in requests)
+        prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         new = args.chat_tokens if kind.startswith("chat") else args.code_tokens
         seqs = [s[: args.seq] for s in generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i)]
     t1 = time.perf_counter()
@@ -257,6 +308,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     starts = np.cumsum([0] + [len(s) for s in kept])
     arrays.update(tokens=np.array([t for s in kept for t in s], np.int32), starts=starts)
     record = dict(shard=i, kind=kind, windows=len(seqs), kept=len(kept), tokens=int(starts[-1]), dropped=dropped,
+                  asked=asked,
                   features=not args.generate_only,
                   reused=bool(made is not None and kind != "text" and i in made),
                   generation_minutes=(t1 - t0) / 60, feature_minutes=(time.perf_counter() - t1) / 60)
@@ -271,9 +323,11 @@ def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | 
                          "any evaluation prompt (minispec/recipes/eval_overlap.py)",
                     evaluation_files=overlap.files, external_prompts=str(external) if external else None,
                     evaluation_runs=len(overlap), seed=args.seed, seq=args.seq, layers=dict(low=LOW, mid=MID),
+                    kinds=list(args.kinds), asked_share=args.asked,
+                    asked_requests=sum(r.get("asked", 0) for r in records),
                     shards=len(records), tokens=sum(r["tokens"] for r in records),
                     windows=sum(r["windows"] for r in records), kept=sum(r["kept"] for r in records),
-                    tokens_by_kind={k: sum(r["tokens"] for r in records if r["kind"] == k) for k in sorted(set(KINDS))},
+                    tokens_by_kind={k: sum(r["tokens"] for r in records if r["kind"] == k) for k in sorted(set(args.kinds))},
                     minutes=dict(generation=sum(r["generation_minutes"] for r in records),
                                  features=sum(r["feature_minutes"] for r in records)),
                     shard_minutes=[dict(shard=r["shard"], kind=r["kind"], tokens=r["tokens"],
@@ -299,6 +353,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--code-tokens", type=int, default=192, help="new tokens per code continuation")
     p.add_argument("--text-files", type=int, default=6, help="standard-library files per text shard")
     p.add_argument("--seq", type=int, default=384, help="the longest window kept, in tokens")
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help="the cycle of shard kinds, comma-separated (default: %(default)s)")
+    p.add_argument("--asked", type=float, default=0.0, metavar="F",
+                   help="share of chat instructions the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--export", default=None, metavar="FILE",
                    help="write the generated windows (token ids only, compressed) to FILE and stop")
@@ -319,6 +377,15 @@ def main(argv=None) -> int:
     if args.tokens <= 0 or args.gen_batch <= 0 or args.seq < 16:
         print("error: --tokens and --gen-batch must be positive and --seq at least 16", file=sys.stderr)
         return 2
+    args.kinds = tuple(k.strip() for k in args.kinds.split(","))
+    unknown = sorted(set(args.kinds) - set(KINDS))
+    if unknown or not args.kinds:
+        print(f"error: --kinds {','.join(args.kinds)}: unknown kind {unknown}; the kinds are {sorted(set(KINDS))}",
+              file=sys.stderr)
+        return 2
+    if not 0.0 <= args.asked <= 1.0:
+        print(f"error: --asked {args.asked}: a share, from 0 to 1", file=sys.stderr)
+        return 2
     external = None if args.external_prompts == "none" else Path(args.external_prompts or external_prompts_dir())
     if external is not None and not external.is_dir():
         print(f"error: {external}: no external evaluation prompts there, so windows that copy them could not be "
@@ -338,7 +405,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
     shaping = dict(seed=args.seed, gen_batch=args.gen_batch, chat_tokens=args.chat_tokens, code_tokens=args.code_tokens,
-                   text_files=args.text_files, seq=args.seq, kinds=list(KINDS), low=LOW, mid=MID, text_order="text_index")
+                   text_files=args.text_files, seq=args.seq, kinds=list(args.kinds), low=LOW, mid=MID, text_order="text_index")
+    if args.asked:  # (absent at 0, so that folders and exports made before --asked keep their settings)
+        shaping["asked"] = args.asked
     settings = out / "settings.json"
     if settings.exists() and json.loads(settings.read_text()) != shaping:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
@@ -407,7 +476,7 @@ def main(argv=None) -> int:
         write_shard(i)
     i = 0
     while manifest["tokens"] < args.tokens:
-        if not (out / f"shard-{i:05d}.json").exists() and not (args.generate_only and KINDS[i % len(KINDS)] == "text"):
+        if not (out / f"shard-{i:05d}.json").exists() and not (args.generate_only and args.kinds[i % len(args.kinds)] == "text"):
             write_shard(i)
         i += 1
     log(f"done: {manifest['tokens']} tokens in {manifest['shards']} shards")

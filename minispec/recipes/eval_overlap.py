@@ -72,16 +72,31 @@ def file_texts(path: Path) -> list[str]:
     return out
 
 
+def bare_words(text: str) -> tuple[str, ...]:
+    """Lowercased words with their punctuation stripped ("Why is the ocean salty?" -> why is the ocean salty)."""
+    return tuple(w for w in ("".join(c for c in w if c.isalnum()) for w in words(text)) if w)
+
+
 class EvalRuns:
-    """The set of evaluation word runs, and where each came from: ``hit(text)`` -> the first shared run, or None."""
+    """The set of evaluation word runs, and where each came from: ``hit(text)`` -> the first shared run, or None.
+    ``holds_short(text)``: whether ``text`` holds a whole evaluation string shorter than a run (no run of ``RUN``
+    words can see it), punctuation aside; for a short request the target wrote itself (eagle_data.py's ``--asked``)."""
 
     def __init__(self, files: list[Path]):
         self.files = [dict(name=p.name, sha256=hashlib.sha256(p.read_bytes()).hexdigest()) for p in files]
         self.source: dict[tuple, str] = {}
+        self.short: set[tuple[str, ...]] = set()
         for p in files:
             for text in file_texts(p):
                 for r in runs(text):
                     self.source.setdefault(r, p.name)
+                bare = bare_words(text)
+                if 2 <= len(bare) < RUN:
+                    self.short.add(bare)
+
+    def holds_short(self, text: str) -> bool:
+        w = bare_words(text)
+        return any(w[i: i + n] in self.short for n in range(2, RUN) for i in range(len(w) - n + 1))
 
     def hit(self, text: str):
         """(the shared run as text, the file it is in), or None when ``text`` shares no run."""

@@ -183,7 +183,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m minispec.recipes.train_eagle_ttt", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory for the head")
-    p.add_argument("--data", default=None, help="the shard folder (default: $MINISPEC_CACHE/eagle-data-v2)")
+    p.add_argument("--data", nargs="+", default=None, metavar="DIR",
+                   help="the shard folders, read in this order (default: $MINISPEC_CACHE/eagle-data-v2)")
     p.add_argument("--run-dir", default=None, help="checkpoints and log (default: $MINISPEC_CACHE/eagle-train-...)")
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
     p.add_argument("--seed", type=int, default=0)
@@ -221,12 +222,14 @@ def main(argv=None) -> int:
         log(f"error: {target_dir}: the head is trained against the embedding matrix as the LM head, so it needs a "
             "target with tied embeddings (SmolLM2's)")
         return 2
-    folder = Path(args.data) if args.data else cache_dir() / "eagle-data-v2"
+    folders = [Path(d) for d in args.data] if args.data else [cache_dir() / "eagle-data-v2"]
     try:
-        data = load_shards(folder, log)
+        parts = [load_shards(folder, log) for folder in folders]
     except FileNotFoundError as e:
         log(f"error: {e}")
         return 2
+    data = dict(tokens=[t for d in parts for t in d["tokens"]], feats=[f for d in parts for f in d["feats"]],
+                shard=np.concatenate([d["shard"] for d in parts]), kind=[k for d in parts for k in d["kind"]])
     greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
     held = greedy[HELD_OUT - 1:: HELD_OUT]  # every 20th greedy generation, in the order the shards made them
     rows = np.setdiff1d(np.arange(len(data["tokens"])), held)
@@ -312,14 +315,15 @@ def main(argv=None) -> int:
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
     order = frequency_order([data["tokens"][r] for r in rows], eos, V)
-    manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").exists() else {}
+    manifests = [json.loads((f / "manifest.json").read_text()) for f in folders if (f / "manifest.json").exists()]
+    minutes = {k: sum(m.get("minutes", {}).get(k) or 0.0 for m in manifests) for k in ("generation", "features")}
     n_params = sum(x.numel() for x in head.parameters())
     summary = dict(recipe="minispec.recipes.train_eagle_ttt", parameters=n_params, trained_reduced_vocab=len(freq),
                    reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
                    generated_sequences=int(sum(k != "text" for k in data["kind"])), sequences=len(data["tokens"]),
                    training_tokens=n_tokens, steps=steps, unroll=args.unroll,
-                   generation_minutes=manifest.get("minutes", {}).get("generation"),
-                   feature_minutes=manifest.get("minutes", {}).get("features"),
+                   data_folders=[str(f) for f in folders],
+                   generation_minutes=minutes["generation"], feature_minutes=minutes["features"],
                    training_minutes=state["seconds"] / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
                    held_out={"by_depth": held_out, "held_out_windows": len(held), "trained_vocab": len(freq)},
                    loss_curve={st: [[float(x) for x in row] for row in np.mean(state["curve"][max(0, st - 25): st + 1], axis=0)]
