@@ -1,7 +1,10 @@
-"""The batch-invariance measurement (minispec/harness/batch_invariance.py) tells a model whose rows do not depend on
-the pass from one whose rows do."""
+"""Batch invariance: the measurement (minispec/harness/batch_invariance.py) tells a model whose rows do not depend
+on the pass from one whose rows do, and under the numba kernel a row's logits are bitwise the same in a pass of 1,
+2, 3, 4, 8 or 16 rows, and in a tree pass with its mask, on a tiny model and on SmolLM2; a twin of the kernel whose
+1-row tile keeps 4 sums, not 16 (the kernel before it was made invariant), is caught."""
 
 import numpy as np
+import pytest
 
 from minispec.harness import batch_invariance
 from minispec.model import load_model
@@ -32,8 +35,73 @@ class Drifting(RowByRow):
 def test_it_finds_invariant_rows_invariant_and_a_pass_dependent_twin_not(tmp_path):
     model = load_model(write_random_model(tmp_path / "m", seed=5))
     ids = [int(t) for t in np.random.default_rng(0).integers(0, 64, 48)]
-    same = batch_invariance.measure(RowByRow(model), ids, prefix=16)
+    same = batch_invariance.measure(RowByRow(model), ids, prefix=16, tree=False)
     assert all(same[str(n)]["identical_rows"] == 1.0 and same[str(n)]["max_abs_diff"] == 0.0 for n in batch_invariance.NS)
-    drift = batch_invariance.measure(Drifting(model), ids, prefix=16)
+    drift = batch_invariance.measure(Drifting(model), ids, prefix=16, tree=False)
     assert all(drift[str(n)]["identical_rows"] < 1.0 for n in batch_invariance.NS)
     assert drift["16"]["max_abs_diff"] > 0
+
+
+def twin_matmul():
+    """The planted twin: numba_kernel.matmul with a 1-row tile of 4 outputs (4 running sums, where the 4-row tiles
+    keep 16): the compiler vectorizes its loop another way, so a row rounds differently alone than in a pass of 4."""
+    from numba import njit, prange
+
+    from minispec.model import numba_kernel as nk
+
+    @njit(parallel=True, fastmath=nk.FASTMATH)
+    def rows4(x, rows, out):
+        T, n_out = x.shape[0], rows.shape[0]
+        for j4 in prange(n_out // 4):
+            j = 4 * j4
+            t = 0
+            while t + 4 <= T:
+                nk._tile4(x, rows, out, t, j)
+                t += 4
+            for tt in range(t, T):
+                s0 = s1 = s2 = s3 = np.float32(0.0)
+                for i in range(x.shape[1]):
+                    s0 += x[tt, i] * rows[j, i]; s1 += x[tt, i] * rows[j + 1, i]  # noqa: E702
+                    s2 += x[tt, i] * rows[j + 2, i]; s3 += x[tt, i] * rows[j + 3, i]  # noqa: E702
+                out[tt, j], out[tt, j + 1], out[tt, j + 2], out[tt, j + 3] = s0, s1, s2, s3
+
+    def matmul(x, rows):
+        out = np.empty((x.shape[0], rows.shape[0]), np.float32)
+        rows4(np.ascontiguousarray(x), rows, out)
+        return out
+    return matmul
+
+
+WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, vocab_size=96)
+
+
+def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(tmp_path, monkeypatch):
+    pytest.importorskip("numba")
+    from minispec.model import numba_kernel
+    from minispec.model.tiny import tiny_config
+
+    model = load_model(write_random_model(tmp_path / "m", tiny_config(**WIDE), seed=5), kernel="numba")
+    ids = [int(t) for t in np.random.default_rng(0).integers(0, 96, 48)]
+    got = batch_invariance.measure(model, ids, prefix=16)
+    assert all(got[str(n)]["identical_rows"] == 1.0 for n in batch_invariance.NS), got
+    assert got["tree"]["identical_rows"] == 1.0 and got["tree"]["rows"] == 10, got["tree"]
+    monkeypatch.setattr(numba_kernel, "matmul", twin_matmul())
+    twin = load_model(write_random_model(tmp_path / "m", tiny_config(**WIDE), seed=5), kernel="numba")
+    caught = batch_invariance.measure(twin, ids, prefix=16)
+    assert caught["4"]["identical_rows"] < 1.0 and caught["tree"]["identical_rows"] < 1.0
+
+
+def test_numba_rows_are_batch_invariant_on_smollm2():
+    """The real model: 24 positions of a code prompt, in passes of 1 to 16 rows, and a tree pass."""
+    pytest.importorskip("numba")
+    from minispec.harness.prompts import load_prompts
+    from minispec.model import load_tokenizer
+    from minispec.model.fetch import fetch_smollm2
+
+    d = fetch_smollm2(log=lambda m: None)
+    tok = load_tokenizer(d)
+    ids = [t for p in load_prompts("code", tok, 2) for t in p][: 32 + 24]
+    got = batch_invariance.measure(load_model(d, kernel="numba"), ids, prefix=32)
+    assert all(got[str(n)]["identical_rows"] == 1.0 and got[str(n)]["max_abs_diff"] == 0.0
+               for n in batch_invariance.NS), got
+    assert got["tree"]["identical_rows"] == 1.0, got["tree"]

@@ -5,9 +5,12 @@
 Greedy speculative output equals plain greedy output token for token only if the target's row for a position is
 the same in a verification pass (n rows) as in a plain step (one row). For each kernel this feeds a code prompt of
 ``--positions`` tokens after a 32-token prefix: once one token per pass (the reference), then in passes of n rows
-(n = 2, 4, 8, 16). For each n it records the share of rows whose logits are bitwise identical to the reference's,
-the largest absolute difference, and the rows whose argmax changed, with the reference's top-2 margin there (a
-flip needs a margin below the difference).
+(n = 2, 3, 4, 8, 16; passes of 3 put a row in every place of the kernel's 4-row tiles). For each n it records the
+share of rows whose logits are bitwise identical to the reference's, the largest absolute difference, and the rows
+whose argmax changed, with the reference's top-2 margin there (a flip needs a margin below the difference).
+
+``tree``: the rows of one tree verification pass (tree.verify_tree: 3 branches of 3 nodes after the prefix, siblings
+masked out of each other's keys), each against its own path fed one token per pass.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 
 from ..model.provenance import provenance
 
-NS = (2, 4, 8, 16)
+NS = (2, 3, 4, 8, 16)
 
 
 def rows_in_passes(model, ids: list[int], prefix: int, n: int) -> np.ndarray:
@@ -34,7 +37,34 @@ def rows_in_passes(model, ids: list[int], prefix: int, n: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def measure(model, ids: list[int], prefix: int) -> dict:
+def tree_rows(model, ids: list[int], prefix: int, width: int = 3, depth: int = 3) -> dict:
+    """A tree's rows from one masked pass against each node's path run one row per pass (module docstring). The
+    first branch follows ``ids``; the others take tokens from further on in it."""
+    from ..tree import Tree, verify_tree
+
+    tree, paths = Tree(), [[]]
+    for b in range(width):
+        node = 0
+        for d in range(depth):
+            node = tree.add(node, int(ids[prefix + 1 + d + 7 * b]), np.zeros(0, np.float32))
+            paths.append(tree.path(node))
+    cache = model.new_cache(prefix + 1 + len(tree))
+    model.forward(ids[:prefix], cache, last=1)
+    got = verify_tree(model, cache, [ids[prefix]], tree)  # [N+1, V]: the root, then the nodes
+    ref = []
+    for path in paths:
+        cache = model.new_cache(prefix + 1 + depth)
+        model.forward(ids[:prefix], cache, last=1)
+        row = model.forward([ids[prefix]], cache)
+        for token in [tree.tokens[n] for n in path]:
+            row = model.forward([token], cache)
+        ref.append(row[0])
+    ref = np.array(ref)
+    return dict(rows=len(ref), identical_rows=float(np.all(got == ref, axis=1).mean()),
+                max_abs_diff=float(np.abs(got - ref).max()))
+
+
+def measure(model, ids: list[int], prefix: int, tree: bool = True) -> dict:
     ref = rows_in_passes(model, ids, prefix, 1)
     top2 = np.sort(ref, axis=1)[:, -2:]
     margin = top2[:, 1] - top2[:, 0]
@@ -46,6 +76,8 @@ def measure(model, ids: list[int], prefix: int) -> dict:
         out[str(n)] = dict(identical_rows=float(same.mean()), max_abs_diff=float(np.abs(got - ref).max()),
                            argmax_flips=[dict(row=int(r), margin=float(margin[r])) for r in flips])
     out["smallest_margin"] = float(margin.min())
+    if tree:
+        out["tree"] = tree_rows(model, ids, prefix)
     return out
 
 

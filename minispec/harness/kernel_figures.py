@@ -79,6 +79,8 @@ def values(root: Path) -> dict[str, str]:
         out[f"kernel.{k}.r4"] = f"{v['r']['4']:.2f}"
         out[f"kernel.{k}.r8"] = f"{v['r']['8']:.2f}"
         out[f"kernel.{k}.t1"] = f"{v['ms']['1']:.1f} ms"
+    for k, v in load(root, "docs/kernel/batch_invariance.json")["kernels"].items():  # python -m ...batch_invariance
+        out[f"kernel.{k}.bi_max"] = f"{max(x['max_abs_diff'] for x in v.values() if isinstance(x, dict)):.1e}"
     for k, rel in STUDIES.items():
         s = load(root, rel)
         b = best_fixed(s, EAGLE, pset="code")

@@ -4,7 +4,9 @@
   for 2 or more rows. Weights are [in, out] arrays.
 - ``numba`` (optional: ``pip install -e ".[fast]"``): ``numba_kernel.matmul_rows``, which reads each
   weight once for every row. Weights are packed once, at load, as a ``PackedMatrix``: the same numbers
-  stored by output rows ([out, in], the file's own layout), and no second copy.
+  stored by output rows ([out, in], the file's own layout), and no second copy. Its attention
+  (``numba_kernel.attention``, the model's ``attend``) computes each row alone: with it, a row's logits do not
+  depend on the pass (batch-invariant rows).
 
 The seam is ``transformer.linear(x, w)``: a weight is either an array (NumPy multiplies it) or a ``PackedMatrix``,
 the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer functions read the same

@@ -1,4 +1,4 @@
-"""The numba kernel: ``x @ w`` for a few rows, reading each weight once for all of them.
+"""The numba kernel: ``x @ w`` for a few rows, reading each weight once for all of them; and attention, row by row.
 
 Read it as ``out = x @ w``, with ``w`` stored by rows (``rows = w.T``, [out, in]: the Hugging Face
 file's own layout). Why it is faster than NumPy's BLAS for verification: a decode step is bound by
@@ -9,9 +9,21 @@ memory once, and every input row is multiplied by it while it sits in registers 
 after the first add arithmetic, not traffic (llamafile's tinyBLAS does the same in C++). How flat r(n)
 stays then depends on how much of that arithmetic hides behind the stream: ``minispec bench forward``.
 
-The work is cut into tiles of 4 outputs by 4 rows (then 2, then 1 for the rows left over): 16 running
-sums that the compiler keeps in vector registers, over the shared dimension. Output blocks of
-``BLOCK`` columns are shared between the cores (``prange``).
+The work is cut into tiles of 16 running sums, over the shared dimension, that the compiler keeps in vector
+registers: 4 rows by 4 outputs, then 2 rows by 8 outputs and 1 row by 16 outputs for the rows left over. Output
+blocks of ``BLOCK`` columns are shared between the cores (``prange``).
+
+**Batch-invariant rows.** A row's logits are bitwise the same whatever the number of rows in the pass and the row's
+place in it (``python -m minispec.harness.batch_invariance``; tests/test_batch_invariance.py). So greedy
+speculative output equals plain greedy output token for token, near-ties included. Two things give it:
+- every tile keeps the same number of sums (16), so the compiler vectorizes each tile's loop the same way and
+  a sum is split into the same vector lanes whichever tile computes it. A 1-row tile of 4 outputs (4 sums), as
+  this kernel had before, is vectorized another way and rounds differently (the test's twin);
+- attention computes each (row, head) alone (``attention_rows``): its sums over the keys run strictly in key
+  order, so the masked keys of a longer pass add exact zeros; NumPy's attention multiplies all the rows at once
+  through BLAS, whose blocking depends on the number of rows.
+This holds for the compiler and CPU the tests run on: LLVM chooses the vectorization. The rest of the forward
+(norms, RoPE, SwiGLU) is NumPy's, row by row along the last axis, which the same measurement finds invariant.
 
 Dimension key, as in ``transformer.linear``: T rows of ``x`` (tokens), in inputs (the shared dimension), out
 outputs.
@@ -68,54 +80,137 @@ def _tile4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
 
 
 @njit(fastmath=FASTMATH, inline="always")
-def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+4] = x[t:t+2] @ rows[j:j+4].T
-    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each
+def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+8] = x[t:t+2] @ rows[j:j+8].T
+    w0, w1, w2, w3, w4, w5, w6, w7 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3], rows[j + 4], rows[j + 5], rows[j + 6], rows[j + 7]
     x0, x1 = x[t], x[t + 1]  # [in] each
     z = np.float32(0.0)
-    s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = z
+    s00 = s01 = s02 = s03 = s04 = s05 = s06 = s07 = s10 = s11 = s12 = s13 = s14 = s15 = s16 = s17 = z
     for i in range(x.shape[1]):
-        a, b, c, d = w0[i], w1[i], w2[i], w3[i]
+        a, b, c, d, e, f, g, h = w0[i], w1[i], w2[i], w3[i], w4[i], w5[i], w6[i], w7[i]  # 8 weights, each used by 2 rows
         s00 += x0[i] * a; s01 += x0[i] * b; s02 += x0[i] * c; s03 += x0[i] * d  # noqa: E702
+        s04 += x0[i] * e; s05 += x0[i] * f; s06 += x0[i] * g; s07 += x0[i] * h  # noqa: E702
         s10 += x1[i] * a; s11 += x1[i] * b; s12 += x1[i] * c; s13 += x1[i] * d  # noqa: E702
-    out[t, j], out[t, j + 1], out[t, j + 2], out[t, j + 3] = s00, s01, s02, s03
-    out[t + 1, j], out[t + 1, j + 1], out[t + 1, j + 2], out[t + 1, j + 3] = s10, s11, s12, s13
+        s14 += x1[i] * e; s15 += x1[i] * f; s16 += x1[i] * g; s17 += x1[i] * h  # noqa: E702
+    r0, r1 = out[t], out[t + 1]  # [out] each
+    r0[j], r0[j + 1], r0[j + 2], r0[j + 3], r0[j + 4], r0[j + 5], r0[j + 6], r0[j + 7] = s00, s01, s02, s03, s04, s05, s06, s07
+    r1[j], r1[j + 1], r1[j + 2], r1[j + 3], r1[j + 4], r1[j + 5], r1[j + 6], r1[j + 7] = s10, s11, s12, s13, s14, s15, s16, s17
 
 
 @njit(fastmath=FASTMATH, inline="always")
-def _tile1(x, rows, out, t, j):  # out[t, j:j+4] = x[t] @ rows[j:j+4].T
-    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each
+def _tile1(x, rows, out, t, j):  # out[t, j:j+16] = x[t] @ rows[j:j+16].T
+    w = rows[j: j + 16]  # [16, in]
     x0 = x[t]  # [in]
     z = np.float32(0.0)
-    s0 = s1 = s2 = s3 = z
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = s8 = s9 = s10 = s11 = s12 = s13 = s14 = s15 = z
     for i in range(x.shape[1]):
-        s0 += x0[i] * w0[i]; s1 += x0[i] * w1[i]; s2 += x0[i] * w2[i]; s3 += x0[i] * w3[i]  # noqa: E702
-    out[t, j], out[t, j + 1], out[t, j + 2], out[t, j + 3] = s0, s1, s2, s3
+        u = x0[i]  # 1 input, used by 16 weights
+        s0 += u * w[0, i]; s1 += u * w[1, i]; s2 += u * w[2, i]; s3 += u * w[3, i]  # noqa: E702
+        s4 += u * w[4, i]; s5 += u * w[5, i]; s6 += u * w[6, i]; s7 += u * w[7, i]  # noqa: E702
+        s8 += u * w[8, i]; s9 += u * w[9, i]; s10 += u * w[10, i]; s11 += u * w[11, i]  # noqa: E702
+        s12 += u * w[12, i]; s13 += u * w[13, i]; s14 += u * w[14, i]; s15 += u * w[15, i]  # noqa: E702
+    r = out[t]  # [out]
+    r[j], r[j + 1], r[j + 2], r[j + 3], r[j + 4], r[j + 5], r[j + 6], r[j + 7] = s0, s1, s2, s3, s4, s5, s6, s7
+    r[j + 8], r[j + 9], r[j + 10], r[j + 11], r[j + 12], r[j + 13], r[j + 14], r[j + 15] = s8, s9, s10, s11, s12, s13, s14, s15
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
-    """``out = x @ rows.T`` (module docstring): every task takes BLOCK weight rows, 4 at a time, and
-    applies each group of 4 to every row of ``x`` before moving on, so that each weight leaves memory once."""
+    """``out = x @ rows.T`` (module docstring): every task takes BLOCK weight rows, 16 at a time, and
+    applies each group of 16 to every row of ``x`` before moving on, so that each weight leaves memory once."""
     T, n_out = x.shape[0], rows.shape[0]
     for block in prange((n_out + BLOCK - 1) // BLOCK):
         j, end = block * BLOCK, min(n_out, block * BLOCK + BLOCK)
-        while j + 4 <= end:  # 4 outputs at a time, every row of x
+        while j + 16 <= end:  # 16 outputs at a time, every row of x
             t = 0
-            while t + 4 <= T:
-                _tile4(x, rows, out, t, j)
+            while t + 4 <= T:  # 4 rows x 16 outputs, as four 4 x 4 tiles
+                for jj in range(j, j + 16, 4):
+                    _tile4(x, rows, out, t, jj)
                 t += 4
-            if t + 2 <= T:
+            if t + 2 <= T:  # 2 rows x 16 outputs, as two 2 x 8 tiles
                 _tile2(x, rows, out, t, j)
+                _tile2(x, rows, out, t, j + 8)
                 t += 2
-            if t < T:
+            if t < T:  # 1 row x 16 outputs
                 _tile1(x, rows, out, t, j)
-            j += 4
-        for jj in range(j, end):  # the last 1-3 outputs of a matrix whose width is not a multiple of 4
-            for t in range(T):
+            j += 16
+        for jj in range(j, end):  # the last 1-15 outputs of a matrix whose width is not a multiple of 16: each row
+            for t in range(T):  # by the same loop, whatever T
                 s = np.float32(0.0)
                 for i in range(x.shape[1]):
                     s += x[t, i] * rows[jj, i]
                 out[t, jj] = s
+
+
+# One compiled version each, for C-contiguous keys and values: numba compiles a version per array layout, each
+# vectorized its own way, so a pass whose keys came in another layout would round differently (a bug this fixed:
+# the cache's slice [:S] is contiguous only when S fills the cache). ``attention`` hands over the whole cache.
+@njit("void(float32[::1], float32[:, ::1], int64, float32[::1], float32, float32[::1])", fastmath=FASTMATH, cache=True)
+def _scores(q, k, S, mask, scale, scores):  # [HD], [S_max, HD], S, [S], scale, [S] -> scores = q . k_s * scale + mask
+    """A dot product of HD terms per key: the same length for every row, so the same sums (reassociated as
+    FASTMATH allows, but identically each time). A masked key is -inf, not computed."""
+    for s in range(S):
+        if mask[s] == -np.inf:
+            scores[s] = -np.inf
+            continue
+        d = np.float32(0.0)
+        for i in range(k.shape[1]):
+            d += q[i] * k[s, i]
+        scores[s] = d * scale + mask[s]
+
+
+@njit("void(float32[::1], float32[:, ::1], float32[::1])", cache=True)
+def _softmax_times_v(scores, v, out):  # [S], [S_max, HD], [HD] -> out = softmax(scores) @ v[:S]
+    """Sums over the S keys, strictly in key order (no fastmath here): a masked key adds an exact 0, so a row's
+    result is the same whether the pass holds S or more keys. A reassociated sum over S would not be: which
+    terms share a vector lane, and which fall to the scalar tail, depends on S."""
+    m = scores.max()
+    total = np.float32(0.0)
+    for s in range(scores.shape[0]):
+        scores[s] = np.exp(scores[s] - m)
+        total += scores[s]
+    out[:] = 0.0
+    for s in range(scores.shape[0]):
+        p = scores[s] / total
+        for i in range(out.shape[0]):  # elementwise over HD: vectorized without reordering any sum
+            out[i] += p * v[s, i]
+
+
+@njit(parallel=True, cache=True)
+def attention_rows(q, k, v, mask, out):  # [T, H, HD], [KVH, S_max, HD] twice, [T, S], [T, H, HD]
+    """``transformer.attention``, one (row, head) pair at a time, the pairs shared between the cores: every row's
+    result is computed by the same code, in the same order, whatever the number of rows in the pass."""
+    T, H, HD = q.shape
+    G, S = H // k.shape[0], mask.shape[1]
+    scale = np.float32(1.0 / np.sqrt(np.float32(HD)))
+    for th in prange(T * H):
+        t, h = th // H, th % H
+        scores = np.empty(S, np.float32)  # [S]
+        _scores(q[t, h], k[h // G], S, mask[t], scale, scores)
+        _softmax_times_v(scores, v[h // G], out[t, h])
+
+
+def _whole_cache(a):  # [KVH, S, HD] -> [KVH, S_max, HD], C-contiguous
+    """The cache that ``a = cache[:, :S]`` was cut from (a view, no copy); a copy of ``a`` if it was not cut so."""
+    if a.flags.c_contiguous:
+        return a
+    KVH, S, HD = a.shape
+    if a.strides[2] == a.itemsize and a.strides[1] == HD * a.itemsize and a.strides[0] % a.strides[1] == 0:
+        whole = np.lib.stride_tricks.as_strided(a, (KVH, a.strides[0] // a.strides[1], HD), a.strides)
+        if whole.flags.c_contiguous:
+            return whole
+    return np.ascontiguousarray(a)
+
+
+def attention(q, k, v, mask):  # [T, H, HD], [KVH, S, HD], [KVH, S, HD], [T, S] -> [T, H*HD]
+    """``transformer.attention`` through ``attention_rows`` (batch-invariant rows; module docstring)."""
+    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32:
+        raise TypeError(f"the numba kernel's attention takes float32, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if mask.shape != (q.shape[0], k.shape[1]):
+        raise ValueError(f"mask {mask.shape} for {q.shape[0]} rows and {k.shape[1]} keys")
+    out = np.empty(q.shape, np.float32)  # [T, H, HD]
+    attention_rows(np.ascontiguousarray(q), _whole_cache(k), _whole_cache(v),
+                   np.ascontiguousarray(mask, dtype=np.float32), out)
+    return out.reshape(q.shape[0], -1)
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)

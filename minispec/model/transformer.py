@@ -85,8 +85,9 @@ class LayerWeights:
     w_down: object  # [F, D]
 
 
-def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, pos0, cos, sin, mask):
-    # x [T, D]; k_cache, v_cache [KVH, S_max, HD]; writes positions pos0 .. pos0+T-1
+def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, pos0, cos, sin, mask, attend=None):
+    # x [T, D]; k_cache, v_cache [KVH, S_max, HD]; writes positions pos0 .. pos0+T-1; ``attend``: the kernel's own
+    # attention (Model.attend), None for ``attention``
     T = x.shape[0]
     H, KVH, HD = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)  # [T, D]
@@ -99,7 +100,7 @@ def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, po
     k_cache[:, pos0: pos0 + T] = k.transpose(1, 0, 2)
     v_cache[:, pos0: pos0 + T] = v.transpose(1, 0, 2)
     S = mask.shape[1]
-    x = x + linear(attention(q, k_cache[:, :S], v_cache[:, :S], mask), w.w_o)  # [T, D]
+    x = x + linear((attend or attention)(q, k_cache[:, :S], v_cache[:, :S], mask), w.w_o)  # [T, D]
     return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)  # [T, D]
 
 
@@ -118,6 +119,11 @@ class Model:
         self.cfg, self.embed, self.layers, self.final_norm, self.lm_head = cfg, embed, layers, final_norm, lm_head
         self.name, self.path = name, None  # path: the directory it was loaded from, if any
         self.kernel = kernel  # "numpy" or "numba": how its matrices are stored and multiplied (kernel.py)
+        self.attend = None  # ``attention``; the numba kernel's computes each row alone (batch-invariant rows)
+        if kernel == "numba":
+            from .numba_kernel import attention as attend_rows
+
+            self.attend = attend_rows
         self.cos, self.sin = rope_tables(cfg, cfg.max_position_embeddings)
 
     @classmethod
@@ -253,7 +259,7 @@ class Model:
         x = self.embed[backend.asarray(ids)]  # [T, D]
         with threads.running(self.kernel):  # the kernel's threads for this pass (threads.py)
             for i, w in enumerate(self.layers):
-                x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask)
+                x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask, self.attend)
             cache.length = pos0 + T
             if on_features is not None:  # every row's features: the norm over T rows costs little next to the head
                 features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
