@@ -5,7 +5,8 @@
 Greedy speculative output equals plain greedy output token for token only if the target's row for a position is
 the same in a verification pass (n rows) as in a plain step (one row). For each kernel this feeds a code prompt of
 ``--positions`` tokens after a 32-token prefix: once one token per pass (the reference), then in passes of n rows
-(n = 2, 3, 4, 8, 16; passes of 3 put a row in every place of the kernel's 4-row tiles). For each n it records the
+(n = 2, 3, 4, 8, 16; a pass of 3 rows goes through the numba kernel's 2-row and 1-row tiles, one of 4 through its
+4-row tile). For each n it records the
 share of rows whose logits are bitwise identical to the reference's, the largest absolute difference, and the rows
 whose argmax changed, with the reference's top-2 margin there (a flip needs a margin below the difference).
 

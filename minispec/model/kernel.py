@@ -5,12 +5,12 @@
 - ``numba`` (optional: ``pip install -e ".[fast]"``): ``numba_kernel.matmul_rows``, which reads each
   weight once for every row. Weights are packed once, at load, as a ``PackedMatrix``: the same numbers
   stored by output rows ([out, in], the file's own layout), and no second copy. Its attention
-  (``numba_kernel.attention``, the model's ``attend``) computes each row alone: with it, a row's logits do not
-  depend on the pass (batch-invariant rows).
+  (``numba_kernel.attention``, the model's ``attend``) computes each row alone; with that and its tiles of 16 sums
+  a row's logits do not depend on the pass (batch-invariant rows, numba_kernel.py).
 
-The seam is ``transformer.linear(x, w)``: a weight is either an array (NumPy multiplies it) or a ``PackedMatrix``,
-the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer functions read the same
-under both kernels.
+The seams are ``transformer.linear(x, w)`` and ``Model.attend``. A weight is either an array (NumPy multiplies it)
+or a ``PackedMatrix``, the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer
+functions read the same under both kernels.
 
 A kernel is chosen, in this order, by the ``kernel=`` argument of ``load_model``, by ``use_kernel`` (what
 ``--kernel`` on the command line calls), or by ``$MINISPEC_KERNEL``; else it is ``numpy``.

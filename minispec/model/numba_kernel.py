@@ -121,11 +121,12 @@ def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x
     for block in prange((n_out + BLOCK - 1) // BLOCK):
         j, end = block * BLOCK, min(n_out, block * BLOCK + BLOCK)
         while j + 16 <= end:  # 16 outputs at a time, every row of x
-            t = 0
-            while t + 4 <= T:  # 4 rows x 16 outputs, as four 4 x 4 tiles
-                for jj in range(j, j + 16, 4):
+            for jj in range(j, j + 16, 4):  # 4 outputs x 4 rows at a time: 4 weight rows stay in L1 for all of x
+                t = 0
+                while t + 4 <= T:  # rows t..t+3
                     _tile4(x, rows, out, t, jj)
-                t += 4
+                    t += 4
+            t = T - T % 4  # the 0-3 rows left
             if t + 2 <= T:  # 2 rows x 16 outputs, as two 2 x 8 tiles
                 _tile2(x, rows, out, t, j)
                 _tile2(x, rows, out, t, j + 8)
@@ -141,9 +142,9 @@ def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x
                 out[t, jj] = s
 
 
-# One compiled version each, for C-contiguous keys and values: numba compiles a version per array layout, each
-# vectorized its own way, so a pass whose keys came in another layout would round differently (a bug this fixed:
-# the cache's slice [:S] is contiguous only when S fills the cache). ``attention`` hands over the whole cache.
+# One compiled version each, for the C-contiguous cache: numba compiles a version per array layout, each vectorized
+# its own way, so keys in another layout would round differently (a bug this fixed: the cache's slice [:S] is
+# contiguous only when S fills the cache). ``attention`` is handed the whole cache and reads its first S positions.
 @njit("void(float32[::1], float32[:, ::1], int64, float32[::1], float32, float32[::1])", fastmath=FASTMATH, cache=True)
 def _scores(q, k, S, mask, scale, scores):  # [HD], [S_max, HD], S, [S], scale, [S] -> scores = q . k_s * scale + mask
     """A dot product of HD terms per key: the same length for every row, so the same sums (reassociated as
@@ -176,12 +177,11 @@ def _softmax_times_v(scores, v, out):  # [S], [S_max, HD], [HD] -> out = softmax
 
 
 @njit(parallel=True, cache=True)
-def attention_rows(q, k, v, mask, out):  # [T, H, HD], [KVH, S_max, HD] twice, [T, S], [T, H, HD]
+def attention_rows(q, k, v, mask, scale, out):  # [T, H, HD], [KVH, S_max, HD] twice, [T, S], scale, [T, H, HD]
     """``transformer.attention``, one (row, head) pair at a time, the pairs shared between the cores: every row's
     result is computed by the same code, in the same order, whatever the number of rows in the pass."""
     T, H, HD = q.shape
     G, S = H // k.shape[0], mask.shape[1]
-    scale = np.float32(1.0 / np.sqrt(np.float32(HD)))
     for th in prange(T * H):
         t, h = th // H, th % H
         scores = np.empty(S, np.float32)  # [S]
@@ -189,27 +189,18 @@ def attention_rows(q, k, v, mask, out):  # [T, H, HD], [KVH, S_max, HD] twice, [
         _softmax_times_v(scores, v[h // G], out[t, h])
 
 
-def _whole_cache(a):  # [KVH, S, HD] -> [KVH, S_max, HD], C-contiguous
-    """The cache that ``a = cache[:, :S]`` was cut from (a view, no copy); a copy of ``a`` if it was not cut so."""
-    if a.flags.c_contiguous:
-        return a
-    KVH, S, HD = a.shape
-    if a.strides[2] == a.itemsize and a.strides[1] == HD * a.itemsize and a.strides[0] % a.strides[1] == 0:
-        whole = np.lib.stride_tricks.as_strided(a, (KVH, a.strides[0] // a.strides[1], HD), a.strides)
-        if whole.flags.c_contiguous:
-            return whole
-    return np.ascontiguousarray(a)
-
-
-def attention(q, k, v, mask):  # [T, H, HD], [KVH, S, HD], [KVH, S, HD], [T, S] -> [T, H*HD]
-    """``transformer.attention`` through ``attention_rows`` (batch-invariant rows; module docstring)."""
-    if q.dtype != np.float32 or k.dtype != np.float32 or v.dtype != np.float32:
-        raise TypeError(f"the numba kernel's attention takes float32, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if mask.shape != (q.shape[0], k.shape[1]):
-        raise ValueError(f"mask {mask.shape} for {q.shape[0]} rows and {k.shape[1]} keys")
+def attention(q, k_cache, v_cache, mask):  # [T, H, HD], [KVH, S_max, HD] twice, [T, S] -> [T, H*HD]
+    """``transformer.attention`` through ``attention_rows`` (batch-invariant rows; module docstring): the first
+    S = mask.shape[1] positions of the caches."""
+    for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("mask", mask)):
+        if a.dtype != np.float32:  # activations stay float32: another dtype is a bug upstream, not cast away here
+            raise TypeError(f"the numba kernel's attention takes float32, got {name} {a.dtype}")
+    if mask.shape[0] != q.shape[0] or mask.shape[1] > k_cache.shape[1]:
+        raise ValueError(f"mask {mask.shape} for {q.shape[0]} rows and a cache of {k_cache.shape[1]} positions")
     out = np.empty(q.shape, np.float32)  # [T, H, HD]
-    attention_rows(np.ascontiguousarray(q), _whole_cache(k), _whole_cache(v),
-                   np.ascontiguousarray(mask, dtype=np.float32), out)
+    scale = np.float32(1.0 / q.shape[2] ** 0.5)  # as transformer.attention rounds it
+    attention_rows(np.ascontiguousarray(q), np.ascontiguousarray(k_cache), np.ascontiguousarray(v_cache),
+                   np.ascontiguousarray(mask), scale, out)
     return out.reshape(q.shape[0], -1)
 
 

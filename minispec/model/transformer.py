@@ -51,11 +51,14 @@ def rope(x, cos, sin):  # [T, n, HD], [T, HD/2], [T, HD/2] -> [T, n, HD]
     return xp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
-def attention(q, k, v, mask):  # [T, H, HD], [KVH, S, HD], [KVH, S, HD], [T, S] -> [T, H*HD]
-    """Grouped-query attention: query head h reads kv head h // G. ``mask`` is additive (0 or -inf)."""
+def attention(q, k_cache, v_cache, mask):  # [T, H, HD], [KVH, S_max, HD] twice, [T, S] -> [T, H*HD]
+    """Grouped-query attention over the first S = mask.shape[1] cached positions: query head h reads kv head h // G.
+    ``mask`` is additive (0 or -inf)."""
     xp = backend.xp
     T, H, HD = q.shape
-    KVH, S, _ = k.shape
+    S = mask.shape[1]
+    k, v = k_cache[:, :S], v_cache[:, :S]  # [KVH, S, HD] each
+    KVH = k.shape[0]
     G = H // KVH
     q = q.reshape(T, KVH, G, HD).transpose(1, 2, 0, 3).reshape(KVH, G * T, HD)  # [KVH, G*T, HD]
     scores = (q @ k.transpose(0, 2, 1)).reshape(KVH, G, T, S)  # [KVH, G, T, S]
@@ -99,8 +102,7 @@ def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, po
     v = qkv[:, (H + KVH) * HD:].reshape(T, KVH, HD)  # [T, KVH, HD]
     k_cache[:, pos0: pos0 + T] = k.transpose(1, 0, 2)
     v_cache[:, pos0: pos0 + T] = v.transpose(1, 0, 2)
-    S = mask.shape[1]
-    x = x + linear((attend or attention)(q, k_cache[:, :S], v_cache[:, :S], mask), w.w_o)  # [T, D]
+    x = x + linear((attend or attention)(q, k_cache, v_cache, mask), w.w_o)  # [T, D]
     return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)  # [T, D]
 
 
@@ -119,7 +121,7 @@ class Model:
         self.cfg, self.embed, self.layers, self.final_norm, self.lm_head = cfg, embed, layers, final_norm, lm_head
         self.name, self.path = name, None  # path: the directory it was loaded from, if any
         self.kernel = kernel  # "numpy" or "numba": how its matrices are stored and multiplied (kernel.py)
-        self.attend = None  # ``attention``; the numba kernel's computes each row alone (batch-invariant rows)
+        self.attend = None  # None: ``attention`` (looked up at each call); the numba kernel's computes each row alone
         if kernel == "numba":
             from .numba_kernel import attention as attend_rows
 
