@@ -11,6 +11,7 @@ from minispec.recipes.eval_overlap import MINISPEC_DATA, EvalRuns, external_prom
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "docs" / "eagle" / "data_manifest.json"
 GENERATIONS = ROOT / "docs" / "eagle" / "generations_manifest.json"
+ASKED = ROOT / "docs" / "eagle" / "asked_manifest.json"
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +35,11 @@ def test_a_malformed_line_is_refused_with_its_number(tmp_path):
         file_texts(f)
 
 
-@pytest.mark.parametrize("manifest_file", [MANIFEST, GENERATIONS], ids=["data build", "generations"])
+@pytest.mark.parametrize("manifest_file", [MANIFEST, GENERATIONS, ASKED], ids=["data build", "generations", "asked"])
 def test_every_dropped_window_of_the_manifest_shares_a_run_with_the_file_it_names(own, manifest_file):
     """Checks the rule without the data cache: each recorded run is a run of 8 words of the evaluation file named.
-    minispec's own files are always here; a run from an external file is checked where that folder is present. Both
-    committed manifests: the data build's, and the --generate-only run's that grew weights/eagle-data/."""
+    minispec's own files are always here; a run from an external file is checked where that folder is present. The
+    committed manifests: the data build's, the --generate-only run's that grew weights/eagle-data/, and the --asked run's."""
     manifest = json.loads(manifest_file.read_text())
     external = external_prompts_dir()
     mine = {f["name"]: f["sha256"] for f in own.files}
