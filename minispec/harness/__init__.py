@@ -29,6 +29,7 @@ core (tests/test_layout.py).
     kernel_figures.py  the two kernels' figures (docs/kernel/)
     calibration_store.py  the cost model's calibrations kept on disk (the core keeps them in memory; the CLI attaches it)
     batch_invariance.py  whether a row's logits are the same in a pass of 1 and of n rows, per kernel (docs/kernel/)
+    near_ties.py    greedy identity through top-2 near-ties on SmolLM2, every drafter, per kernel (docs/kernel/)
     busy_bench.py   a target step and README's main command, quiet and beside two busy processes (docs/busy/)
     busy_figures.py  the figures of those two (docs_tables writes them in)
     example_times.py  each example's run time, measured quiet (docs/examples/times.json)
