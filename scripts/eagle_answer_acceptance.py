@@ -3,7 +3,7 @@ the way train_eagle_ttt.py's held-out evaluation is, and how many of the target'
 
     python scripts/eagle_answer_acceptance.py HEAD_DIR [--set chat] [--prompts 16] [--tokens 64] [--vocab N]
 
-Per prompt (chat prompts in the chat template): the target (transformers) decodes ``--tokens`` greedily; one pass gives
+Per prompt (rows of kind chat in the chat template): the target (transformers) decodes ``--tokens`` greedily; one pass gives
 its top features; the head is unrolled 4 steps over them (``train_eagle_ttt.unrolled``). Counted: chains started at
 answer positions only, guess d kept when guesses 1..d-1 were (as a chain keeps them). ``--vocab N``: the reduced head
 re-cut to the N most frequent tokens of its training data (token_frequency_order.json) instead of the shipped list.
@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     rows = [json.loads(line) for line in (Path(__file__).resolve().parents[1] / "minispec" / "data" / f"{a.set}.jsonl").open()]
     hit, alive, covered, total = np.zeros(4), np.zeros(4), 0, 0
     for r in rows[: a.prompts]:
-        p = (tok.encode(tok.apply_chat_template([{"role": "user", "content": r["prompt"]}])) if a.set == "chat"
-             else tok.encode(r["prompt"]))
+        p = (tok.encode(tok.apply_chat_template([{"role": "user", "content": r["prompt"]}])) if r.get("kind") == "chat"
+             else tok.encode(r["prompt"]))  # chat rows (chat, grounded) in the chat template, as harness/prompts.py
         with torch.no_grad():
             s = target.generate(torch.tensor([p]), max_new_tokens=a.tokens, do_sample=False, pad_token_id=0)[0].tolist()
             f = target.model(input_ids=torch.tensor([s]), output_hidden_states=True).hidden_states[-1].float()

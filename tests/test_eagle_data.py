@@ -137,8 +137,8 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
 
 def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_them_is_replaced(tmp_path, monkeypatch):
     """--asked: the target writes the chat requests; the quoted request is kept, one that holds a whole short
-    evaluation prompt is replaced by a template's, and the settings record the share (a folder made without it is
-    refused)."""
+    evaluation prompt is replaced by a template's, and the settings record the share (the folder is then refused to
+    a run without it)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from minispec.recipes.eval_overlap import MINISPEC_DATA, file_texts
@@ -168,7 +168,8 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     assert eagle_data.main([*run, "--asked", "0"]) == 2  # other settings: refused
 
 
-@pytest.mark.parametrize("bad", [["--kinds", "chat-greedy,poetry"], ["--asked", "1.5"], ["--kinds", ""]])
+@pytest.mark.parametrize("bad", [["--kinds", "chat-greedy,poetry"], ["--asked", "1.5"], ["--kinds", ""],
+                                 ["--kinds", "code-greedy", "--asked", "0.5"], ["--kinds", "text", "--generate-only"]])
 def test_bad_kinds_or_share_are_refused_before_anything_loads(tmp_path, bad, capsys):
     assert eagle_data.main(["--out", str(tmp_path / "d"), *bad]) == 2
     assert "error: --" in capsys.readouterr().err and not (tmp_path / "d").exists()

@@ -84,7 +84,7 @@ def test_the_committed_generations_share_no_run_with_an_evaluation_prompt():
 def test_a_request_that_holds_a_whole_short_prompt_is_caught_and_a_changed_one_is_not(own):
     """A prompt of fewer than 8 words has no run of 8: ``holds_short`` sees it whole, punctuation and case aside
     (eagle_data.py's --asked drops a request the target wrote that holds one)."""
-    short = next(t for t in file_texts(MINISPEC_DATA / "chat.jsonl") if 3 <= len(t.split()) < 8)
+    short = next(t for t in file_texts(MINISPEC_DATA / "chat.jsonl") if 3 <= len(t.split()) < 8 and t.endswith("?"))
     assert own.hit("A user might ask: " + short) is None  # the window rule cannot see it
     assert own.holds_short("A user might ask: " + short.upper().replace("?", " ?") + " Thanks!")
     w = short.split()

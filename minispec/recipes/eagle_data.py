@@ -23,9 +23,11 @@ other settings is refused). Shards cycle through seven kinds:
   standard-library function (write it from its docstring's first line, or explain it);
 - ``text``: standard-library source in chunks of ``--seq`` tokens (teacher-forced: no generation).
 
-``--kinds`` sets another cycle (``chat-greedy,chat-t1``: a folder of answers only). ``--asked F``: a share F of the
-chat instructions are written by the target itself (self-instruct, Wang et al. 2023, arXiv 2212.10560): asked for a
-request of some style about some subject, it writes one. Template x topic prompts repeat
+``--kinds`` sets another cycle (``chat-greedy,chat-t1``: a folder of answers only). ``--asked F``: for a share F of
+each chat shard's prompts the target is asked to write the request itself (self-instruct, Wang et al. 2023, arXiv
+2212.10560): asked for a request of some style about some subject, it writes one. What it writes is replaced by a
+template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
+``asked``: how many are). Template x topic prompts repeat
 their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
 prompt (fewer than 8 words, which the window rule cannot see) is replaced by a template's (``EvalRuns.holds_short``).
 
@@ -161,13 +163,13 @@ def asked_instructions(target, tok, n: int, rng, seed: int, overlap) -> list[str
     return out
 
 
-def shard_prompts(kind: str, files, tok, n: int, rng, asked=None) -> list[list[int]]:
-    """The shard's prompts; ``asked``: requests the target wrote (None: a template's instead) for the first of them."""
+def shard_prompts(kind: str, files, tok, n: int, rng, requests=None) -> list[list[int]]:
+    """The shard's prompts; ``requests``: ones the target wrote (None: a template's instead) for the first of them."""
     if kind.startswith("code"):
         from .train_draft import code_prompts
         return code_prompts(files, tok, n, rng)
-    asked = list(asked or [])
-    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": (asked[j] if j < len(asked) and asked[j]
+    requests = list(requests or [])
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": (requests[j] if j < len(requests) and requests[j]
                                                                              else chat_instruction(files, rng))}]))
             for j in range(n)]
 
@@ -279,7 +281,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``)."""
     kind = args.kinds[i % len(args.kinds)]
     t0 = time.perf_counter()
-    asked = 0
+    n_asked = 0
     if args.generate_only and kind == "text":
         raise ValueError(f"shard {i} is a text shard: --generate-only makes generated shards only")
     if made is not None and kind != "text" and i in made:
@@ -289,10 +291,10 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     else:
         rng = np.random.default_rng((args.seed, i))
         requests = None
-        if kind.startswith("chat") and args.asked > 0:
-            m = int(round(args.asked * args.gen_batch))
+        m = int(round(args.asked * args.gen_batch))
+        if kind.startswith("chat") and m > 0:
             requests = asked_instructions(target, tok, m, rng, args.seed * 100_000 + 50_000 + i, overlap)
-            asked = sum(r is not None for r in requests)
+            n_asked = sum(r is not None for r in requests)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         new = args.chat_tokens if kind.startswith("chat") else args.code_tokens
         seqs = [s[: args.seq] for s in generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i)]
@@ -308,7 +310,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     starts = np.cumsum([0] + [len(s) for s in kept])
     arrays.update(tokens=np.array([t for s in kept for t in s], np.int32), starts=starts)
     record = dict(shard=i, kind=kind, windows=len(seqs), kept=len(kept), tokens=int(starts[-1]), dropped=dropped,
-                  asked=asked,
+                  asked=n_asked,
                   features=not args.generate_only,
                   reused=bool(made is not None and kind != "text" and i in made),
                   generation_minutes=(t1 - t0) / 60, feature_minutes=(time.perf_counter() - t1) / 60)
@@ -379,12 +381,18 @@ def main(argv=None) -> int:
         return 2
     args.kinds = tuple(k.strip() for k in args.kinds.split(","))
     unknown = sorted(set(args.kinds) - set(KINDS))
-    if unknown or not args.kinds:
+    if unknown:
         print(f"error: --kinds {','.join(args.kinds)}: unknown kind {unknown}; the kinds are {sorted(set(KINDS))}",
               file=sys.stderr)
         return 2
     if not 0.0 <= args.asked <= 1.0:
         print(f"error: --asked {args.asked}: a share, from 0 to 1", file=sys.stderr)
+        return 2
+    if args.asked and not any(k.startswith("chat") for k in args.kinds):
+        print(f"error: --asked {args.asked} needs a chat kind in --kinds ({','.join(args.kinds)})", file=sys.stderr)
+        return 2
+    if args.generate_only and all(k == "text" for k in args.kinds):
+        print("error: --generate-only makes generated shards, and --kinds has only text", file=sys.stderr)
         return 2
     external = None if args.external_prompts == "none" else Path(args.external_prompts or external_prompts_dir())
     if external is not None and not external.is_dir():
@@ -458,7 +466,7 @@ def main(argv=None) -> int:
         arrays, record = make_shard(i, target, tok, files, overlap, args, generations)
         if i in pending:  # what the generating run made and dropped, and its minutes
             first = pending[i][1]
-            record.update(windows=first["windows"], dropped=first["dropped"] + record["dropped"],
+            record.update(windows=first["windows"], dropped=first["dropped"] + record["dropped"], asked=first.get("asked", 0),
                           generation_minutes=first["generation_minutes"])
         tmp = out / f"shard-{i:05d}.tmp.npz"
         np.savez(tmp, **arrays)

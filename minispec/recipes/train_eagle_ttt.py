@@ -184,7 +184,9 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory for the head")
     p.add_argument("--data", nargs="+", default=None, metavar="DIR",
-                   help="the shard folders, read in this order (default: $MINISPEC_CACHE/eagle-data-v2)")
+                   help="the shard folders, read in this order, which decides the held-out windows (every 20th greedy "
+                        "generation over all of them): keep the order to compare or resume (default: "
+                        "$MINISPEC_CACHE/eagle-data-v2)")
     p.add_argument("--run-dir", default=None, help="checkpoints and log (default: $MINISPEC_CACHE/eagle-train-...)")
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
     p.add_argument("--seed", type=int, default=0)
@@ -229,7 +231,7 @@ def main(argv=None) -> int:
         log(f"error: {e}")
         return 2
     data = dict(tokens=[t for d in parts for t in d["tokens"]], feats=[f for d in parts for f in d["feats"]],
-                shard=np.concatenate([d["shard"] for d in parts]), kind=[k for d in parts for k in d["kind"]])
+                kind=[k for d in parts for k in d["kind"]])  # the folders' windows in the order given
     greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
     held = greedy[HELD_OUT - 1:: HELD_OUT]  # every 20th greedy generation, in the order the shards made them
     rows = np.setdiff1d(np.arange(len(data["tokens"])), held)
@@ -255,16 +257,18 @@ def main(argv=None) -> int:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     ckpt = run_dir / "checkpoint.pt"
-    state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens)
+    state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=[str(f) for f in folders])
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
         sched.load_state_dict(saved["sched"])
         state = saved["state"]
-        if state.get("steps") != steps or state.get("data_tokens") != n_tokens:
-            log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens, this one "
-                f"would be {steps} over {n_tokens}: pass another --run-dir, or the same settings and data to resume")
+        if state.get("steps") != steps or state.get("data_tokens") != n_tokens or \
+                state.get("folders", [str(f) for f in folders]) != [str(f) for f in folders]:
+            log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens of "
+                f"{state.get('folders')}, this one would be {steps} over {n_tokens} of {[str(f) for f in folders]}: pass "
+                "another --run-dir, or the same settings and data (folders in the same order) to resume")
             return 2
         log(f"resumed at step {state['step']} of {steps} from {ckpt}")
     elif args.init:
@@ -316,7 +320,8 @@ def main(argv=None) -> int:
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
     order = frequency_order([data["tokens"][r] for r in rows], eos, V)
     manifests = [json.loads((f / "manifest.json").read_text()) for f in folders if (f / "manifest.json").exists()]
-    minutes = {k: sum(m.get("minutes", {}).get(k) or 0.0 for m in manifests) for k in ("generation", "features")}
+    minutes = {k: (sum(m.get("minutes", {}).get(k) or 0.0 for m in manifests) if len(manifests) == len(folders) else None)
+               for k in ("generation", "features")}  # None where a folder has no manifest
     n_params = sum(x.numel() for x in head.parameters())
     summary = dict(recipe="minispec.recipes.train_eagle_ttt", parameters=n_params, trained_reduced_vocab=len(freq),
                    reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
