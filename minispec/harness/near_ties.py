@@ -79,6 +79,7 @@ def identity(target, drafters: dict, cases: list[dict]) -> dict:
     """{drafter: {runs, identical, mismatches: [{case, position, margin}]}} for greedy decoding (module docstring)."""
     from ..generate import generate
     from ..speculative import speculative_generate, tree_speculative_generate
+    from .check import first_difference
 
     out = {name: dict(runs=0, identical=0, mismatches=[]) for name in drafters}
     for c_i, case in enumerate(cases):
@@ -92,7 +93,7 @@ def identity(target, drafters: dict, cases: list[dict]) -> dict:
             if got == want:
                 row["identical"] += 1
                 continue
-            j = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            j = first_difference(got, want)
             ctx = list(case["prompt"]) + want[:j]
             top2 = np.sort(target.forward(ctx, target.new_cache(len(ctx)))[-1])[-2:]
             row["mismatches"].append(dict(case=c_i, position=j, margin=float(top2[1] - top2[0])))
