@@ -1,8 +1,10 @@
 """``minispec bench auto``: does ``k="auto"`` keep its promise, never slower than plain decoding, for every drafter?
 
 Per drafter and prompt set (and first for plain decoding against itself: the noise floor of the run), each
-prompt is decoded plainly, with ``k="auto"``, and plainly again (side by side, greedy), ``--repeats`` times;
-the speedup is auto's best tokens/s over plain's best, and the median is over prompts. Per drafter, the cost
+prompt is decoded plainly and with ``k="auto"`` (greedy), alternating, ``--repeats`` times each, with a fresh drafter
+and policy made before each timed run (``measure.alternate``: the floor as ``../shared/design.md`` defines it); the
+speedup is auto's fastest run against plain's fastest, and the median is over prompts. The load average (of the
+other processes) is recorded before and after: a figure taken above 0.5 is marked busy. Per drafter, the cost
 model's predicted seconds of a round next to the measured ones: drafting rounds and plain rounds apart, as
 the mean of measured / predicted, with the share of rounds that drafted and the run's final slowdown.
 
@@ -20,6 +22,7 @@ import tempfile
 
 import numpy as np
 
+from ..drafters import make_drafter
 from ..generate import generate
 from ..model.progress import Progress
 from ..policy import calibration as store
@@ -29,7 +32,7 @@ from ..speculative import speculative_generate
 from ..stats import SpecStats
 from .calibration_store import DiskStore
 from .command import check_json_path, drafters_parser, last_prompts, load_target_and_drafters, markdown_table, print_and_store, shipped_drafters
-from .measure import side_by_side
+from .measure import alternate, others_load
 from .prompts import PROMPT_SETS
 
 # t(n) on a busy machine over t(n) on a quiet one: the two calibrations docs/policy.md quotes ("A cost model that
@@ -78,33 +81,33 @@ def run(a) -> dict:
     if a.calibration == "corrupted":
         corrupt_calibration(target, drafters.values())
     prompts = last_prompts(tok, a.prompts)
-    bar = Progress(len(drafters) * len(PROMPT_SETS) * a.prompts * a.repeats * 3, "bench auto")
-    out = {"tokens": a.tokens, "repeats": a.repeats, "calibration": a.calibration, "drafters": {}}
-    for drafter in drafters.values():
-        row, timed, notes, slowdowns = {}, [], set(), []
+    bar = Progress(len(drafters) * len(PROMPT_SETS) * a.prompts * a.repeats * 2, "bench auto")
+    out = {"tokens": a.tokens, "repeats": a.repeats, "calibration": a.calibration, "load_before": others_load(),
+           "drafters": {}}
+    for spec, drafter in drafters.items():
+        row, policies = {}, []
         for name, ids in prompts.items():
             ratios = []
             for p in ids:
-                best_plain = best_auto = 0.0  # each side's best of ``repeats`` alternating runs
-                for _ in range(a.repeats):
-                    policy = k_policy("auto", target, drafter, learn=True) if drafter is not None else None
-                    notes.update(notes_of(policy.calibrations) if policy else [])
+                def prepare(p=p, spec=spec, policies=policies):  # a fresh drafter and policy, before the clock
+                    if spec == "none":  # the control: plain decoding, as a result of the same shape
+                        return lambda: SpecResult(generate(target, p, a.tokens), SpecStats())
+                    fresh = make_drafter(spec, target)
+                    policy = k_policy("auto", target, fresh, learn=True)
+                    policies.append(policy)
+                    return lambda: speculative_generate(target, fresh, p, a.tokens, k=policy)
 
-                    def auto(p=p, drafter=drafter, policy=policy):
-                        if policy is None:  # the control: plain decoding, as a result of the same shape
-                            return SpecResult(generate(target, p, a.tokens), SpecStats())
-                        return speculative_generate(target, drafter, p, a.tokens, k=policy)
-
-                    _, plain_rate, runs = side_by_side(lambda p=p: generate(target, p, a.tokens), [auto], bar.update)
-                    (res, seconds), = runs
-                    best_plain, best_auto = max(best_plain, plain_rate), max(best_auto, len(res.tokens) / seconds)
-                    timed += policy.timed if policy else []
-                    slowdowns.append(policy.slowdown if policy else 1.0)
-                ratios.append(best_auto / best_plain)
+                plain_seconds, (res, seconds) = alternate(lambda p=p: generate(target, p, a.tokens), prepare,
+                                                          a.repeats, bar.update)
+                ratios.append((len(res.tokens) / seconds) / (a.tokens / plain_seconds))
             row[name] = float(np.median(ratios))
-        out["drafters"]["plain (control)" if drafter is None else drafter.name] = dict(speedup=row, rounds=round_ratios(timed),
-                                                               slowdown=float(np.median(slowdowns)), notes=sorted(notes))
+        timed = [t for policy in policies for t in policy.timed]
+        notes = sorted({n for policy in policies for n in notes_of(policy.calibrations)})
+        slowdown = float(np.median([policy.slowdown for policy in policies])) if policies else 1.0
+        out["drafters"]["plain (control)" if drafter is None else drafter.name] = dict(
+            speedup=row, rounds=round_ratios(timed), slowdown=slowdown, notes=notes)
     bar.close()
+    out["load_after"] = others_load()
     return out
 
 
@@ -112,12 +115,14 @@ def report(res: dict) -> str:
     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     rows = [[name, *(f"{d['speedup'][s]:.2f}x" for s in PROMPT_SETS), fmt(d["rounds"]["drafting"]), fmt(d["rounds"]["plain"]),
              f"{d['rounds']['drafted_share']:.2f}"] for name, d in res["drafters"].items()]
-    lines = markdown_table(f"k=auto against plain decoding, greedy, {res['tokens']} tokens, best of {res['repeats']} "
+    lines = markdown_table(f"k=auto against plain decoding, greedy, {res['tokens']} tokens, each side's fastest of {res['repeats']} "
                            f"alternating runs, calibration {res['calibration']}: speedup (median over prompts), and the cost "
                            "model's rounds (mean measured / predicted seconds)",
                            ["drafter", *PROMPT_SETS, "drafting rounds", "plain rounds", "rounds that drafted"], rows)
     notes = sorted({n for d in res["drafters"].values() for n in d["notes"]})
-    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))
+    loads = ", ".join(f"{k.replace('_', ' ')} {res[k]:.2f}" for k in ("load_before", "load_after") if res.get(k) is not None)
+    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else [])
+                     + ([f"\nLoad average of the other processes: {loads}."] if loads else []))
 
 
 def main(argv=None) -> int:

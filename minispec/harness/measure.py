@@ -68,6 +68,23 @@ def side_by_side(plain, runs: list, done=lambda: None) -> tuple[list[int], float
     return tokens, len(tokens) / ((t_before + t_after) / 2), results[1:-1]
 
 
+def alternate(plain, prepare, repeats: int, done=lambda: None) -> tuple[float, tuple]:
+    """The floor's comparison (``../shared/design.md``, "The floor"): plain decoding and the run that ``prepare()``
+    sets up (a fresh drafter and policy, made before the clock starts; -> a function of no arguments) alternate,
+    ``repeats`` times each, in the order plain, run, run, plain, plain, run, ... (each pair the reverse of the one
+    before, so that neither side always runs first after a pause), and each side keeps its faster run. ``done()``
+    after each run (a progress bar), outside the timings. -> (plain's fastest seconds, (result, seconds) of the
+    run's fastest)."""
+    best: dict = {}
+    for i in range(repeats):
+        for side in (("plain", "run") if i % 2 == 0 else ("run", "plain")):
+            out, seconds = timed(plain if side == "plain" else prepare())
+            done()
+            if side not in best or seconds < best[side][1]:
+                best[side] = (out, seconds)
+    return best["plain"][1], best["run"]
+
+
 STREAM_READERS = {"numpy": "BLAS gemv", "numba": "numba read"}  # how each kernel's own loads read the weights
 
 
