@@ -262,7 +262,8 @@ def test_minispec_bench_runs_medusa(chat_target, medusa_kind, tmp_path):
     assert code == 0, err
     row, = json.loads(out.read_text())["drafters"].values()
     assert set(row["speedup"]) == {"chat", "code", "grounded"}
-    assert medusa_kind[0].timed > 0  # k=auto's cost model timed it by its own hook (its random heads need not pay)
+    assert len(medusa_kind) > 1  # a fresh one before each timed run (measure.alternate)
+    assert any(m.timed > 0 for m in medusa_kind)  # k=auto's cost model timed it by its own hook (its random heads need not pay)
 
 
 def test_docs_drafters_table_matches_the_shipped_drafters():
