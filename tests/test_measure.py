@@ -23,7 +23,8 @@ def test_the_sides_alternate_in_reversed_pairs_and_keep_their_fastest(monkeypatc
 
     def prepare():
         prepared.append(len(log))  # how many runs had happened when this one was set up
-        return lambda n=len(prepared): ("run", f"result {n}")
+        n = len(prepared)
+        return lambda: ("run", f"result {n}")
 
     plain_seconds, (result, seconds) = measure.alternate(lambda: ("plain", "tokens"), prepare, repeats=3)
     assert log == ["plain", "run", "run", "plain", "plain", "run"]

@@ -36,7 +36,9 @@ def bench_forward(argv) -> int:
     p = argparse.ArgumentParser(prog="minispec bench forward",
                                 description="median ms of a target pass over n tokens, and r(n) = t(n)/t(1), for each "
                                             "kernel side by side in one run, and the time to read the weights once")
-    p.add_argument("--model", help="model directory (default: random weights of SmolLM2-135M's shape)")
+    p.add_argument("--model", action="append", help="model directory (default: random weights of SmolLM2-135M's "
+                                                    "shape); repeat it to compare formats, e.g. the float32 and the "
+                                                    "--q4_1 conversions of the same GGUF")
     p.add_argument("--ns", default="1,2,3,4,5,6,8,12,16", help="comma-separated token counts (default 1,2,3,4,5,6,8,12,16)")
     p.add_argument("--context", type=int, default=256, help="cached tokens before the pass (default 256)")
     p.add_argument("--repeats", type=int, default=20)
@@ -52,34 +54,56 @@ def bench_forward(argv) -> int:
     kernels = [check_kernel(k) for k in (a.kernel.split(",") if a.kernel else [default_kernel()])]
     if len(set(kernels)) != len(kernels):
         raise ValueError(f"--kernel {a.kernel}: a kernel named twice")
-    model_dir = a.model
-    if not model_dir:
-        model_dir = tempfile.mkdtemp()
-        write_random_model(model_dir, tiny_config(**SMOLLM2_SHAPE))
+    model_dirs = a.model
+    if not model_dirs:
+        model_dirs = [tempfile.mkdtemp()]
+        write_random_model(model_dirs[0], tiny_config(**SMOLLM2_SHAPE))
     rows, name, nbytes = {}, None, None
-    for k in kernels:
-        model = load_model(model_dir, name=None if a.model else "random SmolLM2-135M shape", kernel=k)
-        name, nbytes = model.name, model.weight_bytes
-        with blas_threads(k):  # each kernel with the BLAS threads it runs with, its floor too
-            t = forward_times(model, ns, a.context, a.repeats)
-            floor = stream_time(nbytes, kernel=k)  # with the kernel's own loads
-        rows[k] = {"ms": {n: 1e3 * t[n] for n in ns}, "r": {n: t[n] / t[1] for n in ns},
-                   "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k], "decode_over_stream": t[1] / floor}
-        del model
+    for model_dir in model_dirs:
+        for k in kernels:
+            model = load_model(model_dir, name=None if a.model else "random SmolLM2-135M shape", kernel=k)
+            fmt = weight_format(model)
+            if fmt != "float32" and k == "numpy":  # NumPy reads a quantized directory dequantized: the float32 model
+                print(f"{model_dir}: skipped under numpy, which reads its {fmt} blocks dequantized (the float32 row)",
+                      file=sys.stderr)
+                continue
+            name, nbytes = name or model.name, nbytes or model.weight_bytes
+            with blas_threads(k):  # each kernel with the BLAS threads it runs with, its floor too
+                t = forward_times(model, ns, a.context, a.repeats)
+                floor = stream_time(model.weight_bytes, kernel=k)  # with the kernel's own loads
+            flop = 2 * matrix_weights(model)  # per row: a multiply and an add for every weight of every matrix
+            rows[k if len(model_dirs) == 1 else f"{k} {fmt}"] = {
+                "format": fmt, "weight_bytes": model.weight_bytes, "ms": {n: 1e3 * t[n] for n in ns},
+                "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},
+                "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k], "decode_over_stream": t[1] / floor}
+            del model
     res = {"model": name, "device": backend.device_name(), "weight_bytes": nbytes, "context": a.context,
            "repeats": a.repeats, "kernels": rows, "provenance": provenance()}
     if a.json:
         print(compact_json(res), end="")
         return 0
-    print(f"{name}: {nbytes / 1e6:.0f} MB of float32 weights, context {a.context}, median of {a.repeats}, "
+    print(f"{name}: context {a.context}, median of {a.repeats}, "
           f"on {res['device']}")
-    print(f"{'n':>4} " + " ".join(f"{k + ' ms':>10} {'r(n)':>6}" for k in kernels))
+    print(f"{'n':>4} " + " ".join(f"{k + ' ms':>18} {'r(n)':>6} {'GFLOP/s':>7}" for k in rows))
     for n in ns:
-        print(f"{n:>4} " + " ".join(f"{rows[k]['ms'][n]:10.2f} {rows[k]['r'][n]:6.2f}" for k in kernels))
-    for k in kernels:
-        print(f"{k}: reading the weights once ({rows[k]['weight_stream_by']}) takes {rows[k]['weight_stream_ms']:.2f} ms; "
-              f"its 1-token pass is {rows[k]['decode_over_stream']:.2f}x that")
+        print(f"{n:>4} " + " ".join(f"{r['ms'][n]:18.2f} {r['r'][n]:6.2f} {r['gflops'][n]:7.1f}" for r in rows.values()))
+    for k, r in rows.items():
+        print(f"{k}: {r['weight_bytes'] / 1e6:.0f} MB of weights in memory; reading them once ({r['weight_stream_by']}) "
+              f"takes {r['weight_stream_ms']:.2f} ms; its 1-token pass is {r['decode_over_stream']:.2f}x that")
     return 0
+
+
+def weight_format(model) -> str:
+    """"q4_1" when the model multiplies Q4_1 blocks (``kernel.Q4Matrix``), else "float32"."""
+    from ..model.kernel import Q4Matrix
+
+    return "q4_1" if any(isinstance(w, Q4Matrix) for layer in model.layers for w in vars(layer).values()) else "float32"
+
+
+def matrix_weights(model) -> int:
+    """How many weights a pass multiplies per row: every layer's matrices and the head (the embedding is looked up)."""
+    mats = [w for layer in model.layers for w in vars(layer).values() if w is not None and len(w.shape) == 2]
+    return int(sum(w.shape[0] * w.shape[1] for w in mats + [model.lm_head]))
 
 
 DRAFTERS = ("draft", "eagle", "prompt-lookup", "layer-skip", "self")  # what ``minispec bench --drafters`` chooses from

@@ -3,6 +3,8 @@
   docs/kernel/forward.json        ``minispec bench forward --kernel numpy,numba --json``: t(n), r(n), the read floors
   docs/kernel/study_numpy.json    ``minispec bench --kernel numpy ...``: the study's drafters under each kernel, each
   docs/kernel/study_numba.json    ``minispec bench --kernel numba ...``  against plain decoding with its own kernel
+  docs/kernel/forward_q4_1.json   ``minispec bench forward --model F32 --model Q4_1 --kernel numpy,numba --json``: the
+                                  float32 and the Q4_1 target side by side, with each pass's GFLOP/s
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from ..policy.acceptance import expected_tokens
 from .doc_figures import DRAFT, EAGLE, NAMES, PL, best_fixed, load, row, run_line, speed, tokens_per_second
 
 FORWARD = "docs/kernel/forward.json"
+FORWARD_Q4 = "docs/kernel/forward_q4_1.json"
 STUDIES = {"numpy": "docs/kernel/study_numpy.json", "numba": "docs/kernel/study_numba.json"}
 ROWS = [(EAGLE, "code"), (DRAFT, None), (PL, "grounded"), (PL, None)]
 
@@ -71,6 +74,21 @@ def speed_model(root: Path) -> str:
     return "\n".join(lines)
 
 
+def forward_q4_table(root: Path) -> str:
+    f = load(root, FORWARD_Q4)
+    rows = f["kernels"]
+    ns = list(next(iter(rows.values()))["ms"])
+    held = ", ".join(f"{k} {v['weight_bytes'] / 1e6:.0f} MB (read once in {v['weight_stream_ms']:.1f} ms)" for k, v in rows.items())
+    lines = [f"From [`{FORWARD_Q4}`]({FORWARD_Q4}) ({run_line(f)}): {f['model']}, {f['context']} cached tokens, median of "
+             f"{f['repeats']}. Weights in memory: {held}. GFLOP/s counts 2 operations per weight per row.", "",
+             "| n | " + " | ".join(f"{k}: t(n) | r(n) | GFLOP/s" for k in rows) + " |",
+             "|---|" + "---|---|---|" * len(rows)]
+    for n in ns:
+        lines.append(f"| {n} | " + " | ".join(f"{v['ms'][n]:.1f} ms | {v['r'][n]:.2f} | {v['gflops'][n]:.0f}"
+                                             for v in rows.values()) + " |")
+    return "\n".join(lines)
+
+
 def values(root: Path) -> dict[str, str]:
     f = load(root, FORWARD)["kernels"]
     out = {"kernel.weight_mb": f"{load(root, FORWARD)['weight_bytes'] / 1e6:.0f} MB"}
@@ -79,6 +97,12 @@ def values(root: Path) -> dict[str, str]:
         out[f"kernel.{k}.r4"] = f"{v['r']['4']:.2f}"
         out[f"kernel.{k}.r8"] = f"{v['r']['8']:.2f}"
         out[f"kernel.{k}.t1"] = f"{v['ms']['1']:.1f} ms"
+    for k, v in load(root, FORWARD_Q4)["kernels"].items():
+        key = k.replace(" ", ".")
+        out[f"kernel.{key}.t1"] = f"{v['ms']['1']:.1f} ms"
+        for n in ("2", "4", "8"):
+            out[f"kernel.{key}.r{n}"] = f"{v['r'][n]:.2f}"
+        out[f"kernel.{key}.mb"] = f"{v['weight_bytes'] / 1e6:.0f} MB"
     for k, v in load(root, "docs/kernel/batch_invariance.json")["kernels"].items():  # python -m ...batch_invariance
         out[f"kernel.{k}.bi_max"] = f"{max(x['max_abs_diff'] for x in v.values() if isinstance(x, dict)):.1e}"
     for k, rel in STUDIES.items():
@@ -102,4 +126,5 @@ def values(root: Path) -> dict[str, str]:
     return out
 
 
-SECTIONS = {"kernel_forward": forward_table, "kernel_study": study_table, "kernel_speed_model": speed_model}
+SECTIONS = {"kernel_forward": forward_table, "kernel_study": study_table, "kernel_speed_model": speed_model,
+            "kernel_forward_q4_1": forward_q4_table}

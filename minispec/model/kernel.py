@@ -10,7 +10,9 @@
 
 The seams are ``transformer.linear(x, w)`` and ``Model.attend``. A weight is either an array (NumPy multiplies it)
 or a ``PackedMatrix``, the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer
-functions read the same under both kernels.
+functions read the same under both kernels. ``Q4Matrix`` is the one other kind of ``PackedMatrix``: a matrix the
+numba kernel keeps and multiplies in the GGUF's 4-bit Q4_1 blocks, when the model directory stores them
+(``minispec convert --q4_1``); the NumPy kernel reads such a directory dequantized, as its reference.
 
 A kernel is chosen, in this order, by the ``kernel=`` argument of ``load_model``, by ``use_kernel`` (what
 ``--kernel`` on the command line calls), or by ``$MINISPEC_KERNEL``; else it is ``numpy``.
@@ -24,6 +26,8 @@ import os
 import sys
 
 import numpy as np
+
+from .q4_1 import QK, Q4Blocks, dequantize
 
 KERNELS = ("numpy", "numba")
 INSTALL = 'pip install -e ".[fast]"  (numba and threadpoolctl from PyPI)'
@@ -116,6 +120,52 @@ class PackedMatrix:
 
     def __repr__(self) -> str:
         return f"PackedMatrix([in, out] = {list(self.shape)}, stored by rows)"
+
+
+class Q4Matrix(PackedMatrix):
+    """A weight [in, out] kept in the GGUF's Q4_1 blocks (``q4_1.py``) for the numba kernel, and multiplied in them:
+    ``rmatmul(x)`` is ``x @ w`` through ``numba_kernel.q4_1_rows``, which unpacks each weight once for all rows.
+
+    Stored by columns, for that kernel: ``qt`` [in/32, 16, out] (byte i of block b of output j at [b, i, j]), ``dt`` and
+    ``mt`` [in/32, out], widened to float32 at load (8 bytes a block, 4 more than the file's float16). So the matrix
+    takes 6 bits a weight in memory, against 32 as float32. ``np.asarray(w)`` dequantizes it, a new float32 [in, out]
+    array, bitwise what ``convert.py`` writes as float32 from the same GGUF."""
+
+    def __init__(self, blocks: Q4Blocks):  # blocks of the [out, in] matrix, as the file stores them
+        from . import numba_kernel  # imported here, once per weight: NumPy-kernel runs never load numba
+
+        self.qt = np.ascontiguousarray(blocks.qs.transpose(1, 2, 0))  # [in/32, 16, out]
+        self.dt = np.ascontiguousarray(blocks.d.T, dtype=np.float32)  # [in/32, out]
+        self.mt = np.ascontiguousarray(blocks.m.T, dtype=np.float32)  # [in/32, out]
+        self._matmul = numba_kernel.q4_1_matmul
+
+    def rmatmul(self, x):  # [T, in] -> [T, out]
+        return self._matmul(x, self.qt, self.dt, self.mt)
+
+    def blocks(self) -> Q4Blocks:
+        """The blocks by rows again, as ``q4_1.py`` and the file hold them ([out, in/32, 16] and [out, in/32])."""
+        return Q4Blocks(self.qt.transpose(2, 0, 1), self.dt.T, self.mt.T)
+
+    def __array__(self, dtype=None, copy=None):  # [in, out], dequantized: always a new array
+        if copy is False:
+            raise ValueError("a Q4_1 weight has no float32 array to view: np.asarray(w) dequantizes it into a copy")
+        w = dequantize(self.blocks()).T  # [in, out]
+        return w if dtype is None else w.astype(dtype)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.qt.shape[0] * QK, self.qt.shape[2]
+
+    @property
+    def dtype(self):
+        return np.dtype(np.float32)  # what it multiplies to and dequantizes to
+
+    @property
+    def nbytes(self) -> int:
+        return self.qt.nbytes + self.dt.nbytes + self.mt.nbytes
+
+    def __repr__(self) -> str:
+        return f"Q4Matrix([in, out] = {list(self.shape)}, Q4_1 blocks stored by columns)"
 
 
 def pack(w, kernel: str):  # [in, out] -> the weight ``linear`` reads under ``kernel``

@@ -142,6 +142,58 @@ def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x
                 out[t, jj] = s
 
 
+@njit(cache=True)  # no fastmath: each weight rounded as q4_1.dequantize rounds it, q d, then + m
+def _unpack_q4_1(q, d, m, lo, hi):  # [16, W] bytes, [W] d, [W] m -> lo, hi [16, W]: the two weights each byte holds
+    """Block b's bytes for W outputs: the low 4 bits of q[i, j] are output j's weight for input i of the block, the
+    high 4 bits its weight for input i + 16 (``q4_1.py``); w = q d + m. The halves come from a float (q = 16 h + l)
+    rather than from integer shifts, so that numba's loop vectorizer takes the loop (its integer halves, widened to
+    int64, do not vectorize)."""
+    for i in range(16):
+        for j in range(q.shape[1]):
+            qf = np.float32(q[i, j])
+            h = np.floor(qf * np.float32(0.0625))  # exact: q / 16, rounded down
+            lo[i, j] = (qf - np.float32(16) * h) * d[j] + m[j]
+            hi[i, j] = h * d[j] + m[j]
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def q4_1_rows(x, qt, dt, mt, width, out):  # [T, in], [in/32, 16, out] uint8, [in/32, out] float32 twice, W, [T, out]
+    """``out = x @ w`` for a Q4_1 matrix ``w`` stored by columns (``kernel.Q4Matrix``). Each task owns ``width``
+    outputs; for each block of 32 inputs it unpacks their weights once into float32, then adds them, times the inputs,
+    into every row's running sums (4 rows at a time, then one by one). Every long loop runs over the outputs, which
+    numba vectorizes; a row's sums take the inputs in the same order, by the same operations, whatever T is, so rows
+    are batch-invariant. Departures from ggml: the weights are laid out by columns, not rows (a block's 32 weights of
+    one row, read along the row, make loops of 16 that numba leaves scalar); llama.cpp also quantizes the inputs
+    (Q8_1) and multiplies integers, where here they stay float32."""
+    T, nb, n_out = x.shape[0], qt.shape[0], qt.shape[2]
+    for task in prange((n_out + width - 1) // width):
+        j0, j1 = task * width, min(n_out, task * width + width)
+        acc = np.zeros((T, j1 - j0), np.float32)  # [T, W]: each row's running sums
+        lo = np.empty((16, j1 - j0), np.float32)  # [16, W]: weights of inputs 0..15 of the block
+        hi = np.empty((16, j1 - j0), np.float32)  # [16, W]: weights of inputs 16..31
+        for b in range(nb):
+            _unpack_q4_1(qt[b, :, j0:j1], dt[b, j0:j1], mt[b, j0:j1], lo, hi)
+            for i in range(16):
+                e, t = b * 32 + i, 0
+                wl, wh = lo[i], hi[i]  # [W] each
+                while T - t >= 4:  # 4 rows share each load of wl and wh
+                    a0, a1, a2, a3 = acc[t], acc[t + 1], acc[t + 2], acc[t + 3]  # [W] each
+                    u0, v0, u1, v1 = x[t, e], x[t, e + 16], x[t + 1, e], x[t + 1, e + 16]  # the 2 inputs of each row
+                    u2, v2, u3, v3 = x[t + 2, e], x[t + 2, e + 16], x[t + 3, e], x[t + 3, e + 16]
+                    for j in range(j1 - j0):
+                        a0[j] += wl[j] * u0 + wh[j] * v0
+                        a1[j] += wl[j] * u1 + wh[j] * v1
+                        a2[j] += wl[j] * u2 + wh[j] * v2
+                        a3[j] += wl[j] * u3 + wh[j] * v3
+                    t += 4
+                while t < T:  # the 0-3 rows left, by the same operations
+                    a0, u0, v0 = acc[t], x[t, e], x[t, e + 16]
+                    for j in range(j1 - j0):
+                        a0[j] += wl[j] * u0 + wh[j] * v0
+                    t += 1
+        out[:, j0:j1] = acc
+
+
 # One compiled version each, for the C-contiguous cache: numba compiles a version per array layout, each vectorized
 # its own way, so keys in another layout would round differently (a bug this fixed: the cache's slice [:S] is
 # contiguous only when S fills the cache). ``attention`` is handed the whole cache and reads its first S positions.
@@ -231,6 +283,28 @@ def matmul(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [T, in], [out, in]
     if x.shape[0]:
         matmul_rows(np.ascontiguousarray(x), rows, out)
     return out
+
+
+def q4_1_matmul(x: np.ndarray, qt: np.ndarray, dt: np.ndarray, mt: np.ndarray) -> np.ndarray:  # [T, in] -> [T, out]
+    """x @ w for a Q4_1 matrix stored by columns (qt, dt, mt: ``kernel.Q4Matrix``) through ``q4_1_rows``, refusing
+    what ``matmul`` refuses."""
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float32:
+        raise TypeError(f"the numba kernel multiplies a 2-D float32 x, got {getattr(x, 'dtype', type(x).__name__)} "
+                        f"{getattr(x, 'shape', '')}")
+    if x.shape[1] != qt.shape[0] * 32:
+        raise ValueError(f"x has {x.shape[1]} columns, the weight takes {qt.shape[0] * 32} inputs")
+    out = np.empty((x.shape[0], qt.shape[2]), np.float32)  # [T, out]
+    if x.shape[0]:
+        q4_1_rows(np.ascontiguousarray(x), qt, dt, mt, q4_1_width(qt.shape[2]), out)
+    return out
+
+
+def q4_1_width(n_out: int) -> int:
+    """Outputs per task of ``q4_1_rows``: about 4 tasks per thread (so that a 576-wide matrix keeps both cores busy),
+    a multiple of 16 (whole vectors), at most 256 (each row's sums, 1 KB, stay in L1). It depends on the matrix and
+    the threads, never on the rows: rows stay batch-invariant."""
+    per_task = -(-n_out // (4 * numba.get_num_threads()))
+    return int(min(256, max(16, -(-per_task // 16) * 16)))
 
 
 _BLAS = threadpoolctl.ThreadpoolController()

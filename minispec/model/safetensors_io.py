@@ -15,6 +15,14 @@ side: scale = max|w_i| / 127 and q = round(w / scale), so |q| <= 127 and each we
 a scale. Refused, with the file and the tensor named: an I8 tensor without its scale or not 2-D, a scale of
 another shape or a non-float dtype, a tensor named ``..._scale`` that is not the scale of an I8 tensor, and
 (as the rows are read) a negative, NaN or infinite scale.
+
+**Q4_1 matrices** (``q4_1.py``: the fetched GGUF's own 4-bit blocks). A U8 tensor ``NAME`` of shape [rows, cols/2]
+that comes with ``NAME_q4_1_d`` and ``NAME_q4_1_m`` (``Q4_SUFFIXES``), float tensors of shape [rows, cols/32], is the
+Q4_1 matrix [rows, cols]: row i's bytes are its blocks' ``qs``, 16 per block, and the two float tensors their ``d``
+and ``m``. ``read_header`` lists the three as one tensor ``NAME`` of dtype ``"Q4_1"`` and shape [rows, cols], its parts
+under ``"q4_1"``; ``read_q4_1`` gives them back as they are stored, and every other reader dequantizes
+(``q4_1.dequantize``). Refused like the int8 pairs: a part without the others, parts of the wrong shape or dtype, and
+(as the rows are read) a NaN or infinite ``d`` or ``m``.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelFormatError
+from .q4_1 import QK, Q4Blocks, dequantize
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64,
           "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
@@ -48,6 +57,7 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 MAX_HEADER_BYTES = 100_000_000  # the reference library's limit: a larger header is refused unread
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 SCALE_SUFFIX = "_scale"  # NAME_scale: the per-row scales of the I8 matrix NAME (module docstring)
+Q4_SUFFIXES = ("_q4_1_d", "_q4_1_m")  # NAME_q4_1_d, NAME_q4_1_m: the blocks' d and m of the Q4_1 matrix NAME
 
 
 def quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,7 +115,7 @@ def read_header(path) -> tuple[dict, int]:
     if data_start + offset < size:
         raise ModelFormatError(f"{path}: {size - data_start - offset} bytes after the data of the last tensor, {last!r} "
                                f"(expected the file to end at byte {offset} of the data section)")
-    return pair_scales(path, header), data_start
+    return pair_q4_1(path, pair_scales(path, header)), data_start
 
 
 def pair_scales(path: Path, header: dict) -> dict:
@@ -131,6 +141,52 @@ def pair_scales(path: Path, header: dict) -> dict:
     for name in [n for n in header if header[n]["dtype"] == "I8"]:
         header[name]["scale"] = {**header.pop(name + SCALE_SUFFIX), "name": name + SCALE_SUFFIX}
     return header
+
+
+def pair_q4_1(path: Path, header: dict) -> dict:
+    """Each Q4_1 matrix's three tensors checked and listed as one (module docstring): ``NAME`` of dtype ``"Q4_1"``, its
+    shape the float matrix's, and its parts, each with its own name, under ``info["q4_1"]`` as ``qs``, ``d`` and ``m``."""
+    bases = {n[: -len(sfx)] for n in header for sfx in Q4_SUFFIXES if n.endswith(sfx)}
+    for name in sorted(bases):
+        parts = [header.get(name + sfx) for sfx in Q4_SUFFIXES]
+        qs = header.get(name)
+        missing = [n for n, p in zip([name, *(name + sfx for sfx in Q4_SUFFIXES)], [qs, *parts]) if p is None]
+        if missing:
+            raise ModelFormatError(f"{path}: the Q4_1 matrix {name!r} is three tensors, {name!r} (U8), "
+                                   f"{name + Q4_SUFFIXES[0]!r} and {name + Q4_SUFFIXES[1]!r}; the file lacks "
+                                   f"{', '.join(map(repr, missing))}")
+        if qs["dtype"] != "U8":
+            raise ModelFormatError(f"{path}: tensor {name!r} is {qs['dtype']}, expected U8: the bytes of the Q4_1 matrix "
+                                   f"whose {name + Q4_SUFFIXES[0]!r} the file holds")
+        if len(qs["shape"]) != 2 or qs["shape"][1] % (QK // 2):
+            raise ModelFormatError(f"{path}: tensor {name!r} is the bytes of a Q4_1 matrix, of shape {tuple(qs['shape'])}: "
+                                   f"expected [rows, cols/2] with cols a multiple of {QK}")
+        rows, blocks = qs["shape"][0], qs["shape"][1] // (QK // 2)
+        for sfx, part in zip(Q4_SUFFIXES, parts):
+            if part["dtype"] not in FLOAT_DTYPES or part["shape"] != [rows, blocks]:
+                raise ModelFormatError(f"{path}: tensor {name + sfx!r} is {part['dtype']} of shape {tuple(part['shape'])}, "
+                                       f"expected a float ({', '.join(FLOAT_DTYPES)}) of shape ({rows}, {blocks}), one "
+                                       f"number per block of {QK} in {name!r}")
+        header[name] = {"dtype": "Q4_1", "shape": [rows, blocks * QK], "data_offsets": qs["data_offsets"],
+                        "q4_1": {"qs": {**qs, "name": name},
+                                 **{k: {**header.pop(name + sfx), "name": name + sfx} for k, sfx in zip("dm", Q4_SUFFIXES)}}}
+    return header
+
+
+def read_q4_1(fh, info: dict, data_start: int, first: int, stop: int) -> Q4Blocks:
+    """Rows ``first .. stop`` of a Q4_1 matrix (its header entry ``info``) from the open file ``fh``, as stored: the
+    bytes, and ``d`` and ``m`` widened to float32, checked finite."""
+    parts = info["q4_1"]
+    qs = np.empty((stop - first, info["shape"][1] // QK, QK // 2), np.uint8)  # [rows, in/32, 16]
+    read_rows_into(fh, parts["qs"], data_start, first, qs.reshape(len(qs), -1))
+    dm = {}
+    for k in "dm":
+        dm[k] = np.empty(qs.shape[:2], np.float32)  # [rows, in/32]
+        read_rows_into(fh, parts[k], data_start, first, dm[k])
+        if not np.isfinite(dm[k]).all():
+            raise ModelFormatError(f"{fh.name}: tensor {parts[k]['name']!r} holds NaN or infinite values (expected finite "
+                                   f"{'steps' if k == 'd' else 'block minima'})")
+    return Q4Blocks(qs, dm["d"], dm["m"])
 
 
 def read_metadata(path) -> dict[str, str]:
@@ -197,7 +253,7 @@ def read_safetensors(path, names=None) -> dict[str, np.ndarray]:
         for name, info in header.items():
             if names is not None and name not in names:
                 continue
-            if "scale" in info:  # an int8 matrix: q * scale
+            if "scale" in info or "q4_1" in info:  # an int8 matrix, q * scale; a Q4_1 matrix, dequantized
                 out[name] = np.empty(info["shape"], np.float32)
                 read_rows_into(fh, info, start, 0, out[name])
                 continue
@@ -217,11 +273,15 @@ def read_rows_into(fh, info: dict, data_start: int, first: int, out: np.ndarray)
     """Fill ``out`` (float32, C-contiguous) with rows ``first .. first + len(out)`` of one tensor (its header
     entry ``info``) from the open file ``fh``, widened to float32. F32 bytes go straight into ``out``; other
     dtypes pass through a buffer of these rows only. Rows are along the first axis (elements of a 1-D tensor).
-    An int8 matrix's rows are multiplied by the same rows of its scale, which are checked first."""
+    An int8 matrix's rows are multiplied by the same rows of its scale, which are checked first; a Q4_1 matrix's rows
+    are dequantized (``q4_1.dequantize``)."""
+    if info["dtype"] == "Q4_1":
+        out[...] = dequantize(read_q4_1(fh, info, data_start, first, first + len(out)))
+        return
     dtype = np.dtype(DTYPES[info["dtype"]])
     row_bytes = int(np.prod(info["shape"][1:], dtype=np.int64)) * dtype.itemsize
     fh.seek(data_start + info["data_offsets"][0] + first * row_bytes)
-    raw = out if info["dtype"] == "F32" else np.empty(out.shape, dtype)
+    raw = out if out.dtype == dtype else np.empty(out.shape, dtype)  # F32 (or U8 bytes) straight into out
     if fh.readinto(raw) != raw.nbytes:
         raise ModelFormatError(f"{fh.name}: truncated safetensors file: tensor data ends early")
     if info["dtype"] == "BF16":
@@ -243,12 +303,17 @@ def read_rows_into(fh, info: dict, data_start: int, first: int, out: np.ndarray)
 
 def write_safetensors(path, tensors: dict[str, np.ndarray], dtype: str = "F32", metadata: dict | None = None,
                       int8=()):
-    """Write float tensors as F32, F16 or BF16 (integers are written as they are), and the float matrices named in
-    ``int8`` as int8 ``NAME`` with its float32 ``NAME_scale`` (``quantize_rows``; the module docstring)."""
+    """Write float tensors as F32, F16 or BF16 (integers are written as they are), the float matrices named in
+    ``int8`` as int8 ``NAME`` with its float32 ``NAME_scale`` (``quantize_rows``), and a ``Q4Blocks`` as its three
+    tensors, its ``d`` and ``m`` in float16 (the module docstring)."""
     if set(int8) - set(tensors):
         raise KeyError(f"int8: no tensor {sorted(set(int8) - set(tensors))[0]!r} to quantize")
     entries = []  # (name, dtype code, the array as stored)
     for name, arr in tensors.items():
+        if isinstance(arr, Q4Blocks):
+            entries += [(name, "U8", arr.qs.reshape(len(arr.qs), -1)), (name + Q4_SUFFIXES[0], "F16", arr.d.astype(np.float16)),
+                        (name + Q4_SUFFIXES[1], "F16", arr.m.astype(np.float16))]
+            continue
         arr = np.asarray(arr)
         if name in int8:
             q, scale = quantize_rows(arr)
@@ -264,8 +329,13 @@ def write_safetensors(path, tensors: dict[str, np.ndarray], dtype: str = "F32", 
             raise ValueError(f"tensor {name!r}: a name ending in {SCALE_SUFFIX!r} is kept for the scale of an int8 "
                              f"matrix (the reader refuses it otherwise); rename it or quantize "
                              f"{name[: -len(SCALE_SUFFIX)]!r}")
+    q4_parts = {name + sfx for name, arr in tensors.items() if isinstance(arr, Q4Blocks) for sfx in Q4_SUFFIXES}
+    for name, _, _ in entries:
+        if name.endswith(Q4_SUFFIXES) and name not in q4_parts:
+            raise ValueError(f"tensor {name!r}: a name ending in {' or '.join(Q4_SUFFIXES)} is kept for the parts of a "
+                             "Q4_1 matrix (the reader refuses it otherwise); rename it")
     if len({e[0] for e in entries}) < len(entries):
-        raise ValueError("a scale's name is also the name of another tensor")
+        raise ValueError("a scale's or a Q4_1 part's name is also the name of another tensor")
     header, blobs, offset = {}, [], 0
     for name, code, data in entries:
         b = np.ascontiguousarray(data).tobytes()

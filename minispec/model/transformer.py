@@ -20,8 +20,9 @@ import numpy as np
 from . import backend, threads
 from .blas import skinny_matmul
 from .config import ModelConfig
-from .kernel import PackedMatrix, check_kernel, default_kernel
+from .kernel import PackedMatrix, Q4Matrix, check_kernel, default_kernel
 from .kvcache import KVCache
+from .q4_1 import Q4Blocks
 from .weights import load_weights
 
 
@@ -131,7 +132,8 @@ class Model:
     @classmethod
     def from_hf(cls, cfg: ModelConfig, t, name: str = "model", kernel: str = "numpy") -> "Model":
         """Build from Hugging Face tensors ([out, in] matrices): fuse Q/K/V and gate/up, transpose to [in, out],
-        or, for ``kernel="numba"``, keep the file's [out, in] rows and wrap each matrix in a ``PackedMatrix``.
+        or, for ``kernel="numba"``, keep the file's [out, in] rows and wrap each matrix in a ``PackedMatrix`` (a
+        ``Q4Matrix`` when the file stores its parts in Q4_1 blocks; the NumPy kernel reads them dequantized).
 
         ``t`` maps names to tensors and is consumed. Each fused matrix is allocated once and every tensor
         is written into its column block: from a ``weights.Checkpoint`` (what ``load_model`` passes) straight
@@ -166,6 +168,9 @@ class Model:
                 t.pop_into(tensor_name, out)
 
         def fused(in_dim, *parts):  # parts: (name, out_dim) of [out_dim, in_dim] tensors -> [in_dim, sum out_dim]
+            if packed and not isinstance(t, dict) and all(t.is_q4_1(n) for n, _ in parts):  # kept in Q4_1 blocks
+                b = [t.pop_q4_1(n) for n, _ in parts]
+                return Q4Matrix(Q4Blocks(*(np.concatenate([getattr(x, f) for x in b]) for f in ("qs", "d", "m"))))
             if packed:  # the numba kernel's layout: the parts' rows one after the other, [sum out_dim, in_dim]
                 rows = np.empty((sum(n for _, n in parts), in_dim), np.float32)
                 row = 0

@@ -4,8 +4,9 @@
 shape it must have. ``load_weights`` finds them (one file or shards) and checks every shape with an
 error that names the tensor, the file, and both shapes (the safetensors header itself is checked by
 ``safetensors_io.read_header``; a weight must have a float dtype, or be an int8 matrix with its per-row scales,
-``safetensors_io``'s docstring), but reads no data yet: it returns a ``Checkpoint``, a mapping by Hugging Face
-name that reads a tensor, as float32 (an int8 matrix as q * scale), when it is asked for.
+``safetensors_io``'s docstring; or a Q4_1 matrix, ``q4_1.py``), but reads no data yet: it returns a ``Checkpoint``, a
+mapping by Hugging Face name that reads a tensor, as float32 (an int8 matrix as q * scale, a Q4_1 matrix
+dequantized), when it is asked for; ``pop_q4_1`` reads a Q4_1 matrix as it is stored, for the numba kernel.
 
 Why not read them all at once: the model fuses Q/K/V and gate/up and transposes each matrix into
 the [in, out] layout that ``x @ w`` wants (see ``Model.from_hf`` in ``transformer.py``), a layout the
@@ -23,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig, ModelFormatError, read_json
-from .safetensors_io import FLOAT_DTYPES, read_header, read_metadata, read_rows_into, read_safetensors, write_safetensors
+from .q4_1 import Q4Blocks
+from .safetensors_io import FLOAT_DTYPES, read_header, read_metadata, read_q4_1, read_rows_into, read_safetensors, write_safetensors
 
 # Shapes use ModelConfig fields: D hidden, F intermediate, V vocab, H/KVH heads, HD head dim.
 GLOBAL_TENSORS = {
@@ -98,9 +100,9 @@ def locate_tensors(path: Path, need: dict[str, tuple[int, ...]]) -> dict[str, tu
                 continue
             if name in where:
                 raise ModelFormatError(f"{f}: tensor {name!r} is also in {where[name][0]} (expected it in one file)")
-            if info["dtype"] not in FLOAT_DTYPES and "scale" not in info:
+            if info["dtype"] not in FLOAT_DTYPES and "scale" not in info and "q4_1" not in info:
                 raise ModelFormatError(f"{f}: tensor {name!r} has dtype {info['dtype']}, expected a float weight "
-                                       f"({', '.join(FLOAT_DTYPES)}) or an I8 matrix with its scales")
+                                       f"({', '.join(FLOAT_DTYPES)}), an I8 matrix with its scales or a Q4_1 matrix")
             if tuple(info["shape"]) != need[name]:
                 raise ModelFormatError(
                     f"{f}: tensor {name!r} has shape {tuple(info['shape'])}, expected {need[name]} from config.json"
@@ -164,6 +166,16 @@ class Checkpoint(Mapping):
                 part = out[first: first + step]
                 read_rows_into(fh, info, data_start, first, part)
                 check_finite(part, name, f)
+
+    def is_q4_1(self, name: str) -> bool:
+        """Whether the tensor ``name`` is stored as a Q4_1 matrix (``q4_1.py``)."""
+        return self.where[name][1]["dtype"] == "Q4_1"
+
+    def pop_q4_1(self, name: str) -> Q4Blocks:
+        """A Q4_1 matrix's blocks as stored (``d`` and ``m`` widened to float32), and forget it."""
+        f, info, data_start = self.where.pop(name)
+        with open(f, "rb") as fh:
+            return read_q4_1(fh, info, data_start, 0, info["shape"][0])
 
     def pop_transposed_into(self, name: str, out: np.ndarray) -> None:
         """``out[...] = self.pop(name).T`` for a 2-D tensor, holding only BLOCK_BYTES of it at a time."""

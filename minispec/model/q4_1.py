@@ -1,0 +1,86 @@
+"""Q4_1, the 4-bit block format of the GGUF minispec fetches (ggml's ``block_q4_1``), kept as it is.
+
+A weight matrix [out, in] is cut, row by row, into blocks of ``QK`` = 32 inputs. Each block stores
+
+    d   float16   the step           (ggml: ``d``)
+    m   float16   the block's least  (ggml: ``m``)
+    qs  16 bytes  32 unsigned 4-bit numbers q_i: byte i holds q_i in its low half and q_{i+16} in its high half
+
+and input i of the block is ``w_i = q_i * d + m``. So a row of ``in`` weights takes ``in / 32 * 20`` bytes,
+5 bits a weight, against 32 in float32.
+
+``Q4Blocks`` holds a matrix's three parts as minispec keeps them in a model directory (``safetensors_io``) and in
+memory: ``qs`` uint8 [out, in/32, 16], ``d`` and ``m`` [out, in/32]. ``dequantize`` is the reference: it
+computes ``q * d + m`` in float32, one rounding per operation, as the gguf package does, so a Q4_1 matrix
+dequantized here is bitwise the float32 matrix ``convert.py`` writes from the same GGUF. ``quantize`` is ggml's
+reference quantizer (``quantize_row_q4_1_ref``), for tests and tiny models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+QK = 32  # inputs per block
+BLOCK_BYTES = 20  # d (2) + m (2) + qs (16), ggml's block_q4_1
+
+
+@dataclass(frozen=True)
+class Q4Blocks:
+    """One Q4_1 matrix [out, in]: ``qs`` uint8 [out, in/32, 16], ``d`` and ``m`` float [out, in/32] (module docstring)."""
+
+    qs: np.ndarray
+    d: np.ndarray
+    m: np.ndarray
+
+    def __post_init__(self):
+        qs, d, m = self.qs, self.d, self.m
+        if qs.dtype != np.uint8 or qs.ndim != 3 or qs.shape[2] != QK // 2:
+            raise ValueError(f"Q4_1 qs must be uint8 [out, in/32, 16], got {qs.dtype} {qs.shape}")
+        for name, a in (("d", d), ("m", m)):
+            if a.dtype.kind != "f" or a.shape != qs.shape[:2]:
+                raise ValueError(f"Q4_1 {name} must be a float array of shape {qs.shape[:2]}, got {a.dtype} {a.shape}")
+
+    @property
+    def shape(self) -> tuple[int, int]:  # [out, in], as the float matrix's
+        return self.qs.shape[0], self.qs.shape[1] * QK
+
+    def rows(self, first: int, stop: int) -> "Q4Blocks":
+        return Q4Blocks(self.qs[first:stop], self.d[first:stop], self.m[first:stop])
+
+
+def dequantize(b: Q4Blocks) -> np.ndarray:  # -> [out, in] float32
+    """Every weight as float32: ``q * d + m``, rounded after the product and after the sum (module docstring)."""
+    q = np.concatenate([b.qs & 15, b.qs >> 4], axis=-1).astype(np.float32)  # [out, in/32, 32]
+    w = q * b.d.astype(np.float32)[..., None]  # [out, in/32, 32]
+    w += b.m.astype(np.float32)[..., None]
+    return w.reshape(b.shape)
+
+
+def quantize(w: np.ndarray) -> Q4Blocks:  # [out, in] -> Q4_1
+    """ggml's reference Q4_1 quantizer: per block, m = its least weight, d = (max - min) / 15, q_i = round((w_i - m) / d)
+    clipped to 0..15 (round half away from zero, as ggml's ``(uint8_t)(x + 0.5f)``), d and m stored as float16."""
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim != 2 or w.shape[1] % QK:
+        raise ValueError(f"Q4_1 quantizes matrices whose rows are a multiple of {QK} long, got shape {w.shape}")
+    if not np.isfinite(w).all():
+        raise ValueError("cannot quantize NaN or infinite weights")
+    blocks = w.reshape(w.shape[0], -1, QK)  # [out, in/32, 32]
+    lo, hi = blocks.min(axis=-1), blocks.max(axis=-1)  # [out, in/32]
+    d = (hi - lo) / np.float32(15)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0))
+    q = np.clip(np.floor((blocks - lo[..., None]) * inv[..., None] + np.float32(0.5)), 0, 15).astype(np.uint8)
+    qs = q[..., : QK // 2] | (q[..., QK // 2:] << 4)  # [out, in/32, 16]
+    return Q4Blocks(qs, d.astype(np.float16), lo.astype(np.float16))
+
+
+def from_gguf(raw: np.ndarray, out_dim: int) -> Q4Blocks:
+    """A GGUF Q4_1 tensor's bytes (uint8, ``out_dim`` rows of in/32 blocks of 20 bytes) -> its three parts."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out_dim, -1)
+    if raw.shape[1] % BLOCK_BYTES:
+        raise ValueError(f"a Q4_1 row is a whole number of {BLOCK_BYTES}-byte blocks, got {raw.shape[1]} bytes")
+    blocks = raw.reshape(out_dim, -1, BLOCK_BYTES)  # [out, in/32, 20]
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0]  # [out, in/32]
+    m = blocks[..., 2:4].copy().view(np.float16)[..., 0]
+    return Q4Blocks(np.ascontiguousarray(blocks[..., 4:]), d, m)

@@ -1,0 +1,143 @@
+"""The quantized target: Q4_1 blocks (minispec/model/q4_1.py) as ggml makes them, stored in a model directory and
+refused when malformed (safetensors_io), multiplied in place by the numba kernel (``numba_kernel.q4_1_rows``):
+the same numbers as the dequantized matrix, rows bitwise the same whatever the pass (a twin whose order depends on
+the number of rows is caught), and a quantized model that is its own target: greedy speculation gives its tokens."""
+
+import json
+
+import numpy as np
+import pytest
+
+from minispec import ModelFormatError
+from minispec.model import load_model
+from minispec.model.config import ModelConfig
+from minispec.model.q4_1 import Q4Blocks, dequantize, quantize
+from minispec.model.safetensors_io import read_header, read_safetensors, write_safetensors
+from minispec.model.tiny import random_tensors, tiny_config
+
+from .helpers import edit_header
+
+WIDE = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, vocab_size=80)
+
+
+def random_blocks(out_dim=40, in_dim=96, seed=0) -> tuple[np.ndarray, Q4Blocks]:
+    w = np.random.default_rng(seed).standard_normal((out_dim, in_dim)).astype(np.float32)
+    return w, quantize(w)
+
+
+def test_quantize_is_ggml_reference_and_dequantize_is_the_gguf_package():
+    gguf = pytest.importorskip("gguf")
+    w, b = random_blocks()
+    q4 = gguf.GGMLQuantizationType.Q4_1
+    raw = gguf.quants.quantize(w, q4)  # [40, 3 blocks x 20 bytes]
+    from minispec.model.q4_1 import from_gguf
+
+    theirs = from_gguf(raw, 40)
+    assert np.array_equal(theirs.qs, b.qs) and np.array_equal(theirs.d, b.d) and np.array_equal(theirs.m, b.m)
+    assert np.array_equal(dequantize(b), gguf.quants.dequantize(raw, q4).reshape(40, 96))  # bitwise
+    assert np.abs(dequantize(b) - w).max() <= b.d.astype(np.float32).max() / 2 + 1e-3  # half a step (d, m in float16)
+
+
+def test_q4_1_in_safetensors_round_trips_and_malformed_parts_are_refused(tmp_path):
+    _, b = random_blocks()
+    f = tmp_path / "m.safetensors"
+    write_safetensors(f, {"w": b, "n": np.ones(3, np.float32)})
+    header, _ = read_header(f)
+    assert header["w"]["dtype"] == "Q4_1" and header["w"]["shape"] == [40, 96] and set(header) == {"w", "n"}
+    assert np.array_equal(read_safetensors(f)["w"], dequantize(b))
+    qs, d16 = b.qs.reshape(40, 48), b.d.astype(np.float16)
+    for parts, words in [({"w": qs, "dd": d16}, "lacks 'w_q4_1_m'"),  # m missing
+                         ({"w": qs, "dd": d16, "mm": d16[:, :2]}, r"expected a float .* of shape \(40, 3\)"),
+                         ({"w": qs.astype(np.float32), "dd": d16, "mm": d16}, "is F32, expected U8"),
+                         ({"w": qs, "dd": d16.astype(np.int16), "mm": d16}, "is I16 of shape")]:
+        g = tmp_path / "bad.safetensors"
+        write_safetensors(g, parts)  # under names of their own, renamed as parts of "w" after: the layout stays valid
+        edit_header(g, lambda h: h.update({new: h.pop(old) for old, new in (("dd", "w_q4_1_d"), ("mm", "w_q4_1_m"))
+                                           if old in h}))
+        with pytest.raises(ModelFormatError, match=words):
+            read_header(g)
+    with pytest.raises(ValueError, match="kept for the parts of a Q4_1 matrix"):
+        write_safetensors(tmp_path / "x.safetensors", {"a_q4_1_d": np.ones(2, np.float32)})
+    nan = Q4Blocks(b.qs, np.where(np.arange(3) == 1, np.float16(np.nan), b.d), b.m)
+    write_safetensors(tmp_path / "nan.safetensors", {"w": nan})
+    with pytest.raises(ModelFormatError, match="NaN or infinite"):
+        read_safetensors(tmp_path / "nan.safetensors")
+
+
+def test_a_part_without_its_matrix_is_refused(tmp_path):
+    f = tmp_path / "m.safetensors"
+    write_safetensors(f, {"w": np.ones((2, 32), np.float32)})
+    edit_header(f, lambda h: h.update(w_q4_1_d=h.pop("w")))
+    with pytest.raises(ModelFormatError, match="three tensors"):
+        read_header(f)
+
+
+def twin_q4_matmul(x, qt, dt, mt):
+    """The planted twin: the right numbers, summed over the inputs forwards for one row and backwards for more."""
+    w = dequantize(Q4Blocks(qt.transpose(2, 0, 1), dt.T, mt.T))  # [out, in]
+    order = range(w.shape[1]) if len(x) == 1 else reversed(range(w.shape[1]))
+    out = np.zeros((len(x), w.shape[0]), np.float32)
+    for e in order:
+        out += x[:, e, None] * w[None, :, e]
+    return out
+
+
+def rows_alone_and_together(matmul, x) -> bool:
+    together = matmul(x)
+    return all(np.array_equal(matmul(x[t: t + 1])[0], together[t]) for t in range(len(x)))
+
+
+@pytest.mark.parametrize("out_dim,in_dim", [(40, 96), (576, 64), (300, 32)])
+def test_the_kernel_multiplies_in_the_blocks_and_its_rows_are_bitwise_invariant(out_dim, in_dim, monkeypatch):
+    pytest.importorskip("numba")
+    from minispec.model import numba_kernel
+    from minispec.model.kernel import Q4Matrix
+
+    w, b = random_blocks(out_dim, in_dim, seed=out_dim)
+    m = Q4Matrix(b)
+    assert m.shape == (in_dim, out_dim) and np.array_equal(np.asarray(m), dequantize(b).T)
+    assert m.nbytes < dequantize(b).nbytes / 4  # 6 bits a weight, not 32
+    x = np.random.default_rng(1).standard_normal((16, in_dim)).astype(np.float32)
+    np.testing.assert_allclose(m.rmatmul(x), x @ dequantize(b).T, rtol=1e-5, atol=1e-4)
+    for T in (2, 3, 4, 5, 8, 9, 16):
+        assert rows_alone_and_together(m.rmatmul, x[:T]), T
+    monkeypatch.setattr(m, "_matmul", twin_q4_matmul)
+    assert not rows_alone_and_together(m.rmatmul, x[:8])  # the twin is caught
+    with pytest.raises(TypeError, match="float32"):
+        numba_kernel.q4_1_matmul(x.astype(np.float64), m.qt, m.dt, m.mt)
+    with pytest.raises(ValueError, match="inputs"):
+        numba_kernel.q4_1_matmul(x[:, :-1], m.qt, m.dt, m.mt)
+
+
+def write_q4_model(path, seed=3):
+    """A tiny model directory whose matrices (not the embedding) are stored in Q4_1 blocks."""
+    cfg = tiny_config(**WIDE)
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg))
+    t = random_tensors(ModelConfig.from_dict(cfg), seed)
+    write_safetensors(path / "model.safetensors",
+                      {n: quantize(a) if a.ndim == 2 and "embed" not in n else a for n, a in t.items()})
+    return path
+
+
+def test_a_quantized_model_is_its_own_target(tmp_path):
+    pytest.importorskip("numba")
+    from minispec import generate
+    from minispec.drafters import DraftModel
+    from minispec.harness import batch_invariance
+    from minispec.model.kernel import Q4Matrix
+    from minispec.speculative import speculative_generate
+
+    d = write_q4_model(tmp_path / "q4")
+    q4 = load_model(d, kernel="numba")
+    ref = load_model(d, kernel="numpy")  # the reference: the same blocks, dequantized at load
+    assert isinstance(q4.layers[0].w_qkv, Q4Matrix) and isinstance(q4.layers[1].w_down, Q4Matrix)
+    assert type(ref.layers[0].w_qkv) is np.ndarray
+    ids = [3, 4, 5, 30, 31, 7, 9, 60]
+    np.testing.assert_allclose(q4.forward(ids, q4.new_cache(16)), ref.forward(ids, ref.new_cache(16)), atol=1e-4)
+    got = batch_invariance.measure(q4, [int(t) for t in np.random.default_rng(0).integers(0, 80, 40)], prefix=16)
+    assert all(got[str(n)]["identical_rows"] == 1.0 for n in batch_invariance.NS), got
+    assert got["tree"]["identical_rows"] == 1.0
+    plain = generate(q4, [1, 2, 3], 24)
+    for k in (1, 3, 5):
+        assert speculative_generate(q4, DraftModel(ref.truncated(1)), [1, 2, 3], 24, k=k).tokens == plain
