@@ -159,12 +159,14 @@ def _unpack_q4_1(q, d, m, lo, hi):  # [16, W] bytes, [W] d, [W] m -> lo, hi [16,
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def q4_1_rows(x, qt, dt, mt, width, out):  # [T, in], [in/32, 16, out] uint8, [in/32, out] float32 twice, W, [T, out]
     """``out = x @ w`` for a Q4_1 matrix ``w`` stored by columns (``kernel.Q4Matrix``). Each task owns ``width``
-    outputs; for each block of 32 inputs it unpacks their weights once into float32, then adds them, times the inputs,
-    into every row's running sums (4 rows at a time, then one by one). Every long loop runs over the outputs, which
-    numba vectorizes; a row's sums take the inputs in the same order, by the same operations, whatever T is, so rows
-    are batch-invariant. Departures from ggml: the weights are laid out by columns, not rows (a block's 32 weights of
-    one row, read along the row, make loops of 16 that numba leaves scalar); llama.cpp also quantizes the inputs
-    (Q8_1) and multiplies integers, where here they stay float32."""
+    outputs; for each block of 32 inputs it unpacks their weights once into float32 (a buffer of 32 KB at most, in
+    the core's cache), then adds them, times the inputs, into every row's running sums. Every long loop runs over the
+    outputs, which numba vectorizes; each row goes through the same loop, so its sums take the inputs in the same
+    order, by the same operations, whatever T is: rows are batch-invariant. (A body for 4 rows at a time, sharing
+    each load of the weights, was no faster, and its second group of 4 ran 5x slower: docs/policy.md.)
+    Departures from ggml: the weights are laid out by columns, not rows (a block's 32 weights of one row, read along
+    the row, make loops of 16 that numba leaves scalar); llama.cpp also quantizes the inputs (Q8_1) and multiplies
+    integers, where here they stay float32."""
     T, nb, n_out = x.shape[0], qt.shape[0], qt.shape[2]
     for task in prange((n_out + width - 1) // width):
         j0, j1 = task * width, min(n_out, task * width + width)
@@ -174,23 +176,12 @@ def q4_1_rows(x, qt, dt, mt, width, out):  # [T, in], [in/32, 16, out] uint8, [i
         for b in range(nb):
             _unpack_q4_1(qt[b, :, j0:j1], dt[b, j0:j1], mt[b, j0:j1], lo, hi)
             for i in range(16):
-                e, t = b * 32 + i, 0
+                e = b * 32 + i
                 wl, wh = lo[i], hi[i]  # [W] each
-                while T - t >= 4:  # 4 rows share each load of wl and wh
-                    a0, a1, a2, a3 = acc[t], acc[t + 1], acc[t + 2], acc[t + 3]  # [W] each
-                    u0, v0, u1, v1 = x[t, e], x[t, e + 16], x[t + 1, e], x[t + 1, e + 16]  # the 2 inputs of each row
-                    u2, v2, u3, v3 = x[t + 2, e], x[t + 2, e + 16], x[t + 3, e], x[t + 3, e + 16]
+                for t in range(T):  # every row by the same loop: its sums do not depend on T
+                    a, u, v = acc[t], x[t, e], x[t, e + 16]  # [W], and the row's 2 inputs
                     for j in range(j1 - j0):
-                        a0[j] += wl[j] * u0 + wh[j] * v0
-                        a1[j] += wl[j] * u1 + wh[j] * v1
-                        a2[j] += wl[j] * u2 + wh[j] * v2
-                        a3[j] += wl[j] * u3 + wh[j] * v3
-                    t += 4
-                while t < T:  # the 0-3 rows left, by the same operations
-                    a0, u0, v0 = acc[t], x[t, e], x[t, e + 16]
-                    for j in range(j1 - j0):
-                        a0[j] += wl[j] * u0 + wh[j] * v0
-                    t += 1
+                        a[j] += wl[j] * u + wh[j] * v
         out[:, j0:j1] = acc
 
 
