@@ -394,7 +394,7 @@ def cmd_fetch(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    out = convert_gguf(args.gguf, args.outdir, q4_1=args.q4_1)
+    out = convert_gguf(args.gguf, args.outdir, keep_q4_1=args.q4_1)
     print(f"wrote {out}")
     return 0
 

@@ -128,14 +128,12 @@ def test_not_a_gguf_file(tmp_path):
 def test_q4_1_kept_in_its_blocks_is_the_same_model(tmp_path):
     """``convert --q4_1`` keeps the Q4_1 matrices in their blocks (Q and K rows un-permuted whole): read by the NumPy
     kernel it is bitwise the float32 conversion, and the numba kernel multiplies in the blocks, close to it."""
-    pytest.importorskip("numba")
-    from minispec.model.kernel import Q4Matrix
     from minispec.model.safetensors_io import read_header
 
     cfg = tiny_config(vocab_size=64, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
     write_tiny_gguf(tmp_path / "q.gguf", cfg, qtype=gguf.GGMLQuantizationType.Q4_1)
     f32 = convert_gguf(tmp_path / "q.gguf", tmp_path / "f32", progress=False)
-    q4 = convert_gguf(tmp_path / "q.gguf", tmp_path / "q4", progress=False, q4_1=True)
+    q4 = convert_gguf(tmp_path / "q.gguf", tmp_path / "q4", progress=False, keep_q4_1=True)
     header, _ = read_header(q4 / "model.safetensors")
     assert header["model.layers.0.self_attn.q_proj.weight"]["dtype"] == "Q4_1"
     assert (q4 / "model.safetensors").stat().st_size < (f32 / "model.safetensors").stat().st_size / 4
@@ -144,6 +142,16 @@ def test_q4_1_kept_in_its_blocks_is_the_same_model(tmp_path):
     want = ref.forward(ids, ref.new_cache(8))
     m = load_model(q4)
     np.testing.assert_array_equal(m.forward(ids, m.new_cache(8)), want)
+    pytest.importorskip("numba")
+    from minispec.model.kernel import Q4Matrix
+
     m = load_model(q4, kernel="numba")
     assert isinstance(m.layers[0].w_qkv, Q4Matrix)
     np.testing.assert_allclose(m.forward(ids, m.new_cache(8)), want, atol=1e-4)
+
+
+def test_keeping_q4_1_from_a_gguf_without_it_is_refused(tmp_path):
+    cfg = tiny_config(vocab_size=64, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+    write_tiny_gguf(tmp_path / "q.gguf", cfg, qtype=gguf.GGMLQuantizationType.Q8_0)
+    with pytest.raises(ModelFormatError, match="no Q4_1 matrix to keep .*Q8_0"):
+        convert_gguf(tmp_path / "q.gguf", tmp_path / "q4", progress=False, keep_q4_1=True)

@@ -25,17 +25,27 @@ def random_blocks(out_dim=40, in_dim=96, seed=0) -> tuple[np.ndarray, Q4Blocks]:
     return w, quantize(w)
 
 
-def test_quantize_is_ggml_reference_and_dequantize_is_the_gguf_package():
+def test_quantize_and_dequantize_match_the_gguf_package_ggml_port():
     gguf = pytest.importorskip("gguf")
     w, b = random_blocks()
     q4 = gguf.GGMLQuantizationType.Q4_1
     raw = gguf.quants.quantize(w, q4)  # [40, 3 blocks x 20 bytes]
     from minispec.model.q4_1 import from_gguf
 
-    theirs = from_gguf(raw, 40)
+    theirs = from_gguf(raw, (40, 96))
     assert np.array_equal(theirs.qs, b.qs) and np.array_equal(theirs.d, b.d) and np.array_equal(theirs.m, b.m)
     assert np.array_equal(dequantize(b), gguf.quants.dequantize(raw, q4).reshape(40, 96))  # bitwise
-    assert np.abs(dequantize(b) - w).max() <= b.d.astype(np.float32).max() / 2 + 1e-3  # half a step (d, m in float16)
+    d, m = (a.astype(np.float32)[..., None] for a in (b.d, b.m))  # [40, 3, 1]
+    err = np.abs(dequantize(b) - w).reshape(40, 3, 32)
+    assert (err <= d / 2 + (np.abs(m) + 15 * d) * 2.0 ** -11 + 1e-6).all()  # half a step, and d, m rounded to float16
+    with pytest.raises(ValueError, match="takes 2400 bytes, got 2399"):
+        from_gguf(raw.ravel()[:-1], (40, 96))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        from_gguf(raw, (40, 95))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize(w[:, :95])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        Q4Blocks(b.qs, b.d, np.where(np.arange(3) == 2, np.float16(np.inf), b.m))
 
 
 def test_q4_1_in_safetensors_round_trips_and_malformed_parts_are_refused(tmp_path):
@@ -47,6 +57,8 @@ def test_q4_1_in_safetensors_round_trips_and_malformed_parts_are_refused(tmp_pat
     assert np.array_equal(read_safetensors(f)["w"], dequantize(b))
     qs, d16 = b.qs.reshape(40, 48), b.d.astype(np.float16)
     for parts, words in [({"w": qs, "dd": d16}, "lacks 'w_q4_1_m'"),  # m missing
+                         ({"w": qs[:, :40], "dd": d16, "mm": d16}, "multiple of 32"),  # rows of 80 inputs
+                         ({"w": qs.reshape(-1), "dd": d16, "mm": d16}, r"expected \[rows, cols/2\]"),
                          ({"w": qs, "dd": d16, "mm": d16[:, :2]}, r"expected a float .* of shape \(40, 3\)"),
                          ({"w": qs.astype(np.float32), "dd": d16, "mm": d16}, "is F32, expected U8"),
                          ({"w": qs, "dd": d16.astype(np.int16), "mm": d16}, "is I16 of shape")]:
@@ -58,10 +70,12 @@ def test_q4_1_in_safetensors_round_trips_and_malformed_parts_are_refused(tmp_pat
             read_header(g)
     with pytest.raises(ValueError, match="kept for the parts of a Q4_1 matrix"):
         write_safetensors(tmp_path / "x.safetensors", {"a_q4_1_d": np.ones(2, np.float32)})
-    nan = Q4Blocks(b.qs, np.where(np.arange(3) == 1, np.float16(np.nan), b.d), b.m)
-    write_safetensors(tmp_path / "nan.safetensors", {"w": nan})
-    with pytest.raises(ModelFormatError, match="NaN or infinite"):
-        read_safetensors(tmp_path / "nan.safetensors")
+    for bad, words in ((np.where(np.arange(3) == 1, np.float16(np.nan), d16), "NaN or infinite"),
+                       (np.where(np.arange(3) == 1, np.float16(-1), d16), "negative step")):
+        write_safetensors(tmp_path / "x.safetensors", {"w": qs, "dd": bad, "mm": d16})
+        edit_header(tmp_path / "x.safetensors", lambda h: h.update(w_q4_1_d=h.pop("dd"), w_q4_1_m=h.pop("mm")))
+        with pytest.raises(ModelFormatError, match=words):
+            read_safetensors(tmp_path / "x.safetensors")
 
 
 def test_a_part_without_its_matrix_is_refused(tmp_path):
@@ -99,6 +113,7 @@ def test_the_kernel_multiplies_in_the_blocks_and_its_rows_are_bitwise_invariant(
     assert m.nbytes < dequantize(b).nbytes / 4  # 6 bits a weight, not 32
     x = np.random.default_rng(1).standard_normal((16, in_dim)).astype(np.float32)
     np.testing.assert_allclose(m.rmatmul(x), x @ dequantize(b).T, rtol=1e-5, atol=1e-4)
+    assert np.array_equal(m.rmatmul(np.eye(in_dim, dtype=np.float32)), dequantize(b).T)  # its weights, bitwise
     for T in (2, 3, 4, 5, 8, 9, 16):
         assert rows_alone_and_together(m.rmatmul, x[:T]), T
     monkeypatch.setattr(m, "_matmul", twin_q4_matmul)
@@ -138,6 +153,7 @@ def test_a_quantized_model_is_its_own_target(tmp_path):
     got = batch_invariance.measure(q4, [int(t) for t in np.random.default_rng(0).integers(0, 80, 40)], prefix=16)
     assert all(got[str(n)]["identical_rows"] == 1.0 for n in batch_invariance.NS), got
     assert got["tree"]["identical_rows"] == 1.0
+    # the consequence, on this tiny model (the bitwise rows above are what a broken kernel would fail)
     plain = generate(q4, [1, 2, 3], 24)
     for k in (1, 3, 5):
         assert speculative_generate(q4, DraftModel(ref.truncated(1)), [1, 2, 3], 24, k=k).tokens == plain

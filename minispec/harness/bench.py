@@ -72,11 +72,16 @@ def bench_forward(argv) -> int:
                 t = forward_times(model, ns, a.context, a.repeats)
                 floor = stream_time(model.weight_bytes, kernel=k)  # with the kernel's own loads
             flop = 2 * matrix_weights(model)  # per row: a multiply and an add for every weight of every matrix
-            rows[k if len(model_dirs) == 1 else f"{k} {fmt}"] = {
+            key = k if len(model_dirs) == 1 else f"{k} {fmt}"
+            if key in rows:
+                raise ValueError(f"--model {model_dir}: a second {fmt} model; compare one directory per format")
+            rows[key] = {
                 "format": fmt, "weight_bytes": model.weight_bytes, "ms": {n: 1e3 * t[n] for n in ns},
                 "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},
                 "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k], "decode_over_stream": t[1] / floor}
             del model
+    if not rows:
+        raise ValueError("nothing to measure: every --model is quantized and only --kernel numpy was asked for")
     res = {"model": name, "device": backend.device_name(), "weight_bytes": nbytes, "context": a.context,
            "repeats": a.repeats, "kernels": rows, "provenance": provenance()}
     if a.json:

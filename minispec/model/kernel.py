@@ -80,7 +80,8 @@ def blas_threads(kernel: str):
 
 
 class PackedMatrix:
-    """A weight ``w`` [in, out] packed for the numba kernel: its rows ``w.T`` [out, in], C-contiguous.
+    """A weight ``w`` [in, out] packed for the numba kernel: its rows ``w.T`` [out, in], C-contiguous. (Its one
+    subclass, ``Q4Matrix``, stores Q4_1 blocks instead; there ``np.asarray(w)`` is a dequantized copy, not a view.)
 
     ``rmatmul(x)`` is ``x @ w``. It behaves as the [in, out] matrix where NumPy asks for an array
     (``np.asarray(w)`` is a view, ``w.shape`` is [in, out]), so code that reads a weight (the EAGLE head's
@@ -127,8 +128,9 @@ class Q4Matrix(PackedMatrix):
     ``rmatmul(x)`` is ``x @ w`` through ``numba_kernel.q4_1_rows``, which unpacks each weight once for all rows.
 
     Stored by columns, for that kernel: ``qt`` [in/32, 16, out] (byte i of block b of output j at [b, i, j]), ``dt`` and
-    ``mt`` [in/32, out], widened to float32 at load (8 bytes a block, 4 more than the file's float16). So the matrix
-    takes 6 bits a weight in memory, against 32 as float32. ``np.asarray(w)`` dequantizes it, a new float32 [in, out]
+    ``mt`` [in/32, out]. Departure from ggml: d and m are widened to float32 at load (8 bytes a block, 4 more than the
+    file's float16), so that the kernel reads them without converting. So the matrix takes 6 bits a weight in
+    memory, against 32 as float32. ``np.asarray(w)`` dequantizes it, a new float32 [in, out]
     array, bitwise what ``convert.py`` writes as float32 from the same GGUF."""
 
     def __init__(self, blocks: Q4Blocks):  # blocks of the [out, in] matrix, as the file stores them

@@ -163,7 +163,7 @@ def q4_1_rows(x, qt, dt, mt, width, out):  # [T, in], [in/32, 16, out] uint8, [i
     the core's cache), then adds them, times the inputs, into every row's running sums. Every long loop runs over the
     outputs, which numba vectorizes; each row goes through the same loop, so its sums take the inputs in the same
     order, by the same operations, whatever T is: rows are batch-invariant. (A body for 4 rows at a time, sharing
-    each load of the weights, was no faster, and its second group of 4 ran 5x slower: docs/policy.md.)
+    each load of the weights, was tried and dropped: docs/policy.md.)
     Departures from ggml: the weights are laid out by columns, not rows (a block's 32 weights of one row, read along
     the row, make loops of 16 that numba leaves scalar); llama.cpp also quantizes the inputs (Q8_1) and multiplies
     integers, where here they stay float32."""
@@ -291,7 +291,7 @@ def q4_1_matmul(x: np.ndarray, qt: np.ndarray, dt: np.ndarray, mt: np.ndarray) -
 
 
 def q4_1_width(n_out: int) -> int:
-    """Outputs per task of ``q4_1_rows``: about 4 tasks per thread (so that a 576-wide matrix keeps both cores busy),
+    """Outputs per task of ``q4_1_rows``: about 4 tasks per thread (so that even a 576-wide matrix gives every thread work),
     a multiple of 16 (whole vectors), at most 256 (each row's sums, 1 KB, stay in L1). It depends on the matrix and
     the threads, never on the rows: rows stay batch-invariant."""
     per_task = -(-n_out // (4 * numba.get_num_threads()))

@@ -1,16 +1,18 @@
-"""Q4_1, the 4-bit block format of the GGUF minispec fetches (ggml's ``block_q4_1``), kept as it is.
+"""Q4_1, the 4-bit block format of the GGUF minispec fetches (ggml's ``block_q4_1``), its numbers kept as they are.
 
 A weight matrix [out, in] is cut, row by row, into blocks of ``QK`` = 32 inputs. Each block stores
 
     d   float16   the step           (ggml: ``d``)
-    m   float16   the block's least  (ggml: ``m``)
+    m   float16   the block's minimum (ggml: ``m``)
     qs  16 bytes  32 unsigned 4-bit numbers q_i: byte i holds q_i in its low half and q_{i+16} in its high half
 
 and input i of the block is ``w_i = q_i * d + m``. So a row of ``in`` weights takes ``in / 32 * 20`` bytes,
 5 bits a weight, against 32 in float32.
 
 ``Q4Blocks`` holds a matrix's three parts as minispec keeps them in a model directory (``safetensors_io``) and in
-memory: ``qs`` uint8 [out, in/32, 16], ``d`` and ``m`` [out, in/32]. ``dequantize`` is the reference: it
+memory: ``qs`` uint8 [out, in/32, 16], ``d`` and ``m`` [out, in/32]. Departure from ggml: its 20-byte blocks
+interleave d, m and qs; here they are three arrays (the same numbers), in tensors named by minispec's own
+convention, which no other safetensors reader knows as Q4_1. ``dequantize`` is the reference: it
 computes ``q * d + m`` in float32, one rounding per operation, as the gguf package does, so a Q4_1 matrix
 dequantized here is bitwise the float32 matrix ``convert.py`` writes from the same GGUF. ``quantize`` is ggml's
 reference quantizer (``quantize_row_q4_1_ref``), for tests and tiny models.
@@ -36,18 +38,21 @@ class Q4Blocks:
 
     def __post_init__(self):
         qs, d, m = self.qs, self.d, self.m
+        if not all(isinstance(a, np.ndarray) for a in (qs, d, m)):
+            raise TypeError("Q4_1 qs, d and m must be NumPy arrays")
         if qs.dtype != np.uint8 or qs.ndim != 3 or qs.shape[2] != QK // 2:
             raise ValueError(f"Q4_1 qs must be uint8 [out, in/32, 16], got {qs.dtype} {qs.shape}")
         for name, a in (("d", d), ("m", m)):
             if a.dtype.kind != "f" or a.shape != qs.shape[:2]:
                 raise ValueError(f"Q4_1 {name} must be a float array of shape {qs.shape[:2]}, got {a.dtype} {a.shape}")
+            if not np.isfinite(a).all():
+                raise ValueError(f"Q4_1 {name} holds NaN or infinite values")
+        if qs.size == 0:
+            raise ValueError(f"a Q4_1 matrix has at least one row and one block, got qs of shape {qs.shape}")
 
     @property
     def shape(self) -> tuple[int, int]:  # [out, in], as the float matrix's
         return self.qs.shape[0], self.qs.shape[1] * QK
-
-    def rows(self, first: int, stop: int) -> "Q4Blocks":
-        return Q4Blocks(self.qs[first:stop], self.d[first:stop], self.m[first:stop])
 
 
 def dequantize(b: Q4Blocks) -> np.ndarray:  # -> [out, in] float32
@@ -59,8 +64,8 @@ def dequantize(b: Q4Blocks) -> np.ndarray:  # -> [out, in] float32
 
 
 def quantize(w: np.ndarray) -> Q4Blocks:  # [out, in] -> Q4_1
-    """ggml's reference Q4_1 quantizer: per block, m = its least weight, d = (max - min) / 15, q_i = round((w_i - m) / d)
-    clipped to 0..15 (round half away from zero, as ggml's ``(uint8_t)(x + 0.5f)``), d and m stored as float16."""
+    """ggml's reference Q4_1 quantizer: per block, m = its minimum, d = (max - min) / 15, q_i = (w_i - m) * (1 / d) + 0.5
+    truncated, at most 15 (ggml's ``MIN(15, (int8_t)(x + 0.5f))``), d and m stored as float16."""
     w = np.asarray(w, dtype=np.float32)
     if w.ndim != 2 or w.shape[1] % QK:
         raise ValueError(f"Q4_1 quantizes matrices whose rows are a multiple of {QK} long, got shape {w.shape}")
@@ -75,11 +80,17 @@ def quantize(w: np.ndarray) -> Q4Blocks:  # [out, in] -> Q4_1
     return Q4Blocks(qs, d.astype(np.float16), lo.astype(np.float16))
 
 
-def from_gguf(raw: np.ndarray, out_dim: int) -> Q4Blocks:
-    """A GGUF Q4_1 tensor's bytes (uint8, ``out_dim`` rows of in/32 blocks of 20 bytes) -> its three parts."""
-    raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out_dim, -1)
-    if raw.shape[1] % BLOCK_BYTES:
-        raise ValueError(f"a Q4_1 row is a whole number of {BLOCK_BYTES}-byte blocks, got {raw.shape[1]} bytes")
+def from_gguf(raw: np.ndarray, shape) -> Q4Blocks:
+    """A GGUF Q4_1 matrix's bytes (uint8) and its ``shape`` [out, in] -> its three parts; refused unless the bytes are
+    exactly ``out`` rows of in/32 blocks of 20 bytes."""
+    if len(shape) != 2 or shape[1] % QK:
+        raise ValueError(f"a Q4_1 matrix is 2-D with rows a multiple of {QK} long, got shape {tuple(shape)}")
+    out_dim, in_dim = (int(n) for n in shape)
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if raw.size != out_dim * in_dim // QK * BLOCK_BYTES:
+        raise ValueError(f"a Q4_1 matrix of shape {(out_dim, in_dim)} takes {out_dim * in_dim // QK * BLOCK_BYTES} "
+                         f"bytes, got {raw.size}")
+    raw = raw.reshape(out_dim, -1)
     blocks = raw.reshape(out_dim, -1, BLOCK_BYTES)  # [out, in/32, 20]
     d = blocks[..., 0:2].copy().view(np.float16)[..., 0]  # [out, in/32]
     m = blocks[..., 2:4].copy().view(np.float16)[..., 0]

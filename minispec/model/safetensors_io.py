@@ -115,7 +115,7 @@ def read_header(path) -> tuple[dict, int]:
     if data_start + offset < size:
         raise ModelFormatError(f"{path}: {size - data_start - offset} bytes after the data of the last tensor, {last!r} "
                                f"(expected the file to end at byte {offset} of the data section)")
-    return pair_q4_1(path, pair_scales(path, header)), data_start
+    return pair_scales(path, pair_q4_1(path, header)), data_start  # Q4_1 first: its parts are not int8 scales
 
 
 def pair_scales(path: Path, header: dict) -> dict:
@@ -162,6 +162,8 @@ def pair_q4_1(path: Path, header: dict) -> dict:
             raise ModelFormatError(f"{path}: tensor {name!r} is the bytes of a Q4_1 matrix, of shape {tuple(qs['shape'])}: "
                                    f"expected [rows, cols/2] with cols a multiple of {QK}")
         rows, blocks = qs["shape"][0], qs["shape"][1] // (QK // 2)
+        if rows == 0 or blocks == 0:
+            raise ModelFormatError(f"{path}: tensor {name!r} is an empty Q4_1 matrix, of shape {tuple(qs['shape'])}")
         for sfx, part in zip(Q4_SUFFIXES, parts):
             if part["dtype"] not in FLOAT_DTYPES or part["shape"] != [rows, blocks]:
                 raise ModelFormatError(f"{path}: tensor {name + sfx!r} is {part['dtype']} of shape {tuple(part['shape'])}, "
@@ -175,7 +177,8 @@ def pair_q4_1(path: Path, header: dict) -> dict:
 
 def read_q4_1(fh, info: dict, data_start: int, first: int, stop: int) -> Q4Blocks:
     """Rows ``first .. stop`` of a Q4_1 matrix (its header entry ``info``) from the open file ``fh``, as stored: the
-    bytes, and ``d`` and ``m`` widened to float32, checked finite."""
+    bytes, and ``d`` and ``m`` read as float32 (from any float dtype), checked finite and, for ``d``, not negative
+    (ggml's d = (max - min) / 15 never is)."""
     parts = info["q4_1"]
     qs = np.empty((stop - first, info["shape"][1] // QK, QK // 2), np.uint8)  # [rows, in/32, 16]
     read_rows_into(fh, parts["qs"], data_start, first, qs.reshape(len(qs), -1))
@@ -186,6 +189,8 @@ def read_q4_1(fh, info: dict, data_start: int, first: int, stop: int) -> Q4Block
         if not np.isfinite(dm[k]).all():
             raise ModelFormatError(f"{fh.name}: tensor {parts[k]['name']!r} holds NaN or infinite values (expected finite "
                                    f"{'steps' if k == 'd' else 'block minima'})")
+    if (dm["d"] < 0).any():
+        raise ModelFormatError(f"{fh.name}: tensor {parts['d']['name']!r} holds a negative step (expected d >= 0)")
     return Q4Blocks(qs, dm["d"], dm["m"])
 
 

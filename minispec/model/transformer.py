@@ -220,7 +220,8 @@ class Model:
         return KVCache(self.cfg.num_layers, self.cfg.num_kv_heads, max_len, self.cfg.head_dim)
 
     @property
-    def weight_bytes(self) -> int:  # the weights as held in memory, float32, whatever the file stores (bf16, int8)
+    def weight_bytes(self) -> int:  # the weights as held in memory: float32 whatever the file stores (bf16, int8),
+        # but a Q4Matrix's own bytes (kernel.py)
         arrays = [self.embed, self.final_norm] + [a for w in self.layers for a in vars(w).values() if a is not None]
         if not self.cfg.tie_word_embeddings:
             arrays.append(self.lm_head)
