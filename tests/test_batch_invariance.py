@@ -100,7 +100,7 @@ def test_numba_rows_are_batch_invariant_on_smollm2():
     pytest.importorskip("numba")
     from minispec.harness.prompts import load_prompts
     from minispec.model import load_tokenizer
-    from minispec.model.fetch import fetch_smollm2
+    from minispec.recipes.fetch import fetch_smollm2
 
     d = fetch_smollm2(log=lambda m: None)
     tok = load_tokenizer(d)

@@ -7,7 +7,7 @@ pytest.importorskip("gguf")
 from minispec import load_model, load_tokenizer, make_drafter, shipped_draft, shipped_eagle  # noqa: E402
 from minispec.drafters import LayerSkip, PromptLookup  # noqa: E402
 from minispec.harness.check import format_check, run_check  # noqa: E402
-from minispec.model.fetch import fetch_smollm2, shipped_bpe_draft  # noqa: E402
+from minispec.recipes.fetch import fetch_smollm2, shipped_bpe_draft  # noqa: E402
 
 REDUCED = 24  # paired runs of 48 tokens in the CI version (`minispec check --quick`): about 1,000 tokens a side
 # The EAGLE head's and TLI's broken twins sit at the edge of 24 runs' power (acceptance p = 0.0055, combined

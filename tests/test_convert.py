@@ -9,9 +9,9 @@ gguf = pytest.importorskip("gguf")
 
 from minispec import ModelFormatError, load_model, load_tokenizer  # noqa: E402
 from minispec.model.config import ModelConfig  # noqa: E402
-from minispec.model.convert import GGUF_TO_HF, convert_gguf, permute_qk, unpermute_qk  # noqa: E402
 from minispec.model.safetensors_io import read_safetensors  # noqa: E402
 from minispec.model.tiny import random_tensors, tiny_config  # noqa: E402
+from minispec.recipes.convert import GGUF_TO_HF, convert_gguf, permute_qk, unpermute_qk  # noqa: E402
 
 HF_TO_GGUF = {v: k for k, v in GGUF_TO_HF.items()}
 TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [chr(c) for c in range(ord("a"), ord("a") + 26)] + ["ab", "abc"]

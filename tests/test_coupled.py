@@ -318,7 +318,7 @@ def test_a_tree_refuses_block_and_a_rule_is_named(big_pair):
 def smollm2():
     pytest.importorskip("gguf")
     from minispec import load_model
-    from minispec.model.fetch import fetch_smollm2
+    from minispec.recipes.fetch import fetch_smollm2
 
     return load_model(fetch_smollm2(log=lambda m: None))
 
@@ -363,7 +363,7 @@ def test_identity_on_smollm2_with_k_auto(smollm2):
     """k="auto" on SmolLM2 (each drafter's cost calibration takes tens of seconds: two drafters): the draft model and
     prompt lookup give keyed sampling's tokens."""
     from minispec.drafters import make_drafter
-    from minispec.model.fetch import shipped_draft
+    from minispec.recipes.fetch import shipped_draft
 
     prompt = list(range(1000, 1020))
     want = generate(smollm2, prompt, 24, seed=5, keyed=True, temperature=0.9)

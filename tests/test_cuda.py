@@ -13,8 +13,8 @@ from minispec import generate, load_model, rejection  # noqa: E402
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup  # noqa: E402
 from minispec.harness.equivalence import chisquare_gof  # noqa: E402
 from minispec.model import backend  # noqa: E402
-from minispec.model.fetch import DEFAULT_DRAFT, default_weights_dir  # noqa: E402
 from minispec.model.tiny import tiny_config, write_random_model  # noqa: E402
+from minispec.recipes.fetch import DEFAULT_DRAFT, default_weights_dir  # noqa: E402
 from minispec.rejection import accept_reject  # noqa: E402
 from minispec.sampling import sample, warp  # noqa: E402
 from minispec.speculative import speculative_generate, tree_speculative_generate  # noqa: E402

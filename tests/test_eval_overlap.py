@@ -68,7 +68,7 @@ def test_the_committed_generations_share_no_run_with_an_evaluation_prompt():
     from .helpers import TARGET_DIR
 
     if not (TARGET_DIR / "tokenizer.json").exists():
-        from minispec.model.fetch import fetch_smollm2
+        from minispec.recipes.fetch import fetch_smollm2
 
         fetch_smollm2(TARGET_DIR, progress=False, log=lambda m: None)
     tok = load_tokenizer(TARGET_DIR)

@@ -32,7 +32,7 @@ def test_04_early_stop():
 @pytest.fixture(scope="module")
 def smollm2():
     pytest.importorskip("gguf")
-    from minispec.model.fetch import fetch_smollm2
+    from minispec.recipes.fetch import fetch_smollm2
 
     return fetch_smollm2(log=lambda m: None)
 

@@ -9,7 +9,7 @@ from minispec import DraftModel, load_model
 from minispec.harness import check
 from minispec.harness.check import ALPHA, RULES, PrefixMass, broken_twins, compare, json_path, plain_sampler
 from minispec.harness.equivalence import paired_permutation_test, token_bins
-from minispec.model.progress import Progress
+from minispec.harness.progress import Progress
 from minispec.model.tiny import tiny_config, write_random_model
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]

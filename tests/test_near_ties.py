@@ -27,7 +27,7 @@ def test_the_committed_cases_are_near_ties_of_the_committed_generations():
 def test_every_drafter_is_greedy_identical_through_a_near_tie_under_the_numba_kernel():
     pytest.importorskip("numba")
     from minispec.model import load_model
-    from minispec.model.fetch import fetch_smollm2
+    from minispec.recipes.fetch import fetch_smollm2
 
     target = load_model(fetch_smollm2(log=lambda m: None), kernel="numba")
     cases = sorted(json.loads(CASES.read_text())["cases"], key=lambda c: c["position"])[:2]  # the two earliest

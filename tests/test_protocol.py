@@ -277,7 +277,7 @@ def test_docs_drafters_table_matches_the_shipped_drafters():
 
     root = Path(__file__).resolve().parent.parent
     if not (TARGET_DIR / "model.safetensors").exists():
-        from minispec.model.fetch import fetch_smollm2
+        from minispec.recipes.fetch import fetch_smollm2
 
         fetch_smollm2(TARGET_DIR, progress=False, log=lambda m: None)
     target = load_model(TARGET_DIR)

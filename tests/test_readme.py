@@ -24,7 +24,7 @@ def test_readme_has_python_blocks_that_use_only_the_top_level():
 @pytest.mark.parametrize("i", range(len(BLOCKS)))
 def test_readme_python_block_runs(i):
     pytest.importorskip("gguf")
-    from minispec.model.fetch import fetch_smollm2
+    from minispec.recipes.fetch import fetch_smollm2
 
     fetch_smollm2(log=lambda m: None)
     r = subprocess.run([sys.executable, "-c", BLOCKS[i]], cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -16,7 +16,7 @@ pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
 from minispec import generate, load_model, load_tokenizer  # noqa: E402
-from minispec.model.fetch import cache_dir, fetch_smollm2  # noqa: E402
+from minispec.recipes.fetch import cache_dir, fetch_smollm2  # noqa: E402
 
 from .strings import tokenizer_strings  # noqa: E402
 

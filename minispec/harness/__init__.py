@@ -34,7 +34,9 @@ core (tests/test_layout.py).
     busy_figures.py  the figures of those two (docs_tables writes them in)
     example_times.py  each example's run time, measured quiet (docs/examples/times.json)
     round_lines.py  how many lines a reader meets in one run of the textbook's round and of the engine's (a line tracer)
+    progress.py     a dependency-free progress indicator on stderr, for long work (here and in recipes/)
+    provenance.py   what a stored measurement records of its run: date, commit, command, machine, kernel and BLAS
 
 The recipes that trained the shipped drafters are in recipes/. What a stored measurement records of its run (date,
-commit, command, machine) is ``model/provenance.py``, which the recipes share.
+commit, command, machine) is ``provenance.py``, which the recipes share.
 """

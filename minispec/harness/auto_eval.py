@@ -24,7 +24,6 @@ import numpy as np
 
 from ..drafters import make_drafter
 from ..generate import generate
-from ..model.progress import Progress
 from ..policy import calibration as store
 from ..policy import k_policy, notes_of
 from ..rounds import SpecResult
@@ -33,6 +32,7 @@ from ..stats import SpecStats
 from .calibration_store import DiskStore
 from .command import check_json_path, drafters_parser, last_prompts, load_target_and_drafters, markdown_table, print_and_store, shipped_drafters
 from .measure import alternate, others_load
+from .progress import Progress
 from .prompts import PROMPT_SETS
 
 # t(n) on a busy machine over t(n) on a quiet one: the two calibrations docs/policy.md quotes ("A cost model that

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.provenance import provenance
+from .provenance import provenance
 
 NS = (2, 3, 4, 8, 16)
 
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     ap.add_argument("--positions", type=int, default=64)
     a = ap.parse_args(argv)
     from ..model import load_model, load_tokenizer
-    from ..model.fetch import resolve_model
+    from ..recipes.fetch import resolve_model
     from .prompts import load_prompts
 
     target_dir = resolve_model(None)

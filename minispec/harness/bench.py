@@ -21,14 +21,14 @@ import numpy as np
 from ..drafters import DraftModel, make_drafter
 from ..generate import generate
 from ..model import backend, load_model
-from ..model.fetch import shipped_draft, shipped_eagle
 from ..model.kernel import KERNELS, blas_threads, check_kernel, default_kernel, use_kernel
-from ..model.provenance import provenance
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
+from ..recipes.fetch import shipped_draft, shipped_eagle
 from . import bench_commands
 from .command import MODEL_HELP, load_target
 from .measure import STREAM_READERS, compact_json, stream_time, timed
+from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
 
 

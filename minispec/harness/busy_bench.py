@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..model.provenance import provenance
 from .measure import load_average
+from .provenance import provenance
 
 QUIET_LOAD = 0.5  # a 1-minute load average below this, before a part starts, is a quiet machine
 STEP = """
@@ -137,8 +137,8 @@ def main(argv=None) -> int:
                     help="only README's command; the steps are kept from the --json file, with their provenance")
     ap.add_argument("--kernels", default="numpy,numba")
     a = ap.parse_args(argv)
-    from ..model.fetch import resolve_model
     from ..model.kernel import check_kernel
+    from ..recipes.fetch import resolve_model
 
     model_dir = resolve_model(None)
     kernels = [k for k in a.kernels.split(",") if k]

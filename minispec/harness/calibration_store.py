@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.fetch import cache_dir
 from ..policy.calibration import Calibration, use_store
+from ..recipes.fetch import cache_dir
 
 RUNS = 8  # calibrations kept per key
 QUANTILE = 0.25  # of a figure over the kept runs (the minimum while fewer than 4 are kept)

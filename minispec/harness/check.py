@@ -53,16 +53,16 @@ from ..drafters import LayerSkip, PromptLookup, make_drafter, other_algorithm
 from ..drafters.dynamic_tree import DynamicTree
 from ..drafters.protocol import DraftsText, GrowsTrees, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
 from ..generate import generate
-from ..model.fetch import shipped_draft
-from ..model.progress import Progress
-from ..model.provenance import provenance
 from ..processors import build
+from ..recipes.fetch import shipped_draft
 from ..rejection import accept_reject, block_verify, coupled_verify, is_keyed
 from ..sampling import Warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from .command import load_target
 from .equivalence import block_residual_bug, broken_accept_reject, coupled_emits_the_guess, mean_test, prefix_match, token_test
+from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 
 def all_prompts(tok):

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from ..drafters import make_drafter
 from ..model import load_model, load_tokenizer
-from ..model.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
-from ..model.provenance import provenance
 from ..model.tokenizer import Tokenizer
 from ..model.transformer import Model
+from ..recipes.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
 from .measure import busy_words, others_load
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 MODEL_HELP = "target directory (default: SmolLM2-135M-Instruct)"
 

@@ -22,16 +22,16 @@ import numpy as np
 
 from ..drafters import make_drafter
 from ..generate import generate
-from ..model.fetch import shipped_bpe_draft, shipped_draft
-from ..model.progress import Progress
-from ..model.provenance import provenance
 from ..model.weights import float_copy
 from ..policy import forward_times
 from ..policy.timing import guess_time
+from ..recipes.fetch import shipped_bpe_draft, shipped_draft
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side
+from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 
 def accepted_chars(tokens: list[int], rounds_log, token_bytes) -> int:

@@ -22,18 +22,18 @@ import numpy as np
 from ..drafters import make_drafter
 from ..drafters.protocol import HasModel, has
 from ..generate import generate
-from ..model.fetch import shipped_draft
-from ..model.progress import Progress
-from ..model.provenance import provenance
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
 from ..policy.auto_k import best as choose_best
 from ..policy.timing import guess_time
+from ..recipes.fetch import shipped_draft
 from ..sampling import Warp
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side
+from .progress import Progress
 from .prompts import load_prompts
+from .provenance import provenance
 
 
 def acceptance_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from ..drafters.eagle import Eagle, load_eagle
-from ..model.fetch import shipped_eagle
-from ..model.progress import Progress
-from ..model.provenance import provenance
 from ..model.safetensors_io import read_safetensors
 from ..policy.timing import clock, forward_times
+from ..recipes.fetch import shipped_eagle
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
+from .progress import Progress
 from .prompts import load_prompts
+from .provenance import provenance
 
 RSS_SCRIPT = """
 import os, sys, minispec

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..model.provenance import provenance
 from .busy_bench import QUIET_LOAD, load, settle
+from .provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 

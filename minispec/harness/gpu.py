@@ -30,13 +30,13 @@ import numpy as np
 from ..drafters import DraftModel, LayerSkip, PromptLookup
 from ..generate import generate
 from ..model import backend, load_model
-from ..model.fetch import DEFAULT_DRAFT, default_weights_dir
-from ..model.provenance import provenance
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
 from ..policy.timing import guess_time
+from ..recipes.fetch import DEFAULT_DRAFT, default_weights_dir
 from .measure import stream_time, timed
+from .provenance import provenance
 
 SMOKE_SHAPE = dict(SMOLLM2_SHAPE, hidden_size=64, intermediate_size=128, num_hidden_layers=5, num_attention_heads=4,
                    num_key_value_heads=2)  # --smoke: the vocabulary of SmolLM2 (the draft's), nothing else

@@ -35,13 +35,13 @@ import numpy as np
 
 from ..drafters import HasModel, has, make_drafter
 from ..generate import generate
-from ..model.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT
-from ..model.progress import Progress
-from ..model.provenance import provenance
+from ..recipes.fetch import DEFAULT_BPE_DRAFT, DEFAULT_DRAFT
 from ..sampling import Warp, warp
 from .command import load_target
 from .measure import compact_json
+from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTS = (DEFAULT_DRAFT, DEFAULT_BPE_DRAFT)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.provenance import provenance
+from .provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATIONS = ROOT / "weights" / "eagle-data" / "generations-s2.npz"
@@ -126,8 +126,8 @@ def main(argv=None) -> int:
     if not 0 < a.margin < 1 or a.cases < 1 or a.windows < 1:
         ap.error("--margin must be in (0, 1), --cases and --windows at least 1")
     from ..model import load_model
-    from ..model.fetch import fetch_smollm2
-    from ..model.progress import Progress
+    from ..recipes.fetch import fetch_smollm2
+    from .progress import Progress
 
     target_dir = fetch_smollm2(log=lambda m: print(m, file=sys.stderr))
     path = Path(a.json)

@@ -33,12 +33,12 @@ import numpy as np
 from .. import rejection
 from ..drafters import DraftModel
 from ..generate import generate
-from ..model.progress import Progress
-from ..model.provenance import provenance
 from ..sampling import Warp, warp
 from ..speculative import speculative_generate
 from .check import ALPHA
 from .equivalence import broken_residual, mean_test, token_test, twin
+from .progress import Progress
+from .provenance import provenance
 
 DEPARTURES = {"residual": (0.02, 0.05, 0.1, 0.2, 0.4, 1.0), "bias": (0.1, 0.25, 0.5, 1.0)}
 
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
         res = power_study(target, draft, prompts, sizes, a.repeats, a.run_tokens)
     if a.smollm2:
         from ..drafters import make_drafter
-        from ..model.fetch import shipped_draft
+        from ..recipes.fetch import shipped_draft
         from .check import all_prompts
         from .command import load_target
 

@@ -17,10 +17,10 @@ import sys
 import numpy as np
 
 from ..generate import generate
-from ..model.progress import Progress
 from ..speculative import speculative_generate
 from .command import check_json_path, drafters_parser, last_prompts, load_target_and_drafters, markdown_table, print_and_store, shipped_drafters
 from .measure import side_by_side
+from .progress import Progress
 
 RULES = ("token", "block", "coupled")
 TEMPERATURES = (1.0, 0.7)

@@ -41,11 +41,11 @@ from pathlib import Path
 import numpy as np
 
 from ..generate import generate
-from ..model.fetch import shipped_draft, shipped_eagle
-from ..model.progress import Progress
+from ..recipes.fetch import shipped_draft, shipped_eagle
 from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
+from .progress import Progress
 from .specbench_peers import peers_installed, transformers_modes, version
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")

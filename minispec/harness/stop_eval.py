@@ -15,12 +15,12 @@ import numpy as np
 
 from ..drafters import HasModel, has, make_drafter
 from ..generate import generate
-from ..model.fetch import shipped_draft
-from ..model.progress import Progress
 from ..policy import auto_k, stopped_k
+from ..recipes.fetch import shipped_draft
 from ..speculative import speculative_generate
 from .command import MODEL_HELP, given_or_shipped, load_target
 from .measure import side_by_side
+from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 
 

@@ -23,15 +23,15 @@ import numpy as np
 from ..drafters import as_drafter
 from ..drafters.protocol import HasModel, ReportsMemory, has
 from ..generate import generate
-from ..model.progress import Progress
-from ..model.provenance import machine_info, provenance
 from ..model.weights import float_copy
 from ..policy import drafter_costs, forward_times, verify_calibration
 from ..policy.acceptance import predicted_speedup
 from ..policy.timing import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
 from .measure import SETTINGS, compact_json, kv_bytes_per_token, peak_rss_bytes, side_by_side
+from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
+from .provenance import machine_info, provenance
 
 
 def first_and_next(accepted: list, drafted: list) -> tuple[float, float | None]:

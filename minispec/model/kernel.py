@@ -131,7 +131,7 @@ class Q4Matrix(PackedMatrix):
     ``mt`` [in/32, out]. Departure from ggml: d and m are widened to float32 at load (8 bytes a block, 4 more than the
     file's float16), so that the kernel reads them without converting. So the matrix takes 6 bits a weight in
     memory, against 32 as float32. ``np.asarray(w)`` dequantizes it, a new float32 [in, out]
-    array, bitwise what ``convert.py`` writes as float32 from the same GGUF."""
+    array, bitwise what ``recipes/convert.py`` writes as float32 from the same GGUF."""
 
     def __init__(self, blocks: Q4Blocks):  # blocks of the [out, in] matrix, as the file stores them
         from . import numba_kernel  # imported here, once per weight: NumPy-kernel runs never load numba

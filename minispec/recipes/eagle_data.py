@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.provenance import provenance
+from ..harness.provenance import provenance
 from .eval_overlap import EvalRuns, external_prompts_dir, prompt_files
 
 KINDS = ("code-greedy", "chat-greedy", "chat-t1", "text", "chat-greedy", "code-t1", "text")
@@ -405,8 +405,8 @@ def main(argv=None) -> int:
         return 2
     import transformers
 
-    from ..model.fetch import cache_dir, resolve_model
     from ..model.tokenizer import load_tokenizer
+    from .fetch import cache_dir, resolve_model
     from .train_draft import stdlib_files
 
     out = Path(args.out) if args.out else cache_dir() / "eagle-data-v2"

@@ -24,7 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..model.provenance import provenance
+from ..harness.provenance import provenance
 from ..model.safetensors_io import read_header, read_metadata, read_safetensors, write_safetensors
 from ..model.weights import float_copy
 from .training import rewrite_weights, run_command

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.provenance import provenance
+from ..harness.provenance import provenance
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.provenance import provenance
+from ..harness.provenance import provenance
 
 TOPICS = ["photosynthesis", "binary search", "the French revolution", "compound interest", "black holes", "recursion",
           "the water cycle", "hash tables", "vaccines", "supply and demand", "git branches", "plate tectonics",

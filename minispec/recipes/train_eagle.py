@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.provenance import provenance
+from ..harness.provenance import provenance
 from .training import write_sums
 
 
@@ -62,8 +62,8 @@ def make_data(args, log) -> dict:
     import torch
     import transformers
 
-    from ..model.fetch import resolve_model
     from ..model.tokenizer import load_tokenizer
+    from .fetch import resolve_model
     from .train_draft import generate_data, stdlib_chunks, stdlib_files
 
     target_dir = resolve_model(args.target)
@@ -86,7 +86,7 @@ def make_data(args, log) -> dict:
 
 
 def load_or_make_data(args, log) -> dict:
-    from ..model.fetch import cache_dir
+    from .fetch import cache_dir
     key = f"eagle-data-s{args.seed}-g{args.gen_batches}x{args.gen_batch}x{args.gen_tokens}-t{args.stdlib_tokens}-q{args.seq}"
     d = Path(args.data_dir) if args.data_dir else cache_dir() / key
     if (d / "done").exists():

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.provenance import provenance
+from ..harness.provenance import provenance
 from .train_eagle import build_head, frequency_order, frequent_tokens, head_tensors, write_head_dir
 
 HELD_OUT = 20  # every 20th greedy generation is held out
@@ -216,8 +216,8 @@ def main(argv=None) -> int:
         return 2
     torch, out, log, target_dir, t_start = started
     from ..model.config import ModelConfig
-    from ..model.fetch import cache_dir
     from ..model.safetensors_io import read_safetensors, write_safetensors
+    from .fetch import cache_dir
 
     cfg = ModelConfig.from_dir(target_dir)
     if not cfg.tie_word_embeddings:

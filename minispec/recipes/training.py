@@ -30,7 +30,7 @@ def begin(args):
     torch = import_torch()
     if torch is None:
         return None
-    from ..model.fetch import resolve_model
+    from .fetch import resolve_model
 
     out, log = start(torch, args.out, args.seed, args.threads)
     started = time.perf_counter()

@@ -31,11 +31,11 @@ import numpy as np
 
 from ...generate import generate
 from ...model import load_model
-from ...model.progress import Progress
 from ...processors import build
 from ...sampling import Warp, warp
 from ..check import ALPHA
 from ..exact_law import joint_law
+from ..progress import Progress
 from .contract import PeerFault, guarded, loop_outcome
 from .models import V, reversed_ids, write_pair
 from .stats import compare_counts

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...model.provenance import provenance
+from ..provenance import provenance
 from .loop_check import check_loop
 from .report import format_report
 from .rule_check import check_rule

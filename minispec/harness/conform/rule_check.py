@@ -26,9 +26,9 @@ from contextlib import nullcontext
 import numpy as np
 
 from ... import sampling
-from ...model.progress import Progress
 from ..check import ALPHA
 from ..exact_law import continued_law, joint_law, round_law, samples_recorded
+from ..progress import Progress
 from .cases import Case, generated_cases
 from .contract import PeerFault, guarded, rule_outcome
 from .stats import compare_counts

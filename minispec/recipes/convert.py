@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ModelFormatError
-from .progress import Progress
-from .q4_1 import Q4Blocks, from_gguf
-from .safetensors_io import write_safetensors
+from ..harness.progress import Progress
+from ..model.config import ModelFormatError
+from ..model.q4_1 import Q4Blocks, from_gguf
+from ..model.safetensors_io import write_safetensors
 
 GGUF_TO_HF = {  # GGUF name -> Hugging Face name ({i} is the layer)
     "token_embd.weight": "model.embed_tokens.weight",

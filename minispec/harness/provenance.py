@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import backend
+from ..model import backend
 
 
 def machine_info() -> dict:
