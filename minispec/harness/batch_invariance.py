@@ -88,15 +88,17 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--kernels", default="numpy,numba")
     ap.add_argument("--positions", type=int, default=64)
+    ap.add_argument("--model", default=None, help="target directory (default: SmolLM2-135M-Instruct; its Q4_1 "
+                                                  "conversion, minispec fetch smollm2 --q4_1, for the quantized target)")
     a = ap.parse_args(argv)
     from ..model import load_model, load_tokenizer
     from ..recipes.fetch import resolve_model
     from .prompts import load_prompts
 
-    target_dir = resolve_model(None)
+    target_dir = resolve_model(a.model)
     tok = load_tokenizer(target_dir)
     ids = [t for p in load_prompts("code", tok, 3) for t in p][: 32 + a.positions]
-    record = dict(positions=len(ids) - 32, prefix=32, kernels={})
+    record = dict(model=target_dir.name, positions=len(ids) - 32, prefix=32, kernels={})
     for kernel in [k for k in a.kernels.split(",") if k]:
         print(f"[batch_invariance: {kernel}]", file=sys.stderr, flush=True)
         record["kernels"][kernel] = measure(load_model(target_dir, kernel=kernel), ids, 32)
