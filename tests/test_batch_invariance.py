@@ -95,14 +95,16 @@ def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(t
 
 
 @pytest.mark.slow
-def test_numba_rows_are_batch_invariant_on_smollm2():
-    """The real model: 24 positions of a code prompt, in passes of 1 to 16 rows, and a tree pass."""
+@pytest.mark.parametrize("q4_1", [False, True], ids=["float32", "q4_1"])
+def test_numba_rows_are_batch_invariant_on_smollm2(q4_1):
+    """The real model, float32 and with its Q4_1 blocks kept: 24 positions of a code prompt, in passes of 1 to 16 rows,
+    and a tree pass."""
     pytest.importorskip("numba")
     from minispec.harness.prompts import load_prompts
     from minispec.model import load_tokenizer
     from minispec.recipes.fetch import fetch_smollm2
 
-    d = fetch_smollm2(log=lambda m: None)
+    d = fetch_smollm2(log=lambda m: None, q4_1=q4_1)
     tok = load_tokenizer(d)
     ids = [t for p in load_prompts("code", tok, 2) for t in p][: 32 + 24]
     got = batch_invariance.measure(load_model(d, kernel="numba"), ids, prefix=32)
