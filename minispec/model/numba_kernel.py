@@ -261,15 +261,22 @@ def read_once(rows):  # [out, in] -> float: the sum of every weight, a pass that
     return sums.sum()
 
 
+def check_x(x, n_in: int) -> None:
+    """Refuse what the compiled loops cannot take: an x that is not a 2-D float32 array (activations stay float32: a
+    float64 x is a bug upstream, not something to cast away) and a width that is not the weight's ``n_in`` (the loops
+    have no bounds checks)."""
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float32:
+        raise TypeError(f"the numba kernel multiplies a 2-D float32 x, got {getattr(x, 'dtype', type(x).__name__)} "
+                        f"{getattr(x, 'shape', '')}")
+    if x.shape[1] != n_in:
+        raise ValueError(f"x has {x.shape[1]} columns, the weight takes {n_in} inputs")
+
+
 def matmul(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [T, in], [out, in] -> [T, out]
     """x @ rows.T through ``matmul_rows``, for a float32 ``x`` of any memory layout (made contiguous). Refused: another
     dtype (activations stay float32: a float64 ``x`` is a bug upstream, not something to cast away) and a width that
     is not the matrix's (the compiled loop has no bounds checks)."""
-    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float32:
-        raise TypeError(f"the numba kernel multiplies a 2-D float32 x, got {getattr(x, 'dtype', type(x).__name__)} "
-                        f"{getattr(x, 'shape', '')}")
-    if x.shape[1] != rows.shape[1]:
-        raise ValueError(f"x has {x.shape[1]} columns, the weight takes {rows.shape[1]} inputs")
+    check_x(x, rows.shape[1])
     out = np.empty((x.shape[0], rows.shape[0]), np.float32)  # [T, out]
     if x.shape[0]:
         matmul_rows(np.ascontiguousarray(x), rows, out)
@@ -279,11 +286,7 @@ def matmul(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [T, in], [out, in]
 def q4_1_matmul(x: np.ndarray, qt: np.ndarray, dt: np.ndarray, mt: np.ndarray) -> np.ndarray:  # [T, in] -> [T, out]
     """x @ w for a Q4_1 matrix stored by columns (qt, dt, mt: ``kernel.Q4Matrix``) through ``q4_1_rows``, refusing
     what ``matmul`` refuses."""
-    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float32:
-        raise TypeError(f"the numba kernel multiplies a 2-D float32 x, got {getattr(x, 'dtype', type(x).__name__)} "
-                        f"{getattr(x, 'shape', '')}")
-    if x.shape[1] != qt.shape[0] * 32:
-        raise ValueError(f"x has {x.shape[1]} columns, the weight takes {qt.shape[0] * 32} inputs")
+    check_x(x, qt.shape[0] * 32)
     out = np.empty((x.shape[0], qt.shape[2]), np.float32)  # [T, out]
     if x.shape[0]:
         q4_1_rows(np.ascontiguousarray(x), qt, dt, mt, q4_1_width(qt.shape[2]), out)
