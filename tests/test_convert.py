@@ -155,3 +155,42 @@ def test_keeping_q4_1_from_a_gguf_without_it_is_refused(tmp_path):
     write_tiny_gguf(tmp_path / "q.gguf", cfg, qtype=gguf.GGMLQuantizationType.Q8_0)
     with pytest.raises(ModelFormatError, match="no Q4_1 matrix to keep .*Q8_0"):
         convert_gguf(tmp_path / "q.gguf", tmp_path / "q4", progress=False, keep_q4_1=True)
+
+
+def test_a_float32_gguf_holds_the_weights_minispec_runs(tmp_path):
+    """``gguf_float32``: every tensor of a Q4_1 GGUF written again in float32, metadata copied but the file type; read
+    back through minispec's own conversion it is bitwise the model converted from the Q4_1 file (so llama.cpp, which
+    reads the float32 file, runs the very weights minispec runs)."""
+    from minispec.recipes.gguf_float32 import ALL_F32, write_float32_gguf
+
+    cfg = tiny_config(vocab_size=64, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+    write_tiny_gguf(tmp_path / "q.gguf", cfg, qtype=gguf.GGMLQuantizationType.Q4_1)
+    out = write_float32_gguf(tmp_path / "q.gguf", tmp_path / "f32.gguf", progress=False)
+    src, got = gguf.GGUFReader(str(tmp_path / "q.gguf")), gguf.GGUFReader(str(out))
+    assert {t.tensor_type for t in got.tensors} == {gguf.GGMLQuantizationType.F32}
+    assert any(t.tensor_type == gguf.GGMLQuantizationType.Q4_1 for t in src.tensors)
+    for a, b in zip(src.tensors, got.tensors, strict=True):
+        assert a.name == b.name and list(a.shape) == list(b.shape)
+        np.testing.assert_array_equal(gguf.quants.dequantize(a.data, a.tensor_type), b.data)
+    kept = {k: f.contents() for k, f in got.fields.items() if not k.startswith("GGUF.")}
+    assert kept.pop("general.file_type") == ALL_F32
+    assert kept == {k: f.contents() for k, f in src.fields.items() if not k.startswith("GGUF.") and k != "general.file_type"}
+    ids = [3, 4, 5, 30, 31, 7]
+    a, b = (load_model(convert_gguf(p, tmp_path / p.stem, progress=False)) for p in (tmp_path / "q.gguf", out))
+    np.testing.assert_array_equal(a.forward(ids, a.new_cache(8)), b.forward(ids, b.new_cache(8)))
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_float32_gguf_refuses_bad_paths(tmp_path):
+    from minispec.recipes.gguf_float32 import write_float32_gguf
+
+    write_tiny_gguf(tmp_path / "q.gguf", tiny_config())
+    with pytest.raises(FileNotFoundError, match="missing.gguf: no such file"):
+        write_float32_gguf(tmp_path / "missing.gguf", tmp_path / "o.gguf", progress=False)
+    with pytest.raises(ValueError, match="must be a new file"):
+        write_float32_gguf(tmp_path / "q.gguf", tmp_path / "q.gguf", progress=False)
+    with pytest.raises(ValueError, match="must be a new file"):
+        write_float32_gguf(tmp_path / "q.gguf", tmp_path, progress=False)
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
+    with pytest.raises(ModelFormatError, match="not a readable GGUF"):
+        write_float32_gguf(tmp_path / "bad.gguf", tmp_path / "o.gguf", progress=False)

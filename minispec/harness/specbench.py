@@ -15,8 +15,9 @@ Methods (``--methods``): ``prompt-lookup``, ``eagle`` (the shipped head, a chain
 ``draft`` (the shipped draft model), ``layer-skip``; each with ``k="auto"`` (trees: ``--tree auto``), its policy
 built, and its cost model calibrated, outside the timed runs (``eagle-tree``: the automatic dynamic tree, as
 ``minispec generate --tree auto``). Peers (``--peers``, specbench_peers.py): transformers'
-plain decoding, prompt lookup and assisted generation on the same weights, timed in the same alternation, each
-reported against minispec's plain decoding and against its own plain mode.
+plain decoding, prompt lookup and assisted generation, and llama.cpp's plain decoding and prompt lookup (on a float32
+GGUF of the same weights, ``--gguf``), timed in the same alternation, each reported against minispec's plain decoding
+and against its own engine's plain mode. A peer that is not installed is skipped, and the report says so.
 
 Each question's results are appended to ``--out`` (JSON lines; the first line holds the settings, with the questions
 file's SHA-256) as soon as it is done, so an interrupted run started again with the same command runs only the
@@ -26,7 +27,7 @@ Per method and task: the speedup (the task's tokens per second over plain decodi
 questions), the mean accepted tokens per target pass (tau, Spec-Bench's "mean accepted tokens"), tokens per second,
 and the interquartile range of the per-question speedups (the printed table shows the speedup and tau, and plain
 decoding's tokens per second; ``--json`` keeps every figure). A peer mode is also reported over its own engine's
-plain mode ("transformers plain"). Each engine runs with its own thread settings (specbench_peers.py).
+plain mode ("transformers plain", "llama.cpp plain"). Each engine runs with its own thread settings (specbench_peers.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
 from .progress import Progress
-from .specbench_peers import peers_installed, transformers_modes, version
+from .specbench_peers import PEERS, llama_cpp_modes, peers_installed, transformers_modes, version
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -273,11 +274,11 @@ def summarise(rows: list[dict], methods: list[str], peers: list[str]) -> dict:
     for m in methods:
         out["methods"][m] = dict(tasks=cells(rows, lambda r, m=m: r["methods"][m], lambda r: r["plain"]),
                                  **identity(rows, "methods", m))
-    own = next((p for p in peers if p.endswith(" plain")), None)
     for m in peers:
+        own = m.rsplit(" ", 1)[0] + " plain"  # "llama.cpp prompt-lookup" -> "llama.cpp plain"
         out["peers"][m] = dict(tasks=cells(rows, lambda r, m=m: r["peers"][m], lambda r: r["plain"]),
-                               own=cells(rows, lambda r, m=m: r["peers"][m], lambda r: r["peers"][own]) if own else None,
-                               **identity(rows, "peers", m))
+                               own=cells(rows, lambda r, m=m, own=own: r["peers"][m], lambda r, own=own: r["peers"][own])
+                               if own in peers else None, **identity(rows, "peers", m))
     return out
 
 
@@ -305,6 +306,21 @@ def report(res: dict) -> str:
     return "\n".join(lines)
 
 
+VERSIONS = {"transformers": ("transformers", "torch"), "llama.cpp": ("llama-cpp-python",)}
+
+
+def peers_to_run(asked: list[str], model, gguf) -> tuple[list[str], dict]:
+    """-> (the asked peers that will run, {peer: why it is skipped}). llama.cpp needs a GGUF: ``gguf``, or for the
+    default model the float32 GGUF written from the fetched one."""
+    installed = peers_installed(asked)
+    skipped = {p: "not installed (" + ("pip install 'minispec[parity]'" if p == "transformers" else
+                                        "pip install llama-cpp-python: it builds from source, over 10 minutes on 2 "
+                                        "cores") + ")" for p in asked if p not in installed}
+    if "llama.cpp" in installed and model is not None and gguf is None:
+        skipped["llama.cpp"] = "no GGUF of --model given (--gguf)"
+    return [p for p in asked if p not in skipped], skipped
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="minispec bench specbench", description=__doc__.splitlines()[0])
     ap.add_argument("questions", help="Spec-Bench's question.jsonl (for example ../shared/external_prompts/"
@@ -318,8 +334,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="specbench_results.jsonl",
                     help="the per-question results, appended as each question ends (default specbench_results.jsonl); "
                          "the same command again resumes it")
-    ap.add_argument("--peers", default="transformers", choices=["transformers", "none"],
-                    help="other engines in the same run: transformers (default; skipped, and said, when not installed)")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help=f"other engines in the same run, comma-separated, of {', '.join(PEERS)} (default: both; each "
+                         "skipped, and said, when not installed), or none")
+    ap.add_argument("--gguf", help="the GGUF llama.cpp runs (default, for the default model: SmolLM2's GGUF written in "
+                                   "float32 once, under the cache; another --model needs its own)")
     ap.add_argument("--json", help="also write the summary to this JSON file")
     a = ap.parse_args(argv)
     if a.per_task is not None and a.per_task < 1:
@@ -330,6 +349,11 @@ def main(argv=None) -> int:
     bad = [m for m in names if m not in METHODS]
     if bad or not names or len(set(names)) != len(names):
         ap.error(f"--methods {a.methods}: give distinct names of {', '.join(METHODS)}")
+    asked = [] if a.peers.strip() == "none" else [p.strip() for p in a.peers.split(",") if p.strip()]
+    if not asked and a.peers.strip() != "none" or any(p not in PEERS for p in asked) or len(set(asked)) != len(asked):
+        ap.error(f"--peers {a.peers}: give distinct names of {', '.join(PEERS)}, or none")
+    if a.gguf is not None and not Path(a.gguf).is_file():
+        raise FileNotFoundError(f"--gguf {a.gguf}: no such file (expected a .gguf file llama.cpp can read)")
     check_json_path(a.json)
     out = Path(a.out)
     if not out.resolve().parent.is_dir():
@@ -342,16 +366,23 @@ def main(argv=None) -> int:
                or m == "draft" and shipped_draft() is None]
     if missing:
         raise ValueError(f"--methods: {', '.join(missing)}: its weights are not in weights/ (a clean clone has them)")
-    with_peers = a.peers != "none" and peers_installed()
+    running, skipped = peers_to_run(asked, a.model, a.gguf)
     settings = dict(questions=Path(a.questions).name, sha256=hashlib.sha256(Path(a.questions).read_bytes()).hexdigest(),
                     per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names, model=a.model,
-                    peers="transformers" if with_peers else "none")
+                    peers=",".join(running) or "none")
     done = resume(out, settings)
     target, tok = load_target(a.model)
-    peers = transformers_modes(target.path, shipped_draft(), a.max_new_tokens, tok.eos_ids) if with_peers else {}
-    note = (", ".join(f"{k} {v}" for k, v in version().items()) + "; llama.cpp: not wired in yet"
-            if peers else "none asked for (--peers none)" if a.peers == "none" else
-            "transformers: skipped, torch or transformers is not installed; llama.cpp: not wired in yet")
+    peers = {}
+    if "transformers" in running:
+        peers.update(transformers_modes(target.path, shipped_draft(), a.max_new_tokens, tok.eos_ids))
+    if "llama.cpp" in running:
+        from ..recipes.gguf_float32 import smollm2_float32_gguf
+
+        gguf = a.gguf or smollm2_float32_gguf(log=lambda m: print(m, file=sys.stderr))
+        peers.update(llama_cpp_modes(gguf, a.max_new_tokens, tok.eos_ids))
+    versions = version()
+    note = "; ".join([*(f"{p}: {', '.join(f'{k} {v}' for k, v in versions.items() if k in VERSIONS[p])}" for p in running),
+                      *(f"{p}: skipped, {why}" for p, why in skipped.items())]) or "none asked for (--peers none)"
     runner = Runner(target, tok, {m: make_method(m, target) for m in names}, a.max_new_tokens, peers)
     todo = [q for q in questions if q.question_id not in done]
     if done:

@@ -4,11 +4,18 @@
                    (``prompt_lookup_num_tokens=3``); assisted generation with the shipped draft model
                    (``assistant_model=``, a float32 copy of its int8 weights, which transformers cannot read)
 
+    llama.cpp      ``llama_cpp.Llama.generate`` (llama-cpp-python, 2 threads, greedy: temp 0) on a float32 GGUF of the
+                   same weights (recipes/gguf_float32.py): plain; prompt lookup (``LlamaPromptLookupDecoding``, its
+                   defaults). A draft model is not offered: the Python API's ``draft_model`` takes a
+                   ``LlamaDraftModel``, whose only implementation is prompt lookup; a model drafter there would be
+                   our own code around a second ``Llama``, not llama.cpp's
+
 A peer mode is a function of the prompt's token ids -> its new token ids, stopping at the end-of-sequence token,
 timed by specbench.py beside minispec's runs (once per turn each; minispec's plain decoding is timed before and
-after). transformers runs on 2 threads, its own best setting on 2 cores, as minispec runs under its own thread policy
-(model/threads.py). One short generation per mode at load time warms torch up, outside every timing. llama.cpp
-(llama-cpp-python) is not wired in yet.
+after). Each peer runs on 2 threads, its own best setting on 2 cores, as minispec runs under its own thread policy
+(model/threads.py). One short generation per mode at load time warms it up, outside every timing. llama.cpp starts
+each generation from an empty cache (``reset``): it would otherwise reuse the chat template's system prompt, which
+every question shares, and skip part of the prompt that minispec and transformers read.
 """
 
 from __future__ import annotations
@@ -52,17 +59,58 @@ def transformers_modes(target_dir, draft_dir, max_new_tokens: int, eos_ids: list
     return modes
 
 
-def peers_installed() -> bool:
-    """Whether transformers and torch can be imported (checked without importing them)."""
+def llama_cpp_modes(gguf_path, max_new_tokens: int, eos_ids: list[int], n_ctx: int = 4096) -> dict:
+    """{"llama.cpp plain": fn, "llama.cpp prompt-lookup": fn} on the GGUF at ``gguf_path``, or {} when llama-cpp-python
+    is not installed (the report says so)."""
+    try:
+        import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    except ImportError:
+        return {}
+    stop = {int(t) for t in eos_ids}
+
+    def mode(draft=None):
+        llm = llama_cpp.Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=2, n_threads_batch=2, verbose=False,
+                              draft_model=draft)
+
+        def run(ids: list[int], n: int = max_new_tokens) -> list[int]:
+            if len(ids) + n > n_ctx:
+                raise ValueError(f"llama.cpp peer: prompt ({len(ids)} tokens) + {n} new tokens exceed its n_ctx {n_ctx}")
+            llm.reset()  # an empty cache: no prefix of an earlier prompt reused (module docstring)
+            out: list[int] = []
+            for t in llm.generate(list(map(int, ids)), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
+                                  reset=True):
+                out.append(int(t))
+                if out[-1] in stop or len(out) == n:
+                    break
+            return out
+        return run
+
+    modes = {"llama.cpp plain": mode(), "llama.cpp prompt-lookup": mode(LlamaPromptLookupDecoding())}
+    for run in modes.values():
+        run([min(stop) + 1] * 4, 2)  # warm-up, untimed
+    return modes
+
+
+PEERS = ("transformers", "llama.cpp")
+NEEDS = {"transformers": ("torch", "transformers"), "llama.cpp": ("llama_cpp",)}
+
+
+def peers_installed(peers=("transformers",)) -> list[str]:
+    """The ``peers`` whose packages can be imported (checked without importing them)."""
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+    return [p for p in peers if all(importlib.util.find_spec(m) is not None for m in NEEDS[p])]
 
 
 def version() -> dict:
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        return {}
-    return dict(transformers=transformers.__version__, torch=torch.__version__)
+    """The installed peers' package versions."""
+    import importlib.metadata as md
+
+    out = {}
+    for name in ("transformers", "torch", "llama-cpp-python"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out

