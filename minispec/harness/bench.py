@@ -25,7 +25,7 @@ from ..model.kernel import KERNELS, blas_threads, check_kernel, default_kernel, 
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..recipes.fetch import shipped_draft, shipped_eagle
-from . import bench_commands
+from . import bench_commands, llama_cpp
 from .command import MODEL_HELP, load_target
 from .measure import STREAM_READERS, compact_json, stream_time, timed
 from .provenance import provenance
@@ -46,8 +46,17 @@ def bench_forward(argv) -> int:
     p.add_argument("--kernel", default=None, help="kernels to compare, comma-separated: numpy,numba (default: "
                                                   "$MINISPEC_KERNEL, else numpy)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cpu (NumPy) or cuda (CuPy); default cpu")
+    p.add_argument("--gguf", action="append", default=[],
+                   help="also time llama.cpp (llama-cpp-python, 2 threads) on this GGUF in the same run, the same way; "
+                        "repeat it, e.g. the fetched Q4_1 GGUF and its float32 copy (recipes/gguf_float32.py)")
     a = p.parse_args(argv)
     backend.use_device(a.device)
+    for path in a.gguf:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--gguf {path}: no such file")
+    if a.gguf and not llama_cpp.installed():
+        raise RuntimeError("--gguf needs llama-cpp-python (pip install llama-cpp-python: it builds from source, over "
+                           "10 minutes on 2 cores)")
     ns = tuple(int(x) for x in a.ns.split(","))
     if 1 not in ns or any(n < 1 for n in ns):
         raise ValueError(f"--ns must hold 1 (r(n) is t(n)/t(1)) and positive counts, got {a.ns}")
@@ -80,6 +89,12 @@ def bench_forward(argv) -> int:
                 "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},
                 "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k], "decode_over_stream": t[1] / floor}
             del model
+    for path in a.gguf:
+        fmt, flop = gguf_format(path)
+        got = llama_cpp.gguf_times(path, ns, a.context, a.repeats)
+        rows[f"llama.cpp {fmt}"] = {"format": fmt, "gguf": Path(path).name, "llama_cpp_python": got["version"],
+                                    "ms": got["ms"], "r": {n: got["ms"][n] / got["ms"][1] for n in ns},
+                                    "gflops": {n: flop * n / got["ms"][n] / 1e6 for n in ns}}
     if not rows:
         raise ValueError("nothing to measure: every --model is quantized and only --kernel numpy was asked for")
     res = {"model": name, "device": backend.device_name(), "weight_bytes": nbytes, "context": a.context,
@@ -93,9 +108,25 @@ def bench_forward(argv) -> int:
     for n in ns:
         print(f"{n:>4} " + " ".join(f"{r['ms'][n]:18.2f} {r['r'][n]:6.2f} {r['gflops'][n]:7.1f}" for r in rows.values()))
     for k, r in rows.items():
+        if "gguf" in r:
+            print(f"{k}: llama-cpp-python {r['llama_cpp_python']} on {r['gguf']}, 2 threads, logits for every row")
+            continue
         print(f"{k}: {r['weight_bytes'] / 1e6:.0f} MB of weights in memory; reading them once ({r['weight_stream_by']}) "
               f"takes {r['weight_stream_ms']:.2f} ms; its 1-token pass is {r['decode_over_stream']:.2f}x that")
     return 0
+
+
+def gguf_format(path) -> tuple[str, int]:
+    """A GGUF's (matrix format: its most common 2-D tensor type, e.g. "q4_1" or "f32"; FLOPs per row: 2 for every
+    weight of every matrix, the head included, the embedding looked up, so a tied head counts the embedding once)."""
+    import gguf
+
+    tensors = [t for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) == 2]
+    kinds = [t.tensor_type.name.lower() for t in tensors if t.name != "token_embd.weight"]
+    weights = sum(int(np.prod(t.shape)) for t in tensors if t.name != "token_embd.weight")
+    if not any(t.name == "output.weight" for t in tensors):
+        weights += sum(int(np.prod(t.shape)) for t in tensors if t.name == "token_embd.weight")  # a tied head
+    return max(set(kinds), key=kinds.count), 2 * weights
 
 
 def weight_format(model) -> str:
