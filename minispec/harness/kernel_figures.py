@@ -5,6 +5,8 @@
   docs/kernel/study_numba.json    ``minispec bench --kernel numba ...``  against plain decoding with its own kernel
   docs/kernel/forward_q4_1.json   ``minispec bench forward --model F32 --model Q4_1 --kernel numpy,numba --json``: the
                                   float32 and the Q4_1 target side by side, with each pass's GFLOP/s
+  docs/kernel/forward_llama_cpp.json   the same with ``--kernel numba --gguf Q4_1.gguf --gguf F32.gguf``: llama.cpp on
+                                  the same weights, in the same run
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .doc_figures import DRAFT, EAGLE, NAMES, PL, best_fixed, load, row, run_lin
 
 FORWARD = "docs/kernel/forward.json"
 FORWARD_Q4 = "docs/kernel/forward_q4_1.json"
+FORWARD_LLAMA = "docs/kernel/forward_llama_cpp.json"
 STUDIES = {"numpy": "docs/kernel/study_numpy.json", "numba": "docs/kernel/study_numba.json"}
 ROWS = [(EAGLE, "code"), (DRAFT, None), (PL, "grounded"), (PL, None)]
 
@@ -75,12 +78,26 @@ def speed_model(root: Path) -> str:
 
 
 def forward_q4_table(root: Path) -> str:
-    f = load(root, FORWARD_Q4)
+    return side_by_side_table(root, FORWARD_Q4)
+
+
+def forward_llama_cpp_table(root: Path) -> str:
+    return side_by_side_table(root, FORWARD_LLAMA)
+
+
+def side_by_side_table(root: Path, name: str) -> str:
+    """t(n), r(n) and GFLOP/s of every row of a ``bench forward`` record: minispec's kernels and formats, and llama.cpp's
+    GGUFs (``--gguf``)."""
+    f = load(root, name)
     rows = f["kernels"]
     ns = list(next(iter(rows.values()))["ms"])
-    held = ", ".join(f"{k} {v['weight_bytes'] / 1e6:.0f} MB (read once in {v['weight_stream_ms']:.1f} ms)" for k, v in rows.items())
-    lines = [f"From [`{FORWARD_Q4}`]({FORWARD_Q4}) ({run_line(f)}): {f['model']}, {f['context']} cached tokens, median of "
-             f"{f['repeats']}. Weights in memory: {held}. GFLOP/s counts 2 operations per weight per row.", "",
+    held = ", ".join(f"{k} {v['weight_bytes'] / 1e6:.0f} MB (read once in {v['weight_stream_ms']:.1f} ms)"
+                     for k, v in rows.items() if "gguf" not in v)
+    peers = "; ".join(f"{k}: llama-cpp-python {v['llama_cpp_python']} on {v['gguf']}, 2 threads, logits for every row"
+                      for k, v in rows.items() if "gguf" in v)
+    lines = [f"From [`{name}`]({name}) ({run_line(f)}): {f['model']}, {f['context']} cached tokens, median of "
+             f"{f['repeats']}. Weights in memory: {held}." + (f" {peers}." if peers else "") +
+             " GFLOP/s counts 2 operations per weight per row.", "",
              "| n | " + " | ".join(f"{k}: t(n) | r(n) | GFLOP/s" for k in rows) + " |",
              "|---|" + "---|---|---|" * len(rows)]
     for n in ns:
@@ -127,4 +144,4 @@ def values(root: Path) -> dict[str, str]:
 
 
 SECTIONS = {"kernel_forward": forward_table, "kernel_study": study_table, "kernel_speed_model": speed_model,
-            "kernel_forward_q4_1": forward_q4_table}
+            "kernel_forward_q4_1": forward_q4_table, "kernel_forward_llama_cpp": forward_llama_cpp_table}
