@@ -20,11 +20,18 @@ def machine_info() -> dict:
     info = dict(python=platform.python_version(), numpy=np.__version__, cpus=os.cpu_count(),
                 processor=platform.processor() or platform.machine(), device=backend.device_name())
     try:
+        fields = {}
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+            if not line.strip():
+                break  # the first CPU's fields
+        info["cpu"] = fields["model name"]
+        # the same name covers generations that differ twofold in vector speed (Zen 1 splits a 256-bit operation in two)
+        info["cpu_generation"] = f"family {fields.get('cpu family')} model {fields.get('model')}"
+        flags = fields.get("flags", "").split()
+        info["simd"] = next((f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), "none listed")
+    except (OSError, KeyError):
         pass
     if "numba" in sys.modules:  # the numba kernel ran: its compiler and the vector setting it compiled with
         info["numba"] = sys.modules["numba"].__version__
