@@ -74,3 +74,15 @@ def test_llama_cpp_greedy_tokens_are_minispecs_on_the_same_weights(tiny_gguf, tm
         assert j is None or top2[j, 1] - top2[j, 0] < 1e-3, (name, got, want, j)
     with pytest.raises(ValueError, match="exceed its n_ctx 64"):
         modes["llama.cpp plain"](list(range(60)))
+
+
+def test_llama_cpp_prompt_lookup_reads_a_prompt_longer_than_its_batch(tiny_gguf):
+    """llama-cpp-python 0.3.36 sizes its logits buffer by ``logits_all`` (n_batch = 512 rows without it) but turns
+    ``logits_all`` on itself when given a draft: a 600-token prompt overflowed it until the peer asked for it."""
+    from minispec.harness.specbench_peers import llama_cpp_modes
+
+    modes = llama_cpp_modes(tiny_gguf, 4, [2], n_ctx=1024)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(3, 64, 600)]
+    for run in modes.values():
+        got = run(prompt)
+        assert 1 <= len(got) <= 4

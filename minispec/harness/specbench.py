@@ -166,8 +166,13 @@ class Runner:
                                             stop_ids=self.tok.eos_ids)
 
     @staticmethod
-    def peer(fn, ids: list[int]):
-        return lambda: Peer(fn(ids))
+    def peer(name: str, fn, ids: list[int]):
+        def run():
+            try:
+                return Peer(fn(ids))
+            except Exception as e:  # another engine's failure, named with the peer and the prompt's length
+                raise RuntimeError(f"peer {name} failed on a prompt of {len(ids)} tokens: {e}") from e
+        return run
 
     def question(self, q: Question, done=lambda: None) -> dict:
         plain = dict(tokens=0, seconds=0.0)
@@ -176,7 +181,7 @@ class Runner:
         answers = {m: [] for m in ["plain", *self.methods, *self.peers]}
         for turn in range(len(q.turns)):
             runs = {m: self.speculative(m, self.ids(q, answers[m])) for m in self.methods}
-            runs.update({m: self.peer(fn, self.ids(q, answers[m])) for m, fn in self.peers.items()})
+            runs.update({m: self.peer(m, fn, self.ids(q, answers[m])) for m, fn in self.peers.items()})
             plain_ids = self.ids(q, answers["plain"])
             tokens, rate, results = side_by_side(
                 lambda ids=plain_ids: generate(self.target, ids, self.max_new_tokens, stop_ids=self.tok.eos_ids),

@@ -59,7 +59,7 @@ def transformers_modes(target_dir, draft_dir, max_new_tokens: int, eos_ids: list
     return modes
 
 
-def llama_cpp_modes(gguf_path, max_new_tokens: int, eos_ids: list[int], n_ctx: int = 4096) -> dict:
+def llama_cpp_modes(gguf_path, max_new_tokens: int, eos_ids: list[int], n_ctx: int = 2048) -> dict:
     """{"llama.cpp plain": fn, "llama.cpp prompt-lookup": fn} on the GGUF at ``gguf_path``, or {} when llama-cpp-python
     is not installed (the report says so)."""
     try:
@@ -70,8 +70,10 @@ def llama_cpp_modes(gguf_path, max_new_tokens: int, eos_ids: list[int], n_ctx: i
     stop = {int(t) for t in eos_ids}
 
     def mode(draft=None):
+        # logits_all with a draft: llama-cpp-python 0.3.36 turns it on itself then, but sizes its logits buffer by
+        # the argument (n_batch rows), and a prompt longer than n_batch overflows it
         llm = llama_cpp.Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=2, n_threads_batch=2, verbose=False,
-                              draft_model=draft)
+                              draft_model=draft, logits_all=draft is not None)
 
         def run(ids: list[int], n: int = max_new_tokens) -> list[int]:
             if len(ids) + n > n_ctx:
