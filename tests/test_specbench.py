@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from minispec.harness import specbench
+from minispec.model.kernel import default_kernel
 
 from .helpers import chat_model_dir, run_cli
 
@@ -62,6 +63,7 @@ def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model
     n = 2 * (len(CATEGORIES) - 1)  # 2 per task: MT-bench's two sub-categories are one task
     assert len(lines) == 1 + n
     res = json.loads(summary.read_text())
+    assert res["settings"]["kernel"] == default_kernel()  # the kernel is part of what a resumed run must share
     for m in ("prompt-lookup", "layer-skip"):
         got = res["summary"]["methods"][m]
         assert got["identical"] == n, got["differences"]

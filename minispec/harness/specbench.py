@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..generate import generate
+from ..model.kernel import default_kernel
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
@@ -374,7 +375,7 @@ def main(argv=None) -> int:
     running, skipped = peers_to_run(asked, a.model, a.gguf)
     settings = dict(questions=Path(a.questions).name, sha256=hashlib.sha256(Path(a.questions).read_bytes()).hexdigest(),
                     per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names, model=a.model,
-                    peers=",".join(running) or "none")
+                    kernel=default_kernel(), peers=",".join(running) or "none")  # --kernel: bench.kernel_from
     done = resume(out, settings)
     target, tok = load_target(a.model)
     peers = {}
