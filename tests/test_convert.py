@@ -187,10 +187,31 @@ def test_a_float32_gguf_refuses_bad_paths(tmp_path):
     write_tiny_gguf(tmp_path / "q.gguf", tiny_config())
     with pytest.raises(FileNotFoundError, match="missing.gguf: no such file"):
         write_float32_gguf(tmp_path / "missing.gguf", tmp_path / "o.gguf", progress=False)
-    with pytest.raises(ValueError, match="must be a new file"):
+    with pytest.raises(ValueError, match="must be a file, not a directory or the source itself"):
         write_float32_gguf(tmp_path / "q.gguf", tmp_path / "q.gguf", progress=False)
-    with pytest.raises(ValueError, match="must be a new file"):
+    with pytest.raises(ValueError, match="must be a file, not a directory or the source itself"):
         write_float32_gguf(tmp_path / "q.gguf", tmp_path, progress=False)
+    with pytest.raises(FileNotFoundError, match="its folder .*nowhere does not exist"):
+        write_float32_gguf(tmp_path / "q.gguf", tmp_path / "nowhere" / "o.gguf", progress=False)
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
     with pytest.raises(ModelFormatError, match="not a readable GGUF"):
         write_float32_gguf(tmp_path / "bad.gguf", tmp_path / "o.gguf", progress=False)
+
+
+def test_a_float32_gguf_says_so_in_its_file_type(tmp_path):
+    """A GGUF that declares its file type (llama.cpp's MOSTLY_Q4_1, 3, as the fetched SmolLM2's does) is written
+    again declaring ALL_F32 (0), its tensors float32."""
+    from minispec.recipes.gguf_float32 import ALL_F32, write_float32_gguf
+
+    w = gguf.GGUFWriter(str(tmp_path / "typed.gguf"), "llama")
+    w.add_file_type(3)
+    q4 = gguf.GGMLQuantizationType.Q4_1
+    w.add_tensor("blk.0.ffn_up.weight", gguf.quants.quantize(np.linspace(-1, 1, 64 * 4, dtype=np.float32).reshape(4, 64), q4),
+                 raw_dtype=q4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    got = gguf.GGUFReader(str(write_float32_gguf(tmp_path / "typed.gguf", tmp_path / "f32.gguf", progress=False)))
+    assert got.fields["general.file_type"].contents() == ALL_F32
+    assert [t.tensor_type for t in got.tensors] == [gguf.GGMLQuantizationType.F32]

@@ -105,3 +105,20 @@ def test_the_outputs_never_overwrite_the_questions_or_another_file(tmp_path):
     code, _, err = run_cli(["bench", "specbench", str(questions), "--out", str(other), "--model", str(tmp_path / "none")])
     assert code == 2 and "not this command's settings" in err, err
     assert questions.read_bytes() == before and other.read_text() == '{"some": "thing"}\n'
+
+
+def test_peers_are_skipped_with_their_reason_and_a_gguf_needs_llama_cpp(tmp_path, monkeypatch):
+    monkeypatch.setattr(specbench, "peers_installed", lambda asked: [p for p in asked if p == "transformers"])
+    running, skipped = specbench.peers_to_run(["transformers", "llama.cpp"], None, None)
+    assert running == ["transformers"] and "not installed (pip install llama-cpp-python" in skipped["llama.cpp"]
+    monkeypatch.setattr(specbench, "peers_installed", lambda asked: list(asked))
+    running, skipped = specbench.peers_to_run(["llama.cpp"], "some/model", None)
+    assert running == [] and skipped == {"llama.cpp": "no GGUF of --model given (--gguf)"}
+    assert specbench.peers_to_run(["llama.cpp"], "some/model", "m.gguf") == (["llama.cpp"], {})
+    questions = write_questions(tmp_path / "q.jsonl")
+    (tmp_path / "m.gguf").write_bytes(b"x")
+    code, _, err = run_cli(["bench", "specbench", str(questions), "--peers", "transformers", "--gguf",
+                            str(tmp_path / "m.gguf"), "--model", str(tmp_path / "none"), "--out", str(tmp_path / "o.jsonl")])
+    assert code == 2 and "--gguf" in err and "llama.cpp is not among the peers that run" in err, err
+    code, _, err = run_cli(["bench", "specbench", str(questions), "--peers", "transformers,lamma"])
+    assert code == 2 and "--peers transformers,lamma: give distinct names" in err, err

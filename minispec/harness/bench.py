@@ -25,7 +25,7 @@ from ..model.kernel import KERNELS, blas_threads, check_kernel, default_kernel, 
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..recipes.fetch import shipped_draft, shipped_eagle
-from . import bench_commands, llama_cpp
+from . import bench_commands, llama_cpp_times
 from .command import MODEL_HELP, load_target
 from .measure import STREAM_READERS, compact_json, stream_time, timed
 from .provenance import provenance
@@ -54,9 +54,15 @@ def bench_forward(argv) -> int:
     for path in a.gguf:
         if not Path(path).is_file():
             raise FileNotFoundError(f"--gguf {path}: no such file")
-    if a.gguf and not llama_cpp.installed():
-        raise RuntimeError("--gguf needs llama-cpp-python (pip install llama-cpp-python: it builds from source, over "
-                           "10 minutes on 2 cores)")
+    if a.gguf and not llama_cpp_times.installed():
+        raise RuntimeError("--gguf needs llama-cpp-python (pip install llama-cpp-python: it builds from source; "
+                           "docs/specbench.md says how long that took here)")
+    if len({Path(g).resolve() for g in a.gguf}) != len(a.gguf):
+        raise ValueError(f"--gguf: a file named twice ({', '.join(a.gguf)})")
+    ggufs = {path: gguf_matrices(path) for path in a.gguf}  # read before any timing: a bad file is refused at once
+    formats = [fmt for fmt, _ in ggufs.values()]
+    if len(set(formats)) != len(formats):
+        raise ValueError(f"--gguf: two files of one format ({', '.join(formats)}); compare one file per format")
     ns = tuple(int(x) for x in a.ns.split(","))
     if 1 not in ns or any(n < 1 for n in ns):
         raise ValueError(f"--ns must hold 1 (r(n) is t(n)/t(1)) and positive counts, got {a.ns}")
@@ -89,11 +95,10 @@ def bench_forward(argv) -> int:
                 "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},
                 "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k], "decode_over_stream": t[1] / floor}
             del model
-    for path in a.gguf:
-        fmt, flop = gguf_format(path)
-        got = llama_cpp.gguf_times(path, ns, a.context, a.repeats)
+    for path, (fmt, flop) in ggufs.items():
+        got = llama_cpp_times.gguf_times(path, ns, a.context, a.repeats)
         rows[f"llama.cpp {fmt}"] = {"format": fmt, "gguf": Path(path).name, "llama_cpp_python": got["version"],
-                                    "ms": got["ms"], "r": {n: got["ms"][n] / got["ms"][1] for n in ns},
+                                    "context": a.context, "ms": got["ms"], "r": {n: got["ms"][n] / got["ms"][1] for n in ns},
                                     "gflops": {n: flop * n / got["ms"][n] / 1e6 for n in ns}}
     if not rows:
         raise ValueError("nothing to measure: every --model is quantized and only --kernel numpy was asked for")
@@ -116,13 +121,21 @@ def bench_forward(argv) -> int:
     return 0
 
 
-def gguf_format(path) -> tuple[str, int]:
-    """A GGUF's (matrix format: its most common 2-D tensor type, e.g. "q4_1" or "f32"; FLOPs per row: 2 for every
-    weight of every matrix, the head included, the embedding looked up, so a tied head counts the embedding once)."""
-    import gguf
-
-    tensors = [t for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) == 2]
-    kinds = [t.tensor_type.name.lower() for t in tensors if t.name != "token_embd.weight"]
+def gguf_matrices(path) -> tuple[str, int]:
+    """A GGUF's matrices: (their format, the most common 2-D tensor type, "q4_1" or "float32"; FLOPs per row, 2 for
+    every weight of every matrix, the head included, the embedding looked up, so a tied head counts the embedding
+    once). Refused: a file gguf-py cannot read, or one without matrices."""
+    try:
+        import gguf
+    except ImportError as e:
+        raise RuntimeError("--gguf needs the gguf package: pip install 'minispec[gguf]'") from e
+    try:
+        tensors = [t for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) == 2]
+    except Exception as e:
+        raise ValueError(f"--gguf {path}: not a readable GGUF file ({e})") from None
+    kinds = [t.tensor_type.name.lower().replace("f32", "float32") for t in tensors if t.name != "token_embd.weight"]
+    if not kinds:
+        raise ValueError(f"--gguf {path}: no matrix besides the embedding: not a model to time")
     weights = sum(int(np.prod(t.shape)) for t in tensors if t.name != "token_embd.weight")
     if not any(t.name == "output.weight" for t in tensors):
         weights += sum(int(np.prod(t.shape)) for t in tensors if t.name == "token_embd.weight")  # a tied head

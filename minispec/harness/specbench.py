@@ -312,7 +312,7 @@ def report(res: dict) -> str:
     return "\n".join(lines)
 
 
-VERSIONS = {"transformers": ("transformers", "torch"), "llama.cpp": ("llama-cpp-python",)}
+VERSIONS = {"transformers": ("transformers", "torch"), "llama.cpp": ("llama-cpp-python",)}  # distributions, not module names
 
 
 def peers_to_run(asked: list[str], model, gguf) -> tuple[list[str], dict]:
@@ -320,11 +320,18 @@ def peers_to_run(asked: list[str], model, gguf) -> tuple[list[str], dict]:
     default model the float32 GGUF written from the fetched one."""
     installed = peers_installed(asked)
     skipped = {p: "not installed (" + ("pip install 'minispec[parity]'" if p == "transformers" else
-                                        "pip install llama-cpp-python: it builds from source, over 10 minutes on 2 "
-                                        "cores") + ")" for p in asked if p not in installed}
+                                        "pip install llama-cpp-python: it builds from source, docs/specbench.md says "
+                                        "how long that took here") + ")" for p in asked if p not in installed}
     if "llama.cpp" in installed and model is not None and gguf is None:
         skipped["llama.cpp"] = "no GGUF of --model given (--gguf)"
     return [p for p in asked if p not in skipped], skipped
+
+
+def longest_context(questions: list[Question], tok, max_new_tokens: int) -> int:
+    """The most positions a turn of these questions can take: its prompt, with every earlier answer at its longest
+    (``max_new_tokens`` each, and a few tokens of template), and its own answer. A peer's context is sized by it."""
+    runner = Runner(None, tok, {}, max_new_tokens)
+    return max(len(runner.ids(q, [""] * (len(q.turns) - 1))) + len(q.turns) * (max_new_tokens + 8) for q in questions)
 
 
 def main(argv=None) -> int:
@@ -336,7 +343,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn (default 128)")
     ap.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma-separated, of {', '.join(METHODS)} "
                                                               f"(default {DEFAULT_METHODS})")
-    ap.add_argument("--model", help=MODEL_HELP)
+    ap.add_argument("--model", help=MODEL_HELP + "; minispec's CPU kernel: --kernel numpy|numba, as for every bench "
+                                                  "subcommand")
     ap.add_argument("--out", default="specbench_results.jsonl",
                     help="the per-question results, appended as each question ends (default specbench_results.jsonl); "
                          "the same command again resumes it")
@@ -373,9 +381,14 @@ def main(argv=None) -> int:
     if missing:
         raise ValueError(f"--methods: {', '.join(missing)}: its weights are not in weights/ (a clean clone has them)")
     running, skipped = peers_to_run(asked, a.model, a.gguf)
+    if a.gguf is not None and "llama.cpp" not in running:
+        raise ValueError(f"--gguf {a.gguf}: llama.cpp is not among the peers that run "
+                         f"({skipped.get('llama.cpp', 'not asked for in --peers')})")
     settings = dict(questions=Path(a.questions).name, sha256=hashlib.sha256(Path(a.questions).read_bytes()).hexdigest(),
                     per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names, model=a.model,
-                    kernel=default_kernel(), peers=",".join(running) or "none")  # --kernel: bench.kernel_from
+                    kernel=default_kernel(),  # set by --kernel, which every bench subcommand takes (bench.kernel_from)
+                    peers=",".join(running) or "none",
+                    gguf=None if a.gguf is None else dict(name=Path(a.gguf).name, bytes=Path(a.gguf).stat().st_size))
     done = resume(out, settings)
     target, tok = load_target(a.model)
     peers = {}
@@ -385,7 +398,8 @@ def main(argv=None) -> int:
         from ..recipes.gguf_float32 import smollm2_float32_gguf
 
         gguf = a.gguf or smollm2_float32_gguf(log=lambda m: print(m, file=sys.stderr))
-        peers.update(llama_cpp_modes(gguf, a.max_new_tokens, tok.eos_ids))
+        n_ctx = -(-(longest_context(questions, tok, a.max_new_tokens) + 64) // 256) * 256  # checked before the run
+        peers.update(llama_cpp_modes(gguf, a.max_new_tokens, tok.eos_ids, n_ctx=n_ctx))
     versions = version()
     note = "; ".join([*(f"{p}: {', '.join(f'{k} {v}' for k, v in versions.items() if k in VERSIONS[p])}" for p in running),
                       *(f"{p}: skipped, {why}" for p, why in skipped.items())]) or "none asked for (--peers none)"

@@ -90,12 +90,12 @@ def llama_cpp_modes(gguf_path, max_new_tokens: int, eos_ids: list[int], n_ctx: i
 
     modes = {"llama.cpp plain": mode(), "llama.cpp prompt-lookup": mode(LlamaPromptLookupDecoding())}
     for run in modes.values():
-        run([min(stop) + 1] * 4, 2)  # warm-up, untimed
+        run([min(stop, default=0) + 1] * 4, 2)  # warm-up, untimed
     return modes
 
 
 PEERS = ("transformers", "llama.cpp")
-NEEDS = {"transformers": ("torch", "transformers"), "llama.cpp": ("llama_cpp",)}
+NEEDS = {"transformers": ("torch", "transformers"), "llama.cpp": ("llama_cpp",)}  # the modules each peer imports
 
 
 def peers_installed(peers=("transformers",)) -> list[str]:

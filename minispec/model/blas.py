@@ -3,9 +3,9 @@
 Read it as ``x @ w``: the result is the same product. Why it exists: verifying K guesses costs one
 target pass over K + 1 rows, and speculation pays only if that pass costs little more than a
 1-row pass (r(n) = t(n) / t(1) near 1). With a plain ``x @ w``, OpenBLAS (numpy's wheel) runs a gemm
-over a few rows at several times the cost of its gemv over one, and over a multiple of 8 rows at less
-than over 6 (docs/findings.md has the figures): for a decode step bound by streaming the weights, the
-extra rows should be almost free. So for 2..SMALL_BATCH rows we run one gemv per row, column block by
+over a few rows at several times the cost of its gemv over one (docs/findings.md gives r(2) and r(6) as
+measured), where for a decode step bound by streaming the weights the extra rows should be almost free;
+and its gemm is faster on a multiple of 8 rows than on 6 (``ROW_MULTIPLE``). So for 2..SMALL_BATCH rows we run one gemv per row, column block by
 column block, while the block is still in cache for the next row; above that we pad the rows to a
 multiple of 8. What r(n) this gives on SmolLM2-135M depends on the CPU: ``minispec bench forward``
 measures it, and docs/speed.md gives the committed figures with the machine they were measured on.

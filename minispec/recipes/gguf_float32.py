@@ -25,9 +25,10 @@ ALL_F32 = 0  # llama.cpp's LLAMA_FTYPE_ALL_F32: the value of general.file_type f
 
 
 def write_float32_gguf(src, dst, progress: bool = True) -> Path:
-    """Write ``dst``: ``src``'s metadata and tensors, every tensor dequantized to float32. Refused: a missing or
-    unreadable ``src``, ``dst`` equal to ``src`` or an existing directory. Written to ``dst.partial`` and renamed, so an
-    interrupted run leaves no half file under ``dst``."""
+    """Write ``dst``: ``src``'s metadata and tensors, every tensor dequantized to float32 (an existing file ``dst`` is
+    replaced). Refused: a missing or unreadable ``src``; ``dst`` the source itself, a directory, or in a folder that
+    does not exist. Written to ``dst.partial`` and renamed, and the partial file removed on a failure, so nothing is
+    left half written under either name."""
     try:
         import gguf
     except ImportError as e:
@@ -36,7 +37,9 @@ def write_float32_gguf(src, dst, progress: bool = True) -> Path:
     if not src.is_file():
         raise FileNotFoundError(f"{src}: no such file (expected a .gguf file)")
     if dst.exists() and (dst.is_dir() or dst.resolve() == src.resolve()):
-        raise ValueError(f"{dst}: the output must be a new file, not a directory or the source itself")
+        raise ValueError(f"{dst}: the output must be a file, not a directory or the source itself")
+    if not dst.resolve().parent.is_dir():
+        raise FileNotFoundError(f"{dst}: its folder {dst.resolve().parent} does not exist")
     try:
         reader = gguf.GGUFReader(str(src))
     except Exception as e:
@@ -45,29 +48,33 @@ def write_float32_gguf(src, dst, progress: bool = True) -> Path:
     if arch is None:
         raise ModelFormatError(f"{src}: no general.architecture in its metadata")
     tmp = dst.with_name(dst.name + ".partial")
-    writer = gguf.GGUFWriter(str(tmp), arch.contents(), endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue  # written by the writer itself
-        kind = field.types[0]
-        value = ALL_F32 if field.name == gguf.Keys.General.FILE_TYPE else field.contents()
-        writer.add_key_value(field.name, value, kind,
-                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
-    if gguf.Keys.General.FILE_TYPE not in reader.fields:
-        writer.add_file_type(ALL_F32)
-    bar = Progress(len(reader.tensors), "float32 GGUF", quiet=not progress)
-    for t in reader.tensors:
-        w = np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)  # numpy order
-        if w.size != int(np.prod(t.shape)):
-            raise ModelFormatError(f"{src}: tensor {t.name} holds {w.size} values, its shape {list(t.shape)} says "
-                                   f"{int(np.prod(t.shape))}")
-        writer.add_tensor(t.name, w, raw_dtype=gguf.GGMLQuantizationType.F32)
-        bar.update()
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    bar.close()
+    try:
+        writer = gguf.GGUFWriter(str(tmp), arch.contents(), endianess=reader.endianess)
+        for field in reader.fields.values():
+            if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+                continue  # written by the writer itself
+            kind = field.types[0]
+            value = ALL_F32 if field.name == gguf.Keys.General.FILE_TYPE else field.contents()
+            writer.add_key_value(field.name, value, kind,
+                                 sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+        if gguf.Keys.General.FILE_TYPE not in reader.fields:
+            writer.add_file_type(ALL_F32)
+        bar = Progress(len(reader.tensors), "float32 GGUF", quiet=not progress)
+        for t in reader.tensors:
+            w = np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)  # numpy order
+            if w.size != int(np.prod(t.shape)):
+                raise ModelFormatError(f"{src}: tensor {t.name} holds {w.size} values, its shape {list(t.shape)} says "
+                                       f"{int(np.prod(t.shape))}")
+            writer.add_tensor(t.name, w, raw_dtype=gguf.GGMLQuantizationType.F32)
+            bar.update()
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        bar.close()
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # an interrupted or failed write leaves nothing behind
+        raise
     tmp.replace(dst)
     return dst
 
