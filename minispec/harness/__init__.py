@@ -20,7 +20,8 @@ core (tests/test_layout.py).
     gpu.py          ``minispec bench gpu-predict``: costs on a GPU and the speedups they predict
     stop_eval.py    ``minispec bench stop``: the early stop, measured
     specbench.py    ``minispec bench specbench``: Spec-Bench's six tasks, every method beside plain decoding, resumable
-    specbench_peers.py  the other engines it runs in the same alternation (transformers)
+    specbench_peers.py  the other engines it runs in the same alternation (transformers, llama.cpp)
+    llama_cpp_times.py  llama.cpp's pass over n tokens, timed as minispec's (``bench forward --gguf``)
     command.py      what the commands share: the target and drafters they load, checked first; the JSON they store
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
