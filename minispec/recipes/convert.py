@@ -60,23 +60,29 @@ def _hf_name(gguf_name: str) -> str | None:
     return GGUF_TO_HF.get(gguf_name)
 
 
+def read_gguf(path: Path, doing: str):
+    """-> (the gguf package, a reader of the GGUF at ``path``). Refused, by name: no gguf package (what ``doing``
+    needs it for), no such file, a file gguf-py cannot read."""
+    try:
+        import gguf
+    except ImportError as e:
+        raise RuntimeError(f"{doing} GGUF needs the gguf package: pip install 'minispec[gguf]'") from e
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file (expected a .gguf file)")
+    try:
+        return gguf, gguf.GGUFReader(str(path))
+    except Exception as e:
+        raise ModelFormatError(f"{path}: not a readable GGUF file ({e})") from None
+
+
 def convert_gguf(gguf_path, out_dir, progress: bool = True, keep_q4_1: bool = False) -> Path:
     """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF. With
     ``keep_q4_1``, its Q4_1 matrices are kept in their blocks (``safetensors_io``'s Q4_1 matrices), for the numba
     kernel to multiply in them; every other tensor is still written as float32 (refused: a GGUF with no Q4_1 matrix)."""
-    try:
-        import gguf
-    except ImportError as e:
-        raise RuntimeError("converting GGUF needs the gguf package: pip install 'minispec[gguf]'") from e
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
-    if not gguf_path.is_file():
-        raise FileNotFoundError(f"{gguf_path}: no such file (expected a .gguf file)")
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"output directory {out_dir}: exists and is not a directory (expected a new or existing directory)")
-    try:
-        reader = gguf.GGUFReader(str(gguf_path))
-    except Exception as e:
-        raise ModelFormatError(f"{gguf_path}: not a readable GGUF file ({e})") from None
+    gguf, reader = read_gguf(gguf_path, "converting")
     arch = _field(reader, "general.architecture")
     if arch != "llama":
         raise ModelFormatError(f"{gguf_path}: GGUF architecture {arch!r} is not supported (only 'llama')")

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..harness.progress import Progress
 from ..model.config import ModelFormatError
+from .convert import read_gguf
 
 ALL_F32 = 0  # llama.cpp's LLAMA_FTYPE_ALL_F32: the value of general.file_type for a file of float32 tensors
 
@@ -29,21 +30,12 @@ def write_float32_gguf(src, dst, progress: bool = True) -> Path:
     replaced). Refused: a missing or unreadable ``src``; ``dst`` the source itself, a directory, or in a folder that
     does not exist. Written to ``dst.partial`` and renamed, and the partial file removed on a failure, so nothing is
     left half written under either name."""
-    try:
-        import gguf
-    except ImportError as e:
-        raise RuntimeError("writing a GGUF needs the gguf package: pip install 'minispec[gguf]'") from e
     src, dst = Path(src), Path(dst)
-    if not src.is_file():
-        raise FileNotFoundError(f"{src}: no such file (expected a .gguf file)")
     if dst.exists() and (dst.is_dir() or dst.resolve() == src.resolve()):
         raise ValueError(f"{dst}: the output must be a file, not a directory or the source itself")
     if not dst.resolve().parent.is_dir():
         raise FileNotFoundError(f"{dst}: its folder {dst.resolve().parent} does not exist")
-    try:
-        reader = gguf.GGUFReader(str(src))
-    except Exception as e:
-        raise ModelFormatError(f"{src}: not a readable GGUF file ({e})") from None
+    gguf, reader = read_gguf(src, "writing a")
     arch = reader.fields.get(gguf.Keys.General.ARCHITECTURE)
     if arch is None:
         raise ModelFormatError(f"{src}: no general.architecture in its metadata")
