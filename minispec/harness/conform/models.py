@@ -2,7 +2,10 @@
 
 Vocabulary 5, so that the target's exact law of m = 3 tokens has 125 cells. Two tokens of the target (1 and 4) have
 the same output row, chosen so that at the check's prompt the pair is often the most likely: their logits tie exactly, which is where a
-top-k that keeps ties wrong departs (twins.py). No end-of-sequence token: every run has its full length.
+top-k that keeps ties wrong departs (twins.py). That row has one nonzero weight (TIED_ROW), so that the tie is exact
+however a matrix product orders its sums: a random row's tie broke by one ulp in OpenBLAS's passes of 1-4 rows on a
+Zen 1 EPYC, and not in longer ones, so a loop's verification pass and plain decoding saw different laws. No
+end-of-sequence token: every run has its full length.
 
 Each directory also has a tokenizer (tokenizer.json: byte-pair encoding over the letters a-e, one letter per target
 token), so that a loop that works through text can run. ``own_vocabulary``: the draft has a vocabulary of its own,
@@ -26,6 +29,8 @@ V = 5
 SHAPE = dict(vocab_size=V, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_key_value_heads=1,
              bos_token_id=None, eos_token_id=None, pad_token_id=None)
 TIED = (1, 4)
+TIED_ROW = (5, 3.0)  # (index, weight): the tied tokens' one nonzero head weight. The pair is the top two in 7 of the
+# 25 contexts after the prompt (a random row: 8), and greedy runs under the check's processors never run out of tokens
 
 
 LETTERS = ["a", "b", "c", "d", "e"]
@@ -49,7 +54,8 @@ def write_model(path, layers: int, seed: int, tie: bool, vocab: int = V, reverse
     tensors = random_tensors(ModelConfig.from_dict(config), seed, scale=1.0)
     if tie:
         head = tensors["lm_head.weight"]  # [V, D]
-        head[TIED[1]] = head[TIED[0]]
+        head[list(TIED)] = 0.0
+        head[list(TIED), TIED_ROW[0]] = TIED_ROW[1]  # x[5] * 3.0 plus exact zeros: the same float in any order
     if reverse:
         for name in ("model.embed_tokens.weight", "lm_head.weight"):
             if name in tensors:
