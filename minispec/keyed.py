@@ -10,8 +10,9 @@ Daliri, Musco & Suresh 2024, "Coupling without Communication and Drafter-Invaria
                         (E = -ln u for the paper's public uniforms u; the Gumbel noise is g = -ln E)
     race(p, i)          argmin_x E_t(x) / p(x), over the x with p(x) > 0
                         = argmax_x ln p(x) + g_t(x): the Gumbel-max trick
-    top(p, i, w)        the w smallest E_t(x) / p(x): the Gumbel top-k, w draws from p without replacement
-                        (Kool et al. 2019; Gumbel-max list sampling, arXiv 2506.05632)
+    race on p without   the race at t on what is left of p once x_1..x_j are taken out: the (j+1)-th smallest
+      x_1..x_j          E_t(x) / p(x) (the rest's masses are p's, scaled), so W such races are the Gumbel top-k,
+                        W draws from p without replacement (Kool et al. 2019; arXiv 2506.05632): a tree's children
 
 **Why a race follows p.** E(x) / p(x) is exponential with rate p(x), and the first of independent
 exponential clocks to ring is x with probability rate(x) / sum of the rates = p(x). The race needs no
@@ -22,26 +23,25 @@ target's own token with probability sum_x 1 / (1 + sum_{y != x} max(p(y)/p(x), q
 paper's bound for Gumbel sampling).
 
 ``KeyedNoise`` is the noise for one run, seen from the round's first position: ``race(p, i)`` is the race at
-position ``start + i``. ``random()`` is a uniform from an ordinary stream, for a drafter that draws its guesses
+position ``start + i``, and ``draw(p, i)`` the same race, asked for as a drafter asks its ``sampling.Draws``.
+``random()`` is a uniform from an ordinary stream, for a drafter that draws its guesses
 by itself (``sampling.sample``): its guesses are then not coupled, and the target's tokens are the same.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 
 KEPT_POSITIONS = 64  # noise rows kept per run: a round re-reads the positions of the round before
 
 
-@runtime_checkable
 class Keyed(Protocol):
-    """Randomness keyed by position: what a drafter or a rule asks for to race rather than draw from a stream."""
+    """Randomness keyed by position: what a keyed rule races on (rejection.coupled_verify, tree.accept_tree_coupled).
+    A drafter draws with ``KeyedNoise.draw``, as with any ``sampling.Draws``."""
 
     def race(self, probs: np.ndarray, i: int) -> int: ...
-
-    def top(self, probs: np.ndarray, i: int, w: int) -> list[int]: ...
 
 
 class KeyedNoise:
@@ -79,13 +79,10 @@ class KeyedNoise:
         """argmin_x E_t(x) / p(x) at t = start + i: one token distributed as ``probs``."""
         return int(np.argmin(self.times(probs, i)))
 
-    def top(self, probs: np.ndarray, i: int, w: int) -> list[int]:
-        """The first ``w`` tokens to ring (fewer where fewer have mass): ``w`` draws without replacement, the
-        first of them ``race(probs, i)``."""
-        times = self.times(probs, i)
-        w = min(w, int(np.count_nonzero(np.isfinite(times))))
-        best = np.argpartition(times, w - 1)[:w] if w < len(times) else np.arange(len(times))
-        return [int(x) for x in best[np.argsort(times[best], kind="stable")]]
+    def draw(self, probs: np.ndarray, i: int) -> int:
+        """A drafter's guess at position start + i (sampling.Draws): the race there, on the noise the target's own
+        token races on, so that the two coincide as often as they can."""
+        return self.race(probs, i)
 
     def random(self) -> float:
         """A uniform from the run's side stream, for a drafter that samples by itself (not coupled)."""

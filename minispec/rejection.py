@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .keyed import coupled_acceptance
+from .keyed import Keyed, coupled_acceptance
 from .sampling import sample
 
 
@@ -162,7 +162,7 @@ def weighted_residual(target_row: np.ndarray, draft_row: np.ndarray, weight: flo
 
 
 @declares(joint=False, keyed=True)
-def coupled_verify(target_probs, draft_probs, draft_tokens, noise) -> tuple[int, int]:
+def coupled_verify(target_probs, draft_probs, draft_tokens, noise: Keyed) -> tuple[int, int]:
     """Drafter-invariant verification (Daliri, Musco & Suresh 2024, arXiv 2408.07978): keep a guess while it is
     the target's own keyed sample at its position. target_probs [K+1, V], draft_probs [K, V], draft_tokens [K],
     ``noise`` keyed noise from the round's first new position (keyed.KeyedNoise) -> (n_accepted, next_token).

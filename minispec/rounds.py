@@ -37,7 +37,7 @@ from .drafters.protocol import GrowsTrees, HasOwnTokenizer, HasRoom, ProposesTre
 from .keyed import KeyedNoise, keyed_noise
 from .model import Model, backend
 from .rejection import guess_acceptance, is_keyed, overlap
-from .sampling import Warp, check_generate_args, is_integer, stop_set
+from .sampling import Stream, Warp, check_generate_args, is_integer, stop_set
 from .stats import RoundRecord, SpecStats
 from .tree import Tree, propose_tree
 
@@ -61,7 +61,7 @@ class Run:
     stop: set
     max_new_tokens: int
     warp: Warp  # (logits, prefix) -> the probabilities to sample from: the same for draft and target (sampling.py)
-    stream: np.random.Generator  # the run's random stream (seeded by ``seed``)
+    stream: Stream  # the run's random stream (seeded by ``seed``): a numpy Generator that draws guesses too
     on_token: Callable | None
     observers: list  # what is told of each round (stats.Observer: a trace)
     reads_features: bool  # the drafter drafts from the target's features (eagle.py)
@@ -87,8 +87,9 @@ class Run:
 
     @property
     def rng(self):
-        """This round's randomness: the run's generator, or, for a keyed rule, its noise seen from the round's first
-        new position (race(p, i) at position len(tokens) + i)."""
+        """This round's randomness, for the rule and the drafter (sampling.Draws: ``draw(q, i)``): the run's
+        generator, or, for a keyed rule, its noise seen from the round's first new position (race(p, i) at position
+        len(tokens) + i)."""
         return self.stream if self.noise is None else self.noise.at(len(self.tokens))
 
     @property
@@ -261,7 +262,7 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     ids = check_generate_args(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
-    drafter, stream = as_drafter(drafter, target), np.random.default_rng(seed)
+    drafter, stream = as_drafter(drafter, target), Stream(np.random.PCG64(seed))  # default_rng(seed), with draw()
     processors = check_processors(processors, drafter) if processors else ()
     fixed = shape is NOT_A_TREE and is_integer(k) and k >= 0  # the textbook's fixed K: no policy
     policy, room = (None, 0) if fixed else choose_policy(target, drafter, k, shape, seed, temperature, rule)

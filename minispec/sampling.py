@@ -1,5 +1,8 @@
 """Logit warps (temperature, top-k, top-p) and sampling with a passed-in ``numpy.random.Generator``.
 
+A drafter draws its guesses with what the round hands it (``Draws``): the run's generator, a ``Stream``, by default,
+or a keyed rule's noise (keyed.py), which draws by position. Either way the drafter calls ``draws.draw(q, i)``.
+
 ``warp`` turns one row of logits into the distribution that is actually sampled. Speculative
 decoding applies the *same* warp to draft and target, and the draft must sample from exactly the
 probabilities it hands to the rejection rule. Probabilities are float64: they are not activations,
@@ -14,10 +17,9 @@ draft's q_i and the target's p_i alike (``Warp.chain``, ``Warp.tree``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
-
-from .keyed import Keyed
 
 
 def is_number(x) -> bool:
@@ -122,11 +124,22 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(probs) - 1))
 
 
-def draw(probs: np.ndarray, rng, i: int) -> int:
-    """A guess for the round's i-th new position (i = 0: the token after the sequence), drawn from ``probs``: by
-    the keyed race at that position where ``rng`` is keyed noise (keyed.py: the noise the target's own token there
-    races on, so the two coincide as often as they can), else from the generator's stream (``sample``)."""
-    return rng.race(probs, i) if isinstance(rng, Keyed) else sample(probs, rng)
+@runtime_checkable
+class Draws(Protocol):
+    """How a drafter draws: ``draw(probs, i)``, a token from ``probs`` for the round's i-th new position (i = 0: the
+    token after the sequence), and ``random()``, a uniform. ``Stream`` (the default) and keyed noise have both."""
+
+    def draw(self, probs: np.ndarray, i: int) -> int: ...
+
+    def random(self) -> float: ...
+
+
+class Stream(np.random.Generator):
+    """A NumPy generator that is also a drafter's ``Draws``: ``draw`` samples with the stream's next uniform, whatever
+    the position. ``Stream(np.random.PCG64(seed))`` is the stream of ``np.random.default_rng(seed)``."""
+
+    def draw(self, probs: np.ndarray, i: int) -> int:
+        return sample(probs, self)  # i is not read: a stream has no positions
 
 
 @dataclass(frozen=True)

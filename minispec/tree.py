@@ -134,7 +134,7 @@ def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) 
             return accepted, sample(p, rng)
 
 
-def accept_tree_coupled(target_probs: np.ndarray, tree: Tree, noise) -> tuple[list[int], int]:
+def accept_tree_coupled(target_probs: np.ndarray, tree: Tree, noise: Keyed) -> tuple[list[int], int]:
     """The coupled rule on a tree (rejection.coupled_verify): walk down while the target's own keyed token at the
     node's position, race(p, depth), is one of its children -> (accepted nodes, root to deepest, next_token). The
     target's token where no child has it is the correction; at a leaf it is the bonus. The draft's rows are not read."""
@@ -164,36 +164,28 @@ def without(probs: np.ndarray, tokens) -> np.ndarray | None:
     return q / s if s > 1e-12 else None
 
 
-def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, rng, i: int = 0,
+def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, draws, i: int = 0,
                  prefix=None) -> list[int]:
     """``width`` children of ``parent``, whose tokens sit at the round's i-th new position (i: the parent's depth):
-    sampled without replacement from q = warp(logits, prefix), each with the q it was drawn from (q without the
-    siblings before it); with keyed noise (keyed.py), the first ``width`` of the race on it, the Gumbel top-k, which is
-    the same law; at temperature 0 (one-hot q) the top ``width`` processed logits instead, each one-hot. ``prefix``:
-    the tokens before the children (``tree.prefix(tokens, parent)``), for a warp with logits processors."""
+    drawn without replacement from q = warp(logits, prefix) with ``draws`` (sampling.Draws), each from q without the
+    siblings before it, the row it is kept with (with keyed noise these draws are the Gumbel top-k of the race at
+    that position: keyed.py); at temperature 0 (one-hot q) the top ``width`` processed logits instead, each one-hot.
+    ``prefix``: the tokens before the children (``tree.prefix(tokens, parent)``), for a warp with logits processors."""
     q = warp(logits, prefix)
     if width > 1 and np.count_nonzero(q) == 1:  # greedy: deterministic candidates
         z = warp.process(logits, prefix)  # [V]: the logits after the processors
         top = [int(t) for t in np.argsort(-z, kind="stable")[:width] if np.isfinite(z[t])]
         return [tree.add(parent, t, row) for t, row in zip(top, one_hot_rows(top, len(q)))]
-    if isinstance(rng, Keyed):
-        picks, nodes = rng.top(q, i, width), []
-        for x in picks:
-            if q is None:  # what is left has mass below without's floor (top counts any mass): no more children
-                break
-            nodes.append(tree.add(parent, x, q))
-            q = without(q, [x])
-        return nodes
     nodes = []
-    while len(nodes) < width and q is not None:
-        x = sample(q, rng)
+    while len(nodes) < width and q is not None:  # None: what is left has mass below without's floor
+        x = draws.draw(q, i)
         nodes.append(tree.add(parent, x, q))
         q = without(q, [x])
     return nodes
 
 
-def propose_tree(drafter, tokens, width: int, depth: int, warp, rng) -> Tree:
+def propose_tree(drafter, tokens, width: int, depth: int, warp, draws) -> Tree:
     """The drafter's tree of at most ``width`` x ``depth`` nodes (each drafter builds its own: ``propose_tree``)."""
     if width == 0 or depth == 0:
         return Tree()
-    return drafter.propose_tree(tokens, width, depth, warp, rng)
+    return drafter.propose_tree(tokens, width, depth, warp, draws)

@@ -22,7 +22,7 @@ from minispec.policy import (
     expected_tokens,
     k_policy,
 )
-from minispec.sampling import Warp, sample, top_probability, warp
+from minispec.sampling import Stream, Warp, top_probability, warp
 from minispec.speculative import speculative_generate
 
 from .helpers import V, broken_residual, exact_three_tokens, exact_two_tokens
@@ -380,7 +380,7 @@ def test_propose_stops_before_the_first_guess_keep_refuses(big_pair):
         return j < 3
 
     d = DraftModel(draft)
-    tokens, probs = d.propose(prompt, 5, greedy, np.random.default_rng(0), keep)
+    tokens, probs = d.propose(prompt, 5, greedy, Stream(np.random.PCG64(0)), keep)
     assert len(tokens) == 2 and probs.shape == (2, 64) and d.forwards == 2  # guess 3 was never computed
     belief, seq = [1.0], list(prompt)
     for x in tokens:  # the draft's belief in guesses 1..j: the product of its top probabilities
@@ -390,8 +390,8 @@ def test_propose_stops_before_the_first_guess_keep_refuses(big_pair):
     want = [(1, belief[1]), (2, belief[1]), (2, belief[2]), (3, belief[2])]
     assert [j for j, _ in calls] == [j for j, _ in want]
     assert [r for _, r in calls] == pytest.approx([r for _, r in want], rel=1e-5)
-    assert d.propose(prompt, 3, greedy, np.random.default_rng(0), lambda j, r: False)[0] == []
-    assert d.propose(prompt, 3, greedy, np.random.default_rng(0))[0] == generate(draft, prompt, 3)  # no keep: all K
+    assert d.propose(prompt, 3, greedy, Stream(np.random.PCG64(0)), lambda j, r: False)[0] == []
+    assert d.propose(prompt, 3, greedy, Stream(np.random.PCG64(0)))[0] == generate(draft, prompt, 3)  # no keep: all K
 
 
 class StopWhenUnsure(FixedK):
@@ -411,13 +411,13 @@ class StopOnTheDrawnToken(DraftModel):
     """The broken variant: judge a guess by the probability of the token already drawn (drop unlikely
     draws). The guesses left are then not distributed as the q handed to the rule."""
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         self.ensure_cache(len(tokens) + k)
         logits = self.feed(tokens)
         draft_tokens, draft_probs, reach = [], [], 1.0
         for i in range(k):
             probs = warp(logits)
-            x = sample(probs, rng)
+            x = draws.draw(probs, i)
             reach *= probs[x]
             if not keep(i + 1, reach):
                 break

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minispec import generate, keyed
+from minispec import generate
 from minispec.drafters import DraftModel, LayerSkip, PromptLookup
 from minispec.harness.equivalence import chisquare_gof, coupled_emits_the_guess
 from minispec.harness.exact_law import continued_law, joint_law
@@ -16,7 +16,6 @@ from minispec.keyed import KeyedNoise, coupled_acceptance
 from minispec.policy import FixedK
 from minispec.rejection import coupled_verify, overlap
 from minispec.rounds import start_run
-from minispec.sampling import draw
 from minispec.speculative import speculative_generate, tree_speculative_generate
 from minispec.trace import Trace
 
@@ -52,7 +51,7 @@ def pair_of_rows(V_max: int):
 def one_guess(p, q, target_noise, draft_noise) -> int:
     """One round of the real code with K = 1: the draft's guess raced on ``draft_noise``, then coupled_verify on
     ``target_noise`` -> n_accepted (0 or 1)."""
-    guess = draw(q, draft_noise, 0)
+    guess = draft_noise.draw(q, 0)
     return coupled_verify(np.stack([p, p]), q[None], [guess], target_noise)[0]
 
 
@@ -76,11 +75,18 @@ def test_level1_a_race_with_the_gumbel_sign_flipped_is_caught():
 
 @settings(max_examples=20, deadline=None)
 @given(rows(4, zeros=False), st.integers(1, 3))
-def test_level1_the_races_top_w_is_sampling_without_replacement(p, w):
-    """KeyedNoise.top: the first w tokens to ring are w draws from p without replacement (the Gumbel top-k), the
-    law the token-wise tree rule needs of a node's children (tree.add_children)."""
+def test_level1_keyed_children_are_draws_without_replacement(p, w):
+    """tree.add_children on keyed noise: w children, each the race on what is left of p, are w draws from p without
+    replacement (the Gumbel top-k), the law the token-wise tree rule needs of a node's children."""
+    from minispec.tree import Tree, add_children
+
     w = min(w, len(p))
-    law = race_law(lambda E: tuple(FixedNoise({0: E}).top(p, 0, w)), [p])
+
+    def children(E):
+        tree = Tree()
+        add_children(tree, 0, np.zeros(len(p)), w, lambda logits, prefix=None: p, FixedNoise({0: E}))
+        return tuple(tree.tokens[1:])
+    law = race_law(children, [p])
     for picks, prob in law.items():
         want, left = 1.0, 1.0
         for x in picks:
@@ -91,7 +97,7 @@ def test_level1_the_races_top_w_is_sampling_without_replacement(p, w):
 @settings(max_examples=40, deadline=None)
 @given(pair_of_rows(4))
 def test_level1_coupled_acceptance_is_the_closed_form_exactly(pq):
-    """One round of the real code (the draft's guess raced with ``sampling.draw``, then ``coupled_verify``) on one
+    """One round of the real code (the draft's guess raced with ``KeyedNoise.draw``, as a drafter draws, then ``coupled_verify``) on one
     keyed noise keeps the guess with probability sum_x 1 / (1 + sum_{y != x} max(p(y)/p(x), q(y)/q(x))), integrated
     over the noise; and the closed form lies between (1 - TV) / (1 + TV) and 1 - TV."""
     p, q = pq
@@ -254,12 +260,12 @@ def test_a_drafter_that_does_not_couple_keeps_the_text_and_loses_acceptance(big_
     """The twin: the draft model draws its guesses from the side stream (``sample``) instead of racing. The text is
     the same (the target's races decide it), but the target drafting for itself no longer keeps every guess: the
     coupling is what the self-draft's full acceptance above measures."""
-    from minispec.drafters import draft_model
+    from minispec.keyed import KeyedNoise
     from minispec.sampling import sample
 
     target, _ = big_pair
     want = generate(target, [5, 6, 7], 40, seed=0, keyed=True, temperature=1.0)
-    monkeypatch.setattr(draft_model, "draw", lambda probs, rng, i: sample(probs, rng))
+    monkeypatch.setattr(KeyedNoise, "draw", lambda noise, probs, i: sample(probs, noise))  # a uniform of its side stream
     res = speculative_generate(target, DraftModel(target), [5, 6, 7], 40, k=3, seed=0, temperature=1.0, rule="coupled")
     assert res.tokens == want
     assert res.stats.accepted < 0.8 * res.stats.drafted
@@ -311,7 +317,6 @@ def test_a_tree_refuses_block_and_a_rule_is_named(big_pair):
         tree_speculative_generate(target, DraftModel(draft), [1], 4, shape=(2, 2), rule="block")
     with pytest.raises(ValueError, match="'coupled'"):
         speculative_generate(target, DraftModel(draft), [1], 4, rule="keyed")
-    assert isinstance(KeyedNoise(0), keyed.Keyed) and not isinstance(np.random.default_rng(0), keyed.Keyed)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from minispec.harness.exact_loop import loop_law
 from minispec.model import ModelFormatError
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.rejection import accept_reject, overlap, residual
-from minispec.sampling import Warp, sample, warp
+from minispec.sampling import Stream, Warp, sample, warp
 from minispec.speculative import speculative_generate
 
 from .helpers import V, exact_three_tokens, exact_two_tokens, three_token_counts
@@ -435,7 +435,7 @@ def test_tli_drafting_for_the_target_itself_proposes_the_targets_greedy_continua
     drafter = make_drafter(f"tli:{renumbered_draft}", target)
     prompt = drafter.cross.target_ids("the cat sat on the mat and")
     for k in (1, 2, 4, 6):
-        guesses, rows = drafter.propose(prompt, k, Warp(0.0), np.random.default_rng(0))
+        guesses, rows = drafter.propose(prompt, k, Warp(0.0), Stream(np.random.PCG64(0)))
         assert guesses == generate(target, prompt, k), k
         assert rows.shape == (k, target.cfg.vocab_size) and np.allclose(rows.sum(axis=1), 1.0)
 
@@ -454,7 +454,7 @@ def test_room_is_what_the_drafts_context_has_left(bigger_models):
     for drafter in (tli, make_drafter(f"slem:{draft_dir}", target)):
         drafter.cross.text = lambda tokens: None
         assert drafter.read(words[:4]) is None and drafter.room(words[:4]) == 0  # (words[:3] is memoised)
-        assert drafter.propose(words[:5], 3, Warp(1.0), np.random.default_rng(0))[0] == []
+        assert drafter.propose(words[:5], 3, Warp(1.0), Stream(np.random.PCG64(0)))[0] == []
 
 
 def test_a_tokenizer_without_added_tokens(bigger_models, tmp_path):

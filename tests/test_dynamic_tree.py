@@ -9,7 +9,7 @@ from minispec import generate, load_eagle
 from minispec.drafters import DraftModel, Eagle, dynamic_tree
 from minispec.drafters.dynamic_tree import DynamicTree, grow, rerank
 from minispec.harness.exact_loop import loop_law
-from minispec.sampling import Warp
+from minispec.sampling import Stream, Warp
 from minispec.speculative import tree_speculative_generate
 from minispec.tree import Tree
 
@@ -63,7 +63,7 @@ def test_sampled_growth_stays_within_its_budget_and_never_reranks(monkeypatch):
     for nodes in (1, 2, 5, 9):
         run_level, _ = fake_level(12, nodes)
         tree, scores = grow([], root, run_level, DynamicTree(top_k=3, depth=4, nodes=nodes), Warp(1.0),
-                            np.random.default_rng(nodes))
+                            Stream(np.random.PCG64(nodes)))
         assert 1 <= len(tree) <= nodes and len(scores) == len(tree.tokens)
     assert called == []
 
@@ -152,7 +152,7 @@ def one_round_counts(rounds: int, shape: DynamicTree, seed: int) -> tuple[np.nda
     def row(path, salt):  # a fixed random law per path
         g = np.random.default_rng([salt, len(path), *path])
         return g.dirichlet(np.full(Vs, 0.7))
-    rng = np.random.default_rng(seed)
+    rng = Stream(np.random.PCG64(seed))  # default_rng(seed), with draw()
     counts = np.zeros(Vs * Vs)
     for _ in range(rounds):
         def run_level(tree, frontier):
@@ -234,5 +234,5 @@ def test_rows_that_turn_random_below_a_one_hot_root_stop_the_full_growth():
     peaked = np.array([5.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     run_level, _ = fake_level(6)
     tree, _ = grow([], peaked, run_level, DynamicTree(top_k=4, depth=5, nodes=16), Warp(1.3, top_p=0.9),
-                   np.random.default_rng(0))
+                   Stream(np.random.PCG64(0)))
     assert 1 <= len(tree) <= 16 and all(np.count_nonzero(r) == 1 for r in tree.draft_probs[1:])

@@ -15,7 +15,7 @@ from minispec.model import ModelFormatError
 from minispec.model.safetensors_io import read_safetensors
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.policy import AutoK
-from minispec.sampling import Warp
+from minispec.sampling import Stream, Warp
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
 from .helpers import V, broken_residual, exact_three_tokens, write_random_eagle
@@ -117,7 +117,7 @@ def test_first_round_is_the_prefill_and_never_a_rare_token(big_pair, big_eagle_d
     """No features before the target has run the prompt: round 1 drafts nothing. Later guesses are frequent tokens."""
     target = big_pair[0]
     eagle = load_eagle(big_eagle_dir, target)
-    assert eagle.propose([3, 17, 5, 9], 3, Warp(1.0), np.random.default_rng(0))[0] == []
+    assert eagle.propose([3, 17, 5, 9], 3, Warp(1.0), Stream(np.random.PCG64(0)))[0] == []
     seen = []
     orig = eagle.propose
 
@@ -243,10 +243,10 @@ def test_the_heads_early_stop_and_tree_shape(big_pair, big_eagle_dir):
     eagle = load_eagle(big_eagle_dir, target)
     target.forward(prompt[:-1], target.new_cache(len(prompt)), on_features=lambda f: eagle.see_features(prompt[:-1], f))
     asked = []
-    tokens, probs = eagle.propose(prompt, 5, greedy, np.random.default_rng(0), lambda j, reach: asked.append(j) or j < 3)
+    tokens, probs = eagle.propose(prompt, 5, greedy, Stream(np.random.PCG64(0)), lambda j, reach: asked.append(j) or j < 3)
     assert len(tokens) == 2 and probs.shape == (2, target.cfg.vocab_size) and asked == [1, 2, 2, 3]
     for width, depth in ((2, 1), (3, 3)):
-        tree = propose_tree(eagle, prompt, width, depth, greedy, np.random.default_rng(0))
+        tree = propose_tree(eagle, prompt, width, depth, greedy, Stream(np.random.PCG64(0)))
         assert len(tree.children(0)) == width and len(tree) == width * depth and tree.depths().max() == depth
 
 
@@ -320,7 +320,7 @@ def test_the_heads_logits_room_and_a_refused_first_guess(big_pair, big_eagle_dir
     assert logits.dtype == np.float32 and logits.shape == (1, target.cfg.vocab_size)
     assert np.isfinite(logits[0, :40]).all() and np.isneginf(logits[0, 40:]).all()
     assert eagle.room(prompt) == target.cfg.max_position_embeddings - len(prompt)
-    toks, probs = eagle.propose(prompt, 3, Warp(0.0), np.random.default_rng(0), lambda j, reach: False)
+    toks, probs = eagle.propose(prompt, 3, Warp(0.0), Stream(np.random.PCG64(0)), lambda j, reach: False)
     assert toks == [] and probs.shape == (0, target.cfg.vocab_size)
 
 
@@ -342,8 +342,8 @@ def test_a_one_wide_greedy_tree_is_the_greedy_chain(big_pair, big_eagle_dir, mak
                 target.forward(prompt[:-1], target.new_cache(len(prompt)),
                                on_features=lambda f, d=d, p=prompt: d.see_features(p[:-1], f))
             drafters.append(d)
-        toks, probs = drafters[0].propose(prompt, 4, sampled, np.random.default_rng(seed))
-        tree = propose_tree(drafters[1], prompt, 1, 4, sampled, np.random.default_rng(seed))
+        toks, probs = drafters[0].propose(prompt, 4, sampled, Stream(np.random.PCG64(seed)))
+        tree = propose_tree(drafters[1], prompt, 1, 4, sampled, Stream(np.random.PCG64(seed)))
         assert len(toks) == 4 and tree.tokens[1:] == toks and tree.parents[1:] == [0, 1, 2, 3]
         np.testing.assert_allclose(np.array(tree.draft_probs[1:]), probs, atol=1e-5)
 

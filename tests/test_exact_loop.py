@@ -35,7 +35,7 @@ def test_loop_law_restores_what_it_replaces(pair):
     law, n = loop_law(target, lambda: DraftModel(draft), [1, 4, 2], 2, V, k=1, temperature=1.0)
     assert law.sum() == pytest.approx(1.0) and n > 10 and np.isfinite(law).all()
     assert sampling.sample is real_sample and speculative.start_run is real_start
-    assert rejection.sample is real_sample and not hasattr(draft_model, "sample")  # the draft draws through sampling.draw
+    assert rejection.sample is real_sample and not hasattr(draft_model, "sample")  # the draft draws through sampling.Stream
     with pytest.raises(ValueError, match="emitted"):  # a stop token cuts a path short: refused, and still restored
         loop_law(target, lambda: DraftModel(draft), [1, 4, 2], 2, V, k=1, temperature=1.0, stop_ids=list(range(V)))
     assert rejection.sample is real_sample and speculative.start_run is real_start

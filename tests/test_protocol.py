@@ -30,7 +30,7 @@ from minispec.drafters import (
 from minispec.generate import generate
 from minispec.model.transformer import linear
 from minispec.policy import timing
-from minispec.sampling import sample, top_probability
+from minispec.sampling import top_probability
 from minispec.speculative import speculative_generate, tree_speculative_generate
 from minispec.tree import Tree, add_children
 
@@ -147,7 +147,7 @@ class Medusa:
             return None
         return self.feats[n - 1: n]  # [1, D]: f_{L-2}
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         f = self.last_feature(tokens) if k > 0 else None
         draft_tokens, draft_probs, reach = [], [], 1.0
         heads = self.both_heads(f) if f is not None else ()  # [2, V]
@@ -157,19 +157,19 @@ class Medusa:
             if keep is not None and not keep(j + 1, reach):
                 break
             q = warp(logits)  # [V]
-            draft_tokens.append(sample(q, rng))
+            draft_tokens.append(draws.draw(q, j))
             draft_probs.append(q)
         self.forwards += bool(draft_tokens)
         return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
-    def propose_tree(self, tokens, width, depth, warp, rng) -> Tree:
+    def propose_tree(self, tokens, width, depth, warp, draws) -> Tree:
         tree, f = Tree(), self.last_feature(tokens)
         if f is None:
             return tree
         first, second = self.both_heads(f)  # [V] each
-        level = add_children(tree, 0, first, width, warp, rng)
+        level = add_children(tree, 0, first, width, warp, draws)
         for node in level if depth > 1 else []:
-            add_children(tree, node, second, 1, warp, rng)
+            add_children(tree, node, second, 1, warp, draws, 1)
         return tree
 
     def first_guess_rows(self, tokens, start, warp, features=None):  # head 1 after every prefix, teacher-forced

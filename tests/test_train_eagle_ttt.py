@@ -9,7 +9,7 @@ import pytest
 
 from minispec.model import load_model
 from minispec.model.tiny import tiny_config, write_random_model
-from minispec.sampling import Warp
+from minispec.sampling import Stream, Warp
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -75,7 +75,7 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     eagle = load_eagle(tmp_path / "whole", target)  # the NumPy drafter loads what the recipe wrote
     prompt = [5, 6, 7, 8]
     target.forward(prompt[:-1], target.new_cache(8), on_features=lambda f: eagle.see_features(prompt[:-1], f))
-    tokens, probs = eagle.propose(prompt, 3, Warp(0.0), np.random.default_rng(0))
+    tokens, probs = eagle.propose(prompt, 3, Warp(0.0), Stream(np.random.PCG64(0)))
     assert len(tokens) == 3 and probs.shape == (3, target.cfg.vocab_size)
 
     other = common + ["--out", str(tmp_path / "x"), "--run-dir", str(tmp_path / "run1")]

@@ -12,7 +12,7 @@ from minispec.harness.exact_law import tree_first_token_law
 from minispec.harness.exact_loop import loop_law
 from minispec.policy import Acceptance, AutoK, TreePolicy, auto_tree_policy, calibration, timing
 from minispec.policy.acceptance import PRIOR
-from minispec.sampling import Warp, sample, warp
+from minispec.sampling import Stream, Warp, sample, warp
 from minispec.speculative import tree_speculative_generate
 from minispec.tree import Tree, accept_tree, tree_mask, verify_tree, without
 
@@ -36,7 +36,7 @@ def test_greedy_candidates_among_tied_logits_are_the_lowest_ids():
 
     logits = np.where(np.random.default_rng(0).integers(0, 2, 100) == 1, 1.0, 0.0)
     tree = Tree()
-    kids = add_children(tree, 0, logits, 5, Warp(0.0), np.random.default_rng(0))
+    kids = add_children(tree, 0, logits, 5, Warp(0.0), Stream(np.random.PCG64(0)))
     assert [tree.tokens[c] for c in kids] == list(np.flatnonzero(logits == 1.0)[:5])
 
 
@@ -48,7 +48,7 @@ def test_siblings_are_drawn_without_replacement():
     logits = np.array([2.0, 1.5, 1.0, 0.5, 0.0])
     for seed in range(30):
         tree = Tree()
-        kids = add_children(tree, 0, logits, 4, Warp(1.0), np.random.default_rng(seed))
+        kids = add_children(tree, 0, logits, 4, Warp(1.0), Stream(np.random.PCG64(seed)))
         toks = [tree.tokens[c] for c in kids]
         assert len(set(toks)) == 4
         for j, c in enumerate(kids):
@@ -282,7 +282,7 @@ def test_a_tree_has_the_width_and_depth_asked_for(models):
     for temperature in (0.0, 1.0):
         for width, depth in ((3, 1), (2, 3), (1, 2)):
             tree = propose_tree(DraftModel(draft), [5, 6, 7], width, depth, Warp(temperature),
-                                np.random.default_rng(0))
+                                Stream(np.random.PCG64(0)))
             assert len(tree.children(0)) == width and len(tree) == width * depth, (temperature, width, depth)
             assert tree.depths().max() == depth
 

@@ -14,7 +14,7 @@ per kind (as vLLM's
                        ``ReadsFeatures``, ``HasModel``, ``HasFirstGuessRows``, ``HasOwnTokenizer``,
                        ``DraftsText``, ``ReportsMemory``, and the cost hooks ``TimesItself`` and ``TimesItsTreeLevels``
 
-A drafter implements ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens, draft_probs)``, where
+A drafter implements ``propose(tokens, k, warp, draws, keep=None) -> (draft_tokens, draft_probs)``, where
 ``draft_probs`` [k', V] are exactly the distributions the k' <= k guesses were drawn from, and
 ``context(tokens)``; protocol.py says what each part means. Callers ask for a capability
 (``has(drafter, ReadsFeatures)``), never for a class.

@@ -29,7 +29,7 @@ import numpy as np
 from ..model import Model
 from ..model.config import ModelFormatError, read_json
 from ..model.kvcache import kept_prefix
-from ..sampling import Warp
+from ..sampling import Stream, Warp
 
 
 @lru_cache(maxsize=1)
@@ -226,7 +226,7 @@ class OtherTokenizerDraft:
     def measure_costs(self, clock, repeats: int = 5, n: int = 64) -> tuple[float, float]:
         """The cost hook (drafters/protocol.py: TimesItself): (seconds per guess, seconds per target token caught up),
         greedy, after a text of about n target tokens made of random draft tokens; the draft forgets it after."""
-        rng = np.random.default_rng(0)
+        rng = Stream(np.random.PCG64(0))  # default_rng(0), a drafter's draws too
         text = self.cross.draft_text(rng.integers(0, len(self.cross.draft_bytes), n)).decode(errors="ignore")
         tokens = self.cross.target_ids(text)[:n] or [0]
         per_guess, per_fed = [], []

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..model import Model
 from ..model.kvcache import kept_prefix
-from ..sampling import draw, top_probability
+from ..sampling import top_probability
 from ..tree import Tree, add_children, tree_mask_rows
 
 
@@ -78,7 +78,7 @@ class DraftModel:
         logits = self.pad(self.model.forward(tokens, self.model.new_cache(len(tokens))))  # [T, V]
         return warp.chain(logits[start - 1: len(tokens) - 1], tokens[:start], tokens[start:], strict=False)  # row i after tokens[:start + i]
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         """Sample up to k guesses one after another. With ``keep``, stop before guess j when the draft's
         belief that guesses 1..j are all right (the product of its top probabilities) does not pay for
         verifying it; and before even computing guess j when the belief in 1..j-1 would not (a guess
@@ -98,7 +98,7 @@ class DraftModel:
                 if not keep(i + 1, reach):
                     break
             probs = warp(logits, list(tokens) + draft_tokens)  # [V]: q_i, after the sequence and x_1..x_{i-1}
-            x = draw(probs, rng, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
+            x = draws.draw(probs, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
             draft_tokens.append(x)
             draft_probs.append(probs)
             if i < k - 1:
@@ -109,12 +109,12 @@ class DraftModel:
                 self.fed.append(x)
         return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
-    def propose_tree(self, tokens, width: int, depth: int, warp, rng) -> Tree:
+    def propose_tree(self, tokens, width: int, depth: int, warp, draws) -> Tree:
         """``width`` first tokens, each followed by a chain of ``depth - 1`` draft samples (tree.py). The draft runs
         one masked pass per level over the whole level; its tree entries are scratch (cropped after)."""
         tree = Tree()
         self.ensure_cache(len(tokens) + width * depth)
-        level = add_children(tree, 0, self.feed(tokens), width, warp, rng, prefix=tokens)
+        level = add_children(tree, 0, self.feed(tokens), width, warp, draws, prefix=tokens)
         base = self.cache.length  # the draft cache holds every committed token, the root last (slot base-1)
         for d in range(1, depth):
             ids = np.array([tree.tokens[n] for n in level], dtype=np.int64)
@@ -122,7 +122,7 @@ class DraftModel:
             positions = base - 1 + tree.depths()[level]
             self.forwards += 1
             logits = self.pad(self.model.forward_masked(ids, self.cache, positions, mask))  # [len(level), V]
-            level = [add_children(tree, n, logits[i], 1, warp, rng, d, tree.prefix(tokens, n))[0]
+            level = [add_children(tree, n, logits[i], 1, warp, draws, d, tree.prefix(tokens, n))[0]
                      for i, n in enumerate(level)]
         self.cache.crop(base)
         return tree

@@ -74,7 +74,7 @@ def one_hot(row) -> bool:
     return int(np.count_nonzero(row)) == 1
 
 
-def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, rng) -> tuple[Tree, np.ndarray]:
+def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, draws) -> tuple[Tree, np.ndarray]:
     """The tree after ``tokens`` (the sequence, the root last) and each node's score (log value; the root's 0).
     ``run_level(tree, frontier)`` -> logits
     [len(frontier), V]: the drafter's rows after each frontier node. Where every row is one-hot (T = 0) grown in
@@ -83,7 +83,7 @@ def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, r
     tree, scores = Tree(), [0.0]
 
     def children(parent: int, logits: np.ndarray, count: int, i: int) -> list[int]:
-        kids = add_children(tree, parent, logits, count, warp, rng, i, tree.prefix(tokens, parent))
+        kids = add_children(tree, parent, logits, count, warp, draws, i, tree.prefix(tokens, parent))
         value = log_softmax(logits)  # the drafter's own confidence, before the processors: it only ranks nodes
         scores.extend(scores[parent] + float(value[tree.tokens[c]]) for c in kids)
         return kids

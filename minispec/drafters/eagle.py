@@ -50,7 +50,7 @@ from ..model.kernel import pack
 from ..model.kvcache import KVCache, common_prefix
 from ..model.safetensors_io import read_safetensors
 from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
-from ..sampling import Warp, draw, top_probability
+from ..sampling import Stream, Warp, top_probability
 from ..tree import Tree, add_children, tree_mask_rows
 from .dynamic_tree import DynamicTree, grow
 
@@ -133,7 +133,7 @@ class Eagle:
         self.feats[start: len(tokens)] = features
         self.ftokens = [int(t) for t in tokens]
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         """Up to k guesses, each from q over the frequent tokens; none before the target has run the prefix.
         ``keep``: the early stop of policy/auto_k.py, on the head's own top probability (as DraftModel)."""
         f = self.catch_up(tokens) if k > 0 else None
@@ -149,7 +149,7 @@ class Eagle:
                 if not keep(i + 1, reach):
                     break
             probs = warp(logits, list(tokens) + draft_tokens)  # [V], zero outside the frequent tokens
-            x = draw(probs, rng, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
+            x = draws.draw(probs, i)  # the guess, from q (keyed noise: its race at the guess's position, keyed.py)
             draft_tokens.append(x)
             draft_probs.append(probs)
             if i < k - 1:
@@ -161,7 +161,7 @@ class Eagle:
         self.cache.crop(n)  # forget the entries made from predicted features
         return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
-    def propose_tree(self, tokens, width: int, depth: int, warp, rng) -> Tree:
+    def propose_tree(self, tokens, width: int, depth: int, warp, draws) -> Tree:
         """``width`` first guesses (the top W at T = 0), each followed by a chain of ``depth - 1``: one masked
         head pass per level, each node reading its parent's predicted feature. Entries rolled back after."""
         tree = Tree()
@@ -170,7 +170,7 @@ class Eagle:
             return tree
         base = len(tokens) - 1  # the head's true entries: the root's is slot base - 1
         width = min(width, len(self.tokens_r))  # the top W at T = 0 must be frequent tokens, never a -inf logit
-        level = add_children(tree, 0, self.logits(f[None])[0], width, warp, rng, prefix=tokens)
+        level = add_children(tree, 0, self.logits(f[None])[0], width, warp, draws, prefix=tokens)
         parent_f = np.repeat(f[None], len(level), axis=0)  # [W, D] the feature each level node reads
         for d in range(1, depth):  # below level 1 each node has one child, so a level's node ids are contiguous
             ids = [tree.tokens[node] for node in level]
@@ -178,12 +178,12 @@ class Eagle:
             positions = base - 1 + tree.depths()[level]
             parent_f = self.head(ids, parent_f, self.cache.length, positions, mask)  # [W, D]
             logits = self.logits(parent_f)  # [W, V]
-            level = [add_children(tree, node, logits[i], 1, warp, rng, d, tree.prefix(tokens, node))[0]
+            level = [add_children(tree, node, logits[i], 1, warp, draws, d, tree.prefix(tokens, node))[0]
                      for i, node in enumerate(level)]
         self.cache.crop(base)
         return tree
 
-    def grow_tree(self, tokens, shape, warp, rng) -> Tree:
+    def grow_tree(self, tokens, shape, warp, draws) -> Tree:
         """EAGLE-2's dynamic tree of ``shape`` (a dynamic_tree.DynamicTree): each level, one masked head pass over
         the frontier, each node reading its parent's predicted feature. A node's cache slot is the order in which
         the head ran it (only frontier nodes run), not its node id. Entries rolled back after."""
@@ -208,7 +208,7 @@ class Eagle:
             out.update((n, h[i]) for i, n in enumerate(frontier))
             return self.logits(h)
 
-        tree, _ = grow(tokens, self.logits(f[None])[0], run_level, shape, warp, rng)
+        tree, _ = grow(tokens, self.logits(f[None])[0], run_level, shape, warp, draws)
         self.cache.crop(base)
         return tree
 
@@ -286,7 +286,7 @@ class Eagle:
 
     def measure_costs(self, clock, repeats: int = 5, n: int = 64) -> tuple[float, float]:
         """(seconds per guess, seconds per entry caught up), after n random tokens and features, greedy."""
-        rng = np.random.default_rng(0)
+        rng = Stream(np.random.PCG64(0))  # default_rng(0), a drafter's draws too
         tokens = [int(t) for t in rng.integers(0, self.vocab, n + 1)]
         feats = rng.standard_normal((n, self.cfg.hidden_size)).astype(np.float32)
         per_guess, per_fed = [], []

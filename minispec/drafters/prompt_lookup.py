@@ -58,12 +58,12 @@ class PromptLookup:
         found = self.continuations(tokens, k, 1)
         return found[0] if found else []
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         """``keep`` is ignored: a copied continuation is certain of itself; context() says how good it is."""
         draft_tokens = self.continuation(tokens, k) if k > 0 else []
         return draft_tokens, one_hot_rows(draft_tokens, self.vocab)
 
-    def propose_tree(self, tokens, width: int, depth: int, warp=None, rng=None) -> Tree:
+    def propose_tree(self, tokens, width: int, depth: int, warp=None, draws=None) -> Tree:
         """Up to ``width`` continuations of distinct earlier matches of the last n-gram, merged into a trie
         (tree.py); deterministic candidates, so every node's q is one-hot."""
         tree = Tree()

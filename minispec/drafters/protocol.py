@@ -24,11 +24,14 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..sampling import Draws
+
 
 @runtime_checkable
 class Drafter(Protocol):
-    """Every drafter. ``propose(tokens, k, warp, rng, keep=None) -> (draft_tokens, draft_probs)``: ``tokens`` is the
-    whole sequence so far; ``draft_probs`` [k', V] are exactly the distributions the k' <= k guesses were drawn from
+    """Every drafter. ``propose(tokens, k, warp, draws, keep=None) -> (draft_tokens, draft_probs)``: ``tokens`` is the
+    whole sequence so far; ``draws`` (sampling.Draws) draws each guess, ``draws.draw(q, i)`` for the round's i-th
+    new position; ``draft_probs`` [k', V] are exactly the distributions the k' <= k guesses were drawn from
     (one-hot for a deterministic drafter); ``keep(j, reach)`` may stop drafting before guess j (the early stop).
     ``context(tokens) -> int`` labels the next round before any drafting (0: nothing to say); ``forwards`` counts
     the drafter's model passes; ``name`` names it in reports and calibrations."""
@@ -36,7 +39,7 @@ class Drafter(Protocol):
     name: str
     forwards: int
 
-    def propose(self, tokens, k: int, warp: Callable, rng: np.random.Generator, keep=None) -> tuple[list[int], np.ndarray]: ...
+    def propose(self, tokens, k: int, warp: Callable, draws: Draws, keep=None) -> tuple[list[int], np.ndarray]: ...
 
     def context(self, tokens) -> int: ...
 
@@ -50,17 +53,17 @@ class HasRoom(Protocol):
 
 @runtime_checkable
 class ProposesTrees(Protocol):
-    """A drafter that proposes token trees: ``propose_tree(tokens, width, depth, warp, rng) -> tree.Tree``."""
+    """A drafter that proposes token trees: ``propose_tree(tokens, width, depth, warp, draws) -> tree.Tree``."""
 
-    def propose_tree(self, tokens, width: int, depth: int, warp: Callable, rng: np.random.Generator): ...
+    def propose_tree(self, tokens, width: int, depth: int, warp: Callable, draws: Draws): ...
 
 
 @runtime_checkable
 class GrowsTrees(Protocol):
     """A drafter that grows EAGLE-2's dynamic tree by its own confidence (dynamic_tree.py):
-    ``grow_tree(tokens, shape, warp, rng) -> tree.Tree`` for a ``dynamic_tree.DynamicTree`` shape."""
+    ``grow_tree(tokens, shape, warp, draws) -> tree.Tree`` for a ``dynamic_tree.DynamicTree`` shape."""
 
-    def grow_tree(self, tokens, shape, warp: Callable, rng: np.random.Generator): ...
+    def grow_tree(self, tokens, shape, warp: Callable, draws: Draws): ...
 
 
 @runtime_checkable
@@ -175,7 +178,7 @@ def as_drafter(drafter, target):
         from .draft_model import DraftModel
         return DraftModel(drafter, target.cfg.vocab_size)
     if not (hasattr(drafter, "propose") and hasattr(drafter, "context")):
-        raise TypeError("drafter must be a Model or have propose(tokens, k, warp, rng) and context(tokens), "
+        raise TypeError("drafter must be a Model or have propose(tokens, k, warp, draws) and context(tokens), "
                         f"got {type(drafter).__name__}")
     if getattr(drafter, "vocab", 0) is None:
         drafter.vocab = target.cfg.vocab_size

@@ -118,7 +118,7 @@ class SLEM(OtherTokenizerDraft):
             at += len(b)
         return kept if ended else kept[:-1]
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         """Up to k target tokens, one-hot rows, from k + 1 or more draft tokens. ``keep`` is ignored: the target
         checks each guess against its own sample, so a guess's worth is not the draft's belief."""
         draft_ids = self.read(tokens) if k > 0 else None
@@ -128,7 +128,7 @@ class SLEM(OtherTokenizerDraft):
         text, ended, guesses = b"", False, []
         for i in range(2 * k + 2):  # until the text holds k target tokens besides the boundary one (at most 2k + 2)
             logits[self.cross.draft_blank] = -np.inf  # padding rows of its vocabulary spell nothing
-            d = sample(warp(logits), rng)  # the draft's own token, drawn as it likes
+            d = sample(warp(logits), draws)  # the draft's own token, drawn as it likes (a uniform of ``draws``)
             text += self.cross.draft_bytes[d]
             ended = d in self.cross.draft_specials
             if i >= k or ended:
@@ -149,14 +149,14 @@ class BoundaryKeepingSLEM(SLEM):
     def candidates(self, tokens, text, ended):
         return super().candidates(tokens, text, True)
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         draft_ids = self.read(tokens) if k > 0 else None
         if draft_ids is None:
             return [], np.zeros((0, self.vocab))
         logits, text, guesses = self.feed(draft_ids), b"", []
         for _ in range(2 * k + 2):
             logits[self.cross.draft_blank] = -np.inf
-            d = sample(warp(logits), rng)
+            d = sample(warp(logits), draws)
             more = self.candidates(list(tokens), text + self.cross.draft_bytes[d], True)
             if len(more) > k or d in self.cross.draft_specials:
                 break

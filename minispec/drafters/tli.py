@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..keyed import Keyed
-from ..sampling import sample
 from .crossvocab import OtherTokenizerDraft
 
 
@@ -64,16 +62,14 @@ class TLI(OtherTokenizerDraft):
                 rows[j - start] = self.target_row(self.restrict(self.feed(draft_ids), warp))
         return rows
 
-    def pick(self, q: np.ndarray, row: np.ndarray, rng, i: int) -> int:
-        """The guess's index in the intersection, drawn from q' [S]. With keyed noise (keyed.py) the race runs on the
-        target's ids (q' as ``row`` [V]), where the target's own token races, and the guess is the shared draft id of
-        the winner that q' likes most (ids spelled alike tie on the target's side)."""
-        if not isinstance(rng, Keyed):
-            return sample(q, rng)
-        spelled = np.flatnonzero(self.cross.shared_target == rng.race(row, i))  # [>= 1] draft ids of that target id
-        return int(spelled[np.argmax(q[spelled])])
+    def pick(self, q: np.ndarray, row: np.ndarray, draws, i: int) -> int:
+        """The guess's index in the intersection: its target id drawn from q' as ``row`` [V] (on the target's ids,
+        where a keyed rule's target token races on the same noise: keyed.py), then the draft id spelled as that
+        target id that q' likes most (draft ids spelled alike share one target id)."""
+        spelled = np.flatnonzero(self.cross.shared_target == draws.draw(row, i))  # [>= 1] draft ids of that target id
+        return int(spelled[np.argmax(q[spelled])])  # departure: the paper feeds on the draft id drawn; the guess is the same
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         """Up to k guesses drawn from q', as target ids, with their [k', V_target] rows. ``keep`` is ignored."""
         draft_ids = self.read(tokens) if k > 0 else None
         if draft_ids is None or not len(self.cross.shared_draft):
@@ -83,7 +79,7 @@ class TLI(OtherTokenizerDraft):
         for i in range(k):
             q = self.restrict(logits, warp)  # [S]
             rows[i] = self.target_row(q)
-            j = self.pick(q, rows[i], rng, i)
+            j = self.pick(q, rows[i], draws, i)
             guesses.append(int(self.cross.shared_target[j]))
             if i < k - 1:
                 logits = self.step(int(self.cross.shared_draft[j]))

@@ -57,8 +57,8 @@ class SymbolicUniform:
 
 
 class BranchingRng:
-    """``random()`` -> a SymbolicUniform whose comparisons are decisions; ``choose(probs)`` -> a token, a
-    categorical decision. Decisions follow ``script`` (a list of chosen indices), then take the first
+    """``random()`` -> a SymbolicUniform whose comparisons are decisions; ``choose(probs)`` (and a drafter's
+    ``draw(probs, i)``) -> a token, a categorical decision. Decisions follow ``script`` (a list of chosen indices), then take the first
     possible option and record it, so that a walk (``paths``) can come back for the others."""
 
     def __init__(self, script):
@@ -81,6 +81,9 @@ class BranchingRng:
     def choose(self, probs) -> int:
         probs = np.asarray(probs, dtype=np.float64)
         return self._decide(probs / probs.sum())
+
+    def draw(self, probs, i: int) -> int:  # a drafter's guess (sampling.Draws), a categorical decision
+        return self.choose(probs)
 
 
 def paths(run):

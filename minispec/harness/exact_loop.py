@@ -11,8 +11,8 @@ product of its decisions' probabilities. So on a model with a tiny vocabulary th
 is exact, with the loop's own code, drafter, cache and rule: nothing is written twice. It must equal the
 target's own law (``exact_law.joint_law``), to rounding; a broken twin differs by an exact amount.
 
-The loop's generator is replaced after ``start_run`` builds it (``run.stream``: the loop asks ``run.rng`` for every draw),
-and ``sample`` is replaced in every module that calls it by that name, for the duration of one ``loop_law`` call.
+The loop's generator is replaced after ``start_run`` builds it (``run.stream``: the loop asks ``run.rng`` for every draw,
+the drafter's ``draw`` included), and ``sample`` is replaced in every module that calls it by that name, for the duration of one ``loop_law`` call.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def branching_sample(probs, rng):
 
 
 def _callers_of_sample(real):
-    """Every module that calls ``sampling.sample`` by that name (the library's, ``sampling.draw`` too, and a test's
-    drafter)."""
+    """Every module that calls ``sampling.sample`` by that name (the library's, ``sampling.Stream`` too, and a
+    test's drafter)."""
     return [m for m in list(sys.modules.values()) if getattr(m, "sample", None) is real]
 
 

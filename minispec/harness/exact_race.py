@@ -128,13 +128,11 @@ def pair_outcomes(p: np.ndarray, q: np.ndarray) -> dict:
 def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
     """``exact_law.round_law`` for a keyed rule: -> ({the kept guesses: [V] law of next_token, times the round's
     probability}, expected guesses kept), integrated exactly over the noise of every position. The draft races
-    q_of(prefix) (``sampling.draw``) and the target p_of(prefix) on one noise per position; a position's noise matters
+    q_of(prefix) (``KeyedNoise.draw``, as a drafter draws) and the target p_of(prefix) on one noise per position; a position's noise matters
     only through the pair of tokens the two races pick, so the walk branches over those pairs (``pair_outcomes``),
     on from a pair that agrees, and runs ``rule`` itself at the end of every branch, on noise from the branch's cells.
     The rule may race p_i and q_i at the positions the walk reached, and nothing else: ``FixedNoise`` refuses
     any other race, which this integral could not count."""
-    from ..sampling import draw
-
     law, expected = {}, [0.0]
 
     def walk(noise: dict, guesses: list, weight: float) -> None:
@@ -142,7 +140,7 @@ def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
         if i == K + 1 or (i and guesses[i - 1] != FixedNoise(noise).race(p_of(tuple(guesses[: i - 1])), i - 1)):
             xs = []
             for j in range(K):  # the draft's guesses, raced as the drafter races them (past the walk: any noise)
-                xs.append(draw(q_of(tuple(xs)), FixedNoise(noise), j))
+                xs.append(FixedNoise(noise).draw(q_of(tuple(xs)), j))
             target_probs = np.array([p_of(tuple(xs[:j])) for j in range(K + 1)])  # [K+1, V]
             draft_probs = np.array([q_of(tuple(xs[:j])) for j in range(K)]).reshape(K, V)  # [K, V]
             cut_by = {j: [target_probs[j]] + ([draft_probs[j]] if j < K else []) for j in noise}

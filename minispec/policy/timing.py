@@ -25,7 +25,7 @@ import numpy as np
 
 from ..drafters.protocol import TimesItself, has
 from ..model import backend
-from ..sampling import Warp
+from ..sampling import Stream, Warp
 
 clock = time.perf_counter  # seconds; every timing of the cost model reads it
 
@@ -64,11 +64,11 @@ def guess_time(drafter, tokens: list[int], repeats: int = 20, warmup: int = 2) -
     timed = self_timed_costs(drafter)  # a feature drafter cannot guess before the target gives features
     if timed is not None:
         return timed(repeats)[0]
-    rng = np.random.default_rng(0)
+    draws = Stream(np.random.PCG64(0))  # default_rng(0), a drafter's draws too
     ts = []
     for _ in range(warmup + repeats):
         t0 = clock()
-        drafter.propose(tokens, 4, greedy, rng)
+        drafter.propose(tokens, 4, greedy, draws)
         ts.append((clock() - t0) / 4)
     return float(np.median(ts[warmup:]))
 

@@ -54,7 +54,7 @@ class RecordedDraw(float):
 
 
 class RecordingNoise:
-    """Passes ``race`` and ``top`` through to keyed noise (keyed.py); ``raced`` collects the token each race returned:
+    """Passes ``race`` through to keyed noise (keyed.py); ``raced`` collects the token each race returned:
     for a keyed rule, the target's own sample at each position it compared a guess with, then its next_token."""
 
     def __init__(self, noise):
@@ -64,9 +64,6 @@ class RecordingNoise:
         y = self.noise.race(probs, i)
         self.raced.append(int(y))
         return y
-
-    def top(self, probs, i, w):
-        return self.noise.top(probs, i, w)
 
 
 class RecordingRng:

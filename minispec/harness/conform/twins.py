@@ -164,7 +164,7 @@ LOOPS = {"raw_q": raw_q_loop, "topk_ties": topk_ties_loop, "wrong_residual": wro
 
 
 class Recorder:
-    """A generator that keeps every uniform it draws in ``uniforms`` (the draft's noise)."""
+    """A drafter's draws (sampling.Draws) that keep every uniform they use in ``uniforms`` (the draft's noise)."""
 
     def __init__(self, rng, uniforms: list):
         self.rng, self.uniforms = rng, uniforms
@@ -172,6 +172,9 @@ class Recorder:
     def random(self):
         self.uniforms.append(self.rng.random())
         return self.uniforms[-1]
+
+    def draw(self, probs, i: int) -> int:
+        return sampling.sample(probs, self)
 
 
 class Replayer:
