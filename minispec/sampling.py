@@ -17,7 +17,7 @@ draft's q_i and the target's p_i alike (``Warp.chain``, ``Warp.tree``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 
@@ -124,7 +124,6 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(probs) - 1))
 
 
-@runtime_checkable
 class Draws(Protocol):
     """How a drafter draws: ``draw(probs, i)``, a token from ``probs`` for the round's i-th new position (i = 0: the
     token after the sequence), and ``random()``, a uniform. ``Stream`` (the default) and keyed noise have both."""
