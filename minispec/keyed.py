@@ -10,9 +10,10 @@ Daliri, Musco & Suresh 2024, "Coupling without Communication and Drafter-Invaria
                         (E = -ln u for the paper's public uniforms u; the Gumbel noise is g = -ln E)
     race(p, i)          argmin_x E_t(x) / p(x), over the x with p(x) > 0
                         = argmax_x ln p(x) + g_t(x): the Gumbel-max trick
-    race on p without   the race at t on what is left of p once x_1..x_j are taken out: the (j+1)-th smallest
-      x_1..x_j          E_t(x) / p(x) (the rest's masses are p's, scaled), so W such races are the Gumbel top-k,
-                        W draws from p without replacement (Kool et al. 2019; arXiv 2506.05632): a tree's children
+    tree.add_children   W races at t, each on what is left of p once the tokens before it are taken out
+      (keyed noise)     (``tree.without``): the (j+1)-th is the (j+1)-th smallest E_t(x) / p(x), so the W are the
+                        Gumbel top-W, W draws from p without replacement (Kool et al. 2019; Gumbel-max list
+                        sampling, arXiv 2506.05632)
 
 **Why a race follows p.** E(x) / p(x) is exponential with rate p(x), and the first of independent
 exponential clocks to ring is x with probability rate(x) / sum of the rates = p(x). The race needs no
@@ -23,9 +24,9 @@ target's own token with probability sum_x 1 / (1 + sum_{y != x} max(p(y)/p(x), q
 paper's bound for Gumbel sampling).
 
 ``KeyedNoise`` is the noise for one run, seen from the round's first position: ``race(p, i)`` is the race at
-position ``start + i``, and ``draw(p, i)`` the same race, asked for as a drafter asks its ``sampling.Draws``.
-``random()`` is a uniform from an ordinary stream, for a drafter that draws its guesses
-by itself (``sampling.sample``): its guesses are then not coupled, and the target's tokens are the same.
+position ``start + i``, and ``draw(p, i)`` is ``race(p, i)`` under the name every drafter calls (``sampling.Draws``).
+``random()`` reads the run's own generator (``keyed_noise`` passes it as ``side``), for a drafter that samples by
+itself (``sampling.sample``): its guesses are then not coupled, and the target's tokens are the same.
 """
 
 from __future__ import annotations

@@ -87,9 +87,9 @@ class Run:
 
     @property
     def rng(self):
-        """This round's randomness, for the rule and the drafter (sampling.Draws: ``draw(q, i)``): the run's
-        generator, or, for a keyed rule, its noise seen from the round's first new position (race(p, i) at position
-        len(tokens) + i)."""
+        """This round's randomness: the run's generator (a ``sampling.Stream``), or, for a keyed rule, its noise seen
+        from the round's first new position. The drafter gets it as its ``draws`` (``draw(q, i)``); the rule reads
+        ``random()`` from the generator, or races on the noise (race(p, i) at position len(tokens) + i)."""
         return self.stream if self.noise is None else self.noise.at(len(self.tokens))
 
     @property

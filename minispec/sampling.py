@@ -1,4 +1,5 @@
-"""Logit warps (temperature, top-k, top-p) and sampling with a passed-in ``numpy.random.Generator``.
+"""Logit warps (temperature, top-k, top-p), and sampling with passed-in randomness: ``sample`` with anything that
+has ``random()`` (a ``numpy.random.Generator``, a drafter's ``Draws``).
 
 A drafter draws its guesses with what the round hands it (``Draws``): the run's generator, a ``Stream``, by default,
 or a keyed rule's noise (keyed.py), which draws by position. Either way the drafter calls ``draws.draw(q, i)``.
@@ -118,15 +119,17 @@ def one_hot_rows(tokens, V: int) -> np.ndarray:  # [n] -> [n, V]
     return rows
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """One token from a probability row, by inverting its CDF with one uniform draw."""
+def sample(probs: np.ndarray, rng) -> int:
+    """One token from a probability row, by inverting its CDF with one uniform draw, ``rng.random()``."""
     cdf = np.cumsum(probs)
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(probs) - 1))
 
 
 class Draws(Protocol):
     """How a drafter draws: ``draw(probs, i)``, a token from ``probs`` for the round's i-th new position (i = 0: the
-    token after the sequence), and ``random()``, a uniform. ``Stream`` (the default) and keyed noise have both."""
+    token after the sequence), and ``random()``, a uniform, for a drafter that samples by itself (SLEM: ``sample(q,
+    draws)``, then not coupled). ``Stream`` (the default) and keyed noise have both; nothing asks which one it holds
+    (so this protocol is declared, not checked at run time): a drafter just calls ``draw``."""
 
     def draw(self, probs: np.ndarray, i: int) -> int: ...
 
@@ -135,7 +138,8 @@ class Draws(Protocol):
 
 class Stream(np.random.Generator):
     """A NumPy generator that is also a drafter's ``Draws``: ``draw`` samples with the stream's next uniform, whatever
-    the position. ``Stream(np.random.PCG64(seed))`` is the stream of ``np.random.default_rng(seed)``."""
+    the position. A subclass, not a wrapper: the run keeps one stream, which the rules use as the Generator it is.
+    ``Stream(np.random.PCG64(seed))`` gives exactly the numbers of ``np.random.default_rng(seed)``."""
 
     def draw(self, probs: np.ndarray, i: int) -> int:
         return sample(probs, self)  # i is not read: a stream has no positions

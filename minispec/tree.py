@@ -26,7 +26,7 @@ Greedy decoding is the one-hot case: descend into the child equal to the target'
 
 The coupled rule (``accept_tree_coupled``, Daliri et al. 2024; rejection.coupled_verify for chains): descend
 while the target's own keyed token at the node's position (keyed.py) is one of its children. With children
-drawn as the Gumbel top-k of the draft's q on the same noise (``add_children``), the tree holds W chances at it.
+drawn as the Gumbel top-W of the draft's q on the same noise (``add_children``), the tree holds W chances at it.
 
 The loop is ``speculative.tree_speculative_generate``; the shape per round, ``policy/tree_policy.py``.
 """
@@ -168,7 +168,7 @@ def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, 
                  prefix=None) -> list[int]:
     """``width`` children of ``parent``, whose tokens sit at the round's i-th new position (i: the parent's depth):
     drawn without replacement from q = warp(logits, prefix) with ``draws`` (sampling.Draws), each from q without the
-    siblings before it, the row it is kept with (with keyed noise these draws are the Gumbel top-k of the race at
+    siblings before it, the row it is kept with (with keyed noise these draws are the Gumbel top-W of the race at
     that position: keyed.py); at temperature 0 (one-hot q) the top ``width`` processed logits instead, each one-hot.
     ``prefix``: the tokens before the children (``tree.prefix(tokens, parent)``), for a warp with logits processors."""
     q = warp(logits, prefix)

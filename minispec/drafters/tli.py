@@ -9,7 +9,9 @@ Timor et al. 2025 (arXiv 2502.05202, ICML 2025), Section 4, Algorithm 4. Names h
                                  ``restrict`` keeps the logits of T ∩ D and warps them: with a temperature
                                  alone that is q / sum q exactly; top-k and top-p then pick among the
                                  shared tokens (either way the rule gets the q' it sampled from)
-    map(x)                       the target id of the same bytes: the guess the target sees
+    map(x)                       the target id of the same bytes: the guess the target sees. Here the guess's
+                                 target id is drawn from q' on the target's ids (``target_row``, ``pick``), the
+                                 same law, and the draft goes on from the spelling q' likes most
     Algorithm 1 on (p, q')       rejection.accept_reject, unchanged
 
 **Why it is lossless.** After the mapping, q' is a distribution over the target's ids (zero outside the
@@ -67,7 +69,8 @@ class TLI(OtherTokenizerDraft):
         where a keyed rule's target token races on the same noise: keyed.py), then the draft id spelled as that
         target id that q' likes most (draft ids spelled alike share one target id)."""
         spelled = np.flatnonzero(self.cross.shared_target == draws.draw(row, i))  # [>= 1] draft ids of that target id
-        return int(spelled[np.argmax(q[spelled])])  # departure: the paper feeds on the draft id drawn; the guess is the same
+        return int(spelled[np.argmax(q[spelled])])  # departure: the paper's draft goes on from the id it drew; the
+        # guess has the paper's law, and the rows stay the ones drawn from
 
     def propose(self, tokens, k, warp, draws, keep=None):
         """Up to k guesses drawn from q', as target ids, with their [k', V_target] rows. ``keep`` is ignored."""

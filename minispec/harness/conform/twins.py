@@ -144,13 +144,13 @@ def wrong_residual_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, tempe
 class RawLogitsDraft(DraftModel):
     """A draft model that samples its guesses from the warped logits and reports q at temperature 1, unwarped."""
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         raw = []
 
         def warped(logits, prefix=None):  # called once per guess, on its [V] logits
             raw.append(np.asarray(logits, dtype=np.float64))
             return warp(logits, prefix)
-        draft_tokens, draft_probs = super().propose(tokens, k, warped, rng, keep)
+        draft_tokens, draft_probs = super().propose(tokens, k, warped, draws, keep)
         return draft_tokens, (sampling.warp(np.array(raw), 1.0) if draft_tokens else draft_probs)
 
 
@@ -192,9 +192,9 @@ def shared_noise_loop(target_dir, draft_dir, prompt_ids, max_new_tokens, tempera
     uniforms: list[float] = []
 
     class NoiseKeepingDraft(DraftModel):
-        def propose(self, tokens, k, warp, rng, keep=None):
+        def propose(self, tokens, k, warp, draws, keep=None):
             uniforms.clear()
-            return super().propose(tokens, k, warp, Recorder(rng, uniforms), keep)
+            return super().propose(tokens, k, warp, Recorder(draws, uniforms), keep)
 
     def rule(target_probs, draft_probs, draft_tokens, rng):
         return rejection.accept_reject(target_probs, draft_probs, draft_tokens, Replayer(rng, uniforms))
