@@ -5,6 +5,10 @@ import pytest
 
 # Tests never write the calibration cache to the user's home (the one test of that cache sets its own).
 os.environ["MINISPEC_NO_CALIBRATION_CACHE"] = "1"
+# Under pytest-xdist (`-n auto`, README's test command) the workers fill the cores, one test each: a model's products
+# run on one thread in each (model/threads.py), not on every core in every worker, where threads would wait on threads.
+if os.environ.get("PYTEST_XDIST_WORKER") and "MINISPEC_THREADS" not in os.environ:
+    os.environ["MINISPEC_THREADS"] = "1"
 
 from minispec import load_model
 from minispec.model.tiny import tiny_config, write_random_model

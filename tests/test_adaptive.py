@@ -236,6 +236,7 @@ def exact_with_policy(target, draft, prompt, make_policy, m=3, make_drafter=None
     return law, made
 
 
+@pytest.mark.slow
 def test_level3_exact_with_auto_k(pair):
     """Level 3, exact, under a policy that varies K and probes between rounds (a probe draws from the rng and
     moves the draft's cache): the law of 3 tokens is the target's."""
@@ -262,12 +263,14 @@ class ProbeThenK(FixedK):
         return True
 
 
+@pytest.mark.slow
 def test_level3_exact_with_probes_between_rounds(pair):
     target, draft = pair
     law, made = exact_with_policy(target, draft, [1, 4, 2], ProbeThenK)
     np.testing.assert_allclose(law, exact_three_tokens(target, [1, 4, 2], temperature=1.0), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_level3_exact_with_probes_catches_broken_rule(pair, monkeypatch):
     target, draft = pair
     monkeypatch.setattr(rejection, "residual", broken_residual)
@@ -276,6 +279,7 @@ def test_level3_exact_with_probes_catches_broken_rule(pair, monkeypatch):
     assert tv > 0.02, tv
 
 
+@pytest.mark.slow
 def test_level3_exact_with_auto_k_catches_broken_rule(pair, monkeypatch):
     target, draft = pair
     monkeypatch.setattr(rejection, "residual", broken_residual)
@@ -436,6 +440,7 @@ def test_level3_exact_with_early_stop(pair):
     np.testing.assert_allclose(law, exact_three_tokens(target, [5, 1], temperature=1.0), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_level3_exact_catches_an_early_stop_that_looks_at_the_drawn_token(pair):
     target, draft = pair
     law, _ = exact_with_policy(target, draft, [5, 1], StopWhenUnsure, make_drafter=lambda: StopOnTheDrawnToken(draft))

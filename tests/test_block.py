@@ -192,6 +192,7 @@ def test_the_usual_level3_pair_cannot_see_the_twin_and_this_one_can(pair, twin_p
 
 @pytest.mark.parametrize("rule", ["block", "twin"])
 @pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.slow
 def test_level3_exact_the_loop_with_block_verification_and_its_twin(twin_pair, rule, k):
     """The loop with block verification, walked over every draw (harness/exact_loop.py): the law of its first 3
     tokens is the target's; the twin's differs by the exact distance ``twin_distance`` predicts for K = 2."""

@@ -1,4 +1,7 @@
-"""Level 4 on the real SmolLM2 target: the reduced version runs in CI; the full one is `-m heavy`."""
+"""Level 4 on the real SmolLM2 target: the reduced version runs in CI's slow set for the shipped draft, the EAGLE head
+and the draft with its own tokenizer; the full one, and the reduced ones of the coupled rule and of a repetition
+penalty, are `-m heavy`. CI checks those two exactly at level 3 on tiny models instead (tests/test_coupled.py, whose
+slow set also holds the coupled rule's identity on SmolLM2, and tests/test_processors.py)."""
 
 import pytest
 
@@ -6,7 +9,7 @@ pytest.importorskip("gguf")
 
 from minispec import load_model, load_tokenizer, make_drafter, shipped_draft, shipped_eagle  # noqa: E402
 from minispec.drafters import LayerSkip, PromptLookup  # noqa: E402
-from minispec.harness.check import format_check, run_check  # noqa: E402
+from minispec.harness.check import format_check, plain_runs, run_check  # noqa: E402
 from minispec.recipes.fetch import fetch_smollm2, shipped_bpe_draft  # noqa: E402
 
 REDUCED = 24  # paired runs of 48 tokens in the CI version (`minispec check --quick`): about 1,000 tokens a side
@@ -22,11 +25,23 @@ def setup():
     return target, tok, make_drafter(shipped_draft() or "layer-skip", target)
 
 
+@pytest.fixture(scope="module")
+def plain(setup):
+    """The plain side, made once for the checks here without a processor: run i is plain sampling from prompt i
+    with seed i whatever the check, so a check of n runs reads the first n (harness/check.py, ``plain_runs``)."""
+    target, tok, _ = setup
+    return plain_runs(target, tok, REDUCED_EDGE, progress=False)
+
+
+def first(plain: dict, n: int) -> dict:
+    return dict(runs=plain["runs"][:n], seconds=plain["seconds"])
+
+
 @pytest.mark.slow
-def test_level4_reduced_passes_the_real_rule_and_catches_the_broken_one(setup):
+def test_level4_reduced_passes_the_real_rule_and_catches_the_broken_one(setup, plain):
     target, tok, main = setup
-    res = run_check(target, tok, main, [main, PromptLookup()], n_runs=REDUCED, greedy_prompts=3, greedy_tokens=32,
-                    calibration_seeds=0, progress=False)
+    res = run_check(target, tok, main, [main, PromptLookup()], greedy_prompts=3, greedy_tokens=32,
+                    calibration_seeds=0, progress=False, plain=first(plain, REDUCED))
     report = format_check(res)
     assert res["sampling"]["tokens"]["tokens_b"] >= 900 and "acceptance" in res["sampling"], report
     assert res["passed"]["sampling"], report  # the real rule: not told apart from plain sampling
@@ -36,13 +51,13 @@ def test_level4_reduced_passes_the_real_rule_and_catches_the_broken_one(setup):
 
 
 @pytest.mark.slow
-def test_level4_reduced_with_the_eagle_head(setup):
+def test_level4_reduced_with_the_eagle_head(setup, plain):
     """The shipped EAGLE head (weights/, so never skipped): T=1 against plain sampling with its broken-rule control,
     and greedy chains, 3x3 trees and EAGLE-2's dynamic trees identical to plain decoding."""
     target, tok, _ = setup
     eagle = make_drafter(shipped_eagle(), target)
-    res = run_check(target, tok, eagle, [eagle], n_runs=REDUCED_EDGE, greedy_prompts=3, greedy_tokens=32,
-                    calibration_seeds=0, progress=False, trees=[eagle])
+    res = run_check(target, tok, eagle, [eagle], greedy_prompts=3, greedy_tokens=32,
+                    calibration_seeds=0, progress=False, trees=[eagle], plain=first(plain, REDUCED_EDGE))
     report = format_check(res)
     assert res["sampling"]["tokens"]["tokens_b"] >= 900 and "acceptance" in res["sampling"], report
     assert res["passed"]["sampling"], report
@@ -52,14 +67,14 @@ def test_level4_reduced_with_the_eagle_head(setup):
 
 
 @pytest.mark.slow
-def test_level4_reduced_with_a_draft_of_its_own_tokenizer(setup):
+def test_level4_reduced_with_a_draft_of_its_own_tokenizer(setup, plain):
     """The shipped draft with its own tokenizer (weights/, so never skipped): TLI at T=1 against plain sampling
     with its broken-rule control (the acceptance statistic reads TLI's q'), and TLI and SLEM greedy, identical
     to plain decoding."""
     target, tok, _ = setup
     tli, slem = (make_drafter(f"{a}:{shipped_bpe_draft()}", target) for a in ("tli", "slem"))
-    res = run_check(target, tok, tli, [tli, slem], n_runs=REDUCED_EDGE, greedy_prompts=3, greedy_tokens=32,
-                    calibration_seeds=0, progress=False)
+    res = run_check(target, tok, tli, [tli, slem], greedy_prompts=3, greedy_tokens=32,
+                    calibration_seeds=0, progress=False, plain=first(plain, REDUCED_EDGE))
     report = format_check(res)
     assert res["sampling"]["tokens"]["tokens_b"] >= 900 and "acceptance" in res["sampling"], report
     assert res["passed"]["sampling"], report
@@ -69,15 +84,15 @@ def test_level4_reduced_with_a_draft_of_its_own_tokenizer(setup):
     assert res["passed"]["greedy"] and all(g["prompts"] == 3 for g in res["greedy"]), report
 
 
-@pytest.mark.slow
-def test_level4_reduced_with_the_coupled_rule(setup):
+@pytest.mark.heavy  # CI's slow set runs the level-3 tests of this, exactly (module docstring)
+def test_level4_reduced_with_the_coupled_rule(setup, plain):
     """The keyed rule with the shipped draft: T=1 against plain sampling, its twin (the rejected guess emitted)
     caught, and every run plain keyed sampling's tokens, which no run of the twin is. 12 runs: the twin's
     departure is gross (the full run: acceptance statistic 0.902 against 0.217), and the identity needs no power."""
     target, tok, main = setup
     runs = 12
-    res = run_check(target, tok, main, [main], n_runs=runs, greedy_prompts=1, greedy_tokens=32, calibration_seeds=0,
-                    progress=False, rule="coupled")
+    res = run_check(target, tok, main, [main], greedy_prompts=1, greedy_tokens=32, calibration_seeds=0,
+                    progress=False, rule="coupled", plain=first(plain, runs))
     report = format_check(res)
     assert res["sampling"]["rule"] == "coupled_verify" and res["sampling"]["tokens"]["tokens_b"] >= 400, report
     assert res["passed"]["sampling"] and res["passed"]["broken_rule_caught"], report
@@ -93,7 +108,7 @@ def test_level4_full(setup):
     assert all(res["passed"].values()), format_check(res)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # CI's slow set runs the level-3 tests of this, exactly (module docstring)
 def test_level4_reduced_with_a_repetition_penalty(setup):
     """Level 4 with a logits processor on both sides (processors.py): the real rule is not told apart from plain
     sampling with the same penalty, its broken twin is, and greedy output is plain greedy's with the penalty."""

@@ -43,6 +43,7 @@ def test_every_planted_rule_bug_is_caught_with_its_smallest_case(name):
         assert res["mode"] == "exact" and s["tv"] > 0.01 and res["max_tv"] > 0.1, format_report(res)
 
 
+@pytest.mark.slow
 def test_monte_carlo_passes_the_rule_and_catches_the_wrong_residual():
     good = check_rule(rejection.accept_reject, progress=False, mode="mc", cases=SMALL)
     bad = check_rule(twins.wrong_residual, progress=False, mode="mc", cases=SMALL)
@@ -111,6 +112,7 @@ def caught(s: dict) -> bool:
 
 
 @pytest.mark.parametrize("name", sorted(twins.LOOPS))
+@pytest.mark.slow
 def test_every_planted_loop_bug_is_caught(name):
     bad = check_loop(twins.LOOPS[name], progress=False, processors=twins.LOOP_PROCESSORS.get(name))
     assert not bad["sampling_passed"], format_report(bad)

@@ -57,6 +57,7 @@ def test_transformers_prompt_lookup():
     assert res["passed"] and res["greedy"]["passed"], format_report(res)
 
 
+@pytest.mark.slow
 def test_universal_assisted_decoding_q_is_not_what_the_draft_sampled_from():
     """transformers prunes the draft's head in tokenizer.get_vocab() order (a hash order, different in each process)
     but places its logits in assistant-id order (candidate_generator.py). With a fixed unsorted order the bias is

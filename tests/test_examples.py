@@ -43,6 +43,7 @@ def test_02_speculative_generate(smollm2):
     assert "What this showed: greedy speculative output is identical" in out and "nan" not in out
 
 
+@pytest.mark.slow
 def test_03_drafters(smollm2):
     out = run("examples/03_drafters.py", "--prompts", "1", "--max-new-tokens", "8")
     assert "outputs identical: True" in out and "prompt-lookup" in out and "layer-skip" in out

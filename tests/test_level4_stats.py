@@ -114,3 +114,19 @@ def test_check_refuses_bad_draft_lists(tmp_path):
     args.draft, args.json = ["a", "a"], None
     with pytest.raises(ValueError, match="named twice"):
         main_check(args)
+
+
+def test_prompt_passes_give_a_whole_pass_rows_and_features(tiny):
+    """``PromptPasses`` keeps each prompt's cache and scores a run by a pass over the prompt's last token and the
+    run: its rows and features are one whole pass's, to rounding, for a one-token prompt too, and on the second run
+    from a prompt (the kept cache reused, not written over)."""
+    target, _ = tiny
+    passes = check.PromptPasses(target)
+    for prompt, run in [([1, 2, 3], [4, 5, 6]), ([1, 2, 3], [7, 8]), ([10], [11, 12, 13, 14]), ([1, 2, 3], [4, 5, 6])]:
+        seq, got = prompt + run, []
+        whole = target.forward(seq, target.new_cache(len(seq)), on_features=got.append)
+        logits, features = passes(prompt, run, features=True)
+        np.testing.assert_allclose(logits, whole[len(prompt) - 1: len(seq) - 1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(features, got[0], rtol=1e-5, atol=1e-5)
+        assert passes(prompt, run, features=False)[1] is None
+    assert len(passes.kept) == 2

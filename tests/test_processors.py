@@ -170,6 +170,7 @@ def test_level1_a_round_with_a_processor_has_the_processed_targets_law(name):
 
 @pytest.mark.parametrize("name", list(PROCESSORS))
 @pytest.mark.parametrize("shape", [None, (2, 2)], ids=["chain-k2", "tree-2x2"])
+@pytest.mark.slow
 def test_level3_the_loop_with_a_processor_has_plain_masked_decodings_law(pair, name, shape):
     """Level 3, exact (harness/exact_loop.py): the loop itself, walked over every draw, with a K = 2 chain or a 2x2
     tree and the token rule, emits its first 3 tokens (the tree: 2, a round's worth, which keeps the walk short) with the

@@ -204,6 +204,7 @@ def test_bad_k_and_bad_drafter(big_pair):
 
 
 @pytest.mark.parametrize("w", WARPS[1:], ids=["T=0.7,top_k=4", "T=1.3,top_p=0.8"])
+@pytest.mark.slow
 def test_level3_plain_generate_matches_the_exact_table(pair, w):
     """Plain sampling (cached prefill + one decode step, warp, sample) draws the two-token table that the
     level-3 tests compare speculation against, computed here from uncached full forwards."""

@@ -39,6 +39,7 @@ def test_sampled_equals_the_engine_token_for_token_over_many_seeds(big_pair, tem
         assert mine == engine.tokens, seed
 
 
+@pytest.mark.slow
 def test_its_output_is_the_targets_and_a_broken_rule_is_caught(small_pair, monkeypatch):
     """Level 3 for the textbook round itself: the first two tokens of 20,000 seeded runs against the target's exact
     law; the same count with the broken residual fails."""

@@ -14,9 +14,9 @@ def blas_threads() -> int:
 
 def test_the_policy_leaves_one_core_to_the_machine_for_openblas_and_takes_every_core_for_numba(monkeypatch):
     monkeypatch.delenv("MINISPEC_THREADS", raising=False)
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(threads, "cores", lambda: 8)
     assert threads.chosen("numpy") == 7 and threads.chosen("numba") == 8
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(threads, "cores", lambda: 1)
     assert threads.chosen("numpy") == 1 and threads.chosen("numba") == 1
     monkeypatch.setenv("MINISPEC_THREADS", "3")
     assert threads.chosen("numpy") == 3 == threads.chosen("numba")

@@ -53,6 +53,7 @@ from ..drafters import LayerSkip, PromptLookup, make_drafter, other_algorithm
 from ..drafters.dynamic_tree import DynamicTree
 from ..drafters.protocol import DraftsText, GrowsTrees, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
 from ..generate import generate
+from ..model import backend
 from ..processors import build
 from ..recipes.fetch import shipped_draft
 from ..rejection import accept_reject, block_verify, coupled_verify, is_keyed
@@ -148,9 +149,36 @@ class PrefixMass:
                           0.0)
 
 
-def per_token_values(target, drafter, prompt, run, processors=()) -> dict[str, np.ndarray]:  # -> {statistic: [len(run)]}
-    """For each token y of ``run`` at T = 1, from one teacher-forced pass of the target and of the drafter over
-    prompt + run:
+class PromptPasses:
+    """The target's teacher-forced pass over prompt + run, with the prompt's part made once per prompt: its cache
+    (every prompt token but the last) and features are kept, and each run's pass covers the prompt's last token and
+    the run. Level 4 scores several runs from each prompt (plain, speculative, each twin); these are the rows of one
+    pass over the whole sequence, up to the rounding of a pass of another length."""
+
+    def __init__(self, target):
+        self.target, self.kept = target, {}  # tuple(prompt) -> (keys, values [L, KVH, P-1, HD], features [P-1, D])
+
+    def __call__(self, prompt, run, features: bool):  # -> logits [len(run), V], features [len(prompt+run), D] | None
+        target, head, xp = self.target, len(prompt) - 1, backend.xp
+        if tuple(prompt) not in self.kept:
+            cache, got = target.new_cache(max(head, 1)), []
+            if head:
+                target.forward(prompt[:head], cache, last=1, on_features=got.append)
+            self.kept[tuple(prompt)] = (cache.k[:, :, :head].copy(), cache.v[:, :, :head].copy(),
+                                        got[0] if got else None)
+        k, v, f = self.kept[tuple(prompt)]
+        cache, got = target.new_cache(len(prompt) + len(run)), []
+        cache.k[:, :, :head], cache.v[:, :, :head], cache.length = k, v, head
+        logits = target.forward([prompt[-1], *run], cache, on_features=got.append if features else None)  # [n+1, V]
+        if not features:
+            return logits[: len(run)], None
+        return logits[: len(run)], (xp.concatenate([f, got[0]]) if head else got[0])  # [P-1 + n+1, D]
+
+
+def per_token_values(target, drafter, prompt, run, processors=(), passes: PromptPasses | None = None
+                     ) -> dict[str, np.ndarray]:  # -> {statistic: [len(run)]}
+    """For each token y of ``run`` at T = 1, from one teacher-forced pass of the target (``passes``, made here if not
+    given) and of the drafter over prompt + run:
       acceptance   min(1, q(y) / p(y)), what the rule would accept y with had the draft proposed it, with q the
                    drafter's first-guess rows (``HasFirstGuessRows``; the target's features go to a drafter that
                    ``ReadsFeatures``);
@@ -158,17 +186,32 @@ def per_token_values(target, drafter, prompt, run, processors=()) -> dict[str, n
                    string prefix.
     With ``processors`` (processors.py) both rows are processed with each position's own prefix, as in a run."""
     seq, sampled = list(prompt) + list(run), Warp(1.0, processors=tuple(processors), prompt_len=len(prompt))
-    features = [] if has(drafter, ReadsFeatures) else None
-    logits = target.forward(seq, target.new_cache(len(seq)), on_features=None if features is None else features.append)
-    p = sampled.chain(logits[len(prompt) - 1: len(seq) - 1], prompt, run)  # [n, V]: the rows that predict the run
+    logits, features = (passes or PromptPasses(target))(prompt, run, has(drafter, ReadsFeatures))
+    p = sampled.chain(logits, prompt, run)  # [n, V]: the rows that predict the run
     idx, out = np.arange(len(run)), {}
     if has(drafter, DraftsText):
         out["prefix"] = prefix_mass(drafter.cross)(p, run)
-    q = drafter.first_guess_rows(seq, len(prompt), sampled, features[0] if features else None) \
-        if has(drafter, HasFirstGuessRows) else None  # [n, V]
+    q = drafter.first_guess_rows(seq, len(prompt), sampled, features) if has(drafter, HasFirstGuessRows) else None  # [n, V]
     if q is not None:
         out["acceptance"] = np.minimum(1.0, q[idx, run] / p[idx, run])
     return out
+
+
+class RunValues:
+    """``per_token_values`` of runs from ``prompts`` (run i from prompt i, cycling), each (prompt, run) computed once
+    and the target's prompt passes shared: ``run_check`` compares the real rule and its twins with the same plain
+    runs, from the same prompts."""
+
+    def __init__(self, target, drafter, prompts, processors=()):
+        self.target, self.drafter, self.prompts, self.processors = target, drafter, prompts, processors
+        self.passes, self.done = PromptPasses(target), {}
+
+    def __call__(self, i: int, run) -> dict[str, np.ndarray]:
+        key = (i % len(self.prompts), tuple(run))
+        if key not in self.done:
+            self.done[key] = per_token_values(self.target, self.drafter, self.prompts[key[0]], run, self.processors,
+                                              self.passes)
+        return self.done[key]
 
 
 _PREFIX_MASS = weakref.WeakKeyDictionary()  # one table per CrossVocab (sorting 49,152 byte strings), not one per run
@@ -183,11 +226,13 @@ def prefix_mass(cross) -> PrefixMass:
 STATISTICS = ("tokens", "acceptance", "prefix")
 
 
-def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000, processors=()) -> dict:
-    """The statistics (module docstring) for paired runs, and the verdict at ALPHA."""
+def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutations: int = 2000, processors=(),
+            values: RunValues | None = None) -> dict:
+    """The statistics (module docstring) for paired runs, and the verdict at ALPHA. ``values``: a ``RunValues`` to
+    share between calls with the same target, drafter, prompts and processors."""
+    values_of = values or RunValues(target, drafter, prompts, processors)
     res = dict(tokens=token_test(runs_a, runs_b, seed=seed, permutations=permutations))
-    values = [[per_token_values(target, drafter, prompts[i % len(prompts)], r, processors) for i, r in enumerate(runs)]
-              for runs in (runs_a, runs_b)]
+    values = [[values_of(i, r) for i, r in enumerate(runs)] for runs in (runs_a, runs_b)]
     for name in STATISTICS[1:]:
         if name not in values[0][0]:
             continue
@@ -199,10 +244,12 @@ def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutation
 
 
 def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_tokens: int = 48, progress: bool = True,
-                   rule: str = "token", twin: str | None = None, keyed: list | None = None, processors=()) -> dict:
+                   rule: str = "token", twin: str | None = None, keyed: list | None = None, processors=(),
+                   values: RunValues | None = None) -> dict:
     """Speculative sampling at T = 1 with ``rule`` ("token", "block" or "coupled"; ``twin``: one of its broken
     controls, ``broken_twins``) against ``plain_runs``, run i of each on prompt i. The statistics read the real
-    drafter. ``keyed``: plain keyed sampling's runs (``plain_runs(keyed=True)``), which a keyed rule's runs must equal."""
+    drafter. ``keyed``: plain keyed sampling's runs (``plain_runs(keyed=True)``), which a keyed rule's runs must equal.
+    ``values``: ``compare``'s."""
     prompts = all_prompts(tok)
     runner, rule_fn = broken_twins(drafter, rule)[twin] if twin else (drafter, RULES[rule][0])
     bar = Progress(len(plain_runs), f"level 4, T=1, {drafter.name}" + (f" ({twin})" if twin else ""),
@@ -212,7 +259,7 @@ def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_token
                        len(plain_runs), run_tokens, SPECULATIVE_SEED, bar)
     bar.close()
     t1 = time.perf_counter()
-    res = compare(target, drafter, prompts, plain_runs, spec, processors=processors)
+    res = compare(target, drafter, prompts, plain_runs, spec, processors=processors, values=values)
     if is_keyed(rule_fn) and keyed is not None:
         res["identity"] = identity(spec, keyed)
     return dict(drafter=drafter.name, rule=getattr(rule_fn, "__name__", str(rule_fn)), broken_rule=twin is not None,
@@ -295,7 +342,8 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
     plain = plain or plain_runs(target, tok, n_runs, progress, processors=processors)
     keyed = plain_runs(target, tok, len(plain["runs"]), progress, keyed=True, processors=processors) \
         if is_keyed(RULES[rule][0]) else None
-    common = dict(progress=progress, rule=rule, keyed=keyed["runs"] if keyed else None, processors=processors)
+    common = dict(progress=progress, rule=rule, keyed=keyed["runs"] if keyed else None, processors=processors,
+                  values=RunValues(target, sampling_drafter, all_prompts(tok), processors))  # the plain side's, once
     res = dict(target=target.name, rule=rule, processors=[p.describe() for p in processors],
                sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], **common))
     for twin in broken_twins(sampling_drafter, rule):

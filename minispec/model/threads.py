@@ -9,8 +9,10 @@ the machine did (the measurement and how it was taken: docs/speed.md, "A busy ma
     numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
     numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend)
 
-``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` sets OpenBLAS's threads
-inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
+``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` finds OpenBLAS, whose
+threads are set inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
+A pass sets them only where they differ, and puts back what it changed: a tiny model's pass takes well under a
+millisecond, and threadpoolctl's ``limit`` context costs about a tenth of one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ import contextlib
 import os
 
 _BLAS = []  # the threadpoolctl controller of NumPy's BLAS, made on first use (it scans the loaded libraries)
+_CORES = []  # os.cpu_count(), read once: it reads /sys on Linux, and a pass asks for it
+
+
+def cores() -> int:
+    """The machine's cores, as ``os.cpu_count`` gives them (at least 1)."""
+    if not _CORES:
+        _CORES.append(os.cpu_count() or 1)
+    return _CORES[0]
 
 
 def chosen(kernel: str) -> int:
@@ -28,8 +38,8 @@ def chosen(kernel: str) -> int:
         if not (env.isdigit() and int(env) >= 1):
             raise ValueError(f"MINISPEC_THREADS={env!r} must be a whole number of threads, 1 or more")
         return int(env)
-    cores = os.cpu_count() or 1
-    return cores if kernel == "numba" else max(1, cores - 1)
+    n = cores()
+    return n if kernel == "numba" else max(1, n - 1)
 
 
 def blas():
@@ -51,7 +61,22 @@ def running(kernel: str):
     controller = blas()
     if controller is None:
         return contextlib.nullcontext()
-    return controller.limit(limits=chosen(kernel) if kernel == "numpy" else 1)
+    return _blas_on(controller.lib_controllers, chosen(kernel) if kernel == "numpy" else 1)
+
+
+@contextlib.contextmanager
+def _blas_on(libs, n: int):
+    """OpenBLAS (each library threadpoolctl found) on ``n`` threads inside the context, as before it after."""
+    before = [lib.get_num_threads() for lib in libs]
+    for lib, b in zip(libs, before):
+        if b != n:
+            lib.set_num_threads(n)
+    try:
+        yield
+    finally:
+        for lib, b in zip(libs, before):
+            if b != n:
+                lib.set_num_threads(b)
 
 
 def describe(kernel: str) -> str:

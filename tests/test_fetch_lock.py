@@ -1,0 +1,34 @@
+"""Fetching is one process at a time (recipes/fetch.py, ``one_fetch_at_a_time``): two test workers on a fresh machine
+would otherwise download and convert SmolLM2 into the same files at once."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from minispec.recipes.fetch import one_fetch_at_a_time
+
+pytest.importorskip("fcntl")
+
+CHILD = """
+import sys
+from minispec.recipes.fetch import one_fetch_at_a_time
+print("waiting", flush=True)
+with one_fetch_at_a_time():
+    print("in", flush=True)
+"""
+
+
+def test_a_second_process_waits_for_the_first_fetch_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path))
+    env = dict(os.environ, MINISPEC_CACHE=str(tmp_path))
+    with one_fetch_at_a_time():
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, env=env)
+        assert child.stdout.readline().strip() == "waiting"  # the child is at the lock...
+        time.sleep(1.0)
+        assert child.poll() is None  # ...and still there while this process holds it
+    out, _ = child.communicate(timeout=60)
+    assert out.strip() == "in" and child.returncode == 0  # let in once it is released
+    assert (tmp_path / "fetch.lock").exists()
