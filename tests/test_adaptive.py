@@ -433,6 +433,7 @@ class StopOnTheDrawnToken(DraftModel):
         return draft_tokens, np.array(draft_probs).reshape(len(draft_tokens), self.vocab)
 
 
+@pytest.mark.slow
 def test_level3_exact_with_early_stop(pair):
     target, draft = pair
     law, made = exact_with_policy(target, draft, [5, 1], StopWhenUnsure)

@@ -75,6 +75,7 @@ def twin_matmul():
 WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, vocab_size=96)
 
 
+@pytest.mark.slow
 def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(tmp_path, monkeypatch):
     pytest.importorskip("numba")
     from minispec.model import numba_kernel

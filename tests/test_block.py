@@ -230,6 +230,7 @@ def test_the_rule_is_used_in_the_loop(big_pair, monkeypatch):
 assert SMALL_V == 6  # the tiny pair's vocabulary, which exact_three_tokens enumerates
 
 
+@pytest.mark.slow
 def test_bench_rules_end_to_end(tmp_path):
     from .helpers import chat_model_dir, run_cli
 

@@ -98,6 +98,7 @@ def test_a_peers_fault_is_reported_with_its_case(peer, kind):
         assert "ZeroDivisionError: boom" in s["detail"] and "test_conform.py" in s["detail"]
 
 
+@pytest.mark.slow
 def test_minispecs_loop_passes():
     res = check_loop(adapters.loop, progress=False)
     assert res["passed"], format_report(res)
@@ -227,6 +228,7 @@ def test_a_case_the_exact_walk_cannot_follow_runs_by_monte_carlo():
 @pytest.mark.parametrize("settings", [dict(repetition_penalty=3.0, no_repeat_ngram=2),
                                       dict(frequency_penalty=1.5, presence_penalty=1.0), twins.CHOICES],
                          ids=["repetition+ngram", "frequency+presence", "choices"])
+@pytest.mark.slow
 def test_minispecs_loop_passes_with_processors(settings):
     """The loop contract's ninth argument: minispec's loop with logits processors has plain masked decoding's law,
     and its greedy tokens are plain greedy's with them."""

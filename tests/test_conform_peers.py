@@ -17,12 +17,14 @@ pytestmark = pytest.mark.peers
 SMALL = [c for c in generated_cases() if c.K <= 2 and c.V == 3]  # 20 cases
 
 
+@pytest.mark.slow
 def test_transformers_rule_passes_by_monte_carlo():
     res = check_rule(tp.speculative_sampling, progress=False, cases=SMALL, draws=300)
     assert res["mode"] == "monte carlo" and "rng.integers" in res["mode_reason"]  # it draws from torch: no exact walk
     assert res["passed"], format_report(res)
 
 
+@pytest.mark.slow
 def test_static_ensemble_verification_is_caught():
     res = check_rule(tp.ensemble(0.5), progress=False, cases=SMALL, draws=300)
     s = res["smallest_failing"]
@@ -41,17 +43,20 @@ def test_static_ensemble_verification_by_weight():
     assert by_weight[1.0]["passed"], format_report(by_weight[1.0])
 
 
+@pytest.mark.slow
 def test_static_ensemble_verification_in_the_loop_is_caught():
     res = check_loop(tp.ensemble_loop(0.5), progress=False, runs=300, settings=[SETTINGS[1]])
     assert not res["passed"] and not res["sampling_passed"], format_report(res)
 
 
+@pytest.mark.slow
 def test_transformers_assisted_generation_with_top_k():
     res = check_loop(tp.assisted, progress=False, runs=300, settings=[SETTINGS[1]])
     assert res["passed"], format_report(res)
     assert res["greedy"]["passed"]  # greedy: the target's own tokens
 
 
+@pytest.mark.slow
 def test_transformers_prompt_lookup():
     res = check_loop(tp.prompt_lookup, progress=False, runs=300, settings=[SETTINGS[1]])
     assert res["passed"] and res["greedy"]["passed"], format_report(res)

@@ -96,6 +96,7 @@ def test_level1_keyed_children_are_draws_without_replacement(p, w):
 
 @settings(max_examples=40, deadline=None)
 @given(pair_of_rows(4))
+@pytest.mark.slow
 def test_level1_coupled_acceptance_is_the_closed_form_exactly(pq):
     """One round of the real code (the draft's guess raced with ``KeyedNoise.draw``, as a drafter draws, then ``coupled_verify``) on one
     keyed noise keeps the guess with probability sum_x 1 / (1 + sum_{y != x} max(p(y)/p(x), q(y)/q(x))), integrated
@@ -171,6 +172,7 @@ def keyed_two_token_counts(target, prompt, **w):
 
 
 @pytest.mark.parametrize("w", [dict(temperature=1.0), dict(temperature=0.7, top_k=4)], ids=["T=1", "T=0.7,top_k=4"])
+@pytest.mark.slow
 def test_keyed_sampling_draws_the_targets_two_token_law(pair, w):
     """generate(keyed=True) over 6,000 seeds: its two-token counts fit the target's exact table (chi-square)."""
     target, _ = pair
@@ -179,6 +181,7 @@ def test_keyed_sampling_draws_the_targets_two_token_law(pair, w):
     assert p > 1e-3, (chi2, dof, p)
 
 
+@pytest.mark.slow
 def test_noise_reused_across_positions_is_caught(pair, monkeypatch):
     """The twin keys its noise by the seed alone, the same E at every position: each token still follows its own p,
     but the second is tied to the first, and the same chi-square test rejects the pair's law."""

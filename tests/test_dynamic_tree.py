@@ -131,6 +131,7 @@ def test_level3_exact_catches_q_renormalised_over_the_kept_children(small_pair, 
     assert caught(got, want), 0.5 * np.abs(got - want).sum()
 
 
+@pytest.mark.slow
 def test_level3_exact_catches_the_papers_rerank_at_t1(small_pair, small_eagle, monkeypatch):  # noqa: F811
     """EAGLE-2's reranking keeps a drawn child or drops it by its own value: at T > 0 that biases the tree's
     candidates (why dynamic_tree.py does not rerank there). Forced here by calling every q one-hot."""
@@ -168,6 +169,7 @@ def one_round_counts(rounds: int, shape: DynamicTree, seed: int) -> tuple[np.nda
     return counts, np.concatenate([first[a] * row([a], 1) for a in range(Vs)])
 
 
+@pytest.mark.slow
 def test_level2_a_deep_sampled_tree_selects_by_value_and_stays_lossless(monkeypatch):
     """Depth 3 at T = 1: frontiers chosen by their values, children drawn after; the first two tokens follow the
     target (chi-square, p > 1e-3, 5,000 rounds, seed fixed). The twin, the paper's rerank at T = 1 (TV about 0.2), is caught

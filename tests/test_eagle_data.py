@@ -56,6 +56,7 @@ def test_every_text_shard_reads_its_own_files():
     assert idx == list(range(len(idx)))
 
 
+@pytest.mark.slow
 def test_a_rebuild_reuses_the_exported_windows_and_computes_their_features(tmp_path, monkeypatch):
     """The whole builder on a tiny target with SmolLM2's tokenizer: shards 0-2 come from a --generations file (no
     generation runs), shard 3 is standard-library text; features are the target's own (bug: the loop's token counter

@@ -60,6 +60,7 @@ def test_05_rules():
     assert "verdict: PASS" in out
 
 
+@pytest.mark.slow
 def test_07_same_text_any_drafter(smollm2):
     out = run("examples/07_same_text_any_drafter.py", "--max-new-tokens", "12")
     assert "identical texts (coupled): True" in out and "verdict: PASS" in out

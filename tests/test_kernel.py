@@ -117,6 +117,7 @@ def twin_kernel(old: str, new: str):
     ("                _tile1(x, rows, out, t, j)\n", "                _tile1(x, rows, out, t - 1, j)\n"),  # the odd row one too early
     ("        for jj in range(j, end):", "        for jj in range(j + 1, end):"),  # the last outputs one too late
 ])
+@pytest.mark.slow
 def test_a_planted_off_by_one_in_the_row_loop_is_caught(old, new):
     twin = twin_kernel(old, new)
 

@@ -27,6 +27,7 @@ def runs(method, n, seed):
     return check.sample_runs(method, PROMPTS, n, 12, seed, Progress(n, quiet=True))
 
 
+@pytest.mark.slow
 def test_plain_against_plain_gives_uniform_p_values(tiny):
     target, drafter = tiny
     plain = plain_sampler(target, [])

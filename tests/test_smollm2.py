@@ -68,6 +68,7 @@ def test_logits_match_transformers(smol, hf, kind):
 
 
 @pytest.mark.parametrize("kind", ["code", "chat", "english"])
+@pytest.mark.slow
 def test_64_greedy_tokens_identical(smol, hf, kind):
     model, tok, _ = smol
     ids = prompt_ids(tok, kind)
