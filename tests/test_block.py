@@ -144,6 +144,7 @@ def monte_carlo(rule, p, q, K, V, rounds=20_000):
     return counts
 
 
+@pytest.mark.slow
 def test_level2_seeded_rounds_match_and_the_twin_fails():
     K, V = 2, 3
     p, q = TWIN_TABLES["p"], TWIN_TABLES["q"]

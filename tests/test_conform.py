@@ -129,6 +129,7 @@ def test_topk_ties_fail_only_under_top_k(reverse):
     assert caught(bad["smallest_failing"]), format_report(bad)
 
 
+@pytest.mark.slow
 def test_minispecs_loop_passes_with_the_vocabulary_reversed():
     """The same loop, models and prompts, every tie broken the other way by id: still the target's law, and still
     the target's greedy tokens."""

@@ -244,7 +244,8 @@ def chars_cross(cross_models):
     return CrossVocab(target.path, drafts["chars"], V, 3)
 
 
-@pytest.mark.parametrize("rule", [accept_reject, exact_match], ids=["one-hot-rule", "exact-match"])
+@pytest.mark.parametrize("rule", [pytest.param(accept_reject, marks=pytest.mark.slow), exact_match],
+                         ids=["one-hot-rule", "exact-match"])
 def test_level2_slem_round(chars_cross, rule):
     counts = unigram_rounds(slem_round(chars_cross), rule, P_UNIGRAM, RUNS)
     chi2, dof, pv = chisquare_gof(counts, np.outer(P_UNIGRAM, P_UNIGRAM).ravel())
@@ -341,6 +342,7 @@ def test_level3_exact_catches_a_trusted_boundary_token(cross_models):
     assert tv > 0.01, tv
 
 
+@pytest.mark.slow
 def test_level3_exact_catches_tli_without_renormalising(cross_models):
     target, drafts = cross_models
     cross = CrossVocab(target.path, drafts["bpe"], V, 6)

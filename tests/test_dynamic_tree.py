@@ -106,8 +106,8 @@ class RenormalisedEagle(Eagle):
     """A plausible bug: each child's q renormalised over the children its parent kept (the tree's candidates, as
     if they were all the draft could have said), while the children were drawn from the full q."""
 
-    def grow_tree(self, tokens, shape, warp, rng):
-        tree = super().grow_tree(tokens, shape, warp, rng)
+    def grow_tree(self, tokens, shape, warp, draws):
+        tree = super().grow_tree(tokens, shape, warp, draws)
         for node in range(1, len(tree.tokens)):
             kids = [tree.tokens[c] for c in tree.children(tree.parents[node])]
             q = np.zeros_like(tree.draft_probs[node])
@@ -122,6 +122,7 @@ def caught(got, want) -> bool:
     return not np.allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_level3_exact_catches_q_renormalised_over_the_kept_children(small_pair, small_eagle):  # noqa: F811
     """Small here (a lone child's renormalised q is one-hot, which is lossless): only the first of two siblings
     is biased, TV about 5e-4, and exactly seen."""

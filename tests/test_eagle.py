@@ -44,8 +44,8 @@ class SmoothedEagle(Eagle):
     """A plausible bug: q smoothed with a floor (say, to avoid dividing by zero) while the guesses are still drawn
     from the unsmoothed q. The reported q is no longer the distribution the guess came from."""
 
-    def propose(self, tokens, k, warp, rng, keep=None):
-        toks, probs = super().propose(tokens, k, warp, rng, keep)
+    def propose(self, tokens, k, warp, draws, keep=None):
+        toks, probs = super().propose(tokens, k, warp, draws, keep)
         return toks, 0.7 * probs + 0.3 / probs.shape[-1]
 
 

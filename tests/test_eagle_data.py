@@ -94,6 +94,7 @@ def test_a_rebuild_reuses_the_exported_windows_and_computes_their_features(tmp_p
     assert json.loads((out / "shard-00004.json").read_text())["reused"]
 
 
+@pytest.mark.slow
 def test_generate_only_makes_windows_without_features_and_a_later_build_adds_them(tmp_path, monkeypatch):
     """--generate-only writes the generated shards' windows (no features, no text shard) and exports them; a build in
     the same folder then computes those shards' features from the same windows without generating again, and keeps

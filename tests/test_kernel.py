@@ -85,6 +85,7 @@ def test_a_row_is_bitwise_the_same_in_every_pass_of_every_shipped_shape():
             assert np.array_equal(numba_kernel.matmul(x[:T], rows), alone[:T]), (n_in, N, T)
 
 
+@pytest.mark.slow
 def test_every_shipped_shape_for_1_to_16_rows():
     shapes = shipped_shapes()
     assert (576, 49152) in shapes and (1536, 576) in shapes and len(shapes) >= 10

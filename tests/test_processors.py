@@ -211,9 +211,9 @@ def stale_chain(self, logits, tokens, guesses):
 class UnprocessedDraw(DraftModel):
     """Twin: the guesses drawn from the draft's q without the processors, while the rule is told the processed q."""
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         plain = dataclasses.replace(warp, processors=())
-        guesses, _ = super().propose(tokens, k, plain, rng, keep)
+        guesses, _ = super().propose(tokens, k, plain, draws, keep)
         rows = [warp(self.rows_after(tokens, guesses[:i]), list(tokens) + guesses[:i]) for i in range(len(guesses))]
         return guesses, np.array(rows).reshape(len(guesses), self.vocab)
 
@@ -330,8 +330,8 @@ def test_a_drafter_that_ignores_the_prefix_is_refused_by_name(big_pair):
     target, draft = big_pair
 
     class Old(DraftModel):
-        def propose(self, tokens, k, warp, rng, keep=None):
-            return super().propose(tokens, k, lambda z, prefix=None: warp(z), rng, keep)
+        def propose(self, tokens, k, warp, draws, keep=None):
+            return super().propose(tokens, k, lambda z, prefix=None: warp(z), draws, keep)
     with pytest.raises(TypeError, match="read the tokens before a row"):
         speculative_generate(target, Old(draft), [5, 9, 2], 4, k=2, processors=(RepetitionPenalty(1.3),))
     with pytest.raises(TypeError, match="processors must be logits processors"):

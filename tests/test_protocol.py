@@ -68,7 +68,7 @@ class EchoFeatures:
         self.seen += 1
         self.features = np.asarray(features)[-1:]  # [1, D], the last position's
 
-    def propose(self, tokens, k, warp, rng, keep=None):
+    def propose(self, tokens, k, warp, draws, keep=None):
         if self.features is None or k < 1:
             return [], np.zeros((0, self.target.cfg.vocab_size), np.float32)
         logits = self.features @ np.asarray(self.target.lm_head)  # [1, V]

@@ -17,7 +17,7 @@ EXACT = dict(rtol=1e-5, atol=1e-7)  # float32 rounding: a K+1-row pass and a ful
 
 
 @pytest.mark.parametrize("w", WARPS, ids=["T=1", "T=0.7,top_k=4", "T=1.3,top_p=0.8"])
-@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 2, pytest.param(3, marks=pytest.mark.slow)])
 def test_level3_exact_law_of_the_loop_is_the_targets(pair, w, k):
     """Level 3, exact: speculative_generate itself, walked over every branch of its randomness (the draft's
     samples, the rule's uniforms, the residual and bonus draws; harness/exact_loop.py), emits its first 3 tokens

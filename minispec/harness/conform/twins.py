@@ -173,8 +173,7 @@ class Recorder:
         self.uniforms.append(self.rng.random())
         return self.uniforms[-1]
 
-    def draw(self, probs, i: int) -> int:
-        return sampling.sample(probs, self)
+    draw = sampling.Stream.draw  # the run's own draw: sample(probs, self), with this object's next uniform
 
 
 class Replayer:
