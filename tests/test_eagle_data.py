@@ -108,7 +108,8 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
     rng = np.random.default_rng(3)
     calls = []
 
-    def fake_generate(target, tok, prompts, new, greedy, seed):
+    def fake_generate(target, tok, prompts, new, greedy, seed, with_features=False):
+        assert not with_features  # --generate-only keeps no features
         calls.append(seed)
         return [p[:5] + rng.integers(3, 49152, 10).tolist() for p in prompts]
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
@@ -152,12 +153,13 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     good = "How do I keep a sourdough starter alive over a long holiday?"
     made = []
 
-    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0):
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
         if temperature != 1.0:  # the requests: one good, one that holds an evaluation prompt
             said = [f'A user might ask: "{good}"', f'A user might ask: "{short}"']
             return [p + tok.encode(said[j % 2]) for j, p in enumerate(prompts)]
         made.extend(tok.decode(p) for p in prompts)
-        return [p + [5, 6, 7] for p in prompts]
+        seqs = [p + [5, 6, 7] for p in prompts]
+        return (seqs, [None] * len(seqs)) if with_features else seqs  # None: features from a pass of their own
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
     out = tmp_path / "data"
     run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
@@ -175,3 +177,39 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
 def test_bad_kinds_or_share_are_refused_before_anything_loads(tmp_path, bad, capsys):
     assert eagle_data.main(["--out", str(tmp_path / "d"), *bad]) == 2
     assert "error: --" in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
+def test_a_generation_reads_its_own_features_and_a_row_left_unread_gets_a_pass(tmp_path):
+    """``generate(with_features=True)``: the same sequences as without, at T = 1 and greedy, and each token's {top, low,
+    mid} as a teacher-forced pass gives them (float16 apart), row by row in left-padded batches. When every row ends,
+    the last row's end token was read by no pass: its entry is None, and ``features_of`` gives it a pass of its own.
+    (Bug this would catch: features one position off, of the token before.)"""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from .helpers import chat_model_dir
+
+    target = transformers.AutoModelForCausalLM.from_pretrained(str(chat_model_dir(tmp_path / "t")),
+                                                               dtype=torch.float32).eval()
+    prompts = [[5, 9, 2, 11, 40], [7, 300], [12, 13, 14]]
+    for greedy in (False, True):
+        tok = SimpleNamespace(eos_ids=[49151])
+        plain = eagle_data.generate(target, tok, prompts, 6, greedy, seed=4)
+        seqs, read = eagle_data.generate(target, tok, prompts, 6, greedy, seed=4, with_features=True)
+        assert seqs == plain and all(len(s) == len(p) + 6 for s, p in zip(seqs, prompts))
+        assert all(r is not None for r in read)
+        want = eagle_data.features(target, seqs)
+        got = eagle_data.features_of(target, seqs, read)
+        for k in ("top", "low", "mid"):
+            assert got[k].shape == want[k].shape == (sum(map(len, seqs)), 32)
+            np.testing.assert_allclose(got[k].astype(np.float32), want[k].astype(np.float32), rtol=1e-2, atol=1e-2)
+        assert not np.allclose(got["top"][1:], want["top"][:-1], atol=1e-2)  # the shifted twin differs
+    # every row ends: each row's second new token is an end token, so the generation stops when the last one does
+    ends = [s[len(p) + 1] for s, p in zip(plain, prompts)]
+    tok = SimpleNamespace(eos_ids=ends)
+    seqs, read = eagle_data.generate(target, tok, prompts, 6, True, seed=4, with_features=True)
+    assert seqs == eagle_data.generate(target, tok, prompts, 6, True, seed=4)
+    assert any(r is None for r in read) and max(len(s) - len(p) for s, p in zip(seqs, prompts)) <= 2
+    got, want = eagle_data.features_of(target, seqs, read), eagle_data.features(target, seqs)
+    np.testing.assert_allclose(got["mid"].astype(np.float32), want["mid"].astype(np.float32), rtol=1e-2, atol=1e-2)

@@ -5,11 +5,13 @@
     python -m minispec.recipes.eagle_data --generations weights/eagle-data/generations-s2.npz   # rebuild: features only
     python -m minispec.recipes.eagle_data --generate-only --out DIR --generations FILE --tokens N   # more windows, no features
 
-Generating is the dear part (the target writes every token); features are one teacher-forced pass. So the
-generated windows are exported as token ids (about a byte a token, compressed) and committed, and a rebuild on
-another machine reuses them: it computes their features and the text shards' again. ``--generate-only`` makes only
-the generated shards' windows (no features, no text shards), to grow the committed file where the features would not
-be kept; a later build in the same folder computes the features of those shards from their windows.
+Generating is the dear part (the target writes every token). So the generated windows are exported as token ids
+(about a byte a token, compressed) and committed, and a rebuild on another machine reuses them: it computes their
+features and the text shards' again, one teacher-forced pass per batch (``features``). A shard generated here reads
+its features from the generation's own passes instead (``generate(with_features=True)``: the pass that makes token
+t + 1 computes token t's hidden states). ``--generate-only`` makes only the generated shards' windows (no features,
+no text shards), to grow the committed file where the features would not be kept; a later build in the same folder
+computes the features of those shards from their windows.
 
 Each shard is one unit of work, seeded by (seed, shard index) alone, so an interrupted run restarts at the first
 missing shard and makes the same data (the settings that shape the data are kept in ``settings.json``; a run with
@@ -37,7 +39,7 @@ listed in ``manifest.json`` (the repository commits a copy: docs/eagle/data_mani
 
 For every kept token a shard stores, in float16, the target's hidden states that a head may read: ``top`` (after
 the final norm: what the LM head reads, EAGLE-1's feature), and ``low`` and ``mid`` (the outputs of layers
-``LOW`` and ``MID``: EAGLE-3's fused features with ``top``). One causal pass per batch of windows gives them.
+``LOW`` and ``MID``: EAGLE-3's fused features with ``top``), from the generation or one causal pass per batch.
 
 Files under ``--out`` (default ``$MINISPEC_CACHE/eagle-data-v2``): ``shard-00000.npz`` (tokens [n] int32, starts
 [m + 1], top/low/mid [n, D] float16) and ``shard-00000.json`` (its kind, counts, dropped windows and minutes; written
@@ -175,8 +177,13 @@ def shard_prompts(kind: str, files, tok, n: int, rng, requests=None) -> list[lis
 
 
 def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int, temperature: float = 1.0,
-             top_p: float = 1.0) -> list[list[int]]:
-    """prompt + the target's continuation (to its end-of-sequence token, included), for each prompt."""
+             top_p: float = 1.0, with_features: bool = False):
+    """prompt + the target's continuation (to its end-of-sequence token, included), for each prompt. ``with_features``:
+    -> (the sequences, each one's {top, low, mid} [len, D] float16 read from the generation's own passes, or None where
+    no pass read its last token). A pass reads a token when it makes the next one, so one token more than asked is
+    generated and dropped; the last token of the last row to end is still unread (the generation stops there), and
+    ``features_of`` gives that row a pass of its own. The first ``new_tokens`` are the same either way: the extra
+    token's draw comes after theirs."""
     import torch
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding with <|endoftext|>
@@ -184,13 +191,31 @@ def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int, tem
     torch.manual_seed(seed)
     sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=top_p)
     with torch.no_grad():
-        out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=not greedy,
-                              pad_token_id=0, eos_token_id=tok.eos_ids, **sampling)
+        out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens + with_features, do_sample=not greedy,
+                              pad_token_id=0, eos_token_id=tok.eos_ids, return_dict_in_generate=True,
+                              output_hidden_states=with_features, **sampling)
     seqs = []
-    for p, row in zip(prompts, out[:, width:].tolist()):
+    for p, row in zip(prompts, out.sequences[:, width:].tolist()):
+        row = row[:new_tokens]
         ends = [j for j, t in enumerate(row) if t in tok.eos_ids]
         seqs.append(p + (row[: ends[0] + 1] if ends else row))
-    return seqs
+    if not with_features:
+        return seqs
+    steps = out.hidden_states  # step 0: the prompt pass, layers of [B, width, D]; step s: [B, 1, D], token width + s - 1
+    read = {key: torch.cat([step[layer] for step in steps], dim=1).float().numpy()  # [B, width + steps - 1, D]
+            for key, layer in stored_layers(len(steps[0])).items()}
+    feats = []
+    for r, (p, seq) in enumerate(zip(prompts, seqs)):
+        a, b = width - len(p), width - len(p) + len(seq)  # the row's tokens, in padded positions
+        feats.append({k: h[r, a:b].astype(np.float16) for k, h in read.items()} if b <= len(steps) - 1 + width else None)
+    return seqs, feats
+
+
+def stored_layers(n: int) -> dict:
+    """{top, low, mid}: which of transformers' ``n`` hidden states each is (the last: after the final norm; for a
+    target shallower than LOW or MID, the deepest stored layer below the top)."""
+    last = n - 2
+    return dict(top=n - 1, low=min(LOW + 1, last), mid=min(MID + 1, last))
 
 
 def text_index(i: int, kinds=KINDS) -> int:
@@ -222,13 +247,25 @@ def features(target, seqs, batch_tokens: int = 8192) -> dict:
         ids = torch.tensor([seqs[j] + [0] * (width - len(seqs[j])) for j in group])
         with torch.no_grad():
             hs = target.model(input_ids=ids, output_hidden_states=True).hidden_states  # [B, width, D] each
-        last = len(hs) - 2  # the deepest stored layer below the top (for a target shallower than LOW or MID)
-        for key, h in (("top", hs[-1]), ("low", hs[min(LOW + 1, last)]), ("mid", hs[min(MID + 1, last)])):
-            h = h.float().numpy()
+        for key, layer in stored_layers(len(hs)).items():
+            h = hs[layer].float().numpy()
             for row, j in enumerate(group):
                 out[key][j] = h[row, : len(seqs[j])].astype(np.float16)
         i += n
     return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def features_of(target, seqs, read) -> dict:
+    """``features`` of ``seqs``, taking ``read[j]`` where the generation read sequence j's (``generate``'s
+    ``with_features``) and a teacher-forced pass for the rest (``read``: None, or None entries)."""
+    read = read or [None] * len(seqs)
+    missing = [j for j, r in enumerate(read) if r is None]
+    made = features(target, [seqs[j] for j in missing]) if missing else {}
+    parts, at = list(read), 0
+    for j in missing:
+        parts[j] = {k: v[at: at + len(seqs[j])] for k, v in made.items()}
+        at += len(seqs[j])
+    return {k: np.concatenate([p[k] for p in parts]) for k in ("top", "low", "mid")}
 
 
 def export_generations(out: Path, file: Path, shaping: dict) -> dict:
@@ -281,7 +318,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``)."""
     kind = args.kinds[i % len(args.kinds)]
     t0 = time.perf_counter()
-    n_asked = 0
+    n_asked, read = 0, None
     if args.generate_only and kind == "text":
         raise ValueError(f"shard {i} is a text shard: --generate-only makes generated shards only")
     if made is not None and kind != "text" and i in made:
@@ -297,16 +334,21 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
             n_asked = sum(r is not None for r in requests)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         new = args.chat_tokens if kind.startswith("chat") else args.code_tokens
-        seqs = [s[: args.seq] for s in generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i)]
+        got = generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i,
+                       with_features=not args.generate_only)
+        seqs, read = got if not args.generate_only else (got, None)  # read: the features the generation computed
+        seqs = [s[: args.seq] for s in seqs]
+        read = [r and {k: v[: args.seq] for k, v in r.items()} for r in read] if read else None
     t1 = time.perf_counter()
-    kept, dropped = [], []
+    kept, dropped, kept_read = [], [], []
     for j, s in enumerate(seqs):
         hit = overlap.hit(tok.decode(s))
         if hit is None:
             kept.append(s)
+            kept_read.append(read[j] if read else None)
         else:
             dropped.append(dict(window=j, run=hit[0], file=hit[1]))
-    arrays = features(target, kept) if kept and not args.generate_only else {}
+    arrays = features_of(target, kept, kept_read) if kept and not args.generate_only else {}
     starts = np.cumsum([0] + [len(s) for s in kept])
     arrays.update(tokens=np.array([t for s in kept for t in s], np.int32), starts=starts)
     record = dict(shard=i, kind=kind, windows=len(seqs), kept=len(kept), tokens=int(starts[-1]), dropped=dropped,
