@@ -2,12 +2,13 @@
 refused line by line, the tasks and the subset are Spec-Bench's, an interrupted run resumes, and greedy output is
 plain decoding's. Spec-Bench's own file is read in place where ../shared/external_prompts has it."""
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from minispec.harness import specbench
+from minispec.harness import specbench, specbench_figures
 from minispec.model.kernel import default_kernel
 
 from .helpers import chat_model_dir, run_cli
@@ -68,6 +69,12 @@ def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model
         got = res["summary"]["methods"][m]
         assert got["identical"] == n, got["differences"]
         assert set(got["tasks"]) == {*specbench.TASKS, "poetry", "overall"}
+    table = specbench_figures.leaderboard(res).splitlines()  # docs' table: a row per method, a column per task
+    assert table[0] == "| method | MT-bench | translation | summarization | QA | math | RAG | poetry | overall |"
+    assert [r.split(" | ")[0] for r in table[2:5]] == ["| plain decoding (tokens/s)", "| prompt-lookup", "| layer-skip"]
+    assert all(r.count(" | ") == 8 for r in table[2:] if r.startswith("| "))
+    if importlib.util.find_spec("matplotlib"):
+        assert summary.with_suffix(".png").stat().st_size > 1000  # the plot beside the summary
     peers = res["summary"]["peers"]
     assert "llama.cpp: skipped" in res["peers_note"]  # not installed, or no GGUF of this --model given
     if res["peers_note"].startswith("transformers: transformers"):  # the parity extra is installed: its three modes ran beside

@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path, PurePosixPath
 
-from . import bench_commands, busy_figures, doc_figures, kernel_figures
+from . import bench_commands, busy_figures, doc_figures, kernel_figures, specbench_figures
 from .conform import peers_figures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,10 +37,11 @@ def bench_list(root: Path) -> str:
 
 
 SECTIONS = {**doc_figures.SECTIONS, **kernel_figures.SECTIONS, **peers_figures.SECTIONS, **busy_figures.SECTIONS,
+            **specbench_figures.SECTIONS,
             "bench_commands": bench_list}
 FILES = ["README.md", "docs/speed.md", "docs/rules.md", "docs/losslessness.md", "docs/shipped-drafters.md", "docs/reading.md",
          "docs/models.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
-         "docs/peers.md", "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
+         "docs/peers.md", "docs/specbench.md", "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
 VALUE = re.compile(r"(<!-- v:([\w.-]+) -->).*?(<!-- /v -->)", re.S)
 ROOT_LINK = re.compile(r"\]\((docs/[^)\s]*)\)")  # a section's link to a measurement, written from the repository root

@@ -1,0 +1,119 @@
+"""Spec-Bench's tables and plot, from ``minispec bench specbench --json`` (docs/specbench/), for ``docs_tables``.
+
+Spec-Bench's leaderboard layout: a row per method, a column per task and the overall, each cell the speedup over
+plain decoding with tau (mean accepted tokens per target pass) beside it. This machine's figures and the published
+GPU figures (docs/specbench/published.json, with its source) are two tables, never one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .doc_figures import load, run_line
+from .study import small_png
+
+FIRST_LOOK, PUBLISHED = "docs/specbench/first_look.json", "docs/specbench/published.json"
+NAMES = dict(mt_bench="MT-bench", translation="translation", summarization="summarization", qa="QA",
+             math_reasoning="math", rag="RAG", overall="overall")
+
+
+def cell(c: dict) -> str:
+    return f"{c['speedup']:.2f}x" + (f" ({c['tau']:.2f})" if c.get("tau") else "")
+
+
+def leaderboard(res: dict) -> str:
+    """This machine's table: plain decoding's tokens/s, then each minispec method and each peer mode as speedups over
+    minispec's plain decoding in the same run (a peer's over its own plain mode in brackets)."""
+    s = res["summary"]
+    tasks = list(s["plain"]["tasks"])
+    lines = ["| method | " + " | ".join(NAMES.get(t, t) for t in tasks) + " |", "|---" * (len(tasks) + 1) + "|",
+             "| plain decoding (tokens/s) | " + " | ".join(f"{c['tokens_per_s']:.1f}" for c in s["plain"]["tasks"].values())
+             + " |"]
+    for m, v in s["methods"].items():
+        lines.append(f"| {m} | " + " | ".join(cell(v["tasks"][t]) for t in tasks) + " |")
+    for m, v in s["peers"].items():
+        own = v.get("own") or {}
+        mark = " (over its own plain)" if own and not m.endswith(" plain") else ""
+        lines.append(f"| {m}{mark} | " + " | ".join(
+            cell(v["tasks"][t]) + (f" ({own[t]['speedup']:.2f}x)" if mark and t in own else "") for t in tasks) + " |")
+    q = res["settings"]
+    return "\n".join(lines) + (
+        f"\n\n*{run_line(res)}; {res['questions']} questions ({q['per_task']} per task), greedy, "
+        f"{q['max_new_tokens']} new tokens per turn; speedup over minispec's plain decoding in the same run, tau in "
+        f"brackets.*")
+
+
+def first_look(root: Path) -> str:
+    return leaderboard(load(root, FIRST_LOOK))
+
+
+def published(root: Path) -> str:
+    """The published GPU figures, as their source gives them."""
+    d = load(root, PUBLISHED)
+    tasks = d["tasks"]
+    lines = ["| method | " + " | ".join(NAMES.get(t, t) for t in tasks) + " | tau |", "|---" * (len(tasks) + 2) + "|"]
+    for m, r in d["rows"].items():
+        lines.append(f"| {m} | " + " | ".join(f"{r[t]:.2f}x" for t in tasks) + f" | {r['tau']:.2f} |")
+    return "\n".join(lines) + f"\n\n*{d['setting']}; {d['source']}.*"
+
+
+SECTIONS = {"specbench_first_look": first_look, "specbench_published": published}
+
+
+def plot(res: dict, png: Path) -> Path | None:
+    """Speedup by task, a bar per method (minispec's and the peers'), 1x marked; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    s = res["summary"]
+    tasks = list(s["plain"]["tasks"])
+    bars = {**{m: v["tasks"] for m, v in s["methods"].items()}, **{m: v["tasks"] for m, v in s["peers"].items()}}
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / max(len(bars), 1)
+    for i, (m, cells) in enumerate(bars.items()):
+        ax.bar([j + (i - (len(bars) - 1) / 2) * width for j in range(len(tasks))],
+               [cells[t]["speedup"] for t in tasks], width, label=m)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks(range(len(tasks)), [NAMES.get(t, t) for t in tasks])
+    q = res["settings"]
+    ax.set(ylabel="speedup over minispec's plain decoding",
+           title=f"Spec-Bench on {res['provenance']['machine'].get('cpu', 'this CPU')}: {res['questions']} questions, "
+                 f"greedy, {q['max_new_tokens']} new tokens")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    small_png(png)
+    return png
+
+
+def main(argv=None) -> int:
+    """``python -m minispec.harness.specbench_figures SUMMARY.json [PLOT.png]``: the plot of a ``--json`` summary
+    (default: beside it, .png)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not 1 <= len(argv) <= 2:
+        print("usage: python -m minispec.harness.specbench_figures SUMMARY.json [PLOT.png]", file=sys.stderr)
+        return 2
+    src = Path(argv[0])
+    try:
+        res = json.loads(src.read_text())
+        res["summary"]["plain"]["tasks"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: {src}: not a `minispec bench specbench --json` summary ({e})", file=sys.stderr)
+        return 2
+    png = Path(argv[1]) if len(argv) == 2 else src.with_suffix(".png")
+    if plot(res, png) is None:
+        print("error: the plot needs matplotlib (the plot extra)", file=sys.stderr)
+        return 2
+    print(png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
