@@ -1,5 +1,6 @@
-"""The EAGLE data builder's shards without torch (minispec/recipes/eagle_data.py): the generated windows exported
-as token ids and read back for a rebuild, refused under other settings; the kinds' cycle."""
+"""The EAGLE data builder (minispec/recipes/eagle_data.py): the generated windows exported as token ids and read back
+for a rebuild, refused under other settings; the kinds' cycle; and, with torch and transformers on a tiny model, the
+whole builder and the features a generation computes."""
 
 import json
 
@@ -111,7 +112,7 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
     def fake_generate(target, tok, prompts, new, greedy, seed, with_features=False):
         assert not with_features  # --generate-only keeps no features
         calls.append(seed)
-        return [p[:5] + rng.integers(3, 49152, 10).tolist() for p in prompts]
+        return [p[:5] + rng.integers(3, 49152, 10).tolist() for p in prompts], None
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
     out = tmp_path / "data"
     run = ["--out", str(out), "--target", str(target), "--threads", "1", *shaping_args]
@@ -156,10 +157,10 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
         if temperature != 1.0:  # the requests: one good, one that holds an evaluation prompt
             said = [f'A user might ask: "{good}"', f'A user might ask: "{short}"']
-            return [p + tok.encode(said[j % 2]) for j, p in enumerate(prompts)]
+            return [p + tok.encode(said[j % 2]) for j, p in enumerate(prompts)], None
         made.extend(tok.decode(p) for p in prompts)
         seqs = [p + [5, 6, 7] for p in prompts]
-        return (seqs, [None] * len(seqs)) if with_features else seqs  # None: features from a pass of their own
+        return seqs, [None] * len(seqs)  # None: features from a pass of their own
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
     out = tmp_path / "data"
     run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
@@ -181,9 +182,10 @@ def test_bad_kinds_or_share_are_refused_before_anything_loads(tmp_path, bad, cap
 
 def test_a_generation_reads_its_own_features_and_a_row_left_unread_gets_a_pass(tmp_path):
     """``generate(with_features=True)``: the same sequences as without, at T = 1 and greedy, and each token's {top, low,
-    mid} as a teacher-forced pass gives them (float16 apart), row by row in left-padded batches. When every row ends,
-    the last row's end token was read by no pass: its entry is None, and ``features_of`` gives it a pass of its own.
-    (Bug this would catch: features one position off, of the token before.)"""
+    mid} as a teacher-forced pass gives them (float16 apart), row by row in left-padded batches. A row that ends while
+    others go on is read by their next pass; a row that ends on the generation's last step is not: its entry is None,
+    and ``features_of`` gives it a pass of its own. (Bug this would catch: features one position off, of the token
+    before.)"""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from types import SimpleNamespace
@@ -192,24 +194,63 @@ def test_a_generation_reads_its_own_features_and_a_row_left_unread_gets_a_pass(t
 
     target = transformers.AutoModelForCausalLM.from_pretrained(str(chat_model_dir(tmp_path / "t")),
                                                                dtype=torch.float32).eval()
-    prompts = [[5, 9, 2, 11, 40], [7, 300], [12, 13, 14]]
-    for greedy in (False, True):
-        tok = SimpleNamespace(eos_ids=[49151])
-        plain = eagle_data.generate(target, tok, prompts, 6, greedy, seed=4)
-        seqs, read = eagle_data.generate(target, tok, prompts, 6, greedy, seed=4, with_features=True)
-        assert seqs == plain and all(len(s) == len(p) + 6 for s, p in zip(seqs, prompts))
-        assert all(r is not None for r in read)
-        want = eagle_data.features(target, seqs)
-        got = eagle_data.features_of(target, seqs, read)
+    prompts = [[101, 102], [7, 300], [4444, 13, 14, 15]]
+
+    def close(seqs, gen_features):
+        want, got = eagle_data.features(target, seqs), eagle_data.features_of(target, seqs, gen_features)
         for k in ("top", "low", "mid"):
             assert got[k].shape == want[k].shape == (sum(map(len, seqs)), 32)
             np.testing.assert_allclose(got[k].astype(np.float32), want[k].astype(np.float32), rtol=1e-2, atol=1e-2)
         assert not np.allclose(got["top"][1:], want["top"][:-1], atol=1e-2)  # the shifted twin differs
-    # every row ends: each row's second new token is an end token, so the generation stops when the last one does
-    ends = [s[len(p) + 1] for s, p in zip(plain, prompts)]
+
+    for greedy in (False, True):
+        tok = SimpleNamespace(eos_ids=[49151])
+        plain, none = eagle_data.generate(target, tok, prompts, 6, greedy, seed=4)
+        seqs, gen_features = eagle_data.generate(target, tok, prompts, 6, greedy, seed=4, with_features=True)
+        assert none is None and seqs == plain and all(len(s) == len(p) + 6 for s, p in zip(seqs, prompts))
+        assert all(f is not None for f in gen_features)
+        close(seqs, gen_features)
+    # row 0 ends at its 2nd new token, rows 1 and 2 at their 3rd: the last step makes their end tokens, read by no pass
+    greedy_seqs = plain
+    ends = [greedy_seqs[0][len(prompts[0]) + 1], greedy_seqs[1][len(prompts[1]) + 2], greedy_seqs[2][len(prompts[2]) + 2]]
+    assert not set(ends) & {t for s, p, n in zip(greedy_seqs, prompts, (1, 2, 2)) for t in s[len(p):][:n]}
     tok = SimpleNamespace(eos_ids=ends)
-    seqs, read = eagle_data.generate(target, tok, prompts, 6, True, seed=4, with_features=True)
-    assert seqs == eagle_data.generate(target, tok, prompts, 6, True, seed=4)
-    assert any(r is None for r in read) and max(len(s) - len(p) for s, p in zip(seqs, prompts)) <= 2
-    got, want = eagle_data.features_of(target, seqs, read), eagle_data.features(target, seqs)
-    np.testing.assert_allclose(got["mid"].astype(np.float32), want["mid"].astype(np.float32), rtol=1e-2, atol=1e-2)
+    seqs, gen_features = eagle_data.generate(target, tok, prompts, 6, True, seed=4, with_features=True)
+    assert seqs == eagle_data.generate(target, tok, prompts, 6, True, seed=4)[0]
+    assert [len(s) - len(p) for s, p in zip(seqs, prompts)] == [2, 3, 3]
+    assert [f is None for f in gen_features] == [False, True, True]
+    close(seqs, gen_features)
+
+
+def test_a_shard_keeps_the_generations_features_through_a_dropped_window_and_the_seq_cut(tmp_path, monkeypatch):
+    """make_shard with a generation that computed features: a window that copies an evaluation prompt is dropped with
+    its features, the rest are cut at --seq with theirs, and a window the generation left unread (None) gets a pass."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from minispec.recipes.eval_overlap import MINISPEC_DATA, file_texts
+
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    copied = next(t for t in file_texts(MINISPEC_DATA / "chat.jsonl") if len(t.split()) >= 12)
+    seq = 256
+
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
+        seqs = [p + tok.encode((copied if j == 1 else "") + " and so on" * 120) for j, p in enumerate(prompts)]
+        marked = [{k: np.full((len(s), 32), j + 1, np.float16) for k in ("top", "low", "mid")} for j, s in enumerate(seqs)]
+        marked[2] = None  # as for a row that ended on the generation's last step
+        return seqs, marked
+    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    out = tmp_path / "data"
+    assert eagle_data.main(["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4",
+                            "--seq", str(seq), "--external-prompts", "none", "--kinds", "chat-greedy",
+                            "--tokens", "1"]) == 0
+    rec = json.loads((out / "shard-00000.json").read_text())
+    assert rec["kept"] == 3 and [d["window"] for d in rec["dropped"]] == [1]
+    with np.load(out / "shard-00000.npz") as z:
+        tokens, starts, top, mid = z["tokens"], z["starts"], z["top"], z["mid"]
+    assert np.all(np.diff(starts) == seq) and len(top) == starts[-1]  # every window cut
+    assert np.all(top[starts[0]:starts[1]] == 1) and np.all(mid[starts[2]:starts[3]] == 4)  # windows 0 and 3, as made
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
+    window2 = tokens[starts[1]:starts[2]].tolist()
+    assert np.array_equal(top[starts[1]:starts[2]], eagle_data.features(model, [window2])["top"])  # its own pass

@@ -420,7 +420,8 @@ def main(argv=None) -> int:
     res = dict(settings=settings, questions=len(rows), summary=summarise(rows, names, list(peers)), peers_note=note,
                busy=busy_words(others_load()).strip("; ") or None)
     print_and_store(report(res), res, a.json, "minispec bench specbench", argv)
-    if a.json:  # the plot of speedup by task beside it (none without matplotlib)
+    if a.json:  # the plot of speedup by task beside it
         from .specbench_figures import plot
-        plot(json.loads(Path(a.json).read_text()), Path(a.json).with_suffix(".png"))
+        png = plot(json.loads(Path(a.json).read_text()), Path(a.json).with_suffix(".png"))
+        print(f"[plot: {png}]" if png else "[no plot: matplotlib is not installed (the plot extra)]", file=sys.stderr)
     return 0

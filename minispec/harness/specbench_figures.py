@@ -42,7 +42,7 @@ def leaderboard(res: dict) -> str:
     return "\n".join(lines) + (
         f"\n\n*{run_line(res)}; {res['questions']} questions ({q['per_task']} per task), greedy, "
         f"{q['max_new_tokens']} new tokens per turn; speedup over minispec's plain decoding in the same run, tau in "
-        f"brackets.*")
+        f"brackets (for a peer's mode, its speedup over its own plain mode).*")
 
 
 def first_look(root: Path) -> str:
@@ -83,7 +83,8 @@ def plot(res: dict, png: Path) -> Path | None:
     ax.set_xticks(range(len(tasks)), [NAMES.get(t, t) for t in tasks])
     q = res["settings"]
     ax.set(ylabel="speedup over minispec's plain decoding",
-           title=f"Spec-Bench on {res['provenance']['machine'].get('cpu', 'this CPU')}: {res['questions']} questions, "
+           title=f"Spec-Bench on {((res.get('provenance') or {}).get('machine') or {}).get('cpu', 'this CPU')}: "
+                 f"{res['questions']} questions, "
                  f"greedy, {q['max_new_tokens']} new tokens")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

@@ -156,7 +156,7 @@ def asked_instructions(target, tok, n: int, rng, seed: int, overlap) -> list[str
              "that a user could ask a chatbot. Only write the request itself, in one sentence." for _ in range(n)]
     prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": m}])) for m in metas]
     out = []
-    for p, s in zip(prompts, generate(target, tok, prompts, 48, False, seed, temperature=0.6, top_p=0.9)):
+    for p, s in zip(prompts, generate(target, tok, prompts, 48, False, seed, temperature=0.6, top_p=0.9)[0]):
         text = tok.decode([t for t in s[len(p):] if t not in tok.eos_ids]).strip()
         quoted = text.split('"')
         text = (quoted[1] if len(quoted) >= 3 else text.split("\n")[0]).strip()
@@ -177,13 +177,15 @@ def shard_prompts(kind: str, files, tok, n: int, rng, requests=None) -> list[lis
 
 
 def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int, temperature: float = 1.0,
-             top_p: float = 1.0, with_features: bool = False):
-    """prompt + the target's continuation (to its end-of-sequence token, included), for each prompt. ``with_features``:
-    -> (the sequences, each one's {top, low, mid} [len, D] float16 read from the generation's own passes, or None where
-    no pass read its last token). A pass reads a token when it makes the next one, so one token more than asked is
-    generated and dropped; the last token of the last row to end is still unread (the generation stops there), and
-    ``features_of`` gives that row a pass of its own. The first ``new_tokens`` are the same either way: the extra
-    token's draw comes after theirs."""
+             top_p: float = 1.0, with_features: bool = False) -> tuple[list, list | None]:
+    """-> (prompt + the target's continuation, to its end-of-sequence token included, for each prompt; with
+    ``with_features``, each sequence's {top, low, mid} [len, D] float16 from the generation's own passes, else None).
+
+    The pass that makes token t + 1 computes token t's hidden states, so with features one token more than asked is
+    generated and dropped: every kept token is then read by a pass, except the end token of a row that ends on the
+    generation's last step (it stops there, when every row has ended). Such a row's entry is None, and
+    ``features_of`` gives it a pass of its own. The first ``new_tokens`` are the same either way: the extra token's
+    draw comes after theirs."""
     import torch
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding with <|endoftext|>
@@ -191,24 +193,29 @@ def generate(target, tok, prompts, new_tokens: int, greedy: bool, seed: int, tem
     torch.manual_seed(seed)
     sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=top_p)
     with torch.no_grad():
-        out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens + with_features, do_sample=not greedy,
-                              pad_token_id=0, eos_token_id=tok.eos_ids, return_dict_in_generate=True,
-                              output_hidden_states=with_features, **sampling)
+        out = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens + int(with_features),
+                              do_sample=not greedy, pad_token_id=0, eos_token_id=tok.eos_ids,
+                              return_dict_in_generate=True, output_hidden_states=with_features, **sampling)
     seqs = []
     for p, row in zip(prompts, out.sequences[:, width:].tolist()):
         row = row[:new_tokens]
         ends = [j for j, t in enumerate(row) if t in tok.eos_ids]
         seqs.append(p + (row[: ends[0] + 1] if ends else row))
     if not with_features:
-        return seqs
+        return seqs, None
     steps = out.hidden_states  # step 0: the prompt pass, layers of [B, width, D]; step s: [B, 1, D], token width + s - 1
-    read = {key: torch.cat([step[layer] for step in steps], dim=1).float().numpy()  # [B, width + steps - 1, D]
-            for key, layer in stored_layers(len(steps[0])).items()}
-    feats = []
+    if len(steps) != out.sequences.shape[1] - width or steps[0][0].shape[1] != width:
+        raise RuntimeError(f"transformers' generate returned {len(steps)} steps of hidden states, the first of "
+                           f"{steps[0][0].shape[1]} positions, for {out.sequences.shape[1] - width} new tokens after a "
+                           f"prompt of {width}: not one pass per token (a chunked prefill?); build without them")
+    hidden = {key: torch.cat([step[layer] for step in steps], dim=1).float().numpy()  # [B, width + steps - 1, D]
+              for key, layer in stored_layers(len(steps[0])).items()}
+    gen_features = []
     for r, (p, seq) in enumerate(zip(prompts, seqs)):
         a, b = width - len(p), width - len(p) + len(seq)  # the row's tokens, in padded positions
-        feats.append({k: h[r, a:b].astype(np.float16) for k, h in read.items()} if b <= len(steps) - 1 + width else None)
-    return seqs, feats
+        read = b <= width + len(steps) - 1  # whether a pass computed the row's last token
+        gen_features.append({k: h[r, a:b].astype(np.float16) for k, h in hidden.items()} if read else None)
+    return seqs, gen_features
 
 
 def stored_layers(n: int) -> dict:
@@ -255,13 +262,13 @@ def features(target, seqs, batch_tokens: int = 8192) -> dict:
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def features_of(target, seqs, read) -> dict:
-    """``features`` of ``seqs``, taking ``read[j]`` where the generation read sequence j's (``generate``'s
-    ``with_features``) and a teacher-forced pass for the rest (``read``: None, or None entries)."""
-    read = read or [None] * len(seqs)
-    missing = [j for j, r in enumerate(read) if r is None]
+def features_of(target, seqs, gen_features) -> dict:
+    """``features`` of ``seqs``, taking ``gen_features[j]`` where the generation computed sequence j's (``generate``)
+    and a teacher-forced pass for the rest (``gen_features``: None, or a list with None entries)."""
+    gen_features = gen_features or [None] * len(seqs)
+    missing = [j for j, f in enumerate(gen_features) if f is None]
     made = features(target, [seqs[j] for j in missing]) if missing else {}
-    parts, at = list(read), 0
+    parts, at = list(gen_features), 0
     for j in missing:
         parts[j] = {k: v[at: at + len(seqs[j])] for k, v in made.items()}
         at += len(seqs[j])
@@ -318,7 +325,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``)."""
     kind = args.kinds[i % len(args.kinds)]
     t0 = time.perf_counter()
-    n_asked, read = 0, None
+    n_asked, gen_features = 0, None  # gen_features: what the generation computed (generate)
     if args.generate_only and kind == "text":
         raise ValueError(f"shard {i} is a text shard: --generate-only makes generated shards only")
     if made is not None and kind != "text" and i in made:
@@ -334,21 +341,21 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
             n_asked = sum(r is not None for r in requests)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         new = args.chat_tokens if kind.startswith("chat") else args.code_tokens
-        got = generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i,
-                       with_features=not args.generate_only)
-        seqs, read = got if not args.generate_only else (got, None)  # read: the features the generation computed
+        seqs, gen_features = generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i,
+                                      with_features=not args.generate_only)
         seqs = [s[: args.seq] for s in seqs]
-        read = [r and {k: v[: args.seq] for k, v in r.items()} for r in read] if read else None
+        if gen_features:
+            gen_features = [f and {k: v[: args.seq] for k, v in f.items()} for f in gen_features]
     t1 = time.perf_counter()
-    kept, dropped, kept_read = [], [], []
+    kept, dropped, kept_features = [], [], []
     for j, s in enumerate(seqs):
         hit = overlap.hit(tok.decode(s))
         if hit is None:
             kept.append(s)
-            kept_read.append(read[j] if read else None)
+            kept_features.append(gen_features[j] if gen_features else None)
         else:
             dropped.append(dict(window=j, run=hit[0], file=hit[1]))
-    arrays = features_of(target, kept, kept_read) if kept and not args.generate_only else {}
+    arrays = features_of(target, kept, kept_features) if kept and not args.generate_only else {}
     starts = np.cumsum([0] + [len(s) for s in kept])
     arrays.update(tokens=np.array([t for s in kept for t in s], np.int32), starts=starts)
     record = dict(shard=i, kind=kind, windows=len(seqs), kept=len(kept), tokens=int(starts[-1]), dropped=dropped,
