@@ -21,6 +21,7 @@ core (tests/test_layout.py).
     stop_eval.py    ``minispec bench stop``: the early stop, measured
     specbench.py    ``minispec bench specbench``: Spec-Bench's six tasks, every method beside plain decoding, resumable
     specbench_peers.py  the other engines it runs in the same alternation (transformers, llama.cpp)
+    specbench_figures.py  its tables for docs/specbench.md (``docs_tables``) and its plot of speedup by task
     llama_cpp_times.py  llama.cpp's pass over n tokens, timed as minispec's (``bench forward --gguf``)
     command.py      what the commands share: the target and drafters they load, checked first; the JSON they store
     measure.py      timing side by side, the weight-streaming floor, memory
