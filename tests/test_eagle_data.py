@@ -254,3 +254,14 @@ def test_a_shard_keeps_the_generations_features_through_a_dropped_window_and_the
     model = transformers.AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
     window2 = tokens[starts[1]:starts[2]].tolist()
     assert np.array_equal(top[starts[1]:starts[2]], eagle_data.features(model, [window2])["top"])  # its own pass
+
+
+@pytest.mark.parametrize("tokens", ["abc", "0", "-5", "1e6"])
+def test_the_recipe_script_refuses_a_bad_token_count_before_anything_runs(tokens, tmp_path):
+    """scripts/eagle_recipe.sh, the whole recipe in one resumable command, checks its arguments first."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "eagle_recipe.sh"
+    got = subprocess.run(["bash", str(script), tokens, str(tmp_path / "out")], capture_output=True, text=True)
+    assert got.returncode == 2 and "TOKENS must be" in got.stderr and not (tmp_path / "out").exists()
