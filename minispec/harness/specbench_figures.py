@@ -39,8 +39,9 @@ def leaderboard(res: dict) -> str:
         lines.append(f"| {m}{mark} | " + " | ".join(
             cell(v["tasks"][t]) + (f" ({own[t]['speedup']:.2f}x)" if mark and t in own else "") for t in tasks) + " |")
     q = res["settings"]
+    chosen = f"{q['per_task']} per task" if q.get("per_task") else "every question of the file"
     return "\n".join(lines) + (
-        f"\n\n*{run_line(res)}; {res['questions']} questions ({q['per_task']} per task), greedy, "
+        f"\n\n*{run_line(res)}; {res['questions']} questions ({chosen}), greedy, "
         f"{q['max_new_tokens']} new tokens per turn; speedup over minispec's plain decoding in the same run, tau in "
         f"brackets (for a peer's mode, its speedup over its own plain mode).*")
 
