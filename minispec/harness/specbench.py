@@ -48,6 +48,7 @@ from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
 from .progress import Progress
+from .specbench_figures import cell, plot
 from .specbench_peers import PEERS, llama_cpp_modes, peers_installed, transformers_modes, version
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -291,12 +292,11 @@ def summarise(rows: list[dict], methods: list[str], peers: list[str]) -> dict:
 def report(res: dict) -> str:
     s = res["summary"]
     tasks = list(s["plain"]["tasks"])
-    fmt = lambda c: f"{c['speedup']:.2f}x" + (f" ({c['tau']:.2f})" if c["tau"] else "")  # noqa: E731
     rows = [["plain decoding (tokens/s)", *(f"{c['tokens_per_s']:.1f}" for c in s["plain"]["tasks"].values())]]
-    rows += [[m, *(fmt(c) for c in v["tasks"].values())] for m, v in s["methods"].items()]
+    rows += [[m, *(cell(c) for c in v["tasks"].values())] for m, v in s["methods"].items()]
     for m, v in s["peers"].items():  # a peer: over minispec's plain, and (in brackets) over its own engine's plain
         own = v["own"] or {}
-        rows.append([f"{m} (x over its own plain)", *(fmt(c) + (f" ({own[t]['speedup']:.2f}x)" if t in own else "")
+        rows.append([f"{m} (x over its own plain)", *(cell(c) + (f" ({own[t]['speedup']:.2f}x)" if t in own else "")
                                                        for t, c in v["tasks"].items())])
     lines = markdown_table(f"Spec-Bench on this machine: speedup over minispec's plain decoding (tau: mean accepted "
                            f"tokens per target pass), greedy, {res['settings']['max_new_tokens']} new tokens per turn, "
@@ -420,8 +420,7 @@ def main(argv=None) -> int:
     res = dict(settings=settings, questions=len(rows), summary=summarise(rows, names, list(peers)), peers_note=note,
                busy=busy_words(others_load()).strip("; ") or None)
     print_and_store(report(res), res, a.json, "minispec bench specbench", argv)
-    if a.json:  # the plot of speedup by task beside it
-        from .specbench_figures import plot
+    if a.json:  # the plot of speedup by task beside it, from the stored summary (its provenance names the machine)
         png = plot(json.loads(Path(a.json).read_text()), Path(a.json).with_suffix(".png"))
         print(f"[plot: {png}]" if png else "[no plot: matplotlib is not installed (the plot extra)]", file=sys.stderr)
     return 0
