@@ -131,3 +131,34 @@ def test_init_loads_a_heads_file_back_into_the_torch_head():
     load_into(b, {k: v.numpy() for k, v in head_tensors(a).items()}, torch)
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), name
+
+
+def test_the_target_law_computed_once_is_each_steps_own():
+    """step_losses reads step i's target law from step 0's, i rows on: the same loss as computing softmax(f W_r)
+    from each step's own true features (positions past a window's end are not valid either way)."""
+    from minispec.recipes.train_eagle_ttt import shifted, step_losses
+
+    g = torch.Generator().manual_seed(0)
+    B, L, D, V = 2, 12, 8, 16
+    feats, W_r = torch.randn(B, L, D, generator=g), torch.randn(V, D, generator=g)
+    lens, pos = torch.tensor([L, 9]), torch.arange(L - 1)[None, :]
+    outs = [(torch.randn(B, L - 1, D, generator=g), shifted(feats, i), (pos < lens[:, None] - 1 - i).float())
+            for i in range(4)]
+
+    def own(outs):  # each step's law from its own true features
+        total, wsum, parts = 0.0, 0.0, []
+        for i, (pred, true, valid) in enumerate(outs):
+            n = valid.sum()
+            reg = (torch.nn.functional.smooth_l1_loss(pred, true, reduction="none").mean(-1) * valid).sum() / n
+            ce = (-(torch.softmax(true @ W_r.T, -1) * torch.log_softmax(pred @ W_r.T, -1)).sum(-1) * valid).sum() / n
+            total, wsum = total + 0.8 ** i * (reg + 0.1 * ce), wsum + 0.8 ** i
+            parts.append((float(reg), float(ce)))
+        return total / wsum, parts
+
+    loss, parts = step_losses(outs, W_r)
+    ref_loss, ref_parts = own(outs)
+    assert abs(float(loss) - float(ref_loss)) < 1e-5
+    np.testing.assert_allclose(parts, ref_parts, rtol=1e-5)
+    moved = [(p, t, v) for p, t, v in outs[:1]] + [(p, shifted(feats, i + 2), v) for i, (p, _, v) in enumerate(outs[1:])]
+    off = np.array(own(moved)[1])[1:, 1]  # a law read one row off: steps 1.. get another cross-entropy
+    assert np.abs(off - np.array(parts)[1:, 1]).min() > 1e-2
