@@ -74,22 +74,53 @@ def shipped_shapes() -> list[tuple[int, int]]:
     return sorted(shapes)
 
 
-def test_a_row_is_bitwise_the_same_in_every_pass_of_every_shipped_shape():
-    """Batch invariance of the products (numba_kernel.py): row t of a pass of T rows equals the 1-row pass of it."""
+def with_tiles(sums: int):
+    """numba_kernel.matmul through the entry of TILES with ``sums`` running sums per tile, whatever this CPU's."""
+    def matmul(x, rows):
+        out = np.empty((x.shape[0], rows.shape[0]), np.float32)
+        numba_kernel.TILES[sums](np.ascontiguousarray(x), rows, out)
+        return out
+    return matmul
+
+
+SUMS = pytest.mark.parametrize("sums", sorted(numba_kernel.TILES), ids=lambda s: f"{s}sums")
+
+
+@SUMS
+def test_a_row_is_bitwise_the_same_in_every_pass_of_every_shipped_shape(sums):
+    """Batch invariance of the products (numba_kernel.py): row t of a pass of T rows equals the 1-row pass of it,
+    for each entry of the table of tiles."""
+    matmul = with_tiles(sums)
     rng = np.random.default_rng(4)
     for n_in, N in shipped_shapes():
         rows = rng.standard_normal((N, n_in), dtype=np.float32)  # [N, I]
         x = rng.standard_normal((16, n_in), dtype=np.float32)  # [16, I]
-        alone = np.concatenate([numba_kernel.matmul(x[t: t + 1], rows) for t in range(16)])  # [16, N]
+        alone = np.concatenate([matmul(x[t: t + 1], rows) for t in range(16)])  # [16, N]
         for T in range(2, 17):
-            assert np.array_equal(numba_kernel.matmul(x[:T], rows), alone[:T]), (n_in, N, T)
+            assert np.array_equal(matmul(x[:T], rows), alone[:T]), (n_in, N, T)
 
 
 @pytest.mark.slow
-def test_every_shipped_shape_for_1_to_16_rows():
+@SUMS
+def test_every_shipped_shape_for_1_to_16_rows(sums):
     shapes = shipped_shapes()
     assert (576, 49152) in shapes and (1536, 576) in shapes and len(shapes) >= 10
-    assert rounding_failures(numba_kernel.matmul, shapes, range(1, 17)) == []
+    assert rounding_failures(with_tiles(sums), shapes, range(1, 17)) == []
+
+
+def test_the_tiles_are_chosen_by_the_cpus_vector_registers(monkeypatch):
+    assert numba_kernel.sums_per_tile("+64bit,+avx,+avx2,+fma,-avx512f,-avx512bw") == 8  # 16 registers: AVX2
+    assert numba_kernel.sums_per_tile("+64bit,+avx2,+avx512f,+avx512bw,-prefer-256-bit") == 16  # 32: AVX-512
+    assert numba_kernel.sums_per_tile("+sse2") == 8
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,+avx512f")
+    monkeypatch.delenv("MINISPEC_TILE_SUMS", raising=False)
+    assert numba_kernel.chosen_sums() == 16
+    monkeypatch.setenv("MINISPEC_TILE_SUMS", "8")  # forced, whatever the CPU
+    assert numba_kernel.chosen_sums() == 8
+    monkeypatch.setenv("MINISPEC_TILE_SUMS", "12")
+    with pytest.raises(ValueError, match="MINISPEC_TILE_SUMS='12': the numba kernel has tiles of 8 or 16 sums"):
+        numba_kernel.chosen_sums()
+    assert numba_kernel.SUMS in numba_kernel.TILES and numba_kernel.matmul.__doc__
 
 
 def test_numpys_own_product_meets_the_same_bound():  # the bound is not too tight: a correct float32 product sits inside it
@@ -98,9 +129,10 @@ def test_numpys_own_product_meets_the_same_bound():  # the bound is not too tigh
 
 
 @settings(max_examples=60, deadline=None)
-@given(n_in=st.integers(1, 70), N=st.integers(1, 70), T=st.integers(1, 17), seed=st.integers(0, 2**16))
-def test_odd_shapes(n_in, N, T, seed):
-    assert rounding_failures(numba_kernel.matmul, [(n_in, N)], [T], seed) == []
+@given(n_in=st.integers(1, 70), N=st.integers(1, 70), T=st.integers(1, 17), seed=st.integers(0, 2**16),
+       sums=st.sampled_from(sorted(numba_kernel.TILES)))
+def test_odd_shapes(n_in, N, T, seed, sums):
+    assert rounding_failures(with_tiles(sums), [(n_in, N)], [T], seed) == []
 
 
 def twin_kernel(old: str, new: str):
@@ -112,19 +144,22 @@ def twin_kernel(old: str, new: str):
     return mod
 
 
-@pytest.mark.parametrize("old, new", [
-    ("                while t + 4 <= T:  #", "                while t + 4 < T:  #"),  # a last group of 4 rows left undone
-    ("                _tile2(x, rows, out, t, j + 8)\n", "\n"),  # the 2-row tile's second 8 outputs forgotten
-    ("                _tile1(x, rows, out, t, j)\n", "                _tile1(x, rows, out, t - 1, j)\n"),  # the odd row one too early
-    ("        for jj in range(j, end):", "        for jj in range(j + 1, end):"),  # the last outputs one too late
+@pytest.mark.parametrize("product, old, new", [
+    ("matmul_rows16", "                while t + 4 <= T:  #", "                while t + 4 < T:  #"),  # a last group of 4 rows left undone
+    ("matmul_rows16", "                _tile2(x, rows, out, t, j + 8)\n", "\n"),  # the 2-row tile's second 8 outputs forgotten
+    ("matmul_rows16", "                _tile1(x, rows, out, t, j)\n", "                _tile1(x, rows, out, t - 1, j)\n"),  # odd row too early
+    ("matmul_rows8", "                while t + 2 <= T:  #", "                while t + 2 < T:  #"),  # a last pair of rows left undone
+    ("matmul_rows8", "_tile1x8(x, rows, out, T - 1, j)", "_tile1x8(x, rows, out, T - 2, j)"),  # the odd row one too early
+    ("matmul_rows8", "for jj in range(j, j + 8, 4):", "for jj in range(j, j + 4, 4):"),  # the second 4 outputs forgotten
+    ("matmul_rows8", "    for jj in range(j, end):", "    for jj in range(j + 1, end):"),  # the last outputs one too late (both)
 ])
 @pytest.mark.slow
-def test_a_planted_off_by_one_in_the_row_loop_is_caught(old, new):
+def test_a_planted_off_by_one_in_the_row_loop_is_caught(product, old, new):
     twin = twin_kernel(old, new)
 
     def matmul(x, rows):  # the output starts as NaN: a row the twin leaves unwritten cannot hold a product by chance
         out = np.full((x.shape[0], rows.shape[0]), np.nan, np.float32)
-        twin.matmul_rows(np.ascontiguousarray(x), rows, out)
+        getattr(twin, product)(np.ascontiguousarray(x), rows, out)
         return out
     failures = rounding_failures(matmul, shipped_shapes()[:3] + [(70, 67)], range(1, 17))
     assert failures, f"the twin ({new.strip()}) passed"

@@ -2,11 +2,11 @@
 
 - ``numpy`` (the default and the reference): ``x @ w`` through NumPy's BLAS, with ``blas.skinny_matmul``
   for 2 or more rows. Weights are [in, out] arrays.
-- ``numba`` (optional: ``pip install -e ".[fast]"``): ``numba_kernel.matmul_rows``, which reads each
-  weight once for every row. Weights are packed once, at load, as a ``PackedMatrix``: the same numbers
+- ``numba`` (optional: ``pip install -e ".[fast]"``): ``numba_kernel.matmul``, which reads each weight once for
+  every row, in tiles chosen for the CPU. Weights are packed once, at load, as a ``PackedMatrix``: the same numbers
   stored by output rows ([out, in], the file's own layout), and no second copy. Its attention
-  (``numba_kernel.attention``, the model's ``attend``) computes each row alone; with that and its tiles of 16 sums
-  a row's logits do not depend on the pass (batch-invariant rows, numba_kernel.py).
+  (``numba_kernel.attention``, the model's ``attend``) computes each row alone; with that and tiles that all keep
+  the same number of sums, a row's logits do not depend on the pass (batch-invariant rows, numba_kernel.py).
 
 The seams are ``transformer.linear(x, w)`` and ``Model.attend``. A weight is either an array (NumPy multiplies it)
 or a ``PackedMatrix``, the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer

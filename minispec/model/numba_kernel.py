@@ -9,16 +9,23 @@ memory once, and every input row is multiplied by it while it sits in registers 
 after the first add arithmetic, not traffic (llamafile's tinyBLAS does the same in C++). How flat r(n)
 stays then depends on how much of that arithmetic hides behind the stream: ``minispec bench forward``.
 
-The work is cut into tiles of 16 running sums, over the shared dimension, that the compiler keeps in vector
-registers: 4 rows by 4 outputs, then 2 rows by 8 outputs and 1 row by 16 outputs for the rows left over. Output
-blocks of ``BLOCK`` columns are shared between the cores (``prange``).
+The work is cut into tiles of running sums, over the shared dimension, that the compiler keeps in vector registers.
+How many fit depends on the CPU, so the tiles come from a table keyed by its features (``TILES``, ``sums_per_tile``):
+- 16 sums where the CPU has 32 vector registers (AVX-512): 4 rows by 4 outputs, then 2 rows by 8 outputs and 1 row
+  by 16 outputs for the rows left over (``matmul_rows16``);
+- 8 sums where it has 16 (AVX2 and older): 2 rows by 4 outputs, and 1 row by 8 outputs for an odd last row
+  (``matmul_rows8``). With 16 sums there, the compiler keeps some on the stack and moves them in and out on every
+  step of the loop.
+``MINISPEC_TILE_SUMS=8`` or ``16`` forces an entry, so that each is tested on any CPU. Output blocks of ``BLOCK``
+columns are shared between the cores (``prange``).
 
 **Batch-invariant rows.** A row's logits are bitwise the same whatever the number of rows in the pass and the row's
 place in it (``python -m minispec.harness.batch_invariance``; tests/test_batch_invariance.py). So greedy
 speculative output equals plain greedy output token for token, near-ties included. Two things give it:
-- every tile keeps the same number of sums (16), so the compiler vectorizes each tile's loop the same way and
-  a sum is split into the same vector lanes whichever tile computes it. A 1-row tile of 4 outputs (4 sums), as
-  this kernel had before, is vectorized another way and rounds differently (the test's twin);
+- every tile of a table entry keeps the same number of sums (16, or 8), so the compiler vectorizes each tile's loop
+  the same way and a sum is split into the same vector lanes whichever tile computes it. A 1-row tile of 4 outputs
+  (4 sums) beside 4-row tiles of 16, as this kernel had before, is vectorized another way and rounds differently
+  (the test's twin);
 - attention computes each (row, head) alone (``attention_rows``): its sums over the keys run strictly in key
   order, so the masked keys of a longer pass add exact zeros; NumPy's attention multiplies all the rows at once
   through BLAS, whose blocking depends on the number of rows.
@@ -113,10 +120,48 @@ def _tile1(x, rows, out, t, j):  # out[t, j:j+16] = x[t] @ rows[j:j+16].T
     r[j + 8], r[j + 9], r[j + 10], r[j + 11], r[j + 12], r[j + 13], r[j + 14], r[j + 15] = s8, s9, s10, s11, s12, s13, s14, s15
 
 
+@njit(fastmath=FASTMATH, inline="always")
+def _tile2x4(x, rows, out, t, j):  # out[t:t+2, j:j+4] = x[t:t+2] @ rows[j:j+4].T
+    w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each: loaded once per tile
+    x0, x1 = x[t], x[t + 1]  # [in] each
+    z = np.float32(0.0)
+    s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = z
+    for i in range(x.shape[1]):
+        a, b, c, d = w0[i], w1[i], w2[i], w3[i]  # 4 weights, each used by 2 rows
+        s00 += x0[i] * a; s01 += x0[i] * b; s02 += x0[i] * c; s03 += x0[i] * d  # noqa: E702
+        s10 += x1[i] * a; s11 += x1[i] * b; s12 += x1[i] * c; s13 += x1[i] * d  # noqa: E702
+    out[t, j], out[t, j + 1], out[t, j + 2], out[t, j + 3] = s00, s01, s02, s03
+    out[t + 1, j], out[t + 1, j + 1], out[t + 1, j + 2], out[t + 1, j + 3] = s10, s11, s12, s13
+
+
+@njit(fastmath=FASTMATH, inline="always")
+def _tile1x8(x, rows, out, t, j):  # out[t, j:j+8] = x[t] @ rows[j:j+8].T
+    w = rows[j: j + 8]  # [8, in]
+    x0 = x[t]  # [in]
+    z = np.float32(0.0)
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = z
+    for i in range(x.shape[1]):
+        u = x0[i]  # 1 input, used by 8 weights
+        s0 += u * w[0, i]; s1 += u * w[1, i]; s2 += u * w[2, i]; s3 += u * w[3, i]  # noqa: E702
+        s4 += u * w[4, i]; s5 += u * w[5, i]; s6 += u * w[6, i]; s7 += u * w[7, i]  # noqa: E702
+    r = out[t]  # [out]
+    r[j], r[j + 1], r[j + 2], r[j + 3], r[j + 4], r[j + 5], r[j + 6], r[j + 7] = s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@njit(fastmath=FASTMATH, inline="always")
+def _last_outputs(x, rows, out, j, end):  # out[:, j:end] = x @ rows[j:end].T, one sum at a time
+    for jj in range(j, end):  # the last outputs of a matrix whose width is not a multiple of a tile's: each row
+        for t in range(x.shape[0]):  # by the same loop, whatever T
+            s = np.float32(0.0)
+            for i in range(x.shape[1]):
+                s += x[t, i] * rows[jj, i]
+            out[t, jj] = s
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
-    """``out = x @ rows.T`` (module docstring): every task takes BLOCK weight rows, 16 at a time, and
-    applies each group of 16 to every row of ``x`` before moving on, so that each weight leaves memory once."""
+def matmul_rows16(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
+    """``out = x @ rows.T`` in tiles of 16 sums (module docstring): every task takes BLOCK weight rows, 16 at a time,
+    and applies each group of 16 to every row of ``x`` before moving on, so that each weight leaves memory once."""
     T, n_out = x.shape[0], rows.shape[0]
     for block in prange((n_out + BLOCK - 1) // BLOCK):
         j, end = block * BLOCK, min(n_out, block * BLOCK + BLOCK)
@@ -134,12 +179,58 @@ def matmul_rows(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x
             if t < T:  # 1 row x 16 outputs
                 _tile1(x, rows, out, t, j)
             j += 16
-        for jj in range(j, end):  # the last 1-15 outputs of a matrix whose width is not a multiple of 16: each row
-            for t in range(T):  # by the same loop, whatever T
-                s = np.float32(0.0)
-                for i in range(x.shape[1]):
-                    s += x[t, i] * rows[jj, i]
-                out[t, jj] = s
+        _last_outputs(x, rows, out, j, end)
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def matmul_rows8(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
+    """``out = x @ rows.T`` in tiles of 8 sums (module docstring), BLOCK weight rows per task, 8 at a time."""
+    T, n_out = x.shape[0], rows.shape[0]
+    for block in prange((n_out + BLOCK - 1) // BLOCK):
+        j, end = block * BLOCK, min(n_out, block * BLOCK + BLOCK)
+        while j + 8 <= end:  # 8 outputs at a time, every row of x
+            for jj in range(j, j + 8, 4):  # 4 outputs x 2 rows at a time: 4 weight rows stay in L1 for all of x
+                t = 0
+                while t + 2 <= T:  # rows t, t+1
+                    _tile2x4(x, rows, out, t, jj)
+                    t += 2
+            if T % 2:  # the last row, x 8 outputs
+                _tile1x8(x, rows, out, T - 1, j)
+            j += 8
+        _last_outputs(x, rows, out, j, end)
+
+
+TILES = {16: matmul_rows16, 8: matmul_rows8}  # running sums per tile -> the product
+
+
+def sums_per_tile(cpu_features: str) -> int:
+    """The tiles for a CPU, from the features numba compiles for (``NUMBA_CPU_FEATURES``' form: "+avx2,-avx512f,..."):
+    16 sums where it has 32 vector registers (AVX-512), 8 where it has 16 (AVX2, AVX, SSE). A tile's loop holds its
+    sums, its weights and an input in registers: 16 + 4 + 1 fit in 32, not in 16, where the 4x4 tile's sums go to
+    the stack and back on every step (measured: docs/policy.md)."""
+    return 16 if "+avx512f" in cpu_features.split(",") else 8
+
+
+def chosen_sums() -> int:
+    """``MINISPEC_TILE_SUMS`` (8 or 16) where it is set, to force an entry of ``TILES``; else ``sums_per_tile`` of the
+    features numba compiles for."""
+    forced = os.environ.get("MINISPEC_TILE_SUMS", "")
+    if forced:
+        if forced.strip() not in ("8", "16"):
+            raise ValueError(f"MINISPEC_TILE_SUMS={forced!r}: the numba kernel has tiles of 8 or 16 sums")
+        return int(forced)
+    features = os.environ.get("NUMBA_CPU_FEATURES") or _host_features()
+    return sums_per_tile(features)
+
+
+def _host_features() -> str:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    return llvm.get_host_cpu_features().flatten()
+
+
+SUMS = chosen_sums()  # this process's tiles (module docstring)
 
 
 @njit(cache=True)  # no fastmath: each weight rounded as q4_1.dequantize rounds it, q d, then + m
@@ -250,7 +341,7 @@ def attention(q, k_cache, v_cache, mask):  # [T, H, HD], [KVH, S_max, HD] twice,
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def read_once(rows):  # [out, in] -> float: the sum of every weight, a pass that only streams them
     """Sum every element, the rows shared between numba's threads: the time of one read of the matrix from memory,
-    the floor under a 1-row ``matmul_rows`` (``minispec bench forward`` measures it with this kernel's own loads)."""
+    the floor under a 1-row ``matmul`` (``minispec bench forward`` measures it with this kernel's own loads)."""
     n_out = rows.shape[0]
     sums = np.zeros(n_out, np.float32)  # [out]
     for j in prange(n_out):
@@ -273,13 +364,13 @@ def check_x(x, n_in: int) -> None:
 
 
 def matmul(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [T, in], [out, in] -> [T, out]
-    """x @ rows.T through ``matmul_rows``, for a float32 ``x`` of any memory layout (made contiguous). Refused: another
+    """x @ rows.T through this CPU's tiles (``TILES[SUMS]``), for a float32 ``x`` of any memory layout (made contiguous). Refused: another
     dtype (activations stay float32: a float64 ``x`` is a bug upstream, not something to cast away) and a width that
     is not the matrix's (the compiled loop has no bounds checks)."""
     check_x(x, rows.shape[1])
     out = np.empty((x.shape[0], rows.shape[0]), np.float32)  # [T, out]
     if x.shape[0]:
-        matmul_rows(np.ascontiguousarray(x), rows, out)
+        TILES[SUMS](np.ascontiguousarray(x), rows, out)
     return out
 
 
