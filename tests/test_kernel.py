@@ -380,6 +380,31 @@ def test_bench_forward_compares_kernels_side_by_side(tmp_path, capsys):
         bench_main(["forward", "--model", str(d), "--kernel", "numba,numba"])
 
 
+def test_bench_forward_times_each_entry_of_the_table_of_tiles(tmp_path, capsys):
+    from minispec.harness.bench import main as bench_main
+    from minispec.model.tiny import write_random_model
+
+    d = write_random_model(tmp_path / "m", tiny_config(num_hidden_layers=1), seed=1)
+    seen = []
+    real = numba_kernel.TILES.copy()
+    for sums in real:  # each entry records that it ran, so a row timed under the wrong tiles would show
+        numba_kernel.TILES[sums] = lambda x, rows, out, f=real[sums], s=sums: (seen.append(s), f(x, rows, out))
+    try:
+        assert bench_main(["forward", "--model", str(d), "--kernel", "numpy,numba", "--tiles", "8,16", "--ns", "1,2",
+                           "--repeats", "1", "--context", "4", "--json"]) == 0
+    finally:
+        numba_kernel.TILES.update(real)
+    res = json.loads(capsys.readouterr().out)
+    assert list(res["kernels"]) == ["numpy", "numba 8 sums", "numba 16 sums"]
+    assert seen.index(16) > seen.index(8) and set(seen[:seen.index(16)]) == {8} and set(seen[seen.index(16):]) == {16}
+    assert res["provenance"]["machine"]["numba_tile_sums"] == numba_kernel.SUMS  # restored: the CPU's own
+    for bad, message in (("12", "name each of \\[8, 16\\]"), ("8,8", "at most once")):
+        with pytest.raises(ValueError, match=message):
+            bench_main(["forward", "--model", str(d), "--kernel", "numba", "--tiles", bad])
+    with pytest.raises(ValueError, match="add --kernel numba"):
+        bench_main(["forward", "--model", str(d), "--kernel", "numpy", "--tiles", "8"])
+
+
 def test_the_kernel_refuses_what_it_cannot_multiply():
     rows = np.ones((8, 16), np.float32)
     with pytest.raises(ValueError, match="x has 10 columns, the weight takes 16 inputs"):

@@ -11,6 +11,7 @@ Every figure is a median over repeats, and ratios are taken inside one run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -45,6 +46,9 @@ def bench_forward(argv) -> int:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--kernel", default=None, help="kernels to compare, comma-separated: numpy,numba (default: "
                                                   "$MINISPEC_KERNEL, else numpy)")
+    p.add_argument("--tiles", default=None, help="under the numba kernel, time each of these entries of its table of "
+                                                 "tiles, comma-separated sums per tile: 8,16 (default: the one chosen "
+                                                 "for this CPU, numba_kernel.sums_per_tile)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cpu (NumPy) or cuda (CuPy); default cpu")
     p.add_argument("--gguf", action="append", default=[],
                    help="also time llama.cpp (llama-cpp-python, 2 threads) on this GGUF in the same run, the same way; "
@@ -69,6 +73,14 @@ def bench_forward(argv) -> int:
     kernels = [check_kernel(k) for k in (a.kernel.split(",") if a.kernel else [default_kernel()])]
     if len(set(kernels)) != len(kernels):
         raise ValueError(f"--kernel {a.kernel}: a kernel named twice")
+    tiles = [None]  # None: the CPU's own entry of numba_kernel.TILES, unnamed in the rows
+    if a.tiles is not None:
+        if "numba" not in kernels:
+            raise ValueError(f"--tiles {a.tiles}: the tiles are the numba kernel's; add --kernel numba")
+        from ..model import numba_kernel
+        tiles = [int(x) if x.strip().isdigit() else x for x in a.tiles.split(",")]
+        if any(x not in numba_kernel.TILES for x in tiles) or len(set(tiles)) != len(tiles):
+            raise ValueError(f"--tiles {a.tiles}: name each of {sorted(numba_kernel.TILES)} (sums per tile) at most once")
     model_dirs = a.model
     if not model_dirs:
         model_dirs = [tempfile.mkdtemp()]
@@ -83,17 +95,19 @@ def bench_forward(argv) -> int:
                       file=sys.stderr)
                 continue
             name, nbytes = name or model.name, nbytes or model.weight_bytes
-            with blas_threads(k):  # each kernel with the BLAS threads it runs with, its floor too
-                t = forward_times(model, ns, a.context, a.repeats)
-                floor = stream_time(model.weight_bytes, kernel=k)  # with the kernel's own loads
-            flop = 2 * matrix_weights(model)  # per row: a multiply and an add for every weight of every matrix
-            key = k if len(model_dirs) == 1 else f"{k} {fmt}"
-            if key in rows:
-                raise ValueError(f"--model {model_dir}: a second {fmt} model; compare one directory per format")
-            rows[key] = {
-                "format": fmt, "weight_bytes": model.weight_bytes, "ms": {n: 1e3 * t[n] for n in ns},
-                "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},
-                "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k], "decode_over_stream": t[1] / floor}
+            for sums in (tiles if k == "numba" and fmt == "float32" else [None]):
+                with blas_threads(k), tile_sums(sums):  # each kernel with the BLAS threads it runs with, its floor too
+                    t = forward_times(model, ns, a.context, a.repeats)
+                    floor = stream_time(model.weight_bytes, kernel=k)  # with the kernel's own loads
+                flop = 2 * matrix_weights(model)  # per row: a multiply and an add for every weight of every matrix
+                key = (k if len(model_dirs) == 1 else f"{k} {fmt}") + ("" if sums is None else f" {sums} sums")
+                if key in rows:
+                    raise ValueError(f"--model {model_dir}: a second {fmt} model; compare one directory per format")
+                rows[key] = {
+                    "format": fmt, "weight_bytes": model.weight_bytes, "ms": {n: 1e3 * t[n] for n in ns},
+                    "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},
+                    "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k],
+                    "decode_over_stream": t[1] / floor}
             del model
     for path, (fmt, flop) in ggufs.items():
         got = llama_cpp_times.gguf_times(path, ns, a.context, a.repeats)
@@ -119,6 +133,21 @@ def bench_forward(argv) -> int:
         print(f"{k}: {r['weight_bytes'] / 1e6:.0f} MB of weights in memory; reading them once ({r['weight_stream_by']}) "
               f"takes {r['weight_stream_ms']:.2f} ms; its 1-token pass is {r['decode_over_stream']:.2f}x that")
     return 0
+
+
+@contextlib.contextmanager
+def tile_sums(sums):
+    """Within it, the numba kernel's products run in the tiles of ``sums`` running sums (``numba_kernel.TILES``); None
+    leaves the CPU's own entry."""
+    if sums is None:
+        yield
+        return
+    from ..model import numba_kernel
+    before, numba_kernel.SUMS = numba_kernel.SUMS, sums
+    try:
+        yield
+    finally:
+        numba_kernel.SUMS = before
 
 
 def gguf_matrices(path) -> tuple[str, int]:

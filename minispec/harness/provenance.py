@@ -38,6 +38,9 @@ def machine_info() -> dict:
         info["numba_cpu_features"] = ("the host's, without -prefer-256-bit"
                                       if os.environ.get("NUMBA_CPU_FEATURES", "").endswith(",-prefer-256-bit")
                                       else os.environ.get("NUMBA_CPU_FEATURES", "the host's"))
+        kernel = sys.modules.get("minispec.model.numba_kernel")
+        if kernel is not None:  # the tiles its products ran in (numba_kernel.TILES)
+            info["numba_tile_sums"] = kernel.SUMS
     try:
         from threadpoolctl import threadpool_info
 
