@@ -295,12 +295,15 @@ def restore_blas_threads():
 
 
 def test_the_stored_kernel_measurements_are_physical():
-    """docs/kernel/forward.json and the two studies, before docs/speed.md quotes them: each kernel's t(n) within physics
+    """docs/kernel/forward.json, forward_tiles.json and the two studies, before docs/speed.md quotes them: each kernel's t(n) within physics
     (r(n) <= n, a 1-token pass no faster than its own read of the weights), run at a commit, their provenance
     recorded."""
     f = json.loads((ROOT / "docs" / "kernel" / "forward.json").read_text())
     assert set(f["kernels"]) == {"numpy", "numba"} and {"date", "commit", "command", "machine"} <= set(f["provenance"])
-    for k, v in f["kernels"].items():
+    tiles = json.loads((ROOT / "docs" / "kernel" / "forward_tiles.json").read_text())  # the table's entries, one run
+    assert set(tiles["kernels"]) == {"numpy", "numba 8 sums", "numba 16 sums"}
+    assert "--tiles 8,16" in tiles["provenance"]["command"] and "numba_tile_sums" in tiles["provenance"]["machine"]
+    for k, v in [*f["kernels"].items(), *tiles["kernels"].items()]:
         for n, r in v["r"].items():
             assert 0.9 <= r <= int(n), (k, n, r)
         assert v["ms"]["1"] >= 0.95 * v["weight_stream_ms"], (k, "a pass faster than reading its weights")

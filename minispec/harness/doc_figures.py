@@ -38,8 +38,9 @@ def run_line(res: dict) -> str:
     commit = commit[:7] + (" with uncommitted changes" if commit.endswith("+changes") else "")
     if p.get("backfilled"):  # written after the fact from git history: no run date, no machine
         return f"`{p['command']}`, added in commit {commit} on {p['date'][:10]} (provenance written after the fact)"
+    cpu = ", ".join(str(x) for x in (m.get("cpu", m.get("processor")), m.get("cpu_generation"), m.get("simd")) if x)
     return (f"`{p['command']}`, {p['date'][:10]}, commit {commit}, "
-            f"{m.get('cpus')} vCPUs ({m.get('cpu', m.get('processor'))}), NumPy {m.get('numpy')}")
+            f"{m.get('cpus')} vCPUs ({cpu}), NumPy {m.get('numpy')}")
 
 
 # ---- the study (docs/study/study.json) ------------------------------------------------------------------------
