@@ -364,6 +364,13 @@ def test_a_calibration_is_stored_per_kernel(both):
     assert "|numba|" in calibration_key(b, (1, 2)) and "|numpy|" in calibration_key(a, (1, 2))
     head = types.SimpleNamespace(name="eagle", kernel=b.kernel, measure_costs=lambda clock, repeats: (0.0, 0.0))
     assert "|numba|" in calibration_key(head, ("guess", "fed"))  # a drafter that times itself: the kernel it declares
+    assert calibration_key(b, (1, 2)).endswith(f"|tiles {numba_kernel.SUMS}") and calibration_key(a, (1, 2)).endswith("|-")
+    before = numba_kernel.SUMS
+    try:  # other tiles, other costs: another key
+        numba_kernel.SUMS = 16 if before == 8 else 8
+        assert calibration_key(b, (1, 2)).endswith(f"|tiles {numba_kernel.SUMS}")
+    finally:
+        numba_kernel.SUMS = before
 
 
 def test_bench_forward_compares_kernels_side_by_side(tmp_path, capsys):

@@ -1,13 +1,14 @@
 """The calibration store: the cost model's figures kept on disk between processes (the lab's side of
 policy/calibration.py, which keeps them in memory only).
 
-One file per key (``calibration_key``: model, device, kernel, the n's measured, machine, CPU model, NumPy and
-thread counts) under ``$MINISPEC_CACHE/calibration/``, so that runs of other models, kernels or thread counts never
-overwrite each other's. A file keeps the key's last RUNS calibrations, each with when it was measured and the load
-then. ``load`` gives back, figure by figure, a low quantile (QUANTILE) of those younger than MAX_AGE_DAYS: load only
-ever slows a pass, so a run on a busy machine cannot raise the figures a quiet one measured, and a quiet one lowers
-them. The figures are then made non-decreasing in n (quantiles of different runs need not be). Files are replaced
-atomically; two processes saving at once may lose one of the two runs, never corrupt the file.
+One file per key (``calibration_key``: model, device, kernel, the n's measured, machine, CPU model and generation,
+NumPy, thread counts and the numba kernel's tiles) under ``$MINISPEC_CACHE/calibration/``, so that runs of other
+models, kernels or thread counts never overwrite each other's. A file keeps the key's last RUNS calibrations, each
+with when it was measured and the load then. ``load`` gives back, figure by figure, a low quantile (QUANTILE) of
+those younger than MAX_AGE_DAYS: load only ever slows a pass, so a run on a busy machine cannot raise the figures a
+quiet one measured, and a quiet one lowers them. The figures are then made non-decreasing in n (quantiles of
+different runs need not be). Files are replaced atomically; two processes saving at once may lose one of the two
+runs, never corrupt the file.
 
 ``use_disk_store()`` attaches it (the CLI does, unless ``MINISPEC_NO_CALIBRATION_CACHE=1``); a library caller that
 wants its calibrations kept does the same.

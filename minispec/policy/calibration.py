@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -126,16 +127,31 @@ def calibration_key(what, ns) -> str:
     else:
         raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
     return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
-            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_model()}|{threads.describe(what.kernel)}")
+            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_model()}|{threads.describe(what.kernel)}|"
+            f"{tiles(what.kernel)}")
 
 
 def cpu_model() -> str:
-    """The CPU's model name (a machine's kind: the same node name may be lent another CPU)."""
+    """The CPU's model name and generation (a machine's kind: the same node name may be lent another CPU, and one
+    name, "AMD EPYC", covers generations whose vector units differ twofold)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.processor())
+            fields = {}
+            for line in f:
+                key, _, value = line.partition(":")
+                if not line.strip():
+                    break  # the first CPU's fields
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         return platform.processor() or platform.machine()
+    name = fields.get("model name", platform.processor())
+    return f"{name} family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields else name
+
+
+def tiles(kernel: str) -> str:
+    """The numba kernel's tiles (``numba_kernel.SUMS``, chosen by the CPU or forced): its speed depends on them."""
+    module = sys.modules.get("minispec.model.numba_kernel")  # loaded by any model with that kernel
+    return f"tiles {module.SUMS}" if kernel == "numba" and module is not None else "-"
 
 
 def is_key_of(key: str, what) -> bool:
