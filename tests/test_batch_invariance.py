@@ -56,7 +56,7 @@ def twin_matmul():
             j = 4 * j4
             t = 0
             while t + 4 <= T:
-                nk._tile4(x, rows, out, t, j)
+                nk._tile4x4(x, rows, out, t, j)
                 t += 4
             for tt in range(t, T):
                 s0 = s1 = s2 = s3 = np.float32(0.0)
@@ -76,11 +76,15 @@ WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_k
 
 
 @pytest.mark.slow
-def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sums", [8, 16], ids=["8sums", "16sums"])
+def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(tmp_path, monkeypatch, sums):
+    """Under each entry of the kernel's table of tiles (numba_kernel.TILES), whatever this CPU's own."""
     pytest.importorskip("numba")
     from minispec.model import numba_kernel
     from minispec.model.tiny import tiny_config
 
+    assert sums in numba_kernel.TILES
+    monkeypatch.setattr(numba_kernel, "SUMS", sums)
     model = load_model(write_random_model(tmp_path / "m", tiny_config(**WIDE), seed=5), kernel="numba")
     ids = [int(t) for t in np.random.default_rng(0).integers(0, 96, 48)]
     got = batch_invariance.measure(model, ids, prefix=16)

@@ -74,19 +74,25 @@ def shipped_shapes() -> list[tuple[int, int]]:
     return sorted(shapes)
 
 
-def with_tiles(sums: int):
-    """numba_kernel.matmul through the entry of TILES with ``sums`` running sums per tile, whatever this CPU's."""
+def through(product):
+    """``x @ rows.T`` by a compiled product (an entry of numba_kernel.TILES, or a twin's), into an output that starts
+    as NaN: a row or output the product leaves unwritten cannot hold the right value by chance."""
     def matmul(x, rows):
-        out = np.empty((x.shape[0], rows.shape[0]), np.float32)
-        numba_kernel.TILES[sums](np.ascontiguousarray(x), rows, out)
+        out = np.full((x.shape[0], rows.shape[0]), np.nan, np.float32)
+        product(np.ascontiguousarray(x), rows, out)
         return out
     return matmul
 
 
-SUMS = pytest.mark.parametrize("sums", sorted(numba_kernel.TILES), ids=lambda s: f"{s}sums")
+def with_tiles(sums: int):
+    """The product in the entry of TILES with ``sums`` running sums per tile, whatever this CPU's."""
+    return through(numba_kernel.TILES[sums])
 
 
-@SUMS
+EACH_ENTRY = pytest.mark.parametrize("sums", sorted(numba_kernel.TILES), ids=lambda s: f"{s}sums")
+
+
+@EACH_ENTRY
 def test_a_row_is_bitwise_the_same_in_every_pass_of_every_shipped_shape(sums):
     """Batch invariance of the products (numba_kernel.py): row t of a pass of T rows equals the 1-row pass of it,
     for each entry of the table of tiles."""
@@ -101,7 +107,7 @@ def test_a_row_is_bitwise_the_same_in_every_pass_of_every_shipped_shape(sums):
 
 
 @pytest.mark.slow
-@SUMS
+@EACH_ENTRY
 def test_every_shipped_shape_for_1_to_16_rows(sums):
     shapes = shipped_shapes()
     assert (576, 49152) in shapes and (1536, 576) in shapes and len(shapes) >= 10
@@ -117,10 +123,15 @@ def test_the_tiles_are_chosen_by_the_cpus_vector_registers(monkeypatch):
     assert numba_kernel.chosen_sums() == 16
     monkeypatch.setenv("MINISPEC_TILE_SUMS", "8")  # forced, whatever the CPU
     assert numba_kernel.chosen_sums() == 8
-    monkeypatch.setenv("MINISPEC_TILE_SUMS", "12")
-    with pytest.raises(ValueError, match="MINISPEC_TILE_SUMS='12': the numba kernel has tiles of 8 or 16 sums"):
-        numba_kernel.chosen_sums()
-    assert numba_kernel.SUMS in numba_kernel.TILES and numba_kernel.matmul.__doc__
+    monkeypatch.setenv("MINISPEC_TILE_SUMS", " 16 ")
+    assert numba_kernel.chosen_sums() == 16
+    monkeypatch.setenv("MINISPEC_TILE_SUMS", "  ")  # blank: not set
+    assert numba_kernel.chosen_sums() == 16
+    for bad in ("12", "abc", "8,16"):
+        monkeypatch.setenv("MINISPEC_TILE_SUMS", bad)
+        with pytest.raises(ValueError, match=f"MINISPEC_TILE_SUMS='{bad}': the numba kernel has tiles of 8 or 16 sums"):
+            numba_kernel.chosen_sums()
+    assert numba_kernel.SUMS in numba_kernel.TILES
 
 
 def test_numpys_own_product_meets_the_same_bound():  # the bound is not too tight: a correct float32 product sits inside it
@@ -128,10 +139,10 @@ def test_numpys_own_product_meets_the_same_bound():  # the bound is not too tigh
     assert failures == []
 
 
+@EACH_ENTRY
 @settings(max_examples=60, deadline=None)
-@given(n_in=st.integers(1, 70), N=st.integers(1, 70), T=st.integers(1, 17), seed=st.integers(0, 2**16),
-       sums=st.sampled_from(sorted(numba_kernel.TILES)))
-def test_odd_shapes(n_in, N, T, seed, sums):
+@given(n_in=st.integers(1, 70), N=st.integers(1, 70), T=st.integers(1, 17), seed=st.integers(0, 2**16))
+def test_odd_shapes(sums, n_in, N, T, seed):
     assert rounding_failures(with_tiles(sums), [(n_in, N)], [T], seed) == []
 
 
@@ -145,23 +156,19 @@ def twin_kernel(old: str, new: str):
 
 
 @pytest.mark.parametrize("product, old, new", [
-    ("matmul_rows16", "                while t + 4 <= T:  #", "                while t + 4 < T:  #"),  # a last group of 4 rows left undone
-    ("matmul_rows16", "                _tile2(x, rows, out, t, j + 8)\n", "\n"),  # the 2-row tile's second 8 outputs forgotten
-    ("matmul_rows16", "                _tile1(x, rows, out, t, j)\n", "                _tile1(x, rows, out, t - 1, j)\n"),  # odd row too early
-    ("matmul_rows8", "                while t + 2 <= T:  #", "                while t + 2 < T:  #"),  # a last pair of rows left undone
-    ("matmul_rows8", "_tile1x8(x, rows, out, T - 1, j)", "_tile1x8(x, rows, out, T - 2, j)"),  # the odd row one too early
-    ("matmul_rows8", "for jj in range(j, j + 8, 4):", "for jj in range(j, j + 4, 4):"),  # the second 4 outputs forgotten
-    ("matmul_rows8", "    for jj in range(j, end):", "    for jj in range(j + 1, end):"),  # the last outputs one too late (both)
+    ("matmul_tiles16", "                while t + 4 <= T:  #", "                while t + 4 < T:  #"),  # a last group of 4 rows left undone
+    ("matmul_tiles16", "                _tile2x8(x, rows, out, t, j + 8)\n", "\n"),  # the 2-row tile's second 8 outputs forgotten
+    ("matmul_tiles16", "    _tile1x16(x, rows, out, t, j)\n", "    _tile1x16(x, rows, out, t - 1, j)\n"),  # odd row too early
+    ("matmul_tiles16", "    for jj in range(j, end):", "    for jj in range(j + 1, end):"),  # the last outputs one too late
+    ("matmul_tiles8", "    for jj in range(j, end):", "    for jj in range(j + 1, end):"),  # (in both: _last_outputs)
+    ("matmul_tiles8", "                while t + 2 <= T:  #", "                while t + 2 < T:  #"),  # a last pair of rows left undone
+    ("matmul_tiles8", "_tile1x8(x, rows, out, T - 1, j)", "_tile1x8(x, rows, out, T - 2, j)"),  # the odd row one too early
+    ("matmul_tiles8", "for jj in range(j, j + 8, 4):", "for jj in range(j, j + 4, 4):"),  # the second 4 outputs forgotten
 ])
 @pytest.mark.slow
 def test_a_planted_off_by_one_in_the_row_loop_is_caught(product, old, new):
     twin = twin_kernel(old, new)
-
-    def matmul(x, rows):  # the output starts as NaN: a row the twin leaves unwritten cannot hold a product by chance
-        out = np.full((x.shape[0], rows.shape[0]), np.nan, np.float32)
-        getattr(twin, product)(np.ascontiguousarray(x), rows, out)
-        return out
-    failures = rounding_failures(matmul, shipped_shapes()[:3] + [(70, 67)], range(1, 17))
+    failures = rounding_failures(through(getattr(twin, product)), shipped_shapes()[:3] + [(70, 67)], range(1, 17))
     assert failures, f"the twin ({new.strip()}) passed"
 
 
@@ -395,7 +402,7 @@ def test_bench_forward_times_each_entry_of_the_table_of_tiles(tmp_path, capsys):
     from minispec.model.tiny import write_random_model
 
     d = write_random_model(tmp_path / "m", tiny_config(num_hidden_layers=1), seed=1)
-    seen = []
+    seen, before = [], numba_kernel.SUMS
     real = numba_kernel.TILES.copy()
     for sums in real:  # each entry records that it ran, so a row timed under the wrong tiles would show
         numba_kernel.TILES[sums] = lambda x, rows, out, f=real[sums], s=sums: (seen.append(s), f(x, rows, out))
@@ -407,7 +414,8 @@ def test_bench_forward_times_each_entry_of_the_table_of_tiles(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert list(res["kernels"]) == ["numpy", "numba 8 sums", "numba 16 sums"]
     assert seen.index(16) > seen.index(8) and set(seen[:seen.index(16)]) == {8} and set(seen[seen.index(16):]) == {16}
-    assert res["provenance"]["machine"]["numba_tile_sums"] == numba_kernel.SUMS  # restored: the CPU's own
+    assert numba_kernel.SUMS == before == res["provenance"]["machine"]["numba_tile_sums"]  # restored after the rows
+    assert [res["kernels"][k].get("tile_sums") for k in res["kernels"]] == [None, 8, 16]
     for bad, message in (("12", "name each of \\[8, 16\\]"), ("8,8", "at most once")):
         with pytest.raises(ValueError, match=message):
             bench_main(["forward", "--model", str(d), "--kernel", "numba", "--tiles", bad])

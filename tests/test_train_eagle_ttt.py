@@ -133,9 +133,14 @@ def test_init_loads_a_heads_file_back_into_the_torch_head():
         assert torch.equal(x, y), name
 
 
-def test_the_target_law_computed_once_is_each_steps_own():
-    """step_losses reads step i's target law from step 0's, i rows on: the same loss as computing softmax(f W_r)
-    from each step's own true features (positions past a window's end are not valid either way)."""
+def test_the_target_distribution_computed_once_is_each_steps_own():
+    """step_losses reads step i's target distribution from step 0's, i rows on: the same loss as computing
+    softmax(f W_r) from each step's own true features (positions past a window's end are not valid either way). A
+    twin of step_losses that reads it one row off is told apart."""
+    import types
+    from pathlib import Path
+
+    from minispec.recipes import train_eagle_ttt
     from minispec.recipes.train_eagle_ttt import shifted, step_losses
 
     g = torch.Generator().manual_seed(0)
@@ -145,7 +150,7 @@ def test_the_target_law_computed_once_is_each_steps_own():
     outs = [(torch.randn(B, L - 1, D, generator=g), shifted(feats, i), (pos < lens[:, None] - 1 - i).float())
             for i in range(4)]
 
-    def own(outs):  # each step's law from its own true features
+    def own(outs):  # each step's distribution from its own true features
         total, wsum, parts = 0.0, 0.0, []
         for i, (pred, true, valid) in enumerate(outs):
             n = valid.sum()
@@ -159,6 +164,12 @@ def test_the_target_law_computed_once_is_each_steps_own():
     ref_loss, ref_parts = own(outs)
     assert abs(float(loss) - float(ref_loss)) < 1e-5
     np.testing.assert_allclose(parts, ref_parts, rtol=1e-5)
-    moved = [(p, t, v) for p, t, v in outs[:1]] + [(p, shifted(feats, i + 2), v) for i, (p, _, v) in enumerate(outs[1:])]
-    off = np.array(own(moved)[1])[1:, 1]  # a law read one row off: steps 1.. get another cross-entropy
-    assert np.abs(off - np.array(parts)[1:, 1]).min() > 1e-2
+
+    src = Path(train_eagle_ttt.__file__).read_text()
+    old, new = "p_r0[:, i:] * logq", "p_r0[:, i - 1:-1] * logq if i else p_r0 * logq"  # one row early from step 1
+    assert src.count(old) == 1
+    twin = types.ModuleType("train_eagle_ttt_twin")
+    twin.__package__ = "minispec.recipes"  # its relative imports
+    exec(compile(src.replace(old, new), "train_eagle_ttt_twin", "exec"), twin.__dict__)
+    _, twin_parts = twin.step_losses(outs, W_r)
+    assert np.abs(np.array(twin_parts)[1:, 1] - np.array(ref_parts)[1:, 1]).min() > 1e-2

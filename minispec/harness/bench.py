@@ -47,8 +47,8 @@ def bench_forward(argv) -> int:
     p.add_argument("--kernel", default=None, help="kernels to compare, comma-separated: numpy,numba (default: "
                                                   "$MINISPEC_KERNEL, else numpy)")
     p.add_argument("--tiles", default=None, help="under the numba kernel, time each of these entries of its table of "
-                                                 "tiles, comma-separated sums per tile: 8,16 (default: the one chosen "
-                                                 "for this CPU, numba_kernel.sums_per_tile)")
+                                                 "tiles, comma-separated sums per tile: 8,16 (default: this process's "
+                                                 "entry, numba_kernel.SUMS: chosen for the CPU, or MINISPEC_TILE_SUMS)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cpu (NumPy) or cuda (CuPy); default cpu")
     p.add_argument("--gguf", action="append", default=[],
                    help="also time llama.cpp (llama-cpp-python, 2 threads) on this GGUF in the same run, the same way; "
@@ -73,7 +73,7 @@ def bench_forward(argv) -> int:
     kernels = [check_kernel(k) for k in (a.kernel.split(",") if a.kernel else [default_kernel()])]
     if len(set(kernels)) != len(kernels):
         raise ValueError(f"--kernel {a.kernel}: a kernel named twice")
-    tiles = [None]  # None: the CPU's own entry of numba_kernel.TILES, unnamed in the rows
+    tiles = [None]  # None: this process's entry of numba_kernel.TILES (numba_kernel.SUMS), unnamed in the rows
     if a.tiles is not None:
         if "numba" not in kernels:
             raise ValueError(f"--tiles {a.tiles}: the tiles are the numba kernel's; add --kernel numba")
@@ -95,7 +95,7 @@ def bench_forward(argv) -> int:
                       file=sys.stderr)
                 continue
             name, nbytes = name or model.name, nbytes or model.weight_bytes
-            for sums in (tiles if k == "numba" and fmt == "float32" else [None]):
+            for sums in (tiles if k == "numba" else [None]):  # a Q4_1 model's float32 head runs in the tiles too
                 with blas_threads(k), tile_sums(sums):  # each kernel with the BLAS threads it runs with, its floor too
                     t = forward_times(model, ns, a.context, a.repeats)
                     floor = stream_time(model.weight_bytes, kernel=k)  # with the kernel's own loads
@@ -108,6 +108,9 @@ def bench_forward(argv) -> int:
                     "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},
                     "weight_stream_ms": 1e3 * floor, "weight_stream_by": STREAM_READERS[k],
                     "decode_over_stream": t[1] / floor}
+                if k == "numba":  # the tiles this row's products ran in
+                    from ..model import numba_kernel
+                    rows[key]["tile_sums"] = numba_kernel.SUMS if sums is None else sums
             del model
     for path, (fmt, flop) in ggufs.items():
         got = llama_cpp_times.gguf_times(path, ns, a.context, a.repeats)
@@ -138,7 +141,7 @@ def bench_forward(argv) -> int:
 @contextlib.contextmanager
 def tile_sums(sums):
     """Within it, the numba kernel's products run in the tiles of ``sums`` running sums (``numba_kernel.TILES``); None
-    leaves the CPU's own entry."""
+    leaves this process's entry (``numba_kernel.SUMS``)."""
     if sums is None:
         yield
         return

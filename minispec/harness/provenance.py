@@ -14,32 +14,24 @@ from pathlib import Path
 import numpy as np
 
 from ..model import backend
+from ..model.cpu import cpu_fields, widest_simd
 
 
 def machine_info() -> dict:
     info = dict(python=platform.python_version(), numpy=np.__version__, cpus=os.cpu_count(),
                 processor=platform.processor() or platform.machine(), device=backend.device_name())
-    try:
-        fields = {}
-        for line in open("/proc/cpuinfo"):
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-            if not line.strip():
-                break  # the first CPU's fields
+    fields = cpu_fields()
+    if "model name" in fields:
         info["cpu"] = fields["model name"]
-        # the same name covers generations that differ twofold in vector speed (Zen 1 splits a 256-bit operation in two)
-        info["cpu_generation"] = f"family {fields.get('cpu family')} model {fields.get('model')}"
-        flags = fields.get("flags", "").split()
-        info["simd"] = next((f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), "none listed")
-    except (OSError, KeyError):
-        pass
+        info["cpu_generation"] = f"family {fields.get('cpu family')} model {fields.get('model')}"  # model/cpu.py: why
+        info["simd"] = widest_simd(fields)
     if "numba" in sys.modules:  # the numba kernel ran: its compiler and the vector setting it compiled with
         info["numba"] = sys.modules["numba"].__version__
         info["numba_cpu_features"] = ("the host's, without -prefer-256-bit"
                                       if os.environ.get("NUMBA_CPU_FEATURES", "").endswith(",-prefer-256-bit")
                                       else os.environ.get("NUMBA_CPU_FEATURES", "the host's"))
         kernel = sys.modules.get("minispec.model.numba_kernel")
-        if kernel is not None:  # the tiles its products ran in (numba_kernel.TILES)
+        if kernel is not None:  # this process's entry of its table of tiles (a bench forward --tiles row names its own)
             info["numba_tile_sums"] = kernel.SUMS
     try:
         from threadpoolctl import threadpool_info

@@ -5,7 +5,7 @@ then ``kvcache.py``. The rest is plumbing: ``config.py`` and ``weights.py`` read
 directory, ``safetensors_io.py`` the tensor file format, ``tokenizer.py`` the tokenizer,
 ``backend.py`` picks NumPy or CuPy, ``blas.py`` shapes small products for the CPU, ``kernel.py`` chooses the
 kernel that multiplies by a weight (NumPy's BLAS, or ``numba_kernel.py``, which reads each weight once for every row),
-``q4_1.py`` the GGUF's 4-bit blocks, ``tiny.py`` writes random-weight models. Fetching and converting the real target
+``q4_1.py`` the GGUF's 4-bit blocks, ``cpu.py`` names the CPU, ``tiny.py`` writes random-weight models. Fetching and converting the real target
 belong to the lab (``minispec/recipes/``).
 
 The model is the core's: it imports nothing of the lab (tests/test_layout.py).

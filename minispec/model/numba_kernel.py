@@ -12,12 +12,12 @@ stays then depends on how much of that arithmetic hides behind the stream: ``min
 The work is cut into tiles of running sums, over the shared dimension, that the compiler keeps in vector registers.
 How many fit depends on the CPU, so the tiles come from a table keyed by its features (``TILES``, ``sums_per_tile``):
 - 16 sums where the CPU has 32 vector registers (AVX-512): 4 rows by 4 outputs, then 2 rows by 8 outputs and 1 row
-  by 16 outputs for the rows left over (``matmul_rows16``);
+  by 16 outputs for the rows left over (``matmul_tiles16``);
 - 8 sums where it has 16 (AVX2 and older): 2 rows by 4 outputs, and 1 row by 8 outputs for an odd last row
-  (``matmul_rows8``). With 16 sums there, the compiler keeps some on the stack and moves them in and out on every
+  (``matmul_tiles8``). With 16 sums there, the compiler keeps some on the stack and moves them in and out on every
   step of the loop.
-``MINISPEC_TILE_SUMS=8`` or ``16`` forces an entry, so that each is tested on any CPU. Output blocks of ``BLOCK``
-columns are shared between the cores (``prange``).
+``MINISPEC_TILE_SUMS=8`` or ``16`` forces an entry (read at import); the tests call each entry directly, on any
+CPU. Output blocks of ``BLOCK`` columns are shared between the cores (``prange``).
 
 **Batch-invariant rows.** A row's logits are bitwise the same whatever the number of rows in the pass and the row's
 place in it (``python -m minispec.harness.batch_invariance``; tests/test_batch_invariance.py). So greedy
@@ -68,7 +68,7 @@ FASTMATH = {"reassoc", "contract"}  # sums in any order and fused multiply-adds;
 
 
 @njit(fastmath=FASTMATH, inline="always")
-def _tile4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
+def _tile4x4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
     w0, w1, w2, w3 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3]  # [in] each: loaded once per tile
     x0, x1, x2, x3 = x[t], x[t + 1], x[t + 2], x[t + 3]  # [in] each
     z = np.float32(0.0)
@@ -87,7 +87,7 @@ def _tile4(x, rows, out, t, j):  # out[t:t+4, j:j+4] = x[t:t+4] @ rows[j:j+4].T
 
 
 @njit(fastmath=FASTMATH, inline="always")
-def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+8] = x[t:t+2] @ rows[j:j+8].T
+def _tile2x8(x, rows, out, t, j):  # out[t:t+2, j:j+8] = x[t:t+2] @ rows[j:j+8].T
     w0, w1, w2, w3, w4, w5, w6, w7 = rows[j], rows[j + 1], rows[j + 2], rows[j + 3], rows[j + 4], rows[j + 5], rows[j + 6], rows[j + 7]
     x0, x1 = x[t], x[t + 1]  # [in] each
     z = np.float32(0.0)
@@ -104,7 +104,7 @@ def _tile2(x, rows, out, t, j):  # out[t:t+2, j:j+8] = x[t:t+2] @ rows[j:j+8].T
 
 
 @njit(fastmath=FASTMATH, inline="always")
-def _tile1(x, rows, out, t, j):  # out[t, j:j+16] = x[t] @ rows[j:j+16].T
+def _tile1x16(x, rows, out, t, j):  # out[t, j:j+16] = x[t] @ rows[j:j+16].T
     w = rows[j: j + 16]  # [16, in]
     x0 = x[t]  # [in]
     z = np.float32(0.0)
@@ -159,7 +159,7 @@ def _last_outputs(x, rows, out, j, end):  # out[:, j:end] = x @ rows[j:end].T, o
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def matmul_rows16(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
+def matmul_tiles16(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
     """``out = x @ rows.T`` in tiles of 16 sums (module docstring): every task takes BLOCK weight rows, 16 at a time,
     and applies each group of 16 to every row of ``x`` before moving on, so that each weight leaves memory once."""
     T, n_out = x.shape[0], rows.shape[0]
@@ -169,21 +169,21 @@ def matmul_rows16(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out =
             for jj in range(j, j + 16, 4):  # 4 outputs x 4 rows at a time: 4 weight rows stay in L1 for all of x
                 t = 0
                 while t + 4 <= T:  # rows t..t+3
-                    _tile4(x, rows, out, t, jj)
+                    _tile4x4(x, rows, out, t, jj)
                     t += 4
             t = T - T % 4  # the 0-3 rows left
             if t + 2 <= T:  # 2 rows x 16 outputs, as two 2 x 8 tiles
-                _tile2(x, rows, out, t, j)
-                _tile2(x, rows, out, t, j + 8)
+                _tile2x8(x, rows, out, t, j)
+                _tile2x8(x, rows, out, t, j + 8)
                 t += 2
             if t < T:  # 1 row x 16 outputs
-                _tile1(x, rows, out, t, j)
+                _tile1x16(x, rows, out, t, j)
             j += 16
         _last_outputs(x, rows, out, j, end)
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def matmul_rows8(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
+def matmul_tiles8(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = x @ rows.T
     """``out = x @ rows.T`` in tiles of 8 sums (module docstring), BLOCK weight rows per task, 8 at a time."""
     T, n_out = x.shape[0], rows.shape[0]
     for block in prange((n_out + BLOCK - 1) // BLOCK):
@@ -200,27 +200,27 @@ def matmul_rows8(x, rows, out):  # [T, in], [out, in], [T, out] -> writes out = 
         _last_outputs(x, rows, out, j, end)
 
 
-TILES = {16: matmul_rows16, 8: matmul_rows8}  # running sums per tile -> the product
+TILES = {16: matmul_tiles16, 8: matmul_tiles8}  # running sums per tile -> the product
 
 
 def sums_per_tile(cpu_features: str) -> int:
     """The tiles for a CPU, from the features numba compiles for (``NUMBA_CPU_FEATURES``' form: "+avx2,-avx512f,..."):
-    16 sums where it has 32 vector registers (AVX-512), 8 where it has 16 (AVX2, AVX, SSE). A tile's loop holds its
-    sums, its weights and an input in registers: 16 + 4 + 1 fit in 32, not in 16, where the 4x4 tile's sums go to
-    the stack and back on every step (measured: docs/policy.md)."""
+    16 sums on an x86 CPU with AVX-512, whose 32 vector registers hold a 4x4 tile's 16 sums, its 4 weights and an
+    input; 8 on every other, where AVX2's 16 registers do not hold them and the sums go to the stack and back on
+    every step (measured: docs/policy.md). Other CPUs (ARM's NEON has 32 registers) get 8 too: not measured."""
     return 16 if "+avx512f" in cpu_features.split(",") else 8
 
 
 def chosen_sums() -> int:
-    """``MINISPEC_TILE_SUMS`` (8 or 16) where it is set, to force an entry of ``TILES``; else ``sums_per_tile`` of the
-    features numba compiles for."""
-    forced = os.environ.get("MINISPEC_TILE_SUMS", "")
+    """``MINISPEC_TILE_SUMS`` (a key of ``TILES``) where it is set, to force an entry; else ``sums_per_tile`` of the
+    features numba compiles for. Read once, when this module is imported (``SUMS``)."""
+    forced = os.environ.get("MINISPEC_TILE_SUMS", "").strip()
     if forced:
-        if forced.strip() not in ("8", "16"):
-            raise ValueError(f"MINISPEC_TILE_SUMS={forced!r}: the numba kernel has tiles of 8 or 16 sums")
+        if forced not in [str(k) for k in TILES]:
+            raise ValueError(f"MINISPEC_TILE_SUMS={forced!r}: the numba kernel has tiles of "
+                             f"{' or '.join(str(k) for k in sorted(TILES))} sums")
         return int(forced)
-    features = os.environ.get("NUMBA_CPU_FEATURES") or _host_features()
-    return sums_per_tile(features)
+    return sums_per_tile(os.environ.get("NUMBA_CPU_FEATURES") or _host_features())
 
 
 def _host_features() -> str:

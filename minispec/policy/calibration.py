@@ -36,6 +36,7 @@ import numpy as np
 
 from ..drafters.protocol import TimesItself, TimesItsTreeLevels, has
 from ..model import Model, backend, threads
+from ..model.cpu import cpu_name
 
 REPEATS = 7  # interleaved repeats of a calibration: the median of 7 moves only when 4 of them are hit
 TRIES = 2  # measurements of a calibration that fails a physical check before the last one is repaired
@@ -127,25 +128,8 @@ def calibration_key(what, ns) -> str:
     else:
         raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
     return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
-            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_model()}|{threads.describe(what.kernel)}|"
+            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_name()}|{threads.describe(what.kernel)}|"
             f"{tiles(what.kernel)}")
-
-
-def cpu_model() -> str:
-    """The CPU's model name and generation (a machine's kind: the same node name may be lent another CPU, and one
-    name, "AMD EPYC", covers generations whose vector units differ twofold)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            fields = {}
-            for line in f:
-                key, _, value = line.partition(":")
-                if not line.strip():
-                    break  # the first CPU's fields
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = fields.get("model name", platform.processor())
-    return f"{name} family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields else name
 
 
 def tiles(kernel: str) -> str:

@@ -126,15 +126,15 @@ def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 
 
 
 def step_losses(outs, W_r, weight_decay_base: float = 0.8):
-    """The module docstring's loss -> (loss, [(regression, CE) per step]).
+    """The module docstring's loss over ``outs`` as ``unrolled`` returns them -> (loss, [(regression, CE) per step]).
 
-    The target's reduced law softmax(f W_r) is computed once, at step 0: step i's true features are step 0's moved
-    i positions on (``shifted``), so its law at position j is step 0's at position j + i (rows past the end are not
-    valid and are left out)."""
+    The target's reduced distribution softmax(f W_r) is computed once, at step 0: in ``unrolled``'s output, step i's
+    true features are step 0's moved i positions on (``shifted``), so its distribution at position j is step 0's at
+    position j + i (the last i rows, past the window's end, are never valid and are left out)."""
     import torch
     total, wsum, parts = 0.0, 0.0, []
     with torch.no_grad():
-        p_r0 = torch.softmax(outs[0][1] @ W_r.T, -1)  # [B, L-1, V_r]: row j is the target's law at f_{j+1}
+        p_r0 = torch.softmax(outs[0][1] @ W_r.T, -1)  # [B, L-1, V_r]: row j, the target's distribution at f_{j+1}
     for i, (pred, true, valid) in enumerate(outs):
         n = valid.sum().clamp(min=1)
         reg = (torch.nn.functional.smooth_l1_loss(pred, true, reduction="none").mean(-1) * valid).sum() / n
