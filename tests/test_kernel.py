@@ -314,11 +314,20 @@ def test_the_stored_kernel_measurements_are_physical():
         for n, r in v["r"].items():
             assert 0.9 <= r <= int(n), (k, n, r)
         assert v["ms"]["1"] >= 0.95 * v["weight_stream_ms"], (k, "a pass faster than reading its weights")
-    for k, rel in (("numpy", "study_numpy.json"), ("numba", "study_numba.json")):  # the studies docs/speed.md quotes
+    formats = {}
+    for k, rel in (("numpy", "study_numpy.json"), ("numba", "study_numba.json"), ("numba", "study_numba_float32.json"),
+                   ("numba", "study_numba_q4_1.json")):  # the studies docs/speed.md quotes
         s = json.loads((ROOT / "docs" / "kernel" / rel).read_text())
         assert f"--kernel {k}" in s["provenance"]["command"] and "+changes" not in str(s["provenance"]["commit"]), rel
+        if "_numba_" in rel:  # the two target formats: each its own directory, on one machine
+            formats[rel] = s
+            assert f"--model weights/{s['target']} " in s["provenance"]["command"], rel
         assert all(1 <= float(r) <= int(n) * 1.05 for n, r in s["r"].items()), rel
         assert all(0 < row["speedup"] < 10 for row in s["rows"] if row.get("speedup") is not None), rel
+    f32, q4 = formats["study_numba_float32.json"], formats["study_numba_q4_1.json"]
+    assert f32["target"] == "smollm2-135m-instruct" and q4["target"] == "smollm2-135m-instruct-q4_1"
+    same = ("cpu", "cpu_generation", "simd", "numba_tile_sums")
+    assert [f32["provenance"]["machine"].get(x) for x in same] == [q4["provenance"]["machine"].get(x) for x in same]
 
 
 PEAK_CHILD = """

@@ -7,6 +7,8 @@
                                   float32 and the Q4_1 target side by side, with each pass's GFLOP/s
   docs/kernel/forward_tiles.json  ``minispec bench forward --kernel numpy,numba --tiles 8,16 --json``: each entry of
                                   the numba kernel's table of tiles on one machine, side by side
+  docs/kernel/study_numba_float32.json, study_numba_q4_1.json   ``minispec bench --kernel numba --model DIR ...``:
+                                  the study with the float32 and with the Q4_1 target, on one machine
   docs/kernel/forward_llama_cpp.json   the same with ``--kernel numba --gguf Q4_1.gguf --gguf F32.gguf``: llama.cpp on
                                   the same weights, in the same run
 """
@@ -23,6 +25,7 @@ FORWARD_Q4 = "docs/kernel/forward_q4_1.json"
 FORWARD_LLAMA = "docs/kernel/forward_llama_cpp.json"
 FORWARD_TILES = "docs/kernel/forward_tiles.json"
 STUDIES = {"numpy": "docs/kernel/study_numpy.json", "numba": "docs/kernel/study_numba.json"}
+FORMAT_STUDIES = {"float32": "docs/kernel/study_numba_float32.json", "Q4_1": "docs/kernel/study_numba_q4_1.json"}
 ROWS = [(EAGLE, "code"), (DRAFT, None), (PL, "grounded"), (PL, None)]
 
 
@@ -44,14 +47,15 @@ def forward_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-def study_table(root: Path) -> str:
-    studies = {k: load(root, rel) for k, rel in STUDIES.items()}
+def study_table(root: Path, files: dict[str, str] = STUDIES, what: str = "kernel") -> str:
+    """The drafters under each of ``files`` (a label -> a study's JSON), each against plain decoding in its own study."""
+    studies = {k: load(root, rel) for k, rel in files.items()}
     lines = []
     for k, s in studies.items():
-        lines.append(f"- {k}: [`{STUDIES[k]}`]({STUDIES[k]}) ({run_line(s)}): {s['prompts_per_set']} prompts per set, "
+        lines.append(f"- {k}: [`{files[k]}`]({files[k]}) ({run_line(s)}): {s['prompts_per_set']} prompts per set, "
                      f"{s['max_new_tokens']} new tokens, K in {', '.join(map(str, s['ks']))}; plain decoding "
                      f"{tokens_per_second(s)} greedy, r(2) = {s['r']['2']:.2f}, r(5) = {s['r']['5']:.2f};")
-    lines += ["", "Greedy; each cell the median speedup over plain decoding with the same kernel, timed side by side, "
+    lines += ["", f"Greedy; each cell the median speedup over plain decoding with the same {what}, timed side by side, "
                   "and the interquartile range over the prompts.", "",
               "| drafter | prompts | " + " | ".join(f"{k}: c | {k}: best fixed K | {k}: K = auto | {k}: tree"
                                                      for k in studies) + " |",
@@ -63,6 +67,19 @@ def study_table(root: Path) -> str:
             cells.append(f"{s['c'][drafter]:.3f} | {speed(b, pset)}, K = {b['k']} | {speed(row(s, drafter, 'auto'), pset)} "
                          f"| {speed(row(s, drafter, 'tree'), pset)}")
         lines.append(f"| {NAMES[drafter]} | {pset or 'all'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_study_table(root: Path) -> str:
+    """The float32 and the Q4_1 target under the numba kernel, on one machine: the drafters' speedups, and the
+    acceptance a drafter needs at K = 1 under each (a > c + r(2) - 1, docs/speed.md's model)."""
+    lines = [study_table(root, FORMAT_STUDIES, "target format"), "",
+             "At K = 1 a drafter pays when its first guess is kept more often than c + r(2) - 1:", ""]
+    studies = {k: load(root, rel) for k, rel in FORMAT_STUDIES.items()}
+    for d in (EAGLE, DRAFT):
+        cells = [f"{k}: needs {s['c'][d] + s['r']['2'] - 1:.2f} (c = {s['c'][d]:.3f}, r(2) = {s['r']['2']:.2f}), "
+                 f"keeps {row(s, d, 1)['a_first']:.2f}" for k, s in studies.items()]
+        lines.append(f"- {NAMES[d]}: " + "; ".join(cells) + ".")
     return "\n".join(lines)
 
 
@@ -129,6 +146,9 @@ def values(root: Path) -> dict[str, str]:
         out[f"kernel.{key}.mb"] = f"{v['weight_bytes'] / 1e6:.0f} MB"
     for k, v in load(root, "docs/kernel/batch_invariance.json")["kernels"].items():  # python -m ...batch_invariance
         out[f"kernel.{k}.bi_max"] = f"{max(x['max_abs_diff'] for x in v.values() if isinstance(x, dict)):.1e}"
+    for k, rel in FORMAT_STUDIES.items():  # the study with each target format, on one machine
+        b = best_fixed(load(root, rel), PL, pset="grounded")
+        out[f"kernel.study.{k.lower()}.pl.grounded"] = f"{b['by_prompt_set']['grounded']['speedup']:.2f}x"
     for k, rel in STUDIES.items():
         s = load(root, rel)
         b = best_fixed(s, EAGLE, pset="code")
@@ -152,4 +172,4 @@ def values(root: Path) -> dict[str, str]:
 
 SECTIONS = {"kernel_forward": forward_table, "kernel_study": study_table, "kernel_speed_model": speed_model,
             "kernel_forward_q4_1": forward_q4_table, "kernel_forward_llama_cpp": forward_llama_cpp_table,
-            "kernel_forward_tiles": forward_tiles_table}
+            "kernel_forward_tiles": forward_tiles_table, "kernel_study_formats": format_study_table}
