@@ -3,8 +3,9 @@ process (7 rounds, the minimum of each), at 256 cached tokens.
 
     python scripts/kernel_versions.py REV        # e.g. adc455c~1, the kernel before batch-invariant rows
 
-The other commit's ``minispec/model/numba_kernel.py`` (from ``git show``) supplies the products; its attention is
-NumPy's where that commit had none of its own. Prints t(1) and r(n) = t(n) / t(1) for each, and t(n) in ms.
+The other commit's ``minispec/model/numba_kernel.py`` (from ``git show``) supplies the products, and its
+``numba_layers.py`` the norms, RoPE and attention; a commit before that file had its attention in ``numba_kernel.py``
+(and NumPy's norms and RoPE), or none (NumPy's). Prints t(1) and r(n) = t(n) / t(1) for each, and t(n) in ms.
 """
 
 import importlib.util
@@ -15,6 +16,30 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+
+def load_source(name: str, text: str, folder: Path):
+    """A module from source text, registered under ``name`` (so that another module of the same commit imports it)."""
+    path = folder / f"{name}.py"
+    path.write_text(text.replace("cache=True", "cache=False"))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def other_ops(root: Path, rev: str, kernel, folder: Path):
+    """The norms, RoPE and attention that the numba kernel of ``rev`` ran (module docstring)."""
+    from minispec.model import transformer
+
+    src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:minispec/model/numba_layers.py"],
+                         capture_output=True, text=True)
+    if src.returncode:  # before numba_layers.py
+        return transformer.Ops(transformer.rms_norm, transformer.rope, getattr(kernel, "attention", transformer.attention))
+    layers = load_source("numba_layers_other", src.stdout.replace("from .numba_kernel import", "from numba_kernel_other import"),
+                         folder)
+    return transformer.Ops(layers.rms_norm, layers.rope, layers.attention)
 
 
 def main(argv=None) -> int:
@@ -31,21 +56,18 @@ def main(argv=None) -> int:
     from minispec.model import load_model
 
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "numba_kernel_other.py"
-        path.write_text(src.stdout.replace("cache=True", "cache=False"))
-        spec = importlib.util.spec_from_file_location("numba_kernel_other", path)
-        other = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(other)
+        other = load_source("numba_kernel_other", src.stdout, Path(d))
+        ops = other_ops(root, argv[0], other, Path(d))
     m = load_model(root / "weights" / "smollm2-135m-instruct", kernel="numba")
     mats = [w for layer in m.layers for w in (layer.w_qkv, layer.w_o, layer.w_gate_up, layer.w_down)] + [m.lm_head]
-    mine = {"matmul": mats[0]._matmul, "attend": m.attend}
+    mine = {"matmul": mats[0]._matmul, "ops": m.ops}
     ids = [int(t) for t in np.random.default_rng(0).integers(0, m.cfg.vocab_size, 300)]
     times: dict = {}
     for _ in range(7):
         for which in (argv[0], "this"):
             for w in mats:
                 w._matmul = mine["matmul"] if which == "this" else other.matmul
-            m.attend = mine["attend"] if which == "this" else getattr(other, "attention", None)
+            m.ops = mine["ops"] if which == "this" else ops
             for n in (1, 2, 4, 8):
                 cache = m.new_cache(300)
                 m.forward(ids[:256], cache, last=1)

@@ -1,7 +1,10 @@
 """Batch invariance: the measurement (minispec/harness/batch_invariance.py) tells a model whose rows do not depend
 on the pass from one whose rows do, and under the numba kernel a row's logits are bitwise the same in a pass of 1,
 2, 3, 4, 8 or 16 rows, and in a tree pass with its mask, on a tiny model and on SmolLM2; a twin of the kernel whose
-1-row tile keeps 4 sums, not 16 (the kernel before it was made invariant), is caught."""
+1-row tile keeps 4 sums, not 16 (the kernel before it was made invariant), is caught, and so are NumPy's attention
+and a norm whose partial sums depend on the pass."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ import pytest
 from minispec.harness import batch_invariance
 from minispec.model import load_model
 from minispec.model.tiny import write_random_model
+from minispec.model.transformer import attention
 
 
 class RowByRow:
@@ -72,6 +76,30 @@ def twin_matmul():
     return matmul
 
 
+def twin_rms_norm():
+    """The planted twin of numba_layers.rms_norm: each row's sum of squares kept in T + 1 partial sums (as a compiler
+    might split it between vector lanes by the shape of the pass), so a row rounds differently alone than with
+    others."""
+    from numba import njit
+
+    @njit
+    def rows(x, w, eps, out):
+        T, D = x.shape
+        for t in range(T):
+            parts = np.zeros(T + 1, np.float32)  # [T + 1]: how the terms are shared out depends on T
+            for i in range(D):
+                parts[i % (T + 1)] += x[t, i] * x[t, i]
+            r = np.float32(1.0) / np.sqrt(parts.sum() / np.float32(D) + np.float32(eps))
+            for i in range(D):
+                out[t, i] = x[t, i] * r * w[i]
+
+    def rms_norm(x, w, eps):
+        out = np.empty(x.shape, np.float32)
+        rows(np.ascontiguousarray(x), w, eps, out)
+        return out
+    return rms_norm
+
+
 WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, vocab_size=96)
 
 
@@ -90,9 +118,14 @@ def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(t
     got = batch_invariance.measure(model, ids, prefix=16)
     assert all(got[str(n)]["identical_rows"] == 1.0 for n in batch_invariance.NS), got
     assert got["tree"]["identical_rows"] == 1.0 and got["tree"]["rows"] == 10, got["tree"]
-    model.attend = None  # twin 1: the kernel's products, NumPy's attention (all rows at once, through BLAS)
+    kernel_ops = model.ops
+    model.ops = dataclasses.replace(kernel_ops, attention=attention)  # twin 1: NumPy's attention (all rows at once, BLAS)
     caught = batch_invariance.measure(model, ids, prefix=16)
     assert caught["4"]["identical_rows"] < 1.0 and caught["tree"]["identical_rows"] < 1.0
+    model.ops = dataclasses.replace(kernel_ops, rms_norm=twin_rms_norm())  # twin 3: a norm that depends on T
+    caught = batch_invariance.measure(model, ids, prefix=16)
+    assert caught["4"]["identical_rows"] < 1.0 and caught["tree"]["identical_rows"] < 1.0
+    model.ops = kernel_ops
     monkeypatch.setattr(numba_kernel, "matmul", twin_matmul())  # twin 2: the kernel's attention, 4-sum 1-row tiles
     twin = load_model(tmp_path / "m", kernel="numba")
     caught = batch_invariance.measure(twin, ids, prefix=16)

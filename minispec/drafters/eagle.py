@@ -228,7 +228,7 @@ class Eagle:
                                     backend.asarray(feats).astype(np.float32, copy=False)], axis=1)  # [T, 2D]: [e; f]
         x = linear(x, self.w_fc) + self.b_fc  # [T, D]
         x = transformer_block(x, self.layer, self.cfg, self.cache.k[0], self.cache.v[0], pos0,
-                              self.target.cos[pos], self.target.sin[pos], mask, self.target.attend)  # [T, D]
+                              self.target.cos[pos], self.target.sin[pos], mask, self.target.ops)  # [T, D]
         self.cache.length = pos0 + T
         self.forwards += 1
         return backend.to_host(x)

@@ -4,11 +4,11 @@
   for 2 or more rows. Weights are [in, out] arrays.
 - ``numba`` (optional: ``pip install -e ".[fast]"``): ``numba_kernel.matmul``, which reads each weight once for
   every row, in tiles chosen for the CPU. Weights are packed once, at load, as a ``PackedMatrix``: the same numbers
-  stored by output rows ([out, in], the file's own layout), and no second copy. Its attention
-  (``numba_kernel.attention``, the model's ``attend``) computes each row alone; with that and tiles that all keep
-  the same number of sums, a row's logits do not depend on the pass (batch-invariant rows, numba_kernel.py).
+  stored by output rows ([out, in], the file's own layout), and no second copy. Its norms, RoPE and attention
+  (``numba_layers.py``, the model's ``ops``) compute each row alone; with that and tiles that all keep the same
+  number of sums, a row's logits do not depend on the pass (batch-invariant rows, numba_kernel.py).
 
-The seams are ``transformer.linear(x, w)`` and ``Model.attend``. A weight is either an array (NumPy multiplies it)
+The seams are ``transformer.linear(x, w)`` and ``Model.ops`` (a ``transformer.Ops``; None: NumPy's). A weight is either an array (NumPy multiplies it)
 or a ``PackedMatrix``, the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer
 functions read the same under both kernels. ``Q4Matrix`` is the one other kind of ``PackedMatrix``: a matrix the
 numba kernel keeps and multiplies in the GGUF's 4-bit Q4_1 blocks, when the model directory stores them

@@ -1,4 +1,5 @@
-"""The numba kernel: ``x @ w`` for a few rows, reading each weight once for all of them; and attention, row by row.
+"""The numba kernel: ``x @ w`` for a few rows, reading each weight once for all of them (its norms, RoPE and
+attention, row by row: numba_layers.py).
 
 Read it as ``out = x @ w``, with ``w`` stored by rows (``rows = w.T``, [out, in]: the Hugging Face
 file's own layout). Why it is faster than NumPy's BLAS for verification: a decode step is bound by
@@ -26,11 +27,11 @@ speculative output equals plain greedy output token for token, near-ties include
   the same way and a sum is split into the same vector lanes whichever tile computes it. A 1-row tile of 4 outputs
   (4 sums) beside 4-row tiles of 16, as this kernel had before, is vectorized another way and rounds differently
   (the test's twin);
-- attention computes each (row, head) alone (``attention_rows``): its sums over the keys run strictly in key
-  order, so the masked keys of a longer pass add exact zeros; NumPy's attention multiplies all the rows at once
-  through BLAS, whose blocking depends on the number of rows.
+- attention computes each (row, head) alone (``numba_layers.attention_rows``): its sums over the keys run strictly
+  in key order, so the masked keys of a longer pass add exact zeros; NumPy's attention multiplies all the rows at
+  once through BLAS, whose blocking depends on the number of rows. The norms and RoPE are loops over one row too.
 This holds for the compiler and CPU the tests run on: LLVM chooses the vectorization. The rest of the forward
-(norms, RoPE, SwiGLU) is NumPy's, row by row along the last axis, which the same measurement finds invariant.
+(SwiGLU's gate, the residual sums) is NumPy's, element by element, which the same measurement finds invariant.
 
 Dimension key, as in ``transformer.linear``: T rows of ``x`` (tokens), in inputs (the shared dimension), out
 outputs.
@@ -274,68 +275,6 @@ def q4_1_rows(x, qt, dt, mt, width, out):  # [T, in], [in/32, 16, out] uint8, [i
                     for j in range(j1 - j0):
                         a[j] += wl[j] * u + wh[j] * v
         out[:, j0:j1] = acc
-
-
-# One compiled version each, for the C-contiguous cache: numba compiles a version per array layout, each vectorized
-# its own way, so keys in another layout would round differently (a bug this fixed: the cache's slice [:S] is
-# contiguous only when S fills the cache). ``attention`` is handed the whole cache and reads its first S positions.
-@njit("void(float32[::1], float32[:, ::1], int64, float32[::1], float32, float32[::1])", fastmath=FASTMATH, cache=True)
-def _scores(q, k, S, mask, scale, scores):  # [HD], [S_max, HD], S, [S], scale, [S] -> scores = q . k_s * scale + mask
-    """A dot product of HD terms per key: the same length for every row, so the same sums (reassociated as
-    FASTMATH allows, but identically each time). A masked key is -inf, not computed."""
-    for s in range(S):
-        if mask[s] == -np.inf:
-            scores[s] = -np.inf
-            continue
-        d = np.float32(0.0)
-        for i in range(k.shape[1]):
-            d += q[i] * k[s, i]
-        scores[s] = d * scale + mask[s]
-
-
-@njit("void(float32[::1], float32[:, ::1], float32[::1])", cache=True)
-def _softmax_times_v(scores, v, out):  # [S], [S_max, HD], [HD] -> out = softmax(scores) @ v[:S]
-    """Sums over the S keys, strictly in key order (no fastmath here): a masked key adds an exact 0, so a row's
-    result is the same whether the pass holds S or more keys. A reassociated sum over S would not be: which
-    terms share a vector lane, and which fall to the scalar tail, depends on S."""
-    m = scores.max()
-    total = np.float32(0.0)
-    for s in range(scores.shape[0]):
-        scores[s] = np.exp(scores[s] - m)
-        total += scores[s]
-    out[:] = 0.0
-    for s in range(scores.shape[0]):
-        p = scores[s] / total
-        for i in range(out.shape[0]):  # elementwise over HD: vectorized without reordering any sum
-            out[i] += p * v[s, i]
-
-
-@njit(parallel=True, cache=True)
-def attention_rows(q, k, v, mask, scale, out):  # [T, H, HD], [KVH, S_max, HD] twice, [T, S], scale, [T, H, HD]
-    """``transformer.attention``, one (row, head) pair at a time, the pairs shared between the cores: every row's
-    result is computed by the same code, in the same order, whatever the number of rows in the pass."""
-    T, H, HD = q.shape
-    G, S = H // k.shape[0], mask.shape[1]
-    for th in prange(T * H):
-        t, h = th // H, th % H
-        scores = np.empty(S, np.float32)  # [S]
-        _scores(q[t, h], k[h // G], S, mask[t], scale, scores)
-        _softmax_times_v(scores, v[h // G], out[t, h])
-
-
-def attention(q, k_cache, v_cache, mask):  # [T, H, HD], [KVH, S_max, HD] twice, [T, S] -> [T, H*HD]
-    """``transformer.attention`` through ``attention_rows`` (batch-invariant rows; module docstring): the first
-    S = mask.shape[1] positions of the caches."""
-    for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("mask", mask)):
-        if a.dtype != np.float32:  # activations stay float32: another dtype is a bug upstream, not cast away here
-            raise TypeError(f"the numba kernel's attention takes float32, got {name} {a.dtype}")
-    if mask.shape[0] != q.shape[0] or mask.shape[1] > k_cache.shape[1]:
-        raise ValueError(f"mask {mask.shape} for {q.shape[0]} rows and a cache of {k_cache.shape[1]} positions")
-    out = np.empty(q.shape, np.float32)  # [T, H, HD]
-    scale = np.float32(1.0 / q.shape[2] ** 0.5)  # as transformer.attention rounds it
-    attention_rows(np.ascontiguousarray(q), np.ascontiguousarray(k_cache), np.ascontiguousarray(v_cache),
-                   np.ascontiguousarray(mask), scale, out)
-    return out.reshape(q.shape[0], -1)
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -89,22 +90,32 @@ class LayerWeights:
     w_down: object  # [F, D]
 
 
-def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, pos0, cos, sin, mask, attend=None):
-    # x [T, D]; k_cache, v_cache [KVH, S_max, HD]; writes positions pos0 .. pos0+T-1; ``attend``: the kernel's own
-    # attention (Model.attend), None for ``attention``
+@dataclass(frozen=True)
+class Ops:
+    """The layer functions a kernel may compute its own way (kernel.py), with the signatures of this module's:
+    the numba kernel's (``numba_layers.py``) give the same results within rounding, each row alone."""
+    rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
+    rope: Callable  # (x [T, n, HD], cos [T, HD/2], sin [T, HD/2]) -> [T, n, HD]
+    attention: Callable  # (q [T, H, HD], k_cache [KVH, S_max, HD], v_cache, mask [T, S]) -> [T, H*HD]
+
+
+def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, pos0, cos, sin, mask, ops=None):
+    # x [T, D]; k_cache, v_cache [KVH, S_max, HD]; writes positions pos0 .. pos0+T-1; ``ops``: the kernel's own
+    # norm, RoPE and attention (Model.ops), None for this module's
+    norm, rot, attend = (rms_norm, rope, attention) if ops is None else (ops.rms_norm, ops.rope, ops.attention)
     T = x.shape[0]
     H, KVH, HD = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)  # [T, D]
+    h = norm(x, w.attn_norm, cfg.rms_norm_eps)  # [T, D]
     qkv = linear(h, w.w_qkv)  # [T, (H + 2 KVH) * HD]
     if w.b_qkv is not None:
         qkv = qkv + w.b_qkv
-    q = rope(qkv[:, : H * HD].reshape(T, H, HD), cos, sin)  # [T, H, HD]
-    k = rope(qkv[:, H * HD: (H + KVH) * HD].reshape(T, KVH, HD), cos, sin)  # [T, KVH, HD]
+    q = rot(qkv[:, : H * HD].reshape(T, H, HD), cos, sin)  # [T, H, HD]
+    k = rot(qkv[:, H * HD: (H + KVH) * HD].reshape(T, KVH, HD), cos, sin)  # [T, KVH, HD]
     v = qkv[:, (H + KVH) * HD:].reshape(T, KVH, HD)  # [T, KVH, HD]
     k_cache[:, pos0: pos0 + T] = k.transpose(1, 0, 2)
     v_cache[:, pos0: pos0 + T] = v.transpose(1, 0, 2)
-    x = x + linear((attend or attention)(q, k_cache, v_cache, mask), w.w_o)  # [T, D]
-    return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)  # [T, D]
+    x = x + linear(attend(q, k_cache, v_cache, mask), w.w_o)  # [T, D]
+    return x + swiglu(norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)  # [T, D]
 
 
 def rope_tables(cfg: ModelConfig, max_len: int):  # -> cos, sin [max_len, HD/2], float32
@@ -122,11 +133,11 @@ class Model:
         self.cfg, self.embed, self.layers, self.final_norm, self.lm_head = cfg, embed, layers, final_norm, lm_head
         self.name, self.path = name, None  # path: the directory it was loaded from, if any
         self.kernel = kernel  # "numpy" or "numba": how its matrices are stored and multiplied (kernel.py)
-        self.attend = None  # None: ``attention`` (looked up at each call); the numba kernel's computes each row alone
-        if kernel == "numba":
-            from .numba_kernel import attention as attend_rows
+        self.ops = None  # None: this module's norm, RoPE and attention (looked up at each call)
+        if kernel == "numba":  # the kernel's own, each row alone (numba_layers.py)
+            from . import numba_layers as nl
 
-            self.attend = attend_rows
+            self.ops = Ops(nl.rms_norm, nl.rope, nl.attention)
         self.cos, self.sin = rope_tables(cfg, cfg.max_position_embeddings)
 
     @classmethod
@@ -267,14 +278,15 @@ class Model:
         x = self.embed[backend.asarray(ids)]  # [T, D]
         with threads.running(self.kernel):  # the kernel's threads for this pass (threads.py)
             for i, w in enumerate(self.layers):
-                x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask, self.attend)
+                x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask, self.ops)
             cache.length = pos0 + T
+            norm = rms_norm if self.ops is None else self.ops.rms_norm
             if on_features is not None:  # every row's features: the norm over T rows costs little next to the head
-                features = rms_norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
+                features = norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
                 on_features(features)
                 x = features if last is None else features[T - last:]  # [T', D]
             else:
-                x = rms_norm(x if last is None else x[T - last:], self.final_norm, self.cfg.rms_norm_eps)  # [T', D]
+                x = norm(x if last is None else x[T - last:], self.final_norm, self.cfg.rms_norm_eps)  # [T', D]
             logits = linear(x, self.lm_head)  # [T', V]
         assert logits.dtype == xp.float32, logits.dtype
         return backend.to_host(logits)
