@@ -144,6 +144,12 @@ def values(root: Path) -> dict[str, str]:
         for n in ("2", "4", "8"):
             out[f"kernel.{key}.r{n}"] = f"{v['r'][n]:.2f}"
         out[f"kernel.{key}.mb"] = f"{v['weight_bytes'] / 1e6:.0f} MB"
+    for k, v in load(root, FORWARD_LLAMA)["kernels"].items():  # each engine and format beside the other, one run
+        key = "kernel.beside." + k.replace(" ", ".").replace("llama.cpp", "llama_cpp")
+        for n in ("1", "5", "8", "16"):
+            out[f"{key}.t{n}"] = f"{v['ms'][n]:.1f} ms"
+        for n in ("4", "8"):
+            out[f"{key}.r{n}"] = f"{v['r'][n]:.2f}"
     for k, v in load(root, "docs/kernel/batch_invariance.json")["kernels"].items():  # python -m ...batch_invariance
         out[f"kernel.{k}.bi_max"] = f"{max(x['max_abs_diff'] for x in v.values() if isinstance(x, dict)):.1e}"
     for k, rel in FORMAT_STUDIES.items():  # the study with each target format, on one machine
