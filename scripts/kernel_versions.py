@@ -6,6 +6,8 @@ process (7 rounds, the minimum of each), at 256 cached tokens.
 The other commit's ``minispec/model/numba_kernel.py`` (from ``git show``) supplies the products, and its
 ``numba_layers.py`` the norms, RoPE and attention; a commit before that file had its attention in ``numba_kernel.py``
 (and NumPy's norms and RoPE), or none (NumPy's). Prints t(1) and r(n) = t(n) / t(1) for each, and t(n) in ms.
+Not every commit can be loaded: from adc455c up to adba7fa the kernel's attention took the cache cut to S positions,
+which today's forward does not pass, and it refuses the whole cache.
 """
 
 import importlib.util
@@ -35,7 +37,10 @@ def other_ops(root: Path, rev: str, kernel, folder: Path):
 
     src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:minispec/model/numba_layers.py"],
                          capture_output=True, text=True)
-    if src.returncode:  # before numba_layers.py
+    if src.returncode:
+        if "does not exist" not in src.stderr and "exists on disk, but not in" not in src.stderr:
+            raise SystemExit(f"error: {rev}: {src.stderr.strip()}")
+        # before numba_layers.py: NumPy's norms and RoPE, and the kernel's attention if it had one
         return transformer.Ops(transformer.rms_norm, transformer.rope, getattr(kernel, "attention", transformer.attention))
     layers = load_source("numba_layers_other", src.stdout.replace("from .numba_kernel import", "from numba_kernel_other import"),
                          folder)

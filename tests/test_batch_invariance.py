@@ -122,11 +122,10 @@ def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(t
     model.ops = dataclasses.replace(kernel_ops, attention=attention)  # twin 1: NumPy's attention (all rows at once, BLAS)
     caught = batch_invariance.measure(model, ids, prefix=16)
     assert caught["4"]["identical_rows"] < 1.0 and caught["tree"]["identical_rows"] < 1.0
-    model.ops = dataclasses.replace(kernel_ops, rms_norm=twin_rms_norm())  # twin 3: a norm that depends on T
+    model.ops = dataclasses.replace(kernel_ops, rms_norm=twin_rms_norm())  # twin 2: a norm that depends on T
     caught = batch_invariance.measure(model, ids, prefix=16)
     assert caught["4"]["identical_rows"] < 1.0 and caught["tree"]["identical_rows"] < 1.0
-    model.ops = kernel_ops
-    monkeypatch.setattr(numba_kernel, "matmul", twin_matmul())  # twin 2: the kernel's attention, 4-sum 1-row tiles
+    monkeypatch.setattr(numba_kernel, "matmul", twin_matmul())  # twin 3: the kernel's own layers, 4-sum 1-row tiles
     twin = load_model(tmp_path / "m", kernel="numba")
     caught = batch_invariance.measure(twin, ids, prefix=16)
     assert caught["4"]["identical_rows"] < 1.0 and caught["tree"]["identical_rows"] < 1.0

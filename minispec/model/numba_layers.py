@@ -4,15 +4,15 @@
 two differences that make them worth having:
 - **Cost.** A decode step calls the norm 2L + 1 times and RoPE 2L times on arrays of one row or a few, where NumPy
   spends most of each call on its own overhead (a handful of ufunc calls and temporaries each). One compiled loop
-  per call does the same arithmetic at a fraction of it (``minispec bench forward`` times the pass; docs/policy.md,
+  call, looping over the rows, does the same arithmetic at a fraction of it (``minispec bench forward`` times the pass; docs/policy.md,
   "Norms and RoPE compiled; what bounds r(n) on a Zen 1").
 - **Batch-invariant rows.** Each row goes through the same loop, of a length that does not depend on the number of
   rows in the pass (D for the norm, HD / 2 for RoPE, HD and then the keys in order for attention): a row's result is
   bitwise the same in a pass of 1 row and of 16 (numba_kernel.py's module docstring says what else that needs).
 
-A model loaded with the numba kernel calls these three (its ``Model.ops``, a ``transformer.Ops``). Every function takes
-float32 and refuses anything else: activations stay float32, and another dtype is a bug upstream, not something to
-cast away here.
+A model loaded with the numba kernel calls these three (its ``Model.ops``, a ``transformer.Ops``). Each of them takes
+float32 and refuses anything else (activations stay float32, and another dtype is a bug upstream, not something to
+cast away here), and refuses shapes that do not match: the compiled loops have no bounds checks.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ def _rms_norm_rows(x, w, eps, out):  # [T, D], [D], eps, [T, D] -> out = x / sqr
 
 
 def rms_norm(x, w, eps: float):  # [T, D], [D] -> [T, D]
-    """``transformer.rms_norm``, one compiled loop per row."""
+    """``transformer.rms_norm``: one compiled call, looping over the rows."""
     _check_float32(x=x, w=w)
+    if x.ndim != 2 or w.shape != (x.shape[1],):
+        raise ValueError(f"rms_norm takes x [T, D] and w [D], got {x.shape} and {w.shape}")
     out = np.empty(x.shape, np.float32)  # [T, D]
     _rms_norm_rows(np.ascontiguousarray(x), np.ascontiguousarray(w), np.float32(eps), out)
     return out
@@ -60,9 +62,12 @@ def _rope_rows(x, cos, sin, out):  # [T, n, HD], [T, HD/2] twice, [T, n, HD]
 
 
 def rope(x, cos, sin):  # [T, n, HD], [T, HD/2], [T, HD/2] -> [T, n, HD]
-    """``transformer.rope``, one compiled loop per call. ``x`` is usually a view into the fused Q/K/V output; it is
-    copied to a contiguous array first (numba dispatches a strided view far more slowly than it copies it)."""
+    """``transformer.rope``: one compiled call, looping over the rows. ``x`` is usually a view into the fused Q/K/V
+    output; the compiled loop takes C-contiguous arrays only (its signature), so such a view is copied first."""
     _check_float32(x=x, cos=cos, sin=sin)
+    if x.ndim != 3 or x.shape[2] % 2 or cos.shape != (x.shape[0], x.shape[2] // 2) or sin.shape != cos.shape:
+        raise ValueError(f"rope takes x [T, n, HD] with HD even and cos, sin [T, HD/2], got {x.shape}, {cos.shape} "
+                         f"and {sin.shape}")
     out = np.empty(x.shape, np.float32)  # [T, n, HD]
     _rope_rows(np.ascontiguousarray(x), np.ascontiguousarray(cos), np.ascontiguousarray(sin), out)
     return out
