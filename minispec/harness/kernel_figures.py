@@ -145,7 +145,7 @@ def values(root: Path) -> dict[str, str]:
             out[f"kernel.{key}.r{n}"] = f"{v['r'][n]:.2f}"
         out[f"kernel.{key}.mb"] = f"{v['weight_bytes'] / 1e6:.0f} MB"
     for k, v in load(root, FORWARD_LLAMA)["kernels"].items():  # each engine and format beside the other, one run
-        key = "kernel.beside." + k.replace(" ", ".").replace("llama.cpp", "llama_cpp")
+        key = "kernel.beside." + k.replace("llama.cpp", "llama_cpp").replace(" ", ".")
         for n in ("1", "5", "8", "16"):
             out[f"{key}.t{n}"] = f"{v['ms'][n]:.1f} ms"
         for n in ("4", "8"):

@@ -8,9 +8,9 @@
   (``numba_layers.py``, the model's ``ops``) compute each row alone; with that and tiles that all keep the same
   number of sums, a row's logits do not depend on the pass (batch-invariant rows, numba_kernel.py).
 
-The seams are ``transformer.linear(x, w)`` and ``Model.ops`` (a ``transformer.Ops``; None: NumPy's). A weight is either an array (NumPy multiplies it)
-or a ``PackedMatrix``, the one declared type of a weight that multiplies itself (``w.rmatmul(x)``). So the layer
-functions read the same under both kernels. ``Q4Matrix`` is the one other kind of ``PackedMatrix``: a matrix the
+The seams are ``transformer.linear(x, w)`` and ``Model.ops`` (a ``transformer.Ops``; None: NumPy's). A weight is
+either an array (NumPy multiplies it) or a ``PackedMatrix``, the one declared type of a weight that multiplies itself
+(``w.rmatmul(x)``). So the layer functions read the same under both kernels. ``Q4Matrix`` is the one other kind of ``PackedMatrix``: a matrix the
 numba kernel keeps and multiplies in the GGUF's 4-bit Q4_1 blocks, when the model directory stores them
 (``minispec convert --q4_1``); the NumPy kernel reads such a directory dequantized, as its reference.
 

@@ -3,9 +3,9 @@
 ``transformer.py``'s NumPy functions are the reference; these give the same results within float32 rounding, with
 two differences that make them worth having:
 - **Cost.** A decode step calls the norm 2L + 1 times and RoPE 2L times on arrays of one row or a few, where NumPy
-  spends most of each call on its own overhead (a handful of ufunc calls and temporaries each). One compiled loop
-  call, looping over the rows, does the same arithmetic at a fraction of it (``minispec bench forward`` times the pass; docs/policy.md,
-  "Norms and RoPE compiled; what bounds r(n) on a Zen 1").
+  spends most of each call on its own overhead (a handful of ufunc calls and temporaries each). One compiled call,
+  looping over the rows, does the same arithmetic at a fraction of it (``minispec bench forward`` times the pass;
+  docs/policy.md, "Norms and RoPE compiled; what bounds r(n) on a Zen 1").
 - **Batch-invariant rows.** Each row goes through the same loop, of a length that does not depend on the number of
   rows in the pass (D for the norm, HD / 2 for RoPE, HD and then the keys in order for attention): a row's result is
   bitwise the same in a pass of 1 row and of 16 (numba_kernel.py's module docstring says what else that needs).

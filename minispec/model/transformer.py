@@ -96,13 +96,18 @@ class Ops:
     the numba kernel's (``numba_layers.py``) give the same results within rounding, each row alone."""
     rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
     rope: Callable  # (x [T, n, HD], cos [T, HD/2], sin [T, HD/2]) -> [T, n, HD]
-    attention: Callable  # (q [T, H, HD], k_cache [KVH, S_max, HD], v_cache, mask [T, S]) -> [T, H*HD]
+    attention: Callable  # (q [T, H, HD], k_cache, v_cache [KVH, S_max, HD], mask [T, S]) -> [T, H*HD]
+
+
+def layer_functions(ops: Ops | None) -> tuple:
+    """(norm, RoPE, attention): the kernel's own (``Model.ops``), or this module's for None, looked up at each call
+    (so that a test may replace one)."""
+    return (rms_norm, rope, attention) if ops is None else (ops.rms_norm, ops.rope, ops.attention)
 
 
 def transformer_block(x, w: LayerWeights, cfg: ModelConfig, k_cache, v_cache, pos0, cos, sin, mask, ops=None):
-    # x [T, D]; k_cache, v_cache [KVH, S_max, HD]; writes positions pos0 .. pos0+T-1; ``ops``: the kernel's own
-    # norm, RoPE and attention (Model.ops), None for this module's
-    norm, rot, attend = (rms_norm, rope, attention) if ops is None else (ops.rms_norm, ops.rope, ops.attention)
+    # x [T, D]; k_cache, v_cache [KVH, S_max, HD]; writes positions pos0 .. pos0+T-1; ``ops``: Model.ops
+    norm, rot, attend = layer_functions(ops)
     T = x.shape[0]
     H, KVH, HD = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     h = norm(x, w.attn_norm, cfg.rms_norm_eps)  # [T, D]
@@ -280,7 +285,7 @@ class Model:
             for i, w in enumerate(self.layers):
                 x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask, self.ops)
             cache.length = pos0 + T
-            norm = rms_norm if self.ops is None else self.ops.rms_norm
+            norm = layer_functions(self.ops)[0]
             if on_features is not None:  # every row's features: the norm over T rows costs little next to the head
                 features = norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
                 on_features(features)
