@@ -15,13 +15,16 @@
 # 4. store     the head in bfloat16 (recipes/store_bf16.py), as the repository keeps heads
 # 5. measure   acceptance by depth on minispec/data's code and chat prompts (8 a set, greedy and at T = 1), in OUT
 #
-# Every stage prints the time it ends; THREADS (default 2) is the threads each uses.
+# Every stage prints the time it ends; THREADS (default 2) is the threads each uses. PRECISION (default float32) is
+# the training's products: bfloat16 (torch's autocast) trains about twice as fast on CPUs that multiply bfloat16
+# natively (Intel's AMX, AVX512-BF16), and slower elsewhere; the run's training.json records which.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOKENS="${1:-2100000}"
 CACHE="${MINISPEC_CACHE:-$HOME/.cache/minispec}"
 OUT="${2:-$CACHE/eagle-recipe}"
 THREADS="${THREADS:-2}"
+PRECISION="${PRECISION:-float32}"
 GENERATIONS=weights/eagle-data/generations-s2.npz
 case "$TOKENS" in ''|*[!0-9]*) echo "error: TOKENS must be a positive integer, got '$TOKENS'" >&2; exit 2;; esac
 [ "$TOKENS" -gt 0 ] || { echo "error: TOKENS must be positive" >&2; exit 2; }
@@ -33,9 +36,10 @@ python -m minispec.recipes.eagle_data --generations "$GENERATIONS" --tokens "$TO
 stage "2. export the generated windows to $GENERATIONS"
 python -m minispec.recipes.eagle_data --export "$GENERATIONS"
 if [ ! -f "$OUT/head/eagle.safetensors" ]; then
-  stage "3. train from weights/eagle-smollm2-135m-ttt"
+  stage "3. train from weights/eagle-smollm2-135m-ttt ($PRECISION)"
   python -m minispec.recipes.train_eagle_ttt --out "$OUT/head" --init weights/eagle-smollm2-135m-ttt --unroll 4 \
-    --epochs 1 --max-tokens "$TOKENS" --threads "$THREADS" --checkpoint-every 20
+    --epochs 1 --max-tokens "$TOKENS" --threads "$THREADS" --checkpoint-every 20 \
+    --precision "$PRECISION"
   stage "4. store in bfloat16"
   python -m minispec.recipes.store_bf16 "$OUT/head" --file eagle.safetensors
 fi

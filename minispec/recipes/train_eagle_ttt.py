@@ -18,6 +18,9 @@ The training-time test (Li et al. 2025, EAGLE-3, arXiv 2503.01840), paper -> cod
                 positions whose target x_{j+1+i} exists; the tokens fed are the true ones (a guess is only
                 looked at when the guesses before it were kept)
 
+``--precision bfloat16`` runs the head's products in bfloat16 under torch's autocast (EAGLE trains in bfloat16 on
+GPUs); the weights, the optimizer's state and the losses stay float32, and evaluation is float32.
+
 Departure from EAGLE-3: the head reads the target's top feature only (EAGLE-1's input), not a fusion of three
 layers, and keeps FR-Spec's reduced head, so that it stays a drop-in for eagle.py and fits the repository.
 
@@ -205,6 +208,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--noise", type=float, default=0.2, help="uniform input-feature noise, times the feature RMS")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                   help="the head's products in training: float32, or bfloat16 under torch's autocast (the weights, "
+                        "optimizer and losses stay float32; faster only where the CPU multiplies bfloat16 natively, "
+                        "AMX or AVX512-BF16)")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--init", default=None, help="start from this head directory's eagle.safetensors")
     return p
@@ -256,7 +263,8 @@ def main(argv=None) -> int:
     depths = max(args.unroll, 4)  # steps trained, and depths evaluated (at least 4)
     head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + depths)
     run_dir = Path(args.run_dir) if args.run_dir else cache_dir() / (
-        f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}")
+        f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}"
+        + ("-bf16" if args.precision == "bfloat16" else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -294,8 +302,9 @@ def main(argv=None) -> int:
         batch = rows[rng.integers(0, len(rows), args.batch)]
         toks, feats, lens = (torch.from_numpy(x) for x in rows_of(data, batch, args.seq))
         torch.manual_seed(args.seed * 1_000_003 + s)
-        outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms)
-        loss, parts = step_losses(outs, W_r)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bfloat16"):
+            outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms)
+            loss, parts = step_losses(outs, W_r)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
