@@ -164,6 +164,17 @@ def without(probs: np.ndarray, tokens) -> np.ndarray | None:
     return q / s if s > 1e-12 else None
 
 
+def top_indices(z: np.ndarray, width: int) -> np.ndarray:  # [V] -> [min(width, V)]
+    """The indices of the ``width`` largest entries of ``z``, largest first, ties to the lower index: exactly
+    ``np.argsort(-z, kind="stable")[:width]``, without sorting the vocabulary (a partition finds the width-th
+    largest value, and only the entries at or above it are sorted)."""
+    if width >= len(z):
+        return np.argsort(-z, kind="stable")[:width]
+    kth = np.partition(z, len(z) - width)[len(z) - width]  # the width-th largest value
+    above = np.flatnonzero(z >= kth)  # [>= width], ascending: every tie of the kth value, in index order
+    return above[np.argsort(-z[above], kind="stable")][:width]
+
+
 def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, draws, i: int = 0,
                  prefix=None) -> list[int]:
     """``width`` children of ``parent``, whose tokens sit at the round's i-th new position (i: the parent's depth):
@@ -174,7 +185,7 @@ def add_children(tree: Tree, parent: int, logits: np.ndarray, width: int, warp, 
     q = warp(logits, prefix)
     if width > 1 and np.count_nonzero(q) == 1:  # greedy: deterministic candidates
         z = warp.process(logits, prefix)  # [V]: the logits after the processors
-        top = [int(t) for t in np.argsort(-z, kind="stable")[:width] if np.isfinite(z[t])]
+        top = [int(t) for t in top_indices(z, width) if np.isfinite(z[t])]
         return [tree.add(parent, t, row) for t, row in zip(top, one_hot_rows(top, len(q)))]
     nodes = []
     while len(nodes) < width and q is not None:  # None: what is left has mass below without's floor

@@ -197,9 +197,68 @@ def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
     assert n == max(range(7), key=lambda m: (1 + values[:m].sum()) / (0.010 * (1 + 0.3 * m)))
     hopeless = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * n for n in range(1, 18)}, 0.002)
     assert hopeless.choose(values * 0.1) == 0
+    hopeless.observe(0, 0, 0.010, 0.010)
     shapes = [hopeless.next_shape() for _ in range(2)]
     assert shapes[0] == (0, 0) and isinstance(shapes[1], DynamicTree)  # one plain round, then it grows again
-    assert hopeless.choose(values * 0.1) == 0 and [hopeless.next_shape() for _ in range(3)][:2] == [(0, 0), (0, 0)]
+    assert hopeless.choose(values * 0.1) == 0
+    hopeless.observe(0, 0, 0.010, 0.010)
+    assert [hopeless.next_shape() for _ in range(3)][:2] == [(0, 0), (0, 0)]
+
+
+def test_a_paid_growth_is_left_out_of_the_size_but_decides_whether_to_grow_again():
+    """choose sizes the tree by verification alone (the growth is paid by then); whether the next round grows is
+    decided before growing, the growth's time included (bug: a growth that kept nothing cost 1.5 target steps, paid
+    again after every back-off: 0.79x on code)."""
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    values = np.array([0.9, 0.8, 0.5])
+    verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
+    cheap = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.0001)
+    assert cheap.choose(values) == 3  # a growth of 0.5 ms pays: grow again
+    cheap.observe(2, 2, 0.0, 0.011)
+    assert cheap.next_shape() != (0, 0)
+    dear = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.010, learn=False)  # 5 levels of a target step each
+    assert dear.choose(values) == 3  # paid: verifying its best nodes still beats a plain step
+    dear.observe(2, 2, 0.0, 0.011)
+    assert dear.next_shape() == (0, 0) and isinstance(dear.next_shape(), DynamicTree)  # but the next is plain
+
+
+def test_the_growth_time_is_learned_from_the_rounds_unless_the_run_is_seeded():
+    """A growth that takes far longer than the head's calibrated levels (the vocabulary's children, the catch-up)
+    stops the trees once timed; a seeded run keeps the calibration, so its choices repeat."""
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    values = np.array([0.9, 0.8, 0.5])
+    verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
+    shapes = {}
+    for learn in (True, False):
+        pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.0001, learn=learn)
+        seen = []
+        for _ in range(12):
+            shape = pol.next_shape()
+            seen.append(shape == (0, 0))
+            if shape != (0, 0):
+                pol.choose(values)
+                pol.observe(2, 2, 0.050, 0.011)  # each growth took 50 ms: 5 target steps
+            else:
+                pol.observe(0, 0, 0.0, 0.010)
+        shapes[learn] = seen
+    assert shapes[False] == [False] * 12  # calibrated: every round grows
+    assert shapes[True][:2] == [False, True] and sum(shapes[True]) >= 8  # timed: backs off from the second round
+    assert pol.t_grow == 5 * 0.0001
+
+
+def test_at_t1_grown_rounds_that_emit_little_back_off_from_their_tokens():
+    """At T > 0 there is no choose: the tokens the grown rounds emitted decide, with calibrated costs in a seeded
+    run (so the choices depend on the seed's draws, not on the clock)."""
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
+    for accepted, grows in ((0, False), (3, True)):  # 1 token for 2.6 steps; 4 tokens for 2.6 steps
+        pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.002, learn=False)
+        assert pol.next_shape() != (0, 0)
+        pol.observe(1, accepted, 0.5, 0.5, nodes=16)  # the clock says nothing to a seeded run
+        assert (pol.next_shape() != (0, 0)) == grows
 
 
 def test_trust_learns_how_far_the_values_overpromise():

@@ -14,7 +14,7 @@ from minispec.policy import Acceptance, AutoK, TreePolicy, auto_tree_policy, cal
 from minispec.policy.acceptance import PRIOR
 from minispec.sampling import Stream, Warp, sample, warp
 from minispec.speculative import tree_speculative_generate
-from minispec.tree import Tree, accept_tree, tree_mask, verify_tree, without
+from minispec.tree import Tree, accept_tree, top_indices, tree_mask, verify_tree, without
 
 from .helpers import V, exact_two_tokens
 from .helpers import broken_residual as broken
@@ -38,6 +38,16 @@ def test_greedy_candidates_among_tied_logits_are_the_lowest_ids():
     tree = Tree()
     kids = add_children(tree, 0, logits, 5, Warp(0.0), Stream(np.random.PCG64(0)))
     assert [tree.tokens[c] for c in kids] == list(np.flatnonzero(logits == 1.0)[:5])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([-np.inf, -1.0, 0.0, 0.5, 2.0, np.inf]), min_size=1, max_size=40),
+       st.integers(1, 45))
+def test_top_indices_are_the_stable_sort_s(values, width):
+    """Children chosen by a partition, not a sort of the vocabulary: the same indices in the same order as a stable
+    argsort, ties and infinities included (few distinct values, so ties are the rule)."""
+    z = np.array(values, np.float32)
+    assert top_indices(z, width).tolist() == np.argsort(-z, kind="stable")[:width].tolist()
 
 
 def test_siblings_are_drawn_without_replacement():

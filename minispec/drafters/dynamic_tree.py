@@ -62,12 +62,13 @@ class DynamicTree:
         return DynamicTree(self.top_k, min(self.depth, depth), min(self.nodes, nodes), self.choose)
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V], -inf stays -inf
-    """The drafter's untempered log-probabilities, for scores only: they rank nodes and never reach a model, so
-    float64 here (as sampling.warp's probabilities) cannot promote an activation."""
-    z = np.asarray(logits, np.float64)
-    m = np.max(z, axis=-1, keepdims=True)
-    return z - m - np.log(np.sum(np.exp(z - m), axis=-1, keepdims=True))
+def log_softmax_at(logits: np.ndarray, tokens: list[int]) -> np.ndarray:  # [V], n tokens -> [n]
+    """The drafter's untempered log-probabilities of ``tokens``, for scores only: they rank nodes and never reach a
+    model. The normaliser is summed in float64 (as sampling.warp's probabilities), the exponentials in the logits'
+    own float32: one pass over the vocabulary, whose log-probabilities are never all needed."""
+    m = np.max(logits)
+    lse = float(m) + float(np.log(np.sum(np.exp(logits - m), dtype=np.float64)))
+    return np.asarray(logits, np.float64)[tokens] - lse
 
 
 def one_hot(row) -> bool:
@@ -84,8 +85,8 @@ def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, d
 
     def children(parent: int, logits: np.ndarray, count: int, i: int) -> list[int]:
         kids = add_children(tree, parent, logits, count, warp, draws, i, tree.prefix(tokens, parent))
-        value = log_softmax(logits)  # the drafter's own confidence, before the processors: it only ranks nodes
-        scores.extend(scores[parent] + float(value[tree.tokens[c]]) for c in kids)
+        value = log_softmax_at(logits, [tree.tokens[c] for c in kids])  # the drafter's own confidence, before the
+        scores.extend(scores[parent] + float(v) for v in value)  # processors: it only ranks nodes
         return kids
 
     deterministic = one_hot(warp(root_logits, tokens))

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, run_length
-from .auto_k import RECENT, ProbeBudget, best, low_quantile, probe_cost
+from .auto_k import MARGIN, QUANTILE, RECENT, ProbeBudget, best, low_quantile, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
@@ -125,15 +125,28 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     At T = 0 the drafter grows the full tree, and ``choose`` keeps the N nodes of highest value v_i (the product of
     the drafter's probabilities on the path: its own estimate that node i is accepted, EAGLE-2's premise) that
-    maximise the round's expected tokens per second,
+    maximise the tokens per second of the round's verification,
 
-        (1 + trust * (v_1 + ... + v_N)) / (t_grow + t(N + 1)),
+        (1 + trust * (v_1 + ... + v_N)) / t(N + 1),
 
-    with t(n) the target's measured pass over n tokens and t_grow the head's levels (calibrated). ``trust`` is the
-    ratio of tokens accepted to tokens the values promised, learned over rounds (it starts at 1). When no N beats a
-    plain step, 1 / t(1), it keeps none, and the next 1, 2, 4, ... up to 32 rounds (doubling each
-    time) are plain before it grows again. At T > 0 the tree is grown within ``nodes`` (dynamic_tree.py), every round: a drawn node cannot be dropped
-    by its value, so neither the size nor the back-off applies there."""
+    with t(n) the target's measured pass over n tokens; N = 0 (a plain step, 1 / t(1)) when none beats it. The growth
+    is paid by then, so it is left out of that choice. ``trust`` is the ratio of tokens accepted to tokens the values
+    promised, learned over rounds (it starts at 1).
+
+    Whether to grow at all is decided before growing (``plan``, after each grown round), from the last growth: the
+    next tree is expected to be worth what this one was, and growing pays when, its time t_grow included,
+
+        max_N (1 + trust * (v_1 + ... + v_N)) / (t_grow + t(N + 1))  >  (1 + MARGIN) / t(1).
+
+    At T > 0 the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be dropped
+    by its value), and the same test reads the tokens its grown rounds emitted (a running mean) for the values' sum.
+    When growing does not pay, the next 1, 2, 4, ... up to 32 rounds (doubling each time) are plain; then it grows
+    once more, to look again.
+
+    t_grow starts as the head's calibrated levels (``depth`` of them) and, in a run that follows its clock
+    (``learn``), becomes a low quantile of the growths it timed: a growth also picks children over the vocabulary
+    and catches the head up, which the calibration does not time. A seeded run at T > 0 (``learn=False``) keeps the
+    calibrated costs, so that its choices, and with them its draws, repeat."""
 
     def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True):
         super().__init__(shape)
@@ -141,30 +154,56 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.max_room = min(shape.nodes, max(verify_time) - 1)
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0
         self.wait, self.backoff, self.last_promise = 0, 1, None
+        self.t_grow = shape.depth * level_time  # seconds of a growth (class docstring)
+        self.growths: list = []  # seconds of its last RECENT growths (learning only)
+        self.grew = self.chose = False  # this round: a tree was asked for; choose sized it (T = 0)
+        self.emitted = None  # T > 0: tokens a grown round emitted, a running mean
+        self.values = np.zeros(0)  # T = 0: the last growth's values, best first
 
     def next_shape(self, unseen: int = 1, context: int = 0):
+        self.grew = self.chose = False
         if self.wait > 0:
             self.wait -= 1
             return (0, 0)  # a plain round
+        self.grew = True
         return DynamicTree(self.shape.top_k, self.shape.depth, self.max_room, self.choose)
 
+    def gains(self, values: np.ndarray) -> np.ndarray:  # [n] values, best first -> [N+1] expected tokens of N nodes
+        return 1.0 + self.trust * np.concatenate([[0.0], np.cumsum(values[: self.max_room])])
+
     def choose(self, values: np.ndarray) -> int:
-        t_grow = self.shape.depth * self.level_time
-        gains = 1.0 + self.trust * np.concatenate([[0.0], np.cumsum(values[: self.max_room])])  # [N+1]
-        rates = [gains[n] / (t_grow + self.verify_time[n + 1]) for n in range(len(gains))]
+        self.chose, gains = True, self.gains(values)
+        rates = [gains[n] / self.verify_time[n + 1] for n in range(len(gains))]  # the growth is paid already
         n = int(np.argmax(rates))
-        if n == 0 or rates[n] <= 1.0 / self.verify_time[1]:
-            self.wait, self.backoff = self.backoff, min(2 * self.backoff, 32)
-            self.last_promise = None
-            return 0
-        self.backoff, self.last_promise = 1, float(values[:n].sum())  # what the values promise, before trust
+        if rates[n] <= 1.0 / self.verify_time[1]:
+            n = 0
+        self.last_promise = float(values[:n].sum()) if n else None  # what the values promise, before trust
+        self.values = values[: self.max_room]  # what the next growth is expected to be worth (``observe``)
         return n
+
+    def plan(self, rate: float) -> None:
+        """Whether the next round grows a tree, from a growth's expected tokens per second, its time included."""
+        if rate > (1.0 + MARGIN) / self.verify_time[1]:
+            self.backoff = 1
+        else:
+            self.wait, self.backoff = self.backoff, min(2 * self.backoff, 32)
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
                 nodes: int = 0) -> None:
-        if self.learn and self.last_promise:
-            self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted
-            self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
+        if not (self.chose or (self.grew and nodes)):  # a plain round, or none grown (no room)
+            return
+        if self.learn:
+            self.growths = (self.growths + [t_draft])[-RECENT:]
+            self.t_grow = float(np.quantile(self.growths, QUANTILE)) if len(self.growths) >= 3 else min(self.growths)
+            if self.last_promise:
+                self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted
+                self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
+        if self.chose:  # T = 0: this growth's values, with what this round taught (trust, t_grow)
+            gains = self.gains(self.values)
+            self.plan(max(gains[m] / (self.t_grow + self.verify_time[m + 1]) for m in range(len(gains))))
+        else:  # T > 0: the tokens its grown rounds emitted
+            self.emitted = accepted + 1.0 if self.emitted is None else 0.8 * self.emitted + 0.2 * (accepted + 1.0)
+            self.plan(self.emitted / (self.t_grow + self.verify_time[min(nodes, self.max_room) + 1]))
         self.last_promise = None
 
 
