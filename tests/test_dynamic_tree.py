@@ -186,7 +186,7 @@ def test_level2_a_deep_sampled_tree_selects_by_value_and_stays_lossless(monkeypa
 
 
 def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.tree_policy import REGROW_SHARE, AutoDynamicTree
 
     values = np.array([0.9, 0.8, 0.5, 0.2, 0.05, 0.01])
     flat = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0)
@@ -197,12 +197,16 @@ def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
     assert n == max(range(7), key=lambda m: (1 + values[:m].sum()) / (0.010 * (1 + 0.3 * m)))
     hopeless = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * n for n in range(1, 18)}, 0.002)
     assert hopeless.choose(values * 0.1) == 0
-    hopeless.observe(0, 0, 0.010, 0.010)
-    shapes = [hopeless.next_shape() for _ in range(2)]
-    assert shapes[0] == (0, 0) and isinstance(shapes[1], DynamicTree)  # one plain round, then it grows again
-    assert hopeless.choose(values * 0.1) == 0
-    hopeless.observe(0, 0, 0.010, 0.010)
-    assert [hopeless.next_shape() for _ in range(3)][:2] == [(0, 0), (0, 0)]
+    hopeless.observe(0, 0, 0.010, 0.010)  # its growth took a target step, 10 ms (learned)
+    wait = int(np.ceil(0.010 / (REGROW_SHARE * 0.010)))  # rounds until a growth costs REGROW_SHARE of their time
+    shapes = [hopeless.next_shape() for _ in range(wait + 1)]
+    assert shapes[:wait] == [(0, 0)] * wait and isinstance(shapes[wait], DynamicTree)  # then it grows again
+    cheap = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * n for n in range(1, 18)}, 0.0, learn=False)
+    for backoff in (1, 2, 4):  # a growth that costs nothing: plain rounds doubling each time it does not pay
+        assert cheap.choose(values * 0.1) == 0
+        cheap.observe(0, 0, 0.0, 0.010)
+        shapes = [cheap.next_shape() for _ in range(backoff + 1)]
+        assert shapes[:backoff] == [(0, 0)] * backoff and isinstance(shapes[backoff], DynamicTree)
 
 
 def test_a_paid_growth_is_left_out_of_the_size_but_decides_whether_to_grow_again():
@@ -220,7 +224,7 @@ def test_a_paid_growth_is_left_out_of_the_size_but_decides_whether_to_grow_again
     dear = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.010, learn=False)  # 5 levels of a target step each
     assert dear.choose(values) == 3  # paid: verifying its best nodes still beats a plain step
     dear.observe(2, 2, 0.0, 0.011)
-    assert dear.next_shape() == (0, 0) and isinstance(dear.next_shape(), DynamicTree)  # but the next is plain
+    assert dear.next_shape() == (0, 0)  # but the next round is plain
 
 
 def test_the_growth_time_is_learned_from_the_rounds_unless_the_run_is_seeded():

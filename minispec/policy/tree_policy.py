@@ -120,6 +120,9 @@ class DynamicTreePolicy:
         pass
 
 
+REGROW_SHARE = 0.03  # a growth that looks again after growing did not pay costs at most this share of the plain time
+
+
 class AutoDynamicTree(DynamicTreePolicy):
     """EAGLE-2's dynamic tree, sized each round by the cost model (``tree="auto"`` for a drafter that grows trees).
 
@@ -140,8 +143,9 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     At T > 0 the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be dropped
     by its value), and the same test reads the tokens its grown rounds emitted (a running mean) for the values' sum.
-    When growing does not pay, the next 1, 2, 4, ... up to 32 rounds (doubling each time) are plain; then it grows
-    once more, to look again.
+    When growing does not pay, the next rounds are plain: 1, 2, 4, ... up to 32 (doubling each time), and at least as
+    many as make the growth that looks again cost at most ``REGROW_SHARE`` of their time (t_grow / (REGROW_SHARE
+    t(1)) rounds: a growth that takes a target step waits 34); then it grows once more, to look again.
 
     t_grow starts as the head's calibrated levels (``depth`` of them) and, in a run that follows its clock
     (``learn``), becomes a low quantile of the growths it timed: a growth also picks children over the vocabulary
@@ -185,8 +189,9 @@ class AutoDynamicTree(DynamicTreePolicy):
         """Whether the next round grows a tree, from a growth's expected tokens per second, its time included."""
         if rate > (1.0 + MARGIN) / self.verify_time[1]:
             self.backoff = 1
-        else:
-            self.wait, self.backoff = self.backoff, min(2 * self.backoff, 32)
+        else:  # plain rounds until a growth costs at most REGROW_SHARE of their time, and at least ``backoff``
+            self.wait = max(self.backoff, int(np.ceil(self.t_grow / (REGROW_SHARE * self.verify_time[1]))))
+            self.backoff = min(2 * self.backoff, 32)
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
                 nodes: int = 0) -> None:
