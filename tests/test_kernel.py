@@ -302,15 +302,19 @@ def restore_blas_threads():
 
 
 def test_the_stored_kernel_measurements_are_physical():
-    """docs/kernel/forward.json, forward_tiles.json and the two studies, before docs/speed.md quotes them: each kernel's t(n) within physics
-    (r(n) <= n, a 1-token pass no faster than its own read of the weights), run at a commit, their provenance
-    recorded."""
+    """docs/kernel/forward.json, forward_tiles.json, forward_tiles_avx512.json and the studies, before docs/speed.md
+    quotes them: each kernel's t(n) within physics (r(n) <= n, a 1-token pass no faster than its own read of the
+    weights), run at a commit, their provenance recorded."""
     f = json.loads((ROOT / "docs" / "kernel" / "forward.json").read_text())
     assert set(f["kernels"]) == {"numpy", "numba"} and {"date", "commit", "command", "machine"} <= set(f["provenance"])
-    tiles = json.loads((ROOT / "docs" / "kernel" / "forward_tiles.json").read_text())  # the table's entries, one run
-    assert set(tiles["kernels"]) == {"numpy", "numba 8 sums", "numba 16 sums"}
-    assert "--tiles 8,16" in tiles["provenance"]["command"] and "numba_tile_sums" in tiles["provenance"]["machine"]
-    for k, v in [*f["kernels"].items(), *tiles["kernels"].items()]:
+    entries = []
+    for name, simd in (("forward_tiles.json", "avx2"), ("forward_tiles_avx512.json", "avx512f")):  # the table's entries
+        tiles = json.loads((ROOT / "docs" / "kernel" / name).read_text())  # each in one run, on a CPU of that simd
+        assert set(tiles["kernels"]) == {"numpy", "numba 8 sums", "numba 16 sums"}
+        assert "--tiles 8,16" in tiles["provenance"]["command"] and "numba_tile_sums" in tiles["provenance"]["machine"]
+        assert tiles["provenance"]["machine"]["simd"] == simd and "+changes" not in tiles["provenance"]["commit"]
+        entries += tiles["kernels"].items()
+    for k, v in [*f["kernels"].items(), *entries]:
         for n, r in v["r"].items():
             assert 0.9 <= r <= int(n), (k, n, r)
         assert v["ms"]["1"] >= 0.95 * v["weight_stream_ms"], (k, "a pass faster than reading its weights")

@@ -6,7 +6,8 @@
   docs/kernel/forward_q4_1.json   ``minispec bench forward --model F32 --model Q4_1 --kernel numpy,numba --json``: the
                                   float32 and the Q4_1 target side by side, with each pass's GFLOP/s
   docs/kernel/forward_tiles.json  ``minispec bench forward --kernel numpy,numba --tiles 8,16 --json``: each entry of
-                                  the numba kernel's table of tiles on one machine, side by side
+                                  the numba kernel's table of tiles on one machine (AVX2), side by side
+  docs/kernel/forward_tiles_avx512.json   the same on a CPU with AVX-512
   docs/kernel/study_numba_float32.json, study_numba_q4_1.json   ``minispec bench --kernel numba --model DIR ...``:
                                   the study with the float32 and with the Q4_1 target, on one machine
   docs/kernel/forward_llama_cpp.json   the same with ``--kernel numba --gguf Q4_1.gguf --gguf F32.gguf``: llama.cpp on
@@ -24,6 +25,7 @@ FORWARD = "docs/kernel/forward.json"
 FORWARD_Q4 = "docs/kernel/forward_q4_1.json"
 FORWARD_LLAMA = "docs/kernel/forward_llama_cpp.json"
 FORWARD_TILES = "docs/kernel/forward_tiles.json"
+FORWARD_TILES_AVX512 = "docs/kernel/forward_tiles_avx512.json"
 STUDIES = {"numpy": "docs/kernel/study_numpy.json", "numba": "docs/kernel/study_numba.json"}
 FORMAT_STUDIES = {"float32": "docs/kernel/study_numba_float32.json", "Q4_1": "docs/kernel/study_numba_q4_1.json"}
 ROWS = [(EAGLE, "code"), (DRAFT, None), (PL, "grounded"), (PL, None)]
@@ -109,6 +111,10 @@ def forward_tiles_table(root: Path) -> str:
     return side_by_side_table(root, FORWARD_TILES)
 
 
+def forward_tiles_avx512_table(root: Path) -> str:
+    return side_by_side_table(root, FORWARD_TILES_AVX512)
+
+
 def side_by_side_table(root: Path, name: str) -> str:
     """t(n), r(n) and GFLOP/s of every row of a ``bench forward`` record: minispec's kernels and formats, and llama.cpp's
     GGUFs (``--gguf``)."""
@@ -178,4 +184,5 @@ def values(root: Path) -> dict[str, str]:
 
 SECTIONS = {"kernel_forward": forward_table, "kernel_study": study_table, "kernel_speed_model": speed_model,
             "kernel_forward_q4_1": forward_q4_table, "kernel_forward_llama_cpp": forward_llama_cpp_table,
-            "kernel_forward_tiles": forward_tiles_table, "kernel_study_formats": format_study_table}
+            "kernel_forward_tiles": forward_tiles_table,
+            "kernel_forward_tiles_avx512": forward_tiles_avx512_table, "kernel_study_formats": format_study_table}
