@@ -165,15 +165,17 @@ def without(probs: np.ndarray, tokens) -> np.ndarray | None:
 
 
 def top_indices(z: np.ndarray, width: int) -> np.ndarray:  # [V] -> [min(width, V)]
-    """The indices of the ``width`` largest entries of ``z``, largest first, ties to the lower index: exactly
-    ``np.argsort(-z, kind="stable")[:width]``, without sorting the vocabulary. A partition finds the width-th largest
-    value among the entries above -inf, and only those at or above it are sorted. (The -inf entries are set apart
-    first: an EAGLE head's row is -inf outside its frequent tokens, and a partition slows tenfold on that many ties.)"""
+    """The indices of the ``width`` (>= 1) largest entries of ``z`` (no NaN), largest first, ties to the lower index:
+    exactly ``np.argsort(-z, kind="stable")[:width]``, without sorting the vocabulary. A partition finds the width-th
+    largest value among the entries above -inf, and only those at or above it are sorted. (The -inf entries are set
+    apart first: an EAGLE head's row is -inf outside its frequent tokens, and a partition slows tenfold on that many
+    ties.)"""
     above = np.flatnonzero(z > -np.inf)  # ascending
+    za = z[above]
     if len(above) > width:
-        kth = np.partition(z[above], len(above) - width)[len(above) - width]  # the width-th largest value
-        above = above[z[above] >= kth]  # every tie of it, in index order
-    top = above[np.argsort(-z[above], kind="stable")][:width]
+        kth = np.partition(za, len(above) - width)[len(above) - width]  # the width-th largest value
+        above, za = above[za >= kth], za[za >= kth]  # every tie of it, in index order
+    top = above[np.argsort(-za, kind="stable")][:width]
     if len(top) < width:  # fewer entries above -inf than asked for: then the first -inf ones, in index order
         top = np.concatenate([top, np.flatnonzero(z == -np.inf)[: width - len(top)]])
     return top

@@ -28,6 +28,7 @@ PRECISION="${PRECISION:-float32}"
 GENERATIONS=weights/eagle-data/generations-s2.npz
 case "$TOKENS" in ''|*[!0-9]*) echo "error: TOKENS must be a positive integer, got '$TOKENS'" >&2; exit 2;; esac
 [ "$TOKENS" -gt 0 ] || { echo "error: TOKENS must be positive" >&2; exit 2; }
+case "$PRECISION" in float32|bfloat16) ;; *) echo "error: PRECISION must be float32 or bfloat16, got '$PRECISION'" >&2; exit 2;; esac
 mkdir -p "$OUT"
 stage() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
 

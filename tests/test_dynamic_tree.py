@@ -186,7 +186,7 @@ def test_level2_a_deep_sampled_tree_selects_by_value_and_stays_lossless(monkeypa
 
 
 def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
-    from minispec.policy.tree_policy import REGROW_SHARE, AutoDynamicTree
+    from minispec.policy.tree_policy import MAX_WAIT, AutoDynamicTree
 
     values = np.array([0.9, 0.8, 0.5, 0.2, 0.05, 0.01])
     flat = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0)
@@ -197,10 +197,13 @@ def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
     assert n == max(range(7), key=lambda m: (1 + values[:m].sum()) / (0.010 * (1 + 0.3 * m)))
     hopeless = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * n for n in range(1, 18)}, 0.002)
     assert hopeless.choose(values * 0.1) == 0
-    hopeless.observe(0, 0, 0.010, 0.010)  # its growth took a target step, 10 ms (learned)
-    wait = int(np.ceil(0.010 / (REGROW_SHARE * 0.010)))  # rounds until a growth costs REGROW_SHARE of their time
-    shapes = [hopeless.next_shape() for _ in range(wait + 1)]
-    assert shapes[:wait] == [(0, 0)] * wait and isinstance(shapes[wait], DynamicTree)  # then it grows again
+    hopeless.observe(0, 0, 0.010, 0.010)  # 5 calibrated levels of 2 ms: a growth of one target step
+    shapes = [hopeless.next_shape() for _ in range(35)]
+    assert shapes[:34] == [(0, 0)] * 34 and isinstance(shapes[34], DynamicTree)  # 34 plain rounds, as documented
+    dearer = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * n for n in range(1, 18)}, 0.006, learn=False)
+    dearer.choose(values * 0.1)
+    dearer.observe(0, 0, 0.030, 0.010)  # a growth of 3 target steps would wait 100 rounds: capped
+    assert dearer.wait == MAX_WAIT == 64
     cheap = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 * n for n in range(1, 18)}, 0.0, learn=False)
     for backoff in (1, 2, 4):  # a growth that costs nothing: plain rounds doubling each time it does not pay
         assert cheap.choose(values * 0.1) == 0
@@ -218,51 +221,69 @@ def test_a_paid_growth_is_left_out_of_the_size_but_decides_whether_to_grow_again
     values = np.array([0.9, 0.8, 0.5])
     verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
     cheap = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.0001)
-    assert cheap.choose(values) == 3  # a growth of 0.5 ms pays: grow again
-    cheap.observe(2, 2, 0.0, 0.011)
-    assert cheap.next_shape() != (0, 0)
+    assert cheap.choose(values) == 3  # calibrated: a growth of 0.5 ms (the first timed one is not counted)
+    cheap.observe(2, 2, 0.0, 0.013, nodes=3)
+    assert cheap.next_shape() != (0, 0)  # pays: grow again
     dear = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.010, learn=False)  # 5 levels of a target step each
     assert dear.choose(values) == 3  # paid: verifying its best nodes still beats a plain step
-    dear.observe(2, 2, 0.0, 0.011)
+    dear.observe(2, 2, 0.0, 0.013, nodes=3)
     assert dear.next_shape() == (0, 0)  # but the next round is plain
 
 
 def test_the_growth_time_is_learned_from_the_rounds_unless_the_run_is_seeded():
     """A growth that takes far longer than the head's calibrated levels (the vocabulary's children, the catch-up)
-    stops the trees once timed; a seeded run keeps the calibration, so its choices repeat."""
+    stops the trees once timed; the first growth (the head's catch-up on the whole prompt) is not counted; a seeded
+    run keeps the calibration, so its choices repeat."""
     from minispec.policy.tree_policy import AutoDynamicTree
 
     values = np.array([0.9, 0.8, 0.5])
     verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
-    shapes = {}
+    plain, policies = {}, {}
     for learn in (True, False):
-        pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.0001, learn=learn)
+        pol = policies[learn] = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.0001, learn=learn)
         seen = []
         for _ in range(12):
             shape = pol.next_shape()
             seen.append(shape == (0, 0))
             if shape != (0, 0):
                 pol.choose(values)
-                pol.observe(2, 2, 0.050, 0.011)  # each growth took 50 ms: 5 target steps
+                pol.observe(2, 2, 0.050, 0.013, nodes=3)  # each growth took 50 ms: 5 target steps
             else:
                 pol.observe(0, 0, 0.0, 0.010)
-        shapes[learn] = seen
-    assert shapes[False] == [False] * 12  # calibrated: every round grows
-    assert shapes[True][:2] == [False, True] and sum(shapes[True]) >= 8  # timed: backs off from the second round
-    assert pol.t_grow == 5 * 0.0001
+        plain[learn] = seen
+    assert plain[False] == [False] * 12 and policies[False].t_grow == 5 * 0.0001  # calibrated: every round grows
+    assert plain[True] == [False, False] + [True] * 10  # timed from the second growth on: then plain
+    assert policies[True].t_grow == 0.050
+
+
+def test_a_round_that_grew_nothing_teaches_nothing():
+    """A tree asked for but not grown (the head has no features yet, or no room), without choose: no growth timed,
+    no plan (its draft time is not a growth's)."""
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    pol = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.001)
+    for _ in range(5):
+        assert pol.next_shape() != (0, 0)
+        pol.observe(0, 0, 1.0, 0.010, nodes=0)
+    assert pol.growths is None and pol.t_grow == 5 * 0.001 and pol.wait == 0
 
 
 def test_at_t1_grown_rounds_that_emit_little_back_off_from_their_tokens():
     """At T > 0 there is no choose: the tokens the grown rounds emitted decide, with calibrated costs in a seeded
-    run (so the choices depend on the seed's draws, not on the clock)."""
+    run (so the choices depend on the seed's draws, not on the clock), learned ones otherwise."""
     from minispec.policy.tree_policy import AutoDynamicTree
 
     verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
-    for accepted, grows in ((0, False), (3, True)):  # 1 token for 2.6 steps; 4 tokens for 2.6 steps
+    for accepted, grows in ((0, False), (3, True)):  # 1 token for 3.6 steps; 4 tokens for 3.6 steps (t_grow 1)
         pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.002, learn=False)
         assert pol.next_shape() != (0, 0)
         pol.observe(1, accepted, 0.5, 0.5, nodes=16)  # the clock says nothing to a seeded run
         assert (pol.next_shape() != (0, 0)) == grows
+    pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.002)  # following its clock
+    for _ in range(2):
+        assert pol.next_shape() != (0, 0)
+        pol.observe(1, 3, 0.5, 0.026, nodes=16)  # 4 tokens a round, but each growth took 50 target steps
+    assert pol.t_grow == 0.5 and pol.next_shape() == (0, 0)
 
 
 def test_trust_learns_how_far_the_values_overpromise():

@@ -173,3 +173,26 @@ def test_the_target_distribution_computed_once_is_each_steps_own():
     exec(compile(src.replace(old, new), "train_eagle_ttt_twin", "exec"), twin.__dict__)
     _, twin_parts = twin.step_losses(outs, W_r)
     assert np.abs(np.array(twin_parts)[1:, 1] - np.array(ref_parts)[1:, 1]).min() > 1e-2
+
+
+def test_in_bfloat16_the_products_round_and_the_softmaxes_and_losses_stay_float32():
+    """``--precision bfloat16``: under torch's autocast the reduced head's products run in bfloat16 (the loss moves
+    from float32's, by about bfloat16's rounding), while the softmaxes and the losses are float32 (bug: autocast
+    keeps softmax in the product's bfloat16, so the cross-entropy was computed in bfloat16)."""
+    from minispec.recipes.train_eagle_ttt import shifted, step_losses
+
+    g = torch.Generator().manual_seed(0)
+    B, L, D, V = 2, 12, 8, 16
+    feats, W_r = torch.randn(B, L, D, generator=g), torch.randn(V, D, generator=g)
+    lens, pos = torch.tensor([L, 9]), torch.arange(L - 1)[None, :]
+    outs = [(torch.randn(B, L - 1, D, generator=g), shifted(feats, i), (pos < lens[:, None] - 1 - i).float())
+            for i in range(2)]
+    seen = []
+    real = torch.log_softmax
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "log_softmax", lambda x, dim: seen.append(x.dtype) or real(x, dim))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss16, parts16 = step_losses(outs, W_r)
+    loss32, parts32 = step_losses(outs, W_r)
+    assert seen == [torch.float32] * 2 and loss16.dtype == torch.float32
+    assert 0 < abs(float(loss16) - float(loss32)) < 0.02 * abs(float(loss32))  # rounded, not another loss

@@ -43,7 +43,7 @@ def test_greedy_candidates_among_tied_logits_are_the_lowest_ids():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([-np.inf, -1.0, 0.0, 0.5, 2.0, np.inf]), min_size=1, max_size=40),
        st.integers(1, 45))
-def test_top_indices_are_the_stable_sort_s(values, width):
+def test_top_indices_equal_the_stable_argsort(values, width):
     """Children chosen by a partition, not a sort of the vocabulary: the same indices in the same order as a stable
     argsort, ties and infinities included (few distinct values, so ties are the rule)."""
     z = np.array(values, np.float32)

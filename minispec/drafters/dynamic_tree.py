@@ -65,10 +65,11 @@ class DynamicTree:
 def log_softmax_at(logits: np.ndarray, tokens: list[int]) -> np.ndarray:  # [V], n tokens -> [n]
     """The drafter's untempered log-probabilities of ``tokens``, for scores only: they rank nodes and never reach a
     model. The normaliser is summed in float64 (as sampling.warp's probabilities), the exponentials in the logits'
-    own float32: one pass over the vocabulary, whose log-probabilities are never all needed."""
+    own float32: one pass over the vocabulary, whose log-probabilities are never all needed. (A row with no finite
+    logit gives NaN, as a full log-softmax would.)"""
     m = np.max(logits)
     lse = float(m) + float(np.log(np.sum(np.exp(logits - m), dtype=np.float64)))
-    return np.asarray(logits, np.float64)[tokens] - lse
+    return np.asarray(logits)[tokens].astype(np.float64) - lse
 
 
 def one_hot(row) -> bool:

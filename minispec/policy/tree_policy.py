@@ -20,7 +20,7 @@ import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, run_length
-from .auto_k import MARGIN, QUANTILE, RECENT, ProbeBudget, best, low_quantile, probe_cost
+from .auto_k import MARGIN, RECENT, ProbeBudget, best, low_quantile, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
@@ -121,63 +121,71 @@ class DynamicTreePolicy:
 
 
 REGROW_SHARE = 0.03  # a growth that looks again after growing did not pay costs at most this share of the plain time
+MAX_WAIT = 64  # ... unless that takes more plain rounds than this
 
 
 class AutoDynamicTree(DynamicTreePolicy):
     """EAGLE-2's dynamic tree, sized each round by the cost model (``tree="auto"`` for a drafter that grows trees).
 
-    At T = 0 the drafter grows the full tree, and ``choose`` keeps the N nodes of highest value v_i (the product of
-    the drafter's probabilities on the path: its own estimate that node i is accepted, EAGLE-2's premise) that
-    maximise the tokens per second of the round's verification,
+    Where the root's row is one-hot (T = 0) the drafter grows the full tree, and ``choose`` keeps the N nodes of
+    highest value v_i (the product of the drafter's probabilities on the path: its own estimate that node i is
+    accepted, EAGLE-2's premise) that maximise the tokens per second of the round's verification,
 
-        (1 + trust * (v_1 + ... + v_N)) / t(N + 1),
+        E(N) / t(N + 1),   E(N) = 1 + trust * (v_1 + ... + v_N)   (the expected tokens, ``expected_tokens``)
 
-    with t(n) the target's measured pass over n tokens; N = 0 (a plain step, 1 / t(1)) when none beats it. The growth
-    is paid by then, so it is left out of that choice. ``trust`` is the ratio of tokens accepted to tokens the values
+    with t(n) the target's pass over n tokens; N = 0 (a plain step, 1 / t(1)) when none beats it. The growth is paid
+    by then, so it is left out of that choice. ``trust`` is the ratio of tokens accepted to tokens the values
     promised, learned over rounds (it starts at 1).
 
     Whether to grow at all is decided before growing (``plan``, after each grown round), from the last growth: the
     next tree is expected to be worth what this one was, and growing pays when, its time t_grow included,
 
-        max_N (1 + trust * (v_1 + ... + v_N)) / (t_grow + t(N + 1))  >  (1 + MARGIN) / t(1).
+        max_N E(N) / (t_grow + t(N + 1))  >  (1 + MARGIN) / t(1).
 
-    At T > 0 the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be dropped
-    by its value), and the same test reads the tokens its grown rounds emitted (a running mean) for the values' sum.
-    When growing does not pay, the next rounds are plain: 1, 2, 4, ... up to 32 (doubling each time), and at least as
-    many as make the growth that looks again cost at most ``REGROW_SHARE`` of their time (t_grow / (REGROW_SHARE
-    t(1)) rounds: a growth that takes a target step waits 34); then it grows once more, to look again.
+    Otherwise (T > 0) the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be
+    dropped by its value), and the same test takes the tokens its grown rounds emitted (a running mean) for E.
+    When growing does not pay, the next
 
-    t_grow starts as the head's calibrated levels (``depth`` of them) and, in a run that follows its clock
-    (``learn``), becomes a low quantile of the growths it timed: a growth also picks children over the vocabulary
-    and catches the head up, which the calibration does not time. A seeded run at T > 0 (``learn=False``) keeps the
-    calibrated costs, so that its choices, and with them its draws, repeat."""
+        wait = min(max(backoff, ceil(t_grow / (REGROW_SHARE * t(1)))), MAX_WAIT)
+
+    rounds are plain: ``backoff`` doubles each time (1, 2, 4, ... up to 32), and the second term makes the growth
+    that looks again cost at most ``REGROW_SHARE`` of their time (a growth of one target step waits 34 rounds); then
+    it grows once more, to look again.
+
+    t_grow starts as the head's calibrated levels (``depth`` of them). In a run that follows its clock (``learn``) it
+    becomes the growths it timed (a low quantile of them once there are 3; the first growth is not counted: it
+    catches the head up on the whole prompt): a growth also picks children over the vocabulary and catches the head
+    up on the tokens since the last, which the calibration does not time. Such a run learns t(n) from its passes too,
+    as ``TreePolicy`` does. A seeded run at T > 0 (``learn=False``) keeps the calibrated costs, so that its choices,
+    and with them its draws, repeat."""
 
     def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True):
         super().__init__(shape)
-        self.verify_time, self.level_time, self.learn = verify_time, level_time, learn
+        self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
         self.max_room = min(shape.nodes, max(verify_time) - 1)
-        self.trust, self.promised, self.kept = 1.0, 0.0, 0.0
+        self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
         self.wait, self.backoff, self.last_promise = 0, 1, None
         self.t_grow = shape.depth * level_time  # seconds of a growth (class docstring)
-        self.growths: list = []  # seconds of its last RECENT growths (learning only)
-        self.grew = self.chose = False  # this round: a tree was asked for; choose sized it (T = 0)
-        self.emitted = None  # T > 0: tokens a grown round emitted, a running mean
-        self.values = np.zeros(0)  # T = 0: the last growth's values, best first
+        self.growths: list | None = None  # seconds of its last RECENT growths; None until the first was skipped
+        self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
+        self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
+        self.emitted = None  # T > 0: tokens a grown round emitted, a running mean (weight 0.2 on the newest)
+        self.values = np.zeros(0)  # the last growth's values, best first (``choose``)
 
     def next_shape(self, unseen: int = 1, context: int = 0):
-        self.grew = self.chose = False
+        self.asked = self.chose = False
         if self.wait > 0:
             self.wait -= 1
             return (0, 0)  # a plain round
-        self.grew = True
+        self.asked = True
         return DynamicTree(self.shape.top_k, self.shape.depth, self.max_room, self.choose)
 
-    def gains(self, values: np.ndarray) -> np.ndarray:  # [n] values, best first -> [N+1] expected tokens of N nodes
+    def expected_tokens(self, values: np.ndarray) -> np.ndarray:  # [n] values, best first -> [N+1]: E(0), ..., E(N)
         return 1.0 + self.trust * np.concatenate([[0.0], np.cumsum(values[: self.max_room])])
 
     def choose(self, values: np.ndarray) -> int:
-        self.chose, gains = True, self.gains(values)
-        rates = [gains[n] / self.verify_time[n + 1] for n in range(len(gains))]  # the growth is paid already
+        self.chose, E = True, self.expected_tokens(values)
+        rates = [E[n] / self.verify_time[n + 1] for n in range(len(E))]  # the growth is paid already
         n = int(np.argmax(rates))
         if rates[n] <= 1.0 / self.verify_time[1]:
             n = 0
@@ -189,23 +197,29 @@ class AutoDynamicTree(DynamicTreePolicy):
         """Whether the next round grows a tree, from a growth's expected tokens per second, its time included."""
         if rate > (1.0 + MARGIN) / self.verify_time[1]:
             self.backoff = 1
-        else:  # plain rounds until a growth costs at most REGROW_SHARE of their time, and at least ``backoff``
-            self.wait = max(self.backoff, int(np.ceil(self.t_grow / (REGROW_SHARE * self.verify_time[1]))))
-            self.backoff = min(2 * self.backoff, 32)
+        else:  # the wait of the class docstring
+            regrow = int(np.ceil(self.t_grow / (REGROW_SHARE * self.verify_time[1])))
+            self.wait, self.backoff = min(max(self.backoff, regrow), MAX_WAIT), min(2 * self.backoff, 32)
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
                 nodes: int = 0) -> None:
-        if not (self.chose or (self.grew and nodes)):  # a plain round, or none grown (no room)
+        if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its passes
+            seen = self.passes[nodes + 1] = (self.passes.get(nodes + 1, []) + [t_verify])[-RECENT:]
+            self.verify_time[nodes + 1] = low_quantile(seen, self.verify_time[nodes + 1])
+        if not (self.chose or (self.asked and nodes)):  # a plain round, or none grown (no room, no features yet)
             return
         if self.learn:
-            self.growths = (self.growths + [t_draft])[-RECENT:]
-            self.t_grow = float(np.quantile(self.growths, QUANTILE)) if len(self.growths) >= 3 else min(self.growths)
+            if self.growths is None:
+                self.growths = []  # the first growth, not counted (class docstring)
+            else:
+                self.growths = (self.growths + [t_draft])[-RECENT:]
+                self.t_grow = low_quantile(self.growths, min(self.growths))
             if self.last_promise:
                 self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted
                 self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
-        if self.chose:  # T = 0: this growth's values, with what this round taught (trust, t_grow)
-            gains = self.gains(self.values)
-            self.plan(max(gains[m] / (self.t_grow + self.verify_time[m + 1]) for m in range(len(gains))))
+        if self.chose:  # the root's row one-hot: this growth's values, with what this round taught (trust, t_grow)
+            E = self.expected_tokens(self.values)
+            self.plan(max(E[m] / (self.t_grow + self.verify_time[m + 1]) for m in range(len(E))))
         else:  # T > 0: the tokens its grown rounds emitted
             self.emitted = accepted + 1.0 if self.emitted is None else 0.8 * self.emitted + 0.2 * (accepted + 1.0)
             self.plan(self.emitted / (self.t_grow + self.verify_time[min(nodes, self.max_room) + 1]))

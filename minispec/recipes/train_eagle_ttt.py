@@ -18,8 +18,9 @@ The training-time test (Li et al. 2025, EAGLE-3, arXiv 2503.01840), paper -> cod
                 positions whose target x_{j+1+i} exists; the tokens fed are the true ones (a guess is only
                 looked at when the guesses before it were kept)
 
-``--precision bfloat16`` runs the head's products in bfloat16 under torch's autocast (EAGLE trains in bfloat16 on
-GPUs); the weights, the optimizer's state and the losses stay float32, and evaluation is float32.
+``--precision bfloat16`` runs the head's products (and the reduced head's) in bfloat16 under torch's autocast (EAGLE
+trains in bfloat16 on GPUs); the weights, the optimizer's state, the softmaxes and the losses stay float32, and
+evaluation is float32.
 
 Departure from EAGLE-3: the head reads the target's top feature only (EAGLE-1's input), not a fusion of three
 layers, and keeps FR-Spec's reduced head, so that it stays a drop-in for eagle.py and fits the repository.
@@ -137,12 +138,13 @@ def step_losses(outs, W_r, weight_decay_base: float = 0.8):
     import torch
     total, wsum, parts = 0.0, 0.0, []
     with torch.no_grad():
-        p_r0 = torch.softmax(outs[0][1] @ W_r.T, -1)  # [B, L-1, V_r]: row j, the target's distribution at f_{j+1}
+        p_r0 = torch.softmax((outs[0][1] @ W_r.T).float(), -1)  # [B, L-1, V_r]: row j, the target's distribution at
+        # f_{j+1}; .float(): softmax in float32 even where the product ran in bfloat16 (``--precision``)
     for i, (pred, true, valid) in enumerate(outs):
         n = valid.sum().clamp(min=1)
         reg = (torch.nn.functional.smooth_l1_loss(pred, true, reduction="none").mean(-1) * valid).sum() / n
         m = pred.shape[1] - i  # positions j whose f_{j+1+i} is in the window: p_r0's rows i..
-        logq = torch.log_softmax(pred[:, :m] @ W_r.T, -1)  # [B, m, V_r]
+        logq = torch.log_softmax((pred[:, :m] @ W_r.T).float(), -1)  # [B, m, V_r], float32 as p_r0
         ce = (-(p_r0[:, i:] * logq).sum(-1) * valid[:, :m]).sum() / n
         w = weight_decay_base ** i
         total, wsum = total + w * (reg + 0.1 * ce), wsum + w
@@ -210,8 +212,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                    help="the head's products in training: float32, or bfloat16 under torch's autocast (the weights, "
-                        "optimizer and losses stay float32; faster only where the CPU multiplies bfloat16 natively, "
-                        "AMX or AVX512-BF16)")
+                        "optimizer, softmaxes and losses stay float32; faster only where the CPU multiplies bfloat16 "
+                        "natively, AMX or AVX512-BF16)")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--init", default=None, help="start from this head directory's eagle.safetensors")
     return p
@@ -270,7 +272,8 @@ def main(argv=None) -> int:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     ckpt = run_dir / "checkpoint.pt"
-    state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=[str(f) for f in folders])
+    state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=[str(f) for f in folders],
+                 precision=args.precision)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         head.load_state_dict(saved["head"])
@@ -278,10 +281,12 @@ def main(argv=None) -> int:
         sched.load_state_dict(saved["sched"])
         state = saved["state"]
         if state.get("steps") != steps or state.get("data_tokens") != n_tokens or \
-                state.get("folders", [str(f) for f in folders]) != [str(f) for f in folders]:
+                state.get("folders", [str(f) for f in folders]) != [str(f) for f in folders] or \
+                state.get("precision", "float32") != args.precision:
             log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens of "
-                f"{state.get('folders')}, this one would be {steps} over {n_tokens} of {[str(f) for f in folders]}: pass "
-                "another --run-dir, or the same settings and data (folders in the same order) to resume")
+                f"{state.get('folders')} in {state.get('precision', 'float32')}, this one would be {steps} over "
+                f"{n_tokens} of {[str(f) for f in folders]} in {args.precision}: pass another --run-dir, or the same "
+                "settings and data (folders in the same order) to resume")
             return 2
         log(f"resumed at step {state['step']} of {steps} from {ckpt}")
     elif args.init:
