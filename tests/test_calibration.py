@@ -184,6 +184,13 @@ def test_one_burst_cannot_move_a_calibration_and_an_implausible_one_is_measured_
     clock.attach(monkeypatch, target, lambda n, i: 0.010 * (5 - n))  # never plausible: kept, repaired, and said
     cal = costs.verify_calibration(target, range(1, 5))
     assert list(cal.times.values()) == sorted(cal.times.values()) and len(cal.notes) == calibration.TRIES + 1
+    assert calibration.check_verify(cal.times) == []  # what it keeps passes the check a later process applies
+
+    fresh_process(monkeypatch)
+    clock.attach(monkeypatch, target, lambda n, i: 0.010 * (1 if n == 1 else 3 * n))  # r(n) = 3n, every try
+    cal = costs.verify_calibration(target, range(1, 5))
+    assert cal.times == pytest.approx({n: 0.010 * n for n in range(1, 5)})  # cut to r(n) = n (bug: kept at 3n,
+    assert calibration.check_verify(cal.times) == []  # then distrusted and measured again by the next process)
 
 
 def test_a_drafter_guess_must_cost_something():
