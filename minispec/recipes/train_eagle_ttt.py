@@ -379,7 +379,8 @@ default), with torch {summary['torch']}, on the shards of
   (greedy and T=1) for prompts built here, the rest standard-library source; {summary['training_tokens']} training
   tokens. Windows that share a run of 8 words with any evaluation prompt were dropped;
 - training: {summary['steps']} AdamW steps of {a['batch']} windows x {a['seq']} tokens, with EAGLE-3's training-time
-  test unrolled {a['unroll']} steps ({summary['training_minutes']:.1f} min on {a['threads']} CPU threads);
+  test unrolled {a['unroll']} steps, its products in {a.get('precision', 'float32')} ({summary['training_minutes']:.1f} min on
+  {a['threads']} CPU threads);
 - held out (every 20th greedy generation), by depth d = 1, 2, ...: the d-th guess equals the target's greedy
   token, given the guesses before it did: code {", ".join(f"{x:.3f}" for x in d['code']['greedy'])}; chat
   {", ".join(f"{x:.3f}" for x in d['chat']['greedy'])}; T=1 acceptance sum min(p, q): code
