@@ -133,6 +133,19 @@ def test_init_loads_a_heads_file_back_into_the_torch_head():
         assert torch.equal(x, y), name
 
 
+def random_outs(steps: int):
+    """``unrolled``'s output for ``steps`` steps of random predictions over random true features (2 windows of 12,
+    the second ending at 9), and a random reduced head [16, 8]."""
+    from minispec.recipes.train_eagle_ttt import shifted
+
+    g = torch.Generator().manual_seed(0)
+    B, L, D, V = 2, 12, 8, 16
+    feats, W_r = torch.randn(B, L, D, generator=g), torch.randn(V, D, generator=g)
+    lens, pos = torch.tensor([L, 9]), torch.arange(L - 1)[None, :]
+    return [(torch.randn(B, L - 1, D, generator=g), shifted(feats, i), (pos < lens[:, None] - 1 - i).float())
+            for i in range(steps)], W_r
+
+
 def test_the_target_distribution_computed_once_is_each_steps_own():
     """step_losses reads step i's target distribution from step 0's, i rows on: the same loss as computing
     softmax(f W_r) from each step's own true features (positions past a window's end are not valid either way). A
@@ -141,14 +154,9 @@ def test_the_target_distribution_computed_once_is_each_steps_own():
     from pathlib import Path
 
     from minispec.recipes import train_eagle_ttt
-    from minispec.recipes.train_eagle_ttt import shifted, step_losses
+    from minispec.recipes.train_eagle_ttt import step_losses
 
-    g = torch.Generator().manual_seed(0)
-    B, L, D, V = 2, 12, 8, 16
-    feats, W_r = torch.randn(B, L, D, generator=g), torch.randn(V, D, generator=g)
-    lens, pos = torch.tensor([L, 9]), torch.arange(L - 1)[None, :]
-    outs = [(torch.randn(B, L - 1, D, generator=g), shifted(feats, i), (pos < lens[:, None] - 1 - i).float())
-            for i in range(4)]
+    outs, W_r = random_outs(4)
 
     def own(outs):  # each step's distribution from its own true features
         total, wsum, parts = 0.0, 0.0, []
@@ -179,14 +187,9 @@ def test_in_bfloat16_the_products_round_and_the_softmaxes_and_losses_stay_float3
     """``--precision bfloat16``: under torch's autocast the reduced head's products run in bfloat16 (the loss moves
     from float32's, by about bfloat16's rounding), while the softmaxes and the losses are float32 (bug: autocast
     keeps softmax in the product's bfloat16, so the cross-entropy was computed in bfloat16)."""
-    from minispec.recipes.train_eagle_ttt import shifted, step_losses
+    from minispec.recipes.train_eagle_ttt import step_losses
 
-    g = torch.Generator().manual_seed(0)
-    B, L, D, V = 2, 12, 8, 16
-    feats, W_r = torch.randn(B, L, D, generator=g), torch.randn(V, D, generator=g)
-    lens, pos = torch.tensor([L, 9]), torch.arange(L - 1)[None, :]
-    outs = [(torch.randn(B, L - 1, D, generator=g), shifted(feats, i), (pos < lens[:, None] - 1 - i).float())
-            for i in range(2)]
+    outs, W_r = random_outs(2)
     seen = []
     real = torch.log_softmax
     with pytest.MonkeyPatch.context() as mp:
