@@ -24,6 +24,12 @@ from .auto_k import MARGIN, RECENT, ProbeBudget, best, low_quantile, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
+def learn_pass(passes: dict, verify_time: dict, n: int, seconds: float) -> None:
+    """A learning policy's t(n): a low quantile of its last RECENT passes over n tokens (``passes``: n -> seconds)."""
+    seen = passes[n] = (passes.get(n, []) + [seconds])[-RECENT:]
+    verify_time[n] = low_quantile(seen, verify_time[n])
+
+
 class TreePolicy:
     """Choose (width, depth) per round from the cost model (module docstring), as AutoK chooses K.
     A fixed shape is ``TreePolicy.fixed(width, depth)``; ``max_nodes`` bounds width * depth."""
@@ -93,8 +99,7 @@ class TreePolicy:
                 probed: tuple[float, bool] | None = None, nodes: int = 0) -> None:
         """As AutoK.observe; ``nodes``: the tree's size (its pass verified nodes + 1 tokens)."""
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its recent passes
-            seen = self.passes[nodes + 1] = (self.passes.get(nodes + 1, []) + [t_verify])[-RECENT:]
-            self.verify_time[nodes + 1] = low_quantile(seen, self.verify_time[nodes + 1])
+            learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if depth:
             self.acc[self.context].update(depth, accepted)
         elif self.auto:
@@ -204,8 +209,7 @@ class AutoDynamicTree(DynamicTreePolicy):
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
                 nodes: int = 0) -> None:
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its passes
-            seen = self.passes[nodes + 1] = (self.passes.get(nodes + 1, []) + [t_verify])[-RECENT:]
-            self.verify_time[nodes + 1] = low_quantile(seen, self.verify_time[nodes + 1])
+            learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if not (self.chose or (self.asked and nodes)):  # a plain round, or none grown (no room, no features yet)
             return
         if self.learn:
