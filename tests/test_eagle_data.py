@@ -173,8 +173,56 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     assert eagle_data.main([*run, "--asked", "0"]) == 2  # other settings: refused
 
 
+@pytest.mark.parametrize("reply, body, head", [
+    ('Sure:\n```python\ndef area(w, h):\n    """\n    The area of a rectangle.\n\n    Args: w, h\n    """\n    return w * h\n'
+     '    # done\n```\nExample: area(2, 3)', 1, 'def area(w, h):\n    """The area of a rectangle."""\n    return w * h\n'),
+    ("class Stack:\n    '\'\'A stack.\n    More.\n    '\'\'\n    def push(self, x):\n", 1,
+     'class Stack:\n    """A stack."""\n    def push(self, x):\n'),
+    ('import math\n\ndef f(x):\n    """Add one."""\n    return x + 1\n```\n```python\nprint(f(1))', 3,
+     'def f(x):\n    """Add one."""\n    return x + 1\n'),  # the body stops at the code's end
+    ("def f(x):\n    return x\n", 1, None),  # no docstring
+    ('    def method(self):\n        """Indented: not top-level."""\n', 0, None),
+    ('def f():\n    """Never closed\n    return 1\n', 0, None),
+    ("Here is how you would do it in words.", 0, None),
+])
+def test_a_function_head_is_its_def_line_a_one_line_docstring_and_a_few_body_lines(reply, body, head):
+    assert eagle_data.function_head(reply, body) == head
+
+
+def test_asked_code_heads_are_the_targets_own_and_a_reply_without_one_gets_a_library_prompt(tmp_path, monkeypatch):
+    """--asked-code: the target writes the function whose head becomes a plain-text code prompt; a reply without a
+    docstring gives a standard-library prompt instead, and the settings record the share."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    good = '```python\ndef count_vowels(text):\n    """Count the vowels in a piece of text."""\n    n = 0\n```'
+    made = []
+
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
+        if temperature != 1.0:  # the functions: one with a docstring, one without
+            said = [good, "def f(x):\n    return x"]
+            return [p + tok.encode(said[j % 2]) for j, p in enumerate(prompts)], None
+        made.extend(tok.decode(p) for p in prompts)
+        return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
+    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    out = tmp_path / "data"
+    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
+           "--external-prompts", "none", "--kinds", "code-greedy", "--tokens", "1"]
+    assert eagle_data.main([*run, "--asked-code", "0.5"]) == 0
+    rec = json.loads((out / "shard-00000.json").read_text())
+    assert rec["asked"] == 1 and rec["kind"] == "code-greedy" and len(made) == 4
+    head = 'def count_vowels(text):\n    """Count the vowels in a piece of text."""\n'
+    assert made[0] in (head, head + "    n = 0\n")  # 0 to 3 body lines were asked for; the code has one
+    assert not any("def f(x)" in m or "```" in m for m in made)  # the rest: standard-library prompts
+    assert json.loads((out / "settings.json").read_text())["asked_code"] == 0.5
+    assert eagle_data.main(run) == 2  # other settings: refused
+
+
 @pytest.mark.parametrize("bad", [["--kinds", "chat-greedy,poetry"], ["--asked", "1.5"], ["--kinds", ""],
-                                 ["--kinds", "code-greedy", "--asked", "0.5"], ["--kinds", "text", "--generate-only"]])
+                                 ["--kinds", "code-greedy", "--asked", "0.5"], ["--kinds", "text", "--generate-only"],
+                                 ["--asked-code", "-0.1"], ["--kinds", "chat-greedy", "--asked-code", "0.5"]])
 def test_bad_kinds_or_share_are_refused_before_anything_loads(tmp_path, bad, capsys):
     assert eagle_data.main(["--out", str(tmp_path / "d"), *bad]) == 2
     assert "error: --" in capsys.readouterr().err and not (tmp_path / "d").exists()

@@ -107,6 +107,11 @@ def test_acceptance_by_depth_of_an_oracle_and_of_a_guesser_that_is_one_step_late
     monkeypatch.setattr(t, "unrolled", oracle)
     res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)
     assert res["greedy"] == [1.0, 1.0, 1.0] and np.allclose(res["t1"], 1.0, atol=1e-5)
+    assert res["answers"] == [None] * 3 and res["answer_positions"] == [0] * 3  # no answer start known
+    data["answer_start"][:] = 10  # windows of 32 tokens: at depth d, positions j < 32 - d guess x_{j+1+d}, and
+    res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)  # the answer's are those past x_10: j >= 10 - d
+    assert res["answers"] == [1.0] * 3 and res["answer_positions"] == [22 * len(rows)] * 3
+    data["answer_start"][:] = -1
 
     def late(*a, **k):  # predicts f_{j+i}, not f_{j+1+i}: the previous position's feature
         return [(torch.nn.functional.pad(true[:, :-1], [0, 0, 1, 0]), true, valid) for _, true, valid in oracle(*a, **k)]
@@ -199,3 +204,34 @@ def test_in_bfloat16_the_products_round_and_the_softmaxes_and_losses_stay_float3
     loss32, parts32 = step_losses(outs, W_r)
     assert seen == [torch.float32] * 2 and loss16.dtype == torch.float32
     assert 0 < abs(float(loss16) - float(loss32)) < 0.02 * abs(float(loss32))  # rounded, not another loss
+
+
+def test_answer_starts_find_the_last_assistant_marker_and_minus_one_without_it():
+    from minispec.recipes.train_eagle_ttt import answer_starts
+    marker = [1, 520, 9531, 198]
+    windows = [np.array([5, 1, 520, 9531, 198, 7, 8]),  # one marker: the answer starts at index 5
+               np.array([1, 520, 9531, 198, 4, 1, 520, 9531, 198, 6]),  # two turns: after the last
+               np.array([1, 520, 9531, 7, 198]),  # an incomplete marker
+               np.array([9, 9, 1, 520, 9531, 198])]  # the marker at the very end: an empty answer
+    assert answer_starts(windows, marker).tolist() == [5, 9, -1, 6]
+    assert answer_starts(windows, None).tolist() == [-1] * 4
+
+
+def test_a_chat_window_that_shares_a_held_out_prompt_is_kept_out_of_training():
+    """A greedy answer to the same prompt is the same answer, so training on it would put the held-out answer in
+    training: every window with a held-out window's prompt leaves the training rows, and no other does."""
+    from minispec.recipes.train_eagle_ttt import HELD_OUT, held_out_split
+    rng = np.random.default_rng(0)
+    n = 3 * HELD_OUT
+    prompts = [[100 + int(rng.integers(0, 8)), 1, 520, 9531, 198] for _ in range(n)]  # 8 prompts: many repeat
+    tokens = [np.array(p + rng.integers(3, 90, 6).tolist()) for p in prompts]
+    kinds = ["chat-greedy" if i % 3 else "chat-t1" for i in range(n)]
+    data = dict(tokens=tokens, kind=kinds, answer_start=np.full(n, 5))
+    held, same_prompt, rows = held_out_split(data)
+    held_prompts = {tuple(tokens[r][:5]) for r in held}
+    assert len(held) == sum(k == "chat-greedy" for k in kinds) // HELD_OUT and len(same_prompt) > 0
+    assert not any(tuple(tokens[r][:5]) in held_prompts for r in rows)
+    assert sorted(rows.tolist() + held.tolist() + same_prompt) == list(range(n))  # nothing else is lost
+    data["answer_start"] = np.full(n, -1)  # prompts unknown (code, text): only the held-out windows leave
+    held2, same2, rows2 = held_out_split(data)
+    assert held2.tolist() == held.tolist() and same2 == [] and len(rows2) == n - len(held)

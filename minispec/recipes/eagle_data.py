@@ -25,7 +25,12 @@ other settings is refused). Shards cycle through seven kinds:
   standard-library function (write it from its docstring's first line, or explain it);
 - ``text``: standard-library source in chunks of ``--seq`` tokens (teacher-forced: no generation).
 
-``--kinds`` sets another cycle (``chat-greedy,chat-t1``: a folder of answers only). ``--asked F``: for a share F of
+``--kinds`` sets another cycle (``chat-greedy,chat-t1``: a folder of answers only). ``--asked-code F``: for a share
+F of each code shard's prompts the target writes the function itself: asked in its chat template for a short Python
+function or class of some style about some programming subject, its first top-level ``def`` or ``class`` line, its
+docstring's first line as a one-line docstring, and 0 to 3 lines of the body after it become a plain-text prompt
+(``function_head``), the shape of ``minispec/data``'s code prompts; a standard-library prompt stands in where it
+wrote none. ``--asked F``: for a share F of
 each chat shard's prompts the target is asked to write the request itself (self-instruct, Wang et al. 2023, arXiv
 2212.10560): asked for a request of some style about some subject, it writes one. What it writes is replaced by a
 template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
@@ -107,6 +112,22 @@ SUBJECTS = [
 ]
 
 
+CODE_STYLES = [
+    "function", "function", "recursive function", "class with two methods", "function that uses a dictionary",
+    "function that loops over a list", "function that works on strings", "generator function",
+    "function with a while loop", "function that validates its input", "function that returns a tuple",
+]
+CODE_SUBJECTS = [
+    "strings", "lists", "dictionaries", "sets", "sorting", "searching", "text files", "dates", "numbers",
+    "prime numbers", "parsing text", "matrices", "stacks", "queues", "linked lists", "binary trees", "graphs", "JSON",
+    "CSV rows", "email addresses", "passwords", "counting words", "averages", "geometry", "a dice game",
+    "a bank account", "an inventory", "temperatures", "student grades", "a shopping cart", "a to-do list",
+    "time intervals", "URLs", "vowels", "anagrams", "palindromes", "fractions", "roman numerals", "a calculator",
+    "a tic-tac-toe board", "a cache", "a counter", "a timer", "log lines", "phone numbers", "a deck of cards",
+    "rectangles", "vectors", "polynomials", "a library of books", "a queue of tasks", "file names", "units of length",
+]
+
+
 def all_topics():
     from .train_draft import TOPICS
     return TOPICS + MORE_TOPICS
@@ -165,12 +186,57 @@ def asked_instructions(target, tok, n: int, rng, seed: int, overlap) -> list[str
     return out
 
 
+def function_head(answer: str, body_lines: int) -> str | None:
+    """The head of the first top-level function or class in ``answer`` (a chat reply, its code fenced or not): the
+    ``def``/``class`` line, the first line of the docstring under it as a one-line docstring, and ``body_lines``
+    lines of what follows the docstring; None where there is no such line, or no docstring right under it."""
+    lines = answer.splitlines()
+    i = next((k for k, line in enumerate(lines) if line.startswith(("def ", "class ")) and line.rstrip().endswith(":")),
+             None)
+    if i is None or i + 1 >= len(lines):
+        return None
+    opener = lines[i + 1].strip()
+    quote = opener[:3]
+    if quote not in ('"""', "'''"):
+        return None
+    indent = lines[i + 1][: len(lines[i + 1]) - len(lines[i + 1].lstrip())]
+    if opener.count(quote) >= 2:  # a one-line docstring
+        first, end = opener[3:].split(quote)[0].strip(), i + 1
+    else:  # its text on the opener's line or the next that has any; it ends at the line with the closing quotes
+        end = next((k for k in range(i + 2, len(lines)) if quote in lines[k]), None)
+        if end is None:
+            return None
+        first = next((t for t in [opener[3:].strip()] + [line.strip() for line in lines[i + 2: end]] if t), "")
+    if not first:
+        return None
+    body = lines[end + 1: end + 1 + body_lines]
+    body = body[: next((k for k, line in enumerate(body) if line.startswith("```")), len(body))]  # the code's end
+    return "\n".join([lines[i], f'{indent}"""{first}"""'] + body) + "\n"
+
+
+def asked_code_heads(target, tok, n: int, rng, seed: int, overlap) -> list[str | None]:
+    """n function heads the target writes itself (the module docstring's ``--asked-code``), asked at T = 0.6 and
+    top-p 0.9; None where its reply has no ``function_head``, or the head holds a short evaluation prompt."""
+    metas = [f"Write a short Python {CODE_STYLES[rng.integers(len(CODE_STYLES))]} about "
+             f"{CODE_SUBJECTS[rng.integers(len(CODE_SUBJECTS))]}, with a docstring." for _ in range(n)]
+    body = [int(rng.integers(0, 4)) for _ in range(n)]
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": m}])) for m in metas]
+    out = []
+    for p, s, b in zip(prompts, generate(target, tok, prompts, 160, False, seed, temperature=0.6, top_p=0.9)[0], body):
+        head = function_head(tok.decode([t for t in s[len(p):] if t not in tok.eos_ids]), b)
+        out.append(head if head and not overlap.holds_short(head) else None)
+    return out
+
+
 def shard_prompts(kind: str, files, tok, n: int, rng, requests=None) -> list[list[int]]:
-    """The shard's prompts; ``requests``: ones the target wrote (None: a template's instead) for the first of them."""
+    """The shard's prompts; ``requests``: ones the target wrote (None: a template's or a standard-library function's
+    instead) for the first of them: chat requests, or plain-text code heads of 8 to 160 tokens."""
+    requests = list(requests or [])
     if kind.startswith("code"):
         from .train_draft import code_prompts
-        return code_prompts(files, tok, n, rng)
-    requests = list(requests or [])
+        own = [tok.encode(r) for r in requests if r]
+        own = [ids for ids in own if 8 <= len(ids) <= 160]
+        return own + code_prompts(files, tok, n - len(own), rng)
     return [tok.encode(tok.apply_chat_template([{"role": "user", "content": (requests[j] if j < len(requests) and requests[j]
                                                                              else chat_instruction(files, rng))}]))
             for j in range(n)]
@@ -335,11 +401,13 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     else:
         rng = np.random.default_rng((args.seed, i))
         requests = None
-        m = int(round(args.asked * args.gen_batch))
-        if kind.startswith("chat") and m > 0:
-            requests = asked_instructions(target, tok, m, rng, args.seed * 100_000 + 50_000 + i, overlap)
-            n_asked = sum(r is not None for r in requests)
+        m = int(round((args.asked if kind.startswith("chat") else args.asked_code) * args.gen_batch))
+        if m > 0:
+            ask = asked_instructions if kind.startswith("chat") else asked_code_heads
+            requests = ask(target, tok, m, rng, args.seed * 100_000 + 50_000 + i, overlap)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
+        n_asked = sum(r is not None and 8 <= len(tok.encode(r)) <= 160 for r in requests or []) \
+            if kind.startswith("code") else sum(r is not None for r in requests or [])
         new = args.chat_tokens if kind.startswith("chat") else args.code_tokens
         seqs, gen_features = generate(target, tok, prompts, new, kind.endswith("greedy"), args.seed * 100_000 + i,
                                       with_features=not args.generate_only)
@@ -374,7 +442,7 @@ def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | 
                          "any evaluation prompt (minispec/recipes/eval_overlap.py)",
                     evaluation_files=overlap.files, external_prompts=str(external) if external else None,
                     evaluation_runs=len(overlap), seed=args.seed, seq=args.seq, layers=dict(low=LOW, mid=MID),
-                    kinds=list(args.kinds), asked_share=args.asked,
+                    kinds=list(args.kinds), asked_share=args.asked, asked_code_share=args.asked_code,
                     asked_requests=sum(r.get("asked", 0) for r in records),
                     shards=len(records), tokens=sum(r["tokens"] for r in records),
                     windows=sum(r["windows"] for r in records), kept=sum(r["kept"] for r in records),
@@ -408,6 +476,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the cycle of shard kinds, comma-separated (default: %(default)s)")
     p.add_argument("--asked", type=float, default=0.0, metavar="F",
                    help="share of chat instructions the target writes itself (0 to 1; default 0)")
+    p.add_argument("--asked-code", type=float, default=0.0, metavar="F",
+                   help="share of code prompts whose function the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--export", default=None, metavar="FILE",
                    help="write the generated windows (token ids only, compressed) to FILE and stop")
@@ -440,6 +510,13 @@ def main(argv=None) -> int:
     if args.asked and not any(k.startswith("chat") for k in args.kinds):
         print(f"error: --asked {args.asked} needs a chat kind in --kinds ({','.join(args.kinds)})", file=sys.stderr)
         return 2
+    if not 0.0 <= args.asked_code <= 1.0:
+        print(f"error: --asked-code {args.asked_code}: a share, from 0 to 1", file=sys.stderr)
+        return 2
+    if args.asked_code and not any(k.startswith("code") for k in args.kinds):
+        print(f"error: --asked-code {args.asked_code} needs a code kind in --kinds ({','.join(args.kinds)})",
+              file=sys.stderr)
+        return 2
     if args.generate_only and all(k == "text" for k in args.kinds):
         print("error: --generate-only makes generated shards, and --kinds has only text", file=sys.stderr)
         return 2
@@ -465,6 +542,8 @@ def main(argv=None) -> int:
                    text_files=args.text_files, seq=args.seq, kinds=list(args.kinds), low=LOW, mid=MID, text_order="text_index")
     if args.asked:  # (absent at 0, so that folders and exports made before --asked keep their settings)
         shaping["asked"] = args.asked
+    if args.asked_code:  # (likewise)
+        shaping["asked_code"] = args.asked_code
     settings = out / "settings.json"
     if settings.exists() and json.loads(settings.read_text()) != shaping:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "

@@ -29,10 +29,14 @@ The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>
 optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end) and ``log.txt``. Run the
 same command again after an interruption and it resumes at the last checkpoint.
 
-Held out: every 20th greedy generation (code and chat), in the order the shards made them. Reported per kind by
-depth d = 1..max(unroll, 4): greedy,
-the share of positions where the head's d-th guess equals the target's argmax among those where guesses 1..d-1 did
-(the acceptance of guess d in a chain), and at T = 1 the mean sum min(p, q) of step d.
+Held out: every 20th greedy generation (code and chat), in the order the shards made them; a chat window whose
+prompt (its tokens up to the answer's ``<|im_start|>assistant``) is a held-out window's is left out of training too,
+since a greedy answer to the same prompt is the same answer. Reported per kind by depth d = 1..max(unroll, 4):
+greedy, the share of positions where the head's d-th guess equals the target's argmax among those where guesses
+1..d-1 did (the acceptance of guess d in a chain), and at T = 1 the mean sum min(p, q) of step d. For chat, also
+greedy over the answers' positions alone (``answers``), as drafting sees them: the prompt's positions (the chat
+template's fixed system prompt among them) are easier. The shards do not keep a code window's prompt length, so
+code is reported over all positions; its prompts are standard-library lines the text shards also hold.
 """
 
 from __future__ import annotations
@@ -51,9 +55,9 @@ from .train_eagle import build_head, frequency_order, frequent_tokens, head_tens
 HELD_OUT = 20  # every 20th greedy generation is held out
 
 
-def load_shards(folder: Path, log) -> dict:
-    """Every finished shard (its .json written): tokens and top features per window, the shard each came from, and
-    its kind."""
+def load_shards(folder: Path, log, marker: list[int] | None = None) -> dict:
+    """Every finished shard (its .json written): tokens and top features per window, the shard each came from, its
+    kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not known)."""
     toks, feats, shard, kinds = [], [], [], []
     records = sorted(folder.glob("shard-*.json"))
     if not records:
@@ -70,7 +74,7 @@ def load_shards(folder: Path, log) -> dict:
             shard.append(r["shard"])
             kinds.append(r["kind"])
     log(f"data: {len(records)} shards, {len(toks)} windows, {sum(map(len, toks))} tokens from {folder}")
-    return dict(tokens=toks, feats=feats, shard=np.array(shard), kind=kinds)
+    return dict(tokens=toks, feats=feats, shard=np.array(shard), kind=kinds, answer_start=answer_starts(toks, marker))
 
 
 def rope(x, cos, sin, HD):  # [B, n, L, HD] with cos, sin [L, HD/2]
@@ -152,6 +156,44 @@ def step_losses(outs, W_r, weight_decay_base: float = 0.8):
     return total / wsum, parts
 
 
+def answer_starts(tokens: list, marker: list[int] | None) -> np.ndarray:
+    """Where each window's answer begins: just after its last ``marker`` (the tokens of ``<|im_start|>assistant\n``),
+    -1 where it has none (code and text windows, or no marker: a target without a ChatML tokenizer)."""
+    out = np.full(len(tokens), -1, np.int64)
+    if not marker:
+        return out
+    m = np.asarray(marker)
+    for w, t in enumerate(tokens):
+        at = [i for i in np.flatnonzero(t[: len(t) - len(m) + 1] == m[0]) if np.array_equal(t[i: i + len(m)], m)]
+        if at:
+            out[w] = at[-1] + len(m)
+    return out
+
+
+def held_out_split(data) -> tuple[np.ndarray, list, np.ndarray]:
+    """-> (held: every 20th greedy window, in order; same_prompt: the other windows whose prompt, the tokens before
+    ``data["answer_start"]``, is a held-out window's; rows: the rest, for training)."""
+    greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
+    held = greedy[HELD_OUT - 1:: HELD_OUT]  # every 20th greedy generation, in the order the shards made them
+    start = data["answer_start"]
+    prompt = lambda r: tuple(data["tokens"][r][: start[r]]) if start[r] >= 0 else None  # noqa: E731
+    held_prompts = {prompt(r) for r in held} - {None}
+    held_set = set(held.tolist())
+    same_prompt = [r for r in range(len(data["tokens"])) if r not in held_set and prompt(r) in held_prompts]
+    rows = np.setdiff1d(np.arange(len(data["tokens"])), np.concatenate([held, same_prompt]).astype(np.int64))
+    return held, same_prompt, rows
+
+
+def chat_marker(target_dir) -> list[int] | None:
+    """The token ids of ``<|im_start|>assistant\n`` in the target's tokenizer, or None where it has no tokenizer or
+    no ``<|im_start|>`` token (the tiny test targets)."""
+    if not (Path(target_dir) / "tokenizer.json").exists():
+        return None
+    from ..model.tokenizer import load_tokenizer
+    tok = load_tokenizer(target_dir)
+    return tok.encode("<|im_start|>assistant\n") if tok.token_to_id("<|im_start|>") is not None else None
+
+
 def rows_of(data, rows, seq):
     """Right-padded: tokens [B, seq] int64, top features [B, seq, D] float32, lengths [B]."""
     D = data["feats"][0].shape[1]
@@ -165,14 +207,14 @@ def rows_of(data, rows, seq):
 
 
 def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
-    """Acceptance by depth on ``rows`` (module docstring): {greedy: [d=1..steps], t1: [...], positions}."""
-    hit = np.zeros(steps)
-    alive = np.zeros(steps)
-    t1 = np.zeros(steps)
-    n = np.zeros(steps)
+    """Acceptance by depth on ``rows`` (module docstring): {greedy: [d=1..steps], t1: [...], positions, answers:
+    greedy over the answers' positions alone (None at a depth with none), answer_positions}."""
+    hit, alive, ans_hit, ans_alive, t1, n = (np.zeros(steps) for _ in range(6))
     with torch.no_grad():
         for a in range(0, len(rows), 4):
             toks, feats, lens = (torch.from_numpy(x) for x in rows_of(data, rows[a: a + 4], seq))
+            start = torch.from_numpy(data["answer_start"][rows[a: a + 4]])[:, None]  # [B, 1]; -1: not known
+            j = torch.arange(toks.shape[1] - 1)[None, :]  # [1, L-1]
             outs = unrolled(head, E, toks, feats, lens, steps, dims)
             chain = None  # [B, L-1]: guesses 1..i of the chain started at position j all equal the target's
             for i, (pred, true, valid) in enumerate(outs):
@@ -180,13 +222,18 @@ def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
                 q_r = torch.softmax(pred @ E[ids].T, -1)  # [B, L-1, V_r]: the head's
                 looked = (valid > 0) if chain is None else chain & (valid > 0)
                 right = looked & (ids[q_r.argmax(-1)] == p.argmax(-1))
+                answer = (start >= 0) & (j + 2 + i >= start + 1)  # guessing x_{j+2+i}, past the answer's first token
                 alive[i] += int(looked.sum())
                 hit[i] += int(right.sum())
+                ans_alive[i] += int((looked & answer).sum())
+                ans_hit[i] += int((right & answer).sum())
                 t1[i] += float((torch.minimum(p[..., ids], q_r).sum(-1) * valid).sum())
                 n[i] += float(valid.sum())
                 chain = right
     return dict(greedy=[float(h / max(a, 1)) for h, a in zip(hit, alive)], t1=[float(x / max(m, 1)) for x, m in zip(t1, n)],
-                positions=[int(x) for x in n])
+                positions=[int(x) for x in n],
+                answers=[float(h / a) if a else None for h, a in zip(ans_hit, ans_alive)],
+                answer_positions=[int(x) for x in ans_alive])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -240,15 +287,18 @@ def main(argv=None) -> int:
         return 2
     folders = [Path(d) for d in args.data] if args.data else [cache_dir() / "eagle-data-v2"]
     try:
-        parts = [load_shards(folder, log) for folder in folders]
+        marker = chat_marker(target_dir)
+        parts = [load_shards(folder, log, marker) for folder in folders]
     except FileNotFoundError as e:
         log(f"error: {e}")
         return 2
-    data = dict(tokens=[t for d in parts for t in d["tokens"]], feats=[f for d in parts for f in d["feats"]],
-                kind=[k for d in parts for k in d["kind"]])  # the folders' windows in the order given
+    data = dict(tokens=[t for d in parts for t in d["tokens"]], feats=[f for d in parts for f in d["feats"]],  # the
+                kind=[k for d in parts for k in d["kind"]],  # folders' windows in the order given
+                answer_start=np.concatenate([d["answer_start"] for d in parts]))
+    held, same_prompt, rows = held_out_split(data)
     greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
-    held = greedy[HELD_OUT - 1:: HELD_OUT]  # every 20th greedy generation, in the order the shards made them
-    rows = np.setdiff1d(np.arange(len(data["tokens"])), held)
+    if same_prompt:
+        log(f"{len(same_prompt)} windows left out of training: their prompt is a held-out window's")
     if args.max_tokens:
         cum = np.cumsum([len(data["tokens"][r]) for r in rows])
         rows = rows[: int(np.searchsorted(cum, args.max_tokens)) + 1]
@@ -333,7 +383,9 @@ def main(argv=None) -> int:
                                            ("chat", held[[data["kind"][r].startswith("chat") for r in held]]))}
     for kind, res in held_out.items():
         log(f"held out, {kind} ({res['positions'][0]} positions), by depth: greedy "
-            + " ".join(f"{x:.3f}" for x in res["greedy"]) + "; T=1 " + " ".join(f"{x:.3f}" for x in res["t1"]))
+            + " ".join(f"{x:.3f}" for x in res["greedy"]) + "; T=1 " + " ".join(f"{x:.3f}" for x in res["t1"])
+            + (f"; answers alone ({res['answer_positions'][0]} positions), greedy "
+               + " ".join(f"{x:.3f}" for x in res["answers"]) if res["answer_positions"][0] else ""))
     out.mkdir(parents=True, exist_ok=True)
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
@@ -349,7 +401,8 @@ def main(argv=None) -> int:
                    data_folders=[str(f) for f in folders],
                    generation_minutes=minutes["generation"], feature_minutes=minutes["features"],
                    training_minutes=state["seconds"] / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
-                   held_out={"by_depth": held_out, "held_out_windows": len(held), "trained_vocab": len(freq)},
+                   held_out={"by_depth": held_out, "held_out_windows": len(held), "left_out_same_prompt": len(same_prompt),
+                             "trained_vocab": len(freq)},
                    loss_curve={st: [[float(x) for x in row] for row in np.mean(state["curve"][max(0, st - 25): st + 1], axis=0)]
                                for st in range(0, steps, 50)},
                    args=vars(args), torch=torch.__version__, provenance=provenance(argv, p.prog))
@@ -381,9 +434,11 @@ default), with torch {summary['torch']}, on the shards of
 - training: {summary['steps']} AdamW steps of {a['batch']} windows x {a['seq']} tokens, with EAGLE-3's training-time
   test unrolled {a['unroll']} steps, its products in {a.get('precision', 'float32')} ({summary['training_minutes']:.1f} min on
   {a['threads']} CPU threads);
-- held out (every 20th greedy generation), by depth d = 1, 2, ...: the d-th guess equals the target's greedy
+- held out (every 20th greedy generation; {summary['held_out'].get('left_out_same_prompt', 0)} chat windows with a held-out
+  window's prompt were kept out of training), by depth d = 1, 2, ...: the d-th guess equals the target's greedy
   token, given the guesses before it did: code {", ".join(f"{x:.3f}" for x in d['code']['greedy'])}; chat
-  {", ".join(f"{x:.3f}" for x in d['chat']['greedy'])}; T=1 acceptance sum min(p, q): code
+  {", ".join(f"{x:.3f}" for x in d['chat']['greedy'])} (over the answers alone:
+  {", ".join("-" if x is None else f"{x:.3f}" for x in d['chat'].get('answers', []))}); T=1 acceptance sum min(p, q): code
   {", ".join(f"{x:.3f}" for x in d['code']['t1'])}; chat {", ".join(f"{x:.3f}" for x in d['chat']['t1'])}. Full log:
   `train_log.txt`, figures: `training.json`.
 
