@@ -472,6 +472,9 @@ def add_check(sub) -> None:
     k.add_argument("--rule", choices=["token", "block", "coupled"], default="token",
                    help="the verification rule the T=1 test checks, each against its broken twin (default token); "
                         "coupled also checks that every run is plain keyed sampling's tokens")
+    k.add_argument("--tree", action="store_true",
+                   help="also the T=1 test with EAGLE-2's dynamic tree of the default shape, and its broken twin (a "
+                        "drafter that grows trees: the EAGLE head; two more sets of speculative runs)")
     k.add_argument("--json", help="also write the figures to this JSON file (several --draft: a path with {kind}, "
                                   "for example docs/level4_{kind}.json)")
     add_processor_args(k)

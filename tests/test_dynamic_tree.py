@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from minispec import generate, load_eagle
-from minispec.drafters import DraftModel, Eagle, dynamic_tree
+from minispec.drafters import DraftModel, dynamic_tree
 from minispec.drafters.dynamic_tree import DynamicTree, grow, rerank
+from minispec.harness.equivalence import renormalised_tree
 from minispec.harness.exact_loop import loop_law
 from minispec.sampling import Stream, Warp
 from minispec.speculative import tree_speculative_generate
@@ -102,20 +103,6 @@ def test_level3_exact_dynamic_tree_law(small_pair, small_eagle, w):  # noqa: F81
     np.testing.assert_allclose(got, exact_three_tokens(target, [1, 4, 2], **w), rtol=1e-5, atol=1e-7)
 
 
-class RenormalisedEagle(Eagle):
-    """A plausible bug: each child's q renormalised over the children its parent kept (the tree's candidates, as
-    if they were all the draft could have said), while the children were drawn from the full q."""
-
-    def grow_tree(self, tokens, shape, warp, draws):
-        tree = super().grow_tree(tokens, shape, warp, draws)
-        for node in range(1, len(tree.tokens)):
-            kids = [tree.tokens[c] for c in tree.children(tree.parents[node])]
-            q = np.zeros_like(tree.draft_probs[node])
-            q[kids] = tree.draft_probs[node][kids]
-            tree.draft_probs[node] = q / q.sum()
-        return tree
-
-
 def caught(got, want) -> bool:
     """The exact comparison the correct loop passes (test_level3_exact_dynamic_tree_law) fails: an exact check
     catches any departure above float rounding."""
@@ -127,7 +114,7 @@ def test_level3_exact_catches_q_renormalised_over_the_kept_children(small_pair, 
     """Small here (a lone child's renormalised q is one-hot, which is lossless): only the first of two siblings
     is biased, TV about 5e-4, and exactly seen."""
     target = small_pair[0]
-    got, _ = law(target, lambda: small_eagle(RenormalisedEagle), temperature=1.0)
+    got, _ = law(target, lambda: renormalised_tree(small_eagle()), temperature=1.0)
     want = exact_three_tokens(target, [1, 4, 2], temperature=1.0)
     assert caught(got, want), 0.5 * np.abs(got - want).sum()
 
@@ -323,3 +310,32 @@ def test_rows_that_turn_random_below_a_one_hot_root_stop_the_full_growth():
     tree, _ = grow([], peaked, run_level, DynamicTree(top_k=4, depth=5, nodes=16), Warp(1.3, top_p=0.9),
                    Stream(np.random.PCG64(0)))
     assert 1 <= len(tree) <= 16 and all(np.count_nonzero(r) == 1 for r in tree.draft_probs[1:])
+
+
+@pytest.mark.slow  # about a minute on a tiny target
+def test_minispec_check_tree_runs_the_dynamic_tree_and_its_twin(tmp_path):
+    """``minispec check --tree`` through the command on a tiny target with a random head (8 paired runs, seeded):
+    the dynamic tree at T = 1 and its twin (q renormalised over the kept children) are both run and reported, and the
+    real tree is not told apart from plain sampling. Whether the twin is caught is a question of power, which a
+    random target's near-uniform p does not have: level 3 catches it exactly (above), and the heavy set runs it on
+    SmolLM2 (tests/test_check.py)."""
+    import json
+
+    from minispec.harness.check import TREE_TWIN
+    from minispec.model.config import ModelConfig
+
+    from .helpers import chat_model_dir, run_cli, write_random_eagle
+
+    target_dir = chat_model_dir(tmp_path / "target", hidden_size=32)
+    head = write_random_eagle(tmp_path / "head", ModelConfig.from_dir(target_dir), range(3, 400), seed=3, scale=3.0)
+    out = tmp_path / "check.json"
+    code, stdout, err = run_cli(["check", "--model", str(target_dir), "--draft", str(head), "--tree", "--quick",
+                                 "--runs", "8", "--json", str(out)])
+    res = json.loads(out.read_text())
+    shape = DynamicTree()
+    assert res["tree_sampling"]["tree"] == dict(top_k=shape.top_k, depth=shape.depth, nodes=shape.nodes)
+    assert res["tree_sampling"]["rule"] == "accept_tree" and "acceptance" in res["tree_sampling"], stdout
+    assert res[TREE_TWIN]["broken_rule"] and not res["tree_sampling"]["broken_rule"]
+    assert res["tree_sampling"]["tokens"]["tokens_b"] > 0 and res[TREE_TWIN]["tokens"]["tokens_b"] > 0
+    assert res["passed"]["tree_sampling"] and "tree_twin_caught" in res["passed"], stdout
+    assert "T=1, EAGLE-2's dynamic tree" in stdout and "q renormalised over the kept children" in stdout

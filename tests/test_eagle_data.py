@@ -180,6 +180,7 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
      'class Stack:\n    """A stack."""\n    def push(self, x):\n'),
     ('import math\n\ndef f(x):\n    """Add one."""\n    return x + 1\n```\n```python\nprint(f(1))', 3,
      'def f(x):\n    """Add one."""\n    return x + 1\n'),  # the body stops at the code's end
+    ('def f(x):\n    """\n    Closed on its line."""\n    return x\n', 1, 'def f(x):\n    """Closed on its line."""\n    return x\n'),
     ("def f(x):\n    return x\n", 1, None),  # no docstring
     ('    def method(self):\n        """Indented: not top-level."""\n', 0, None),
     ('def f():\n    """Never closed\n    return 1\n', 0, None),

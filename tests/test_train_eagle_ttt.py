@@ -108,9 +108,10 @@ def test_acceptance_by_depth_of_an_oracle_and_of_a_guesser_that_is_one_step_late
     res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)
     assert res["greedy"] == [1.0, 1.0, 1.0] and np.allclose(res["t1"], 1.0, atol=1e-5)
     assert res["answers"] == [None] * 3 and res["answer_positions"] == [0] * 3  # no answer start known
-    data["answer_start"][:] = 10  # windows of 32 tokens: at depth d, positions j < 32 - d guess x_{j+1+d}, and
-    res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)  # the answer's are those past x_10: j >= 10 - d
-    assert res["answers"] == [1.0] * 3 and res["answer_positions"] == [22 * len(rows)] * 3
+    data["answer_start"][:] = 10  # windows of 32 tokens: the chain at position j guesses x_{j+2}, ..., its d-th
+    res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)  # x_{j+1+d} while j < 32 - d; the answer's
+    # chains start past x_10, j >= 9: 22, 21 and 20 of them at depths 1, 2, 3
+    assert res["answers"] == [1.0] * 3 and res["answer_positions"] == [22 * len(rows), 21 * len(rows), 20 * len(rows)]
     data["answer_start"][:] = -1
 
     def late(*a, **k):  # predicts f_{j+i}, not f_{j+1+i}: the previous position's feature

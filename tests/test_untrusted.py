@@ -337,6 +337,8 @@ CLI_CASES = [
                             "--max-new-tokens", "2"], ["no choice fits in max_new_tokens = 2"]),
     ("check --repetition-penalty -1", ["check", "--model", "{dir}/nope", "--repetition-penalty", "-1"],
      ["repetition penalty must be > 0"]),
+    ("check --tree without a head", ["check", "--model", "{model}", "--draft", "layer-skip", "--tree", "--quick"],
+     ["--tree", "layer-skip", "does not grow dynamic trees"]),
     ("--model missing", ["generate", "--model", "{dir}/nope", "--prompt", "a"], ["nope", "not a directory"]),
     ("--model config a list", ["generate", "--model", "{listconfig}", "--prompt", "a"], ["config.json", "JSON object"]),
     ("--model empty tokenizer", ["generate", "--model", "{emptytok}", "--prompt", "a"], ["tokenizer.json", "not valid JSON"]),

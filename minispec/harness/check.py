@@ -23,11 +23,14 @@
    PASS: the smallest p-value, times the number of tests (Bonferroni), is above ALPHA = 0.01.
    Identity (the coupled rule): run i must also be, token for token, plain keyed sampling of prompt i with its
    seed (``generate(keyed=True)``): the tokens depend on the seed alone, not on the drafter.
+   Dynamic tree (``--tree``, a drafter that grows trees): the same comparison for EAGLE-2's dynamic tree of the
+   default shape, verified with the multi-candidate rule.
 2. Broken twins: the same comparison with a deliberately broken control must FAIL: it shows the test
    has the power to catch a wrong rule at this size (``broken_twins``: the residual bug of
    ``equivalence.broken_accept_reject``, or the same bug in block verification, or the coupled rule emitting the
    rejected guess, ``equivalence.coupled_emits_the_guess``; for a drafter that ``DraftsText`` also a boundary
-   token trusted by prefix).
+   token trusted by prefix; with ``--tree``, the tree's q renormalised over the kept children,
+   ``equivalence.renormalised_tree``).
 3. Calibration (the full check): plain against plain, ``seeds`` times: each statistic's p-values
    should look uniform (a Kolmogorov-Smirnov test against U(0, 1) is shown).
 4. Greedy: for each drafter, speculative output == plain greedy output token for token. A mismatch
@@ -59,8 +62,9 @@ from ..recipes.fetch import shipped_draft
 from ..rejection import accept_reject, block_verify, coupled_verify, is_keyed
 from ..sampling import Warp
 from ..speculative import speculative_generate, tree_speculative_generate
+from ..tree import accept_tree
 from .command import load_target
-from .equivalence import block_residual_bug, broken_accept_reject, coupled_emits_the_guess, mean_test, prefix_match, token_test
+from .equivalence import block_residual_bug, broken_accept_reject, coupled_emits_the_guess, mean_test, prefix_match, renormalised_tree, token_test
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
@@ -116,9 +120,17 @@ def broken_twins(drafter, rule: str = "token") -> dict:
     return twins
 
 
-def speculative_sampler(target, drafter, stop, k: int, rule_fn, processors=()):
+def speculative_sampler(target, drafter, stop, k: int, rule_fn, processors=(), shape=None):
+    """Speculative sampling at T = 1: chains of ``k`` guesses with ``rule_fn``, or, with ``shape`` (a DynamicTree),
+    EAGLE-2's dynamic tree with the multi-candidate rule (tree.py's ``accept_tree``)."""
+    if shape is not None:
+        return lambda p, n, s: tree_speculative_generate(target, drafter, p, n, shape=shape, temperature=1.0, seed=s,
+                                                         stop_ids=stop, processors=processors).tokens
     return lambda p, n, s: speculative_generate(target, drafter, p, n, k=k, temperature=1.0, seed=s, stop_ids=stop,
                                                 rule=rule_fn, processors=processors).tokens
+
+
+TREE_TWIN = "tree_sampling_renormalised"  # the dynamic tree's broken twin: equivalence.renormalised_tree
 
 
 def successor(b: bytes) -> bytes:
@@ -245,17 +257,27 @@ def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutation
 
 def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_tokens: int = 48, progress: bool = True,
                    rule: str = "token", twin: str | None = None, keyed: list | None = None, processors=(),
-                   values: RunValues | None = None) -> dict:
+                   values: RunValues | None = None, shape=None, broken_tree=None) -> dict:
     """Speculative sampling at T = 1 with ``rule`` ("token", "block" or "coupled"; ``twin``: one of its broken
-    controls, ``broken_twins``) against ``plain_runs``, run i of each on prompt i. The statistics read the real
-    drafter. ``keyed``: plain keyed sampling's runs (``plain_runs(keyed=True)``), which a keyed rule's runs must equal.
-    ``values``: ``compare``'s."""
+    controls, ``broken_twins``) against ``plain_runs``, run i of each on prompt i; with ``shape`` (a DynamicTree),
+    the dynamic tree and the multi-candidate rule instead, grown by ``drafter`` or by ``broken_tree`` (its twin,
+    ``equivalence.renormalised_tree``). The statistics read the real drafter. ``keyed``: plain keyed sampling's runs
+    (``plain_runs(keyed=True)``), which a keyed rule's runs must equal. ``values``: ``compare``'s."""
     prompts = all_prompts(tok)
-    runner, rule_fn = broken_twins(drafter, rule)[twin] if twin else (drafter, RULES[rule][0])
-    bar = Progress(len(plain_runs), f"level 4, T=1, {drafter.name}" + (f" ({twin})" if twin else ""),
+    if shape is not None:
+        if twin is not None or rule != "token":
+            raise ValueError(f"the dynamic tree is checked with the multi-candidate rule and its own twin, not rule "
+                             f"{rule!r} or twin {twin!r}")
+        runner, rule_fn, twin = broken_tree or drafter, accept_tree, TREE_TWIN if broken_tree is not None else None
+    elif broken_tree is not None:
+        raise ValueError("broken_tree: a dynamic tree's twin, checked only with a shape")
+    else:
+        runner, rule_fn = broken_twins(drafter, rule)[twin] if twin else (drafter, RULES[rule][0])
+    what = f"dynamic tree {shape.top_k}x{shape.depth}x{shape.nodes}, " if shape is not None else ""
+    bar = Progress(len(plain_runs), f"level 4, T=1, {what}{drafter.name}" + (f" ({twin})" if twin else ""),
                    quiet=not progress)
     t0 = time.perf_counter()
-    spec = sample_runs(speculative_sampler(target, runner, tok.eos_ids, k, rule_fn, processors), prompts,
+    spec = sample_runs(speculative_sampler(target, runner, tok.eos_ids, k, rule_fn, processors, shape), prompts,
                        len(plain_runs), run_tokens, SPECULATIVE_SEED, bar)
     bar.close()
     t1 = time.perf_counter()
@@ -263,6 +285,7 @@ def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_token
     if is_keyed(rule_fn) and keyed is not None:
         res["identity"] = identity(spec, keyed)
     return dict(drafter=drafter.name, rule=getattr(rule_fn, "__name__", str(rule_fn)), broken_rule=twin is not None,
+                **({"tree": dict(top_k=shape.top_k, depth=shape.depth, nodes=shape.nodes)} if shape is not None else {}),
                 **res, seconds=dict(generation=t1 - t0, statistics=time.perf_counter() - t1))
 
 
@@ -333,10 +356,14 @@ def plain_runs(target, tok, n_runs: int = 192, progress: bool = True, keyed: boo
 
 def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192, greedy_prompts: int = 20,
               greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=(), rule: str = "token",
-              plain: dict | None = None, processors=()) -> dict:
+              plain: dict | None = None, processors=(), tree_shape=None, broken_tree=None) -> dict:
     """The whole level-4 check (module docstring); ``calibration_seeds`` 0 skips the calibration. ``plain``: runs
     from ``plain_runs`` to share (their time is then counted where they were made, ``plain_shared``).
-    ``processors``: logits processors (processors.py) applied on both sides and by the statistics."""
+    ``processors``: logits processors (processors.py) applied on both sides and by the statistics. ``tree_shape``
+    (a DynamicTree, for a drafter that grows trees): the T = 1 test with that dynamic tree as well, and with
+    ``broken_tree`` (its twin: a fresh drafter of the same kind made ``equivalence.renormalised_tree``)."""
+    if (tree_shape is None) != (broken_tree is None):
+        raise ValueError("tree_shape and broken_tree go together: the dynamic tree's test needs its twin")
     t0 = time.perf_counter()
     shared = plain is not None
     plain = plain or plain_runs(target, tok, n_runs, progress, processors=processors)
@@ -348,8 +375,12 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
                sampling=sampling_check(target, sampling_drafter, tok, plain["runs"], **common))
     for twin in broken_twins(sampling_drafter, rule):
         res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], twin=twin, **common)
+    if tree_shape is not None:
+        res["tree_sampling"] = sampling_check(target, sampling_drafter, tok, plain["runs"], shape=tree_shape, **common)
+        res[TREE_TWIN] = sampling_check(target, sampling_drafter, tok, plain["runs"], shape=tree_shape,
+                                        broken_tree=broken_tree, **common)
     phases = dict(plain=plain["seconds"], plain_shared=shared, **({"plain_keyed": keyed["seconds"]} if keyed else {}))
-    for side in ["sampling", *broken_twins(sampling_drafter, rule)]:
+    for side in ["sampling", *broken_twins(sampling_drafter, rule), *([] if tree_shape is None else ["tree_sampling", TREE_TWIN])]:
         for what, sec in res[side].pop("seconds").items():
             phases[f"{side}_{what}"] = sec
     if calibration_seeds:
@@ -369,14 +400,17 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
 
 def verdicts(res: dict) -> dict:
     """What passed: the real rule is not told apart from plain sampling, the broken rule is, the calibration's
-    p-values look uniform, greedy output is identical up to float ties, and a keyed rule's runs are plain keyed
-    sampling's tokens."""
+    p-values look uniform, greedy output is identical up to float ties, a keyed rule's runs are plain keyed
+    sampling's tokens, and with a dynamic tree, the tree is not told apart from plain sampling and its twin is."""
     out = dict(sampling=res["sampling"]["passed"], broken_rule_caught=not res["sampling_broken_rule"]["passed"],
                **({"trusted_boundary_caught": not res["sampling_trusted_boundary"]["passed"]}
                   if "sampling_trusted_boundary" in res else {}),
                greedy=all(m["top2_logit_gap"] < 1e-3 for g in res["greedy"] for m in g["mismatches"]))
     if "calibration" in res:
         out["calibration"] = res["calibration"]["passed"]
+    if "tree_sampling" in res:
+        out["tree_sampling"] = res["tree_sampling"]["passed"]
+        out["tree_twin_caught"] = not res[TREE_TWIN]["passed"]
     if "identity" in res["sampling"]:
         out["identity"] = res["sampling"]["identity"]["identical"] == res["sampling"]["identity"]["runs"]
     return out
@@ -430,6 +464,16 @@ def format_check(res: dict) -> str:
         lines.append(f"{word(good)}  T=1, a boundary token trusted by prefix (the real hazard of drafting text, "
                      f"{res['sampling_trusted_boundary']['rule']}): " + format_sampling(res["sampling_trusted_boundary"])
                      + (f" <= {ALPHA}: caught" if good else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
+    if "tree_sampling" in res:
+        t = res["tree_sampling"]["tree"]
+        shape = f"EAGLE-2's dynamic tree, top-{t['top_k']}, depth {t['depth']}, {t['nodes']} nodes"
+        lines.append(f"{word(ok['tree_sampling'])}  T=1, {shape} (accept_tree): " + format_sampling(res["tree_sampling"])
+                     + (f" > {ALPHA}: not told apart from plain sampling" if ok["tree_sampling"]
+                        else f" <= {ALPHA}: the outputs differ"))
+        lines.append(f"{word(ok['tree_twin_caught'])}  T=1, the same tree with a deliberately BROKEN twin (each node's q "
+                     "renormalised over the kept children): " + format_sampling(res[TREE_TWIN])
+                     + (f" <= {ALPHA}: caught, so the test can see this bug at this size" if ok["tree_twin_caught"]
+                        else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
     if "calibration" in res:
         c = res["calibration"]
         ks = ", ".join(f"{name} {p:.3g}" for name, p in c["ks_p_value"].items())
@@ -482,6 +526,12 @@ def main_check(args, processor_settings: dict | None = None) -> int:
         if procs and has(main, HasOwnTokenizer):
             raise ValueError(f"--draft {spec}: logits processors need a drafter of the target's tokenizer, and "
                              f"{main.name} drafts in its own tokens")
+    if getattr(args, "tree", False):
+        flat = [spec for spec, main in zip(specs, mains) if not has(main, GrowsTrees)]
+        if flat:
+            raise ValueError(f"--tree: {', '.join(flat)} does not grow dynamic trees (the EAGLE head does)")
+        if args.rule != "token":
+            raise ValueError(f"--tree checks the multi-candidate rule (accept_tree), not --rule {args.rule}")
     if args.runs is not None and args.runs < 2:
         raise ValueError(f"--runs {args.runs}: the permutation tests need at least 2 paired runs")
     n_runs = args.runs if args.runs is not None else 24 if args.quick else 192
@@ -489,11 +539,14 @@ def main_check(args, processor_settings: dict | None = None) -> int:
         dict(n_runs=n_runs, calibration_seeds=0 if args.no_calibration else 20)
     plain = plain_runs(target, tok, quick["n_runs"], processors=procs) if several else None  # shared by every drafter
     done, failed, origin = set(), False, provenance()
-    for main in mains:
+    for spec, main in zip(specs, mains):
         greedy = [d for d in greedy_set(main, target) if d.name not in done]  # each drafter greedily once
         done |= {d.name for d in greedy}
         trees = [main] if has(main, ReadsFeatures) else []  # a feature head: its trees too
-        res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, processors=procs, **quick)
+        tree = dict(tree_shape=DynamicTree(), broken_tree=renormalised_tree(make_drafter(spec, target))) \
+            if getattr(args, "tree", False) else {}  # the twin: a fresh drafter of the same spec
+        res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, processors=procs, **tree,
+                        **quick)
         res["provenance"] = origin
         print(format_check(res) + ("\n" if several else ""))
         failed |= not all(res["passed"].values())

@@ -5,7 +5,8 @@ A twin of one of rejection.py's rules is that rule's own code with one function 
 call (``twin``), so that it differs from its rule by exactly its bug. Two twins are rules of their own: SLEM's
 (``prefix_match``) verifies by text, and the coupled rule's (``coupled_emits_the_guess``) races keyed noise, which
 no function of rejection.py draws. The exact laws the twins are held to are in exact_law.py (level 1) and exact_loop.py
-(level 3).
+(level 3). One twin breaks a drafter instead of a rule: ``renormalised_tree``, a dynamic tree whose q is not the one its
+children were drawn from.
 """
 
 from __future__ import annotations
@@ -78,6 +79,30 @@ def prefix_match(target_bytes):
     return prefix_match_rule
 
 
+
+
+def renormalised_tree(drafter):
+    """A broken twin of a drafter that grows dynamic trees (``GrowsTrees``): ``drafter`` itself, made an instance of a
+    subclass of its own class (so it keeps every capability; pass a fresh one, not one in use), whose trees have each
+    node's q renormalised over the children its parent kept, as if they were all the draft could have said, while the
+    children were drawn from the full q. The multi-candidate rule then removes the wrong mass from the residual.
+    Level 3 catches it exactly (tests/test_dynamic_tree.py); ``minispec check --tree`` at level 4."""
+    base = type(drafter)
+
+    class Renormalised(base):
+        def grow_tree(self, tokens, shape, warp, draws):
+            tree = super().grow_tree(tokens, shape, warp, draws)
+            for node in range(1, len(tree.tokens)):
+                kids = [tree.tokens[c] for c in tree.children(tree.parents[node])]
+                q = np.zeros_like(tree.draft_probs[node])
+                q[kids] = tree.draft_probs[node][kids]
+                tree.draft_probs[node] = q / q.sum()  # the bug: the true q is tree.draft_probs[node] as drawn
+            return tree
+
+    Renormalised.__name__ = Renormalised.__qualname__ = f"Renormalised{base.__name__}"
+    drafter.__class__ = Renormalised
+    drafter.name = f"{drafter.name}, q renormalised over the kept children"
+    return drafter
 
 
 def chisquare_gof(counts, probs, min_expected: float = 5.0) -> tuple[float, int, float]:

@@ -30,7 +30,8 @@ F of each code shard's prompts the target writes the function itself: asked in i
 function or class of some style about some programming subject, its first top-level ``def`` or ``class`` line, its
 docstring's first line as a one-line docstring, and 0 to 3 lines of the body after it become a plain-text prompt
 (``function_head``), the shape of ``minispec/data``'s code prompts; a standard-library prompt stands in where it
-wrote none. ``--asked F``: for a share F of
+wrote none, where the head is not 8 to 160 tokens, or where it holds a short evaluation prompt (the shard's ``asked``
+counts the heads kept; the manifest's ``asked_requests`` adds up chat requests and code heads). ``--asked F``: for a share F of
 each chat shard's prompts the target is asked to write the request itself (self-instruct, Wang et al. 2023, arXiv
 2212.10560): asked for a request of some style about some subject, it writes one. What it writes is replaced by a
 template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
@@ -206,7 +207,8 @@ def function_head(answer: str, body_lines: int) -> str | None:
         end = next((k for k in range(i + 2, len(lines)) if quote in lines[k]), None)
         if end is None:
             return None
-        first = next((t for t in [opener[3:].strip()] + [line.strip() for line in lines[i + 2: end]] if t), "")
+        first = next((t for t in [opener[3:].strip()] + [line.strip() for line in lines[i + 2: end]]
+                      + [lines[end].split(quote)[0].strip()] if t), "")
     if not first:
         return None
     body = lines[end + 1: end + 1 + body_lines]

@@ -29,14 +29,16 @@ The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>
 optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end) and ``log.txt``. Run the
 same command again after an interruption and it resumes at the last checkpoint.
 
-Held out: every 20th greedy generation (code and chat), in the order the shards made them; a chat window whose
-prompt (its tokens up to the answer's ``<|im_start|>assistant``) is a held-out window's is left out of training too,
-since a greedy answer to the same prompt is the same answer. Reported per kind by depth d = 1..max(unroll, 4):
-greedy, the share of positions where the head's d-th guess equals the target's argmax among those where guesses
+Held out: every 20th greedy generation (code and chat), in the order the shards made them; every other chat window
+whose prompt (its tokens up to the answer's ``<|im_start|>assistant``) is a held-out window's is left out of training
+too (greedy, the same prompt gives the same answer; at T = 1, much of it). Reported per kind by depth d = 1..max(unroll,
+4): greedy, the share of positions where the head's d-th guess equals the target's argmax among those where guesses
 1..d-1 did (the acceptance of guess d in a chain), and at T = 1 the mean sum min(p, q) of step d. For chat, also
-greedy over the answers' positions alone (``answers``), as drafting sees them: the prompt's positions (the chat
-template's fixed system prompt among them) are easier. The shards do not keep a code window's prompt length, so
-code is reported over all positions; its prompts are standard-library lines the text shards also hold.
+greedy over the chains that start in the answer (``answers``: the first guess is for the answer's second token or
+later), as drafting sees them: the prompt's positions (the chat template's fixed system prompt among them) are
+easier. The shards do not keep a code window's prompt length, so code is reported over all positions; its prompts
+are standard-library lines (which the text shards also hold) or, with eagle_data.py's ``--asked-code``, function heads
+the target wrote.
 """
 
 from __future__ import annotations
@@ -222,7 +224,7 @@ def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
                 q_r = torch.softmax(pred @ E[ids].T, -1)  # [B, L-1, V_r]: the head's
                 looked = (valid > 0) if chain is None else chain & (valid > 0)
                 right = looked & (ids[q_r.argmax(-1)] == p.argmax(-1))
-                answer = (start >= 0) & (j + 2 + i >= start + 1)  # guessing x_{j+2+i}, past the answer's first token
+                answer = (start >= 0) & (j >= start - 1)  # chains whose first guess, x_{j+2}, is past the answer's first
                 alive[i] += int(looked.sum())
                 hit[i] += int(right.sum())
                 ans_alive[i] += int((looked & answer).sum())
@@ -385,7 +387,7 @@ def main(argv=None) -> int:
         log(f"held out, {kind} ({res['positions'][0]} positions), by depth: greedy "
             + " ".join(f"{x:.3f}" for x in res["greedy"]) + "; T=1 " + " ".join(f"{x:.3f}" for x in res["t1"])
             + (f"; answers alone ({res['answer_positions'][0]} positions), greedy "
-               + " ".join(f"{x:.3f}" for x in res["answers"]) if res["answer_positions"][0] else ""))
+               + " ".join("-" if x is None else f"{x:.3f}" for x in res["answers"]) if res["answer_positions"][0] else ""))
     out.mkdir(parents=True, exist_ok=True)
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})

@@ -1,0 +1,117 @@
+"""Acceptance by depth of EAGLE heads on the target's own greedy answers to ``minispec/data``'s prompts, teacher-forced.
+
+    python -m minispec.recipes.eagle_answers weights/eagle-smollm2-135m weights/eagle-smollm2-135m-ttt [--json F]
+
+The target (transformers, float32) answers each prompt of the ``code`` and ``chat`` sets greedily, ``--tokens`` new
+tokens, and its top features are read from those passes; then each head is unrolled over the answers exactly as
+train_eagle_ttt.py's held-out figures are (``unrolled``, ``evaluate``'s rule): depth d counts the positions where
+guesses 1..d-1 equalled the target's greedy tokens, and reports the share where guess d does too. Only the chains
+that start in the answer are counted (their first guess is for the answer's second token or later: the first is the
+target's own, from the prompt's pass), as drafting sees them.
+
+This is the held-out figure's twin on prompts written by other hands: the same rule, so the two compare directly.
+It is not the loop's acceptance (``minispec bench eagle --acceptance-only``), where a round starts only after a
+rejection or a full chain, so its first guesses fall on other positions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..harness.provenance import provenance
+
+SETS = ("code", "chat")
+
+
+def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch) -> dict:
+    """{greedy: [d = 1..depths], positions: [...]} over the answers in ``seqs`` (prompt + answer) with their top
+    features ``feats`` [len, D] (None: skipped)."""
+    from .train_eagle_ttt import unrolled
+    hit, alive = np.zeros(depths), np.zeros(depths)
+    for p, s, f in zip(prompts, seqs, feats):
+        if f is None:
+            continue
+        toks, lens = torch.tensor([s]), torch.tensor([len(s)])
+        with torch.no_grad():
+            outs = unrolled(head, E, toks, torch.from_numpy(np.asarray(f, np.float32))[None], lens, depths, dims)
+        j = torch.arange(len(s) - 1)[None, :]  # [1, L-1]
+        chain = None
+        for i, (pred, true, valid) in enumerate(outs):
+            looked = (valid > 0) if chain is None else chain & (valid > 0)
+            right = looked & (ids[(pred @ E[ids].T).argmax(-1)] == (true @ E.T).argmax(-1))
+            answer = j >= len(p) - 1  # chains whose first guess, x_{j+2}, is past the answer's first token
+            hit[i] += int((right & answer).sum())
+            alive[i] += int((looked & answer).sum())
+            chain = right
+    return dict(greedy=[float(h / a) if a else None for h, a in zip(hit, alive)], positions=[int(a) for a in alive])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m minispec.recipes.eagle_answers", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("heads", nargs="+", help="EAGLE head directories (eagle.safetensors, frequent_tokens.json)")
+    p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
+    p.add_argument("--tokens", type=int, default=96, help="new tokens per answer (default 96)")
+    p.add_argument("--depths", type=int, default=4, help="guesses in a chain (default 4)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default=None, help="also write the figures, with their provenance, to this file")
+    args = p.parse_args(argv)
+    if args.tokens < 2 or args.depths < 1:
+        p.error("--tokens must be at least 2 and --depths at least 1")
+    for h in args.heads:
+        if not (Path(h) / "eagle.safetensors").is_file() or not (Path(h) / "frequent_tokens.json").is_file():
+            p.error(f"{h}: not an EAGLE head directory (it needs eagle.safetensors and frequent_tokens.json)")
+    from .training import import_torch
+    torch = import_torch()
+    if torch is None:
+        return 2
+    import transformers
+
+    from ..harness.prompts import load_prompts
+    from ..model.config import ModelConfig
+    from ..model.safetensors_io import read_safetensors
+    from ..model.tokenizer import load_tokenizer
+    from .eagle_data import generate
+    from .fetch import resolve_model
+    from .train_eagle import build_head
+    from .train_eagle_ttt import load_into
+
+    torch.set_num_threads(args.threads)
+    target_dir = resolve_model(args.target)
+    cfg, tok = ModelConfig.from_dir(target_dir), load_tokenizer(target_dir)
+    target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    E = torch.from_numpy(np.asarray(read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"],
+                                    np.float32))  # [V, D]: the tied LM head
+    dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    answers = {}
+    for name in SETS:
+        prompts = load_prompts(name, tok)
+        seqs, feats = generate(target, tok, prompts, args.tokens, True, 0, with_features=True)
+        answers[name] = (prompts, seqs, [f and f["top"] for f in feats])
+        print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
+    out = dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
+                    "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
+               tokens=args.tokens, heads={}, provenance=provenance(argv, p.prog))
+    for h in args.heads:
+        ids = torch.tensor(json.loads((Path(h) / "frequent_tokens.json").read_text()), dtype=torch.long)
+        head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
+                          max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths)
+        load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
+        head.eval()
+        out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch)
+                           for name in SETS}
+        for name, r in out["heads"][h].items():
+            print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
+                  + f" ({r['positions'][0]} positions)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

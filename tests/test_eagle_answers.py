@@ -1,0 +1,47 @@
+"""recipes/eagle_answers.py: acceptance by depth on answers, teacher-forced, counts only the answer's guesses past
+its first token, with train_eagle_ttt.py's rule; a head directory is checked before anything loads."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0):  # every step predicts the true feature
+    out = []
+    for i in range(steps):
+        true = torch.nn.functional.pad(feats[:, 1 + i:], [0, 0, 0, i])
+        valid = (torch.arange(feats.shape[1] - 1)[None, :] < lens[:, None] - 1 - i).float()
+        out.append((true, true, valid))
+    return out
+
+
+def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
+    from minispec.recipes import eagle_answers, train_eagle_ttt
+    rng = np.random.default_rng(0)
+    V, D = 12, 6
+    E = torch.from_numpy(rng.standard_normal((V, D)).astype(np.float32))
+    ids = torch.arange(V)
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+    seqs = [p + rng.integers(0, V, 10).tolist() for p in prompts]  # answers of 10 tokens
+    feats = [rng.standard_normal((len(s), D)).astype(np.float32) for s in seqs]
+    monkeypatch.setattr(train_eagle_ttt, "unrolled", oracle)
+    res = eagle_answers.answer_acceptance(None, E, ids, prompts, seqs, feats, 3, None, torch)
+    # 10 answer tokens: the first is the target's; a chain starts at each of the 9 after it and after the last (the
+    # target's next), and the d-th guess of the last d - 1 of them lies past the end
+    assert res["greedy"] == [1.0, 1.0, 1.0] and res["positions"] == [2 * 10, 2 * 9, 2 * 8]
+    res = eagle_answers.answer_acceptance(None, E, ids, prompts, seqs, [feats[0], None], 3, None, torch)
+    assert res["positions"] == [10, 9, 8]  # a sequence without features is left out
+
+    def late(*a, **k):  # predicts the feature one position early: right only where two true rows agree
+        return [(torch.nn.functional.pad(true[:, :-1], [0, 0, 1, 0]), true, valid) for _, true, valid in oracle(*a, **k)]
+    monkeypatch.setattr(train_eagle_ttt, "unrolled", late)
+    res = eagle_answers.answer_acceptance(None, E, ids, prompts, seqs, feats, 3, None, torch)
+    assert res["greedy"][0] < 0.5 and res["positions"][0] == 20 and res["positions"][1] < 20
+
+
+def test_a_directory_that_is_not_a_head_is_refused_before_anything_loads(tmp_path, capsys):
+    from minispec.recipes import eagle_answers
+    with pytest.raises(SystemExit) as e:
+        eagle_answers.main([str(tmp_path)])
+    assert e.value.code == 2 and "not an EAGLE head directory" in capsys.readouterr().err
