@@ -30,6 +30,11 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
     # 10 answer tokens: the first is the target's; a chain starts at each of the 9 after it and after the last (the
     # target's next), and the d-th guess of the last d - 1 of them lies past the end
     assert res["greedy"] == [1.0, 1.0, 1.0] and res["positions"] == [2 * 10, 2 * 9, 2 * 8]
+    assert res["in_reduced_vocab"] == 1.0  # every token is in this "reduced" head
+    res = eagle_answers.answer_acceptance(None, E, ids[: V // 2], prompts, seqs, feats, 3, None, torch)
+    want = np.array([(E.numpy() @ f.T).argmax(0) for f in feats], dtype=object)  # the target's greedy tokens
+    inside = sum(int((w[len(p): len(s)] < V // 2).sum()) for w, p, s in zip(want, prompts, seqs))  # f_{j+1}, j >= P - 1
+    assert res["in_reduced_vocab"] == inside / 20 and res["greedy"][0] <= inside / 20
     res = eagle_answers.answer_acceptance(None, E, ids, prompts, seqs, [feats[0], None], 3, None, torch)
     assert res["positions"] == [10, 9, 8]  # a sequence without features is left out
 
@@ -40,8 +45,16 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
     assert res["greedy"][0] < 0.5 and res["positions"][0] == 20 and res["positions"][1] < 20
 
 
-def test_a_directory_that_is_not_a_head_is_refused_before_anything_loads(tmp_path, capsys):
+@pytest.mark.parametrize("argv, says", [(["{dir}"], "not an EAGLE head directory"),
+                                         (["{head}", "--sets", "code,poems"], "--sets code,poems"),
+                                         (["{head}", "--vocab", "100"], "token_frequency_order.json"),
+                                         (["{head}", "--prompts", "0"], "--prompts")])
+def test_bad_arguments_are_refused_before_anything_loads(tmp_path, capsys, argv, says):
     from minispec.recipes import eagle_answers
+    head = tmp_path / "head"
+    head.mkdir()
+    for name in ("eagle.safetensors", "frequent_tokens.json"):
+        (head / name).write_text("")
     with pytest.raises(SystemExit) as e:
-        eagle_answers.main([str(tmp_path)])
-    assert e.value.code == 2 and "not an EAGLE head directory" in capsys.readouterr().err
+        eagle_answers.main([a.format(dir=tmp_path, head=head) for a in argv])
+    assert e.value.code == 2 and says in capsys.readouterr().err

@@ -1,15 +1,21 @@
 """Acceptance by depth of EAGLE heads on the target's own greedy answers to ``minispec/data``'s prompts, teacher-forced.
 
     python -m minispec.recipes.eagle_answers weights/eagle-smollm2-135m weights/eagle-smollm2-135m-ttt [--json F]
+        [--sets code,chat] [--prompts N] [--tokens 96] [--vocab N]
 
-The target (transformers, float32) answers each prompt of the ``code`` and ``chat`` sets greedily, ``--tokens`` new
-tokens, and its top features are read from those passes; then each head is unrolled over the answers exactly as
+The target (transformers, float32) answers each prompt of the ``--sets`` greedily (the first ``--prompts`` of each;
+chat and grounded prompts in the chat template), ``--tokens`` new tokens, and its top features are read from those
+passes; then each head is unrolled over the answers exactly as
 train_eagle_ttt.py's held-out figures are (``unrolled``, ``evaluate``'s rule): depth d counts the positions where
 guesses 1..d-1 equalled the target's greedy tokens, and reports the share where guess d does too. Only the chains
 that start in the answer are counted (their first guess is for the answer's second token or later: the first is the
 target's own, from the prompt's pass), as drafting sees them.
 
 This is the held-out figure's twin on prompts written by other hands: the same rule, so the two compare directly.
+Also reported: how often the target's greedy token is one the reduced head can propose at all (``in_reduced_vocab``,
+at the chains' first guesses). ``--vocab N`` re-cuts the reduced head to the N most frequent tokens of the head's
+training data (its token_frequency_order.json) instead of the shipped list, to see what a larger one would keep.
+
 It is not the loop's acceptance (``minispec bench eagle --acceptance-only``), where a round starts only after a
 rejection or a full chain, so its first guesses fall on other positions.
 """
@@ -25,14 +31,14 @@ import numpy as np
 
 from ..harness.provenance import provenance
 
-SETS = ("code", "chat")
+SETS = ("code", "chat", "grounded")
 
 
 def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch) -> dict:
-    """{greedy: [d = 1..depths], positions: [...]} over the answers in ``seqs`` (prompt + answer) with their top
-    features ``feats`` [len, D] (None: skipped)."""
+    """{greedy: [d = 1..depths], positions: [...], in_reduced_vocab} over the answers in ``seqs`` (prompt + answer)
+    with their top features ``feats`` [len, D] (None: skipped)."""
     from .train_eagle_ttt import unrolled
-    hit, alive = np.zeros(depths), np.zeros(depths)
+    hit, alive, covered = np.zeros(depths), np.zeros(depths), 0
     for p, s, f in zip(prompts, seqs, feats):
         if f is None:
             continue
@@ -43,12 +49,16 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
         chain = None
         for i, (pred, true, valid) in enumerate(outs):
             looked = (valid > 0) if chain is None else chain & (valid > 0)
-            right = looked & (ids[(pred @ E[ids].T).argmax(-1)] == (true @ E.T).argmax(-1))
+            want = (true @ E.T).argmax(-1)  # [1, L-1]: the target's greedy token x_{j+2+i}
+            right = looked & (ids[(pred @ E[ids].T).argmax(-1)] == want)
             answer = j >= len(p) - 1  # chains whose first guess, x_{j+2}, is past the answer's first token
             hit[i] += int((right & answer).sum())
             alive[i] += int((looked & answer).sum())
+            if i == 0:
+                covered += int(torch.isin(want[looked & answer], ids).sum())
             chain = right
-    return dict(greedy=[float(h / a) if a else None for h, a in zip(hit, alive)], positions=[int(a) for a in alive])
+    return dict(greedy=[float(h / a) if a else None for h, a in zip(hit, alive)], positions=[int(a) for a in alive],
+                in_reduced_vocab=float(covered / alive[0]) if alive[0] else None)
 
 
 def main(argv=None) -> int:
@@ -56,16 +66,27 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("heads", nargs="+", help="EAGLE head directories (eagle.safetensors, frequent_tokens.json)")
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
+    p.add_argument("--sets", default="code,chat", help="prompt sets of minispec/data, comma-separated (default "
+                                                        "%(default)s; also grounded)")
+    p.add_argument("--prompts", type=int, default=None, help="the first N prompts of each set (default: all)")
     p.add_argument("--tokens", type=int, default=96, help="new tokens per answer (default 96)")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="re-cut each reduced head to the N most frequent tokens of its training data")
     p.add_argument("--depths", type=int, default=4, help="guesses in a chain (default 4)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None, help="also write the figures, with their provenance, to this file")
     args = p.parse_args(argv)
-    if args.tokens < 2 or args.depths < 1:
-        p.error("--tokens must be at least 2 and --depths at least 1")
+    if args.tokens < 2 or args.depths < 1 or (args.prompts is not None and args.prompts < 1) or \
+            (args.vocab is not None and args.vocab < 1):
+        p.error("--tokens must be at least 2, and --depths, --prompts and --vocab at least 1")
+    sets = [x.strip() for x in args.sets.split(",")]
+    if not sets or any(x not in SETS for x in sets):
+        p.error(f"--sets {args.sets}: choose among {', '.join(SETS)}")
     for h in args.heads:
         if not (Path(h) / "eagle.safetensors").is_file() or not (Path(h) / "frequent_tokens.json").is_file():
             p.error(f"{h}: not an EAGLE head directory (it needs eagle.safetensors and frequent_tokens.json)")
+        if args.vocab and not (Path(h) / "token_frequency_order.json").is_file():
+            p.error(f"{h}: --vocab needs its token_frequency_order.json")
     from .training import import_torch
     torch = import_torch()
     if torch is None:
@@ -89,25 +110,29 @@ def main(argv=None) -> int:
                                     np.float32))  # [V, D]: the tied LM head
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     answers = {}
-    for name in SETS:
-        prompts = load_prompts(name, tok)
+    for name in sets:
+        prompts = load_prompts(name, tok, args.prompts)
         seqs, feats = generate(target, tok, prompts, args.tokens, True, 0, with_features=True)
         answers[name] = (prompts, seqs, [f and f["top"] for f in feats])
         print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
     out = dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
                     "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
-               tokens=args.tokens, heads={}, provenance=provenance(argv, p.prog))
+               tokens=args.tokens, prompts={name: len(a[0]) for name, a in answers.items()}, vocab=args.vocab, heads={},
+               provenance=provenance(argv, p.prog))
     for h in args.heads:
-        ids = torch.tensor(json.loads((Path(h) / "frequent_tokens.json").read_text()), dtype=torch.long)
+        frequent = sorted(json.loads((Path(h) / "token_frequency_order.json").read_text())[: args.vocab]) if args.vocab \
+            else json.loads((Path(h) / "frequent_tokens.json").read_text())
+        ids = torch.tensor(frequent, dtype=torch.long)
         head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
                           max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths)
         load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
         head.eval()
         out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch)
-                           for name in SETS}
+                           for name in sets}
         for name, r in out["heads"][h].items():
             print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
-                  + f" ({r['positions'][0]} positions)")
+                  + f" ({r['positions'][0]} chains; the target's token in the reduced head at "
+                  + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + ")")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
