@@ -88,6 +88,24 @@ def test_level4_reduced_with_the_eagle_head(setup, plain):
     assert any("dynamic tree" in g["drafter"] for g in res["greedy"]), report
 
 
+@pytest.mark.heavy  # level 3 catches the twin exactly in CI (tests/test_dynamic_tree.py)
+def test_level4_reduced_with_the_eagle_heads_dynamic_tree(setup, plain):
+    """``minispec check --tree`` with the shipped EAGLE head: EAGLE-2's dynamic tree at T = 1 against plain sampling,
+    and its twin (each node's q renormalised over the kept children) caught at 48 paired runs."""
+    from minispec.drafters.dynamic_tree import DynamicTree
+    from minispec.harness.equivalence import renormalised_tree
+
+    target, tok, _ = setup
+    eagle = make_drafter(shipped_eagle(), target)
+    res = run_check(target, tok, eagle, [], greedy_prompts=0, calibration_seeds=0, progress=False,
+                    plain=plain.first(REDUCED_EDGE), tree_shape=DynamicTree(),
+                    broken_tree=renormalised_tree(make_drafter(shipped_eagle(), target)))
+    report = format_check(res)
+    assert res["tree_sampling"]["tokens"]["tokens_b"] >= 1800 and "acceptance" in res["tree_sampling"], report
+    assert res["passed"]["tree_sampling"], report
+    assert res["passed"]["tree_twin_caught"], report
+
+
 @pytest.mark.slow
 def test_greedy_with_a_draft_of_its_own_tokenizer_is_plain_decoding(setup):
     """The shipped draft with its own tokenizer (weights/, so never skipped): TLI and SLEM greedy on SmolLM2, identical
