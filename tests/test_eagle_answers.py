@@ -58,3 +58,16 @@ def test_bad_arguments_are_refused_before_anything_loads(tmp_path, capsys, argv,
     with pytest.raises(SystemExit) as e:
         eagle_answers.main([a.format(dir=tmp_path, head=head) for a in argv])
     assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_prompts_are_the_harness_prompts(tmp_path):
+    """data_prompts reads minispec/data as the harness does (chat and grounded rows in the chat template)."""
+    from minispec.harness.prompts import load_prompts
+    from minispec.model.tokenizer import load_tokenizer
+    from minispec.recipes.eagle_answers import data_prompts
+
+    from .helpers import chat_model_dir
+
+    tok = load_tokenizer(chat_model_dir(tmp_path / "t"))
+    for name in ("code", "chat", "grounded"):
+        assert data_prompts(name, tok, 5) == load_prompts(name, tok, 5)

@@ -417,7 +417,8 @@ def power_values(root: Path) -> dict[str, str]:
 
 # ---- level 4 (docs/level4_<kind>.json) -------------------------------------------------------------------
 
-LEVEL4 = ["draft", "eagle", "tli", "slem", "block", "coupled"]  # docs/level4_<kind>.json, in this order when present
+LEVEL4 = ["draft", "eagle", "tli", "slem", "block", "coupled", "eagle_tree"]  # docs/level4_<kind>.json, in this order
+# when present; a run with ``--tree`` (eagle_tree) gives a second row, its dynamic tree's
 
 
 
@@ -436,6 +437,8 @@ def level4_table(root: Path) -> str:
         r = json.loads(f.read_text())
         s = r["sampling"]
         stats = ", ".join(f"{k} {_p(s[k]['p_value'])}" for k in ("tokens", "acceptance", "prefix") if k in s)
+        prov = r.get("provenance")
+        run = f"{prov['date'][:10]}, {str(prov['commit'] or '?')[:7]}" if prov else f"committed in {added_in(f)}"
         if "identity" in s:  # a keyed rule: every run must be plain keyed sampling's tokens
             stats += f"; identical to keyed sampling {s['identity']['identical']}/{s['identity']['runs']}"
         twins = []
@@ -447,11 +450,17 @@ def level4_table(root: Path) -> str:
                              + (f", identical to keyed sampling {t['identity']['identical']}/{t['identity']['runs']}"
                                 if "identity" in t else ""))
         greedy = "; ".join(f"{g['drafter']} {g['identical']}/{g['prompts']}" for g in r["greedy"]) or "in the run above"
-        prov = r.get("provenance")
-        run = f"{prov['date'][:10]}, {str(prov['commit'] or '?')[:7]}" if prov else f"committed in {added_in(f)}"
         rows.append(f"| {s['drafter']} ({s['rule']}) | {s['tokens']['runs']} | {stats}; **{_p(s['p_value'])}** "
                     f"({'PASS' if s['passed'] else 'FAIL'}) | {'; '.join(twins)} | {greedy} | "
                     f"{r['seconds'] / 60:.0f} min | [{run}](docs/level4_{kind}.json) |")
+        if "tree_sampling" in r:  # minispec check --tree: EAGLE-2's dynamic tree, and its twin
+            t, tw, shape = r["tree_sampling"], r["tree_sampling_renormalised"], r["tree_sampling"]["tree"]
+            tstats = ", ".join(f"{k} {_p(t[k]['p_value'])}" for k in ("tokens", "acceptance") if k in t)
+            rows.append(f"| {t['drafter']} ({t['rule']}, dynamic tree {shape['top_k']}x{shape['depth']}x{shape['nodes']}) "
+                        f"| {t['tokens']['runs']} | {tstats}; **{_p(t['p_value'])}** ({'PASS' if t['passed'] else 'FAIL'}) "
+                        f"| q renormalised over the kept children: {_p(tw['p_value'])} "
+                        f"({'caught' if not tw['passed'] else 'NOT caught'}) | in the run above | in the run above | "
+                        f"[{run}](docs/level4_{kind}.json) |")
         if prov:
             runs.setdefault(run_line(r), []).append(kind)
     rows += [""] + [f"Run{'s' if len(kinds) > 1 else ''} ({', '.join(kinds)}): {line}." for line, kinds in runs.items()]

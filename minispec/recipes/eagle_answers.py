@@ -30,8 +30,17 @@ from pathlib import Path
 import numpy as np
 
 from ..harness.provenance import provenance
+from .eval_overlap import MINISPEC_DATA
 
 SETS = ("code", "chat", "grounded")
+
+
+def data_prompts(name: str, tok, limit: int | None) -> list[list[int]]:
+    """The first ``limit`` prompts of ``minispec/data/{name}.jsonl`` as token ids, chat ones in the chat template (as
+    harness/prompts.py reads them: the recipes do not import the harness)."""
+    rows = [json.loads(line) for line in (MINISPEC_DATA / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": r["prompt"]}]) if r["kind"] == "chat"
+                       else r["prompt"]) for r in rows[:limit]]
 
 
 def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch) -> dict:
@@ -93,7 +102,6 @@ def main(argv=None) -> int:
         return 2
     import transformers
 
-    from ..harness.prompts import load_prompts
     from ..model.config import ModelConfig
     from ..model.safetensors_io import read_safetensors
     from ..model.tokenizer import load_tokenizer
@@ -111,7 +119,7 @@ def main(argv=None) -> int:
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     answers = {}
     for name in sets:
-        prompts = load_prompts(name, tok, args.prompts)
+        prompts = data_prompts(name, tok, args.prompts)
         seqs, feats = generate(target, tok, prompts, args.tokens, True, 0, with_features=True)
         answers[name] = (prompts, seqs, [f and f["top"] for f in feats])
         print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
