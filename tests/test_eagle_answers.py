@@ -6,14 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-
-def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0):  # every step predicts the true feature
-    out = []
-    for i in range(steps):
-        true = torch.nn.functional.pad(feats[:, 1 + i:], [0, 0, 0, i])
-        valid = (torch.arange(feats.shape[1] - 1)[None, :] < lens[:, None] - 1 - i).float()
-        out.append((true, true, valid))
-    return out
+from .test_train_eagle_ttt import oracle  # noqa: E402
 
 
 def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):

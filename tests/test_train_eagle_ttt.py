@@ -83,6 +83,16 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     assert train_eagle_ttt.main(other) == 2  # another schedule is refused, not resumed into
 
 
+def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0):
+    """``unrolled``'s stand-in for a head whose every step predicts the true feature (also tests/test_eagle_answers.py)."""
+    out = []
+    for i in range(steps):
+        true = torch.nn.functional.pad(feats[:, 1 + i:], [0, 0, 0, i])
+        valid = (torch.arange(feats.shape[1] - 1)[None, :] < lens[:, None] - 1 - i).float()
+        out.append((true, true, valid))
+    return out
+
+
 def test_acceptance_by_depth_of_an_oracle_and_of_a_guesser_that_is_one_step_late(tmp_path, monkeypatch):
     """``evaluate``: a head whose every step predicts the true feature keeps every guess at every depth (T = 1: sum
     min(p, q) = 1 over the whole vocabulary); one that predicts the feature before the true one keeps fewer, and
@@ -97,13 +107,6 @@ def test_acceptance_by_depth_of_an_oracle_and_of_a_guesser_that_is_one_step_late
     ids = torch.arange(target.cfg.vocab_size)
     rows = np.arange(len(data["tokens"]))
 
-    def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0):
-        out = []
-        for i in range(steps):
-            true = torch.nn.functional.pad(feats[:, 1 + i:], [0, 0, 0, i])
-            valid = (torch.arange(feats.shape[1] - 1)[None, :] < lens[:, None] - 1 - i).float()
-            out.append((true, true, valid))
-        return out
     monkeypatch.setattr(t, "unrolled", oracle)
     res = t.evaluate(None, E, ids, data, rows, 32, 3, None, torch)
     assert res["greedy"] == [1.0, 1.0, 1.0] and np.allclose(res["t1"], 1.0, atol=1e-5)
