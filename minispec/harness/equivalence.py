@@ -82,25 +82,23 @@ def prefix_match(target_bytes):
 
 
 def renormalised_tree(drafter):
-    """A broken twin of a drafter that grows dynamic trees (``GrowsTrees``): ``drafter`` itself, made an instance of a
-    subclass of its own class (so it keeps every capability; pass a fresh one, not one in use), whose trees have each
-    node's q renormalised over the children its parent kept, as if they were all the draft could have said, while the
-    children were drawn from the full q. The multi-candidate rule then removes the wrong mass from the residual.
-    Level 3 catches it exactly (tests/test_dynamic_tree.py); ``minispec check --tree`` at level 4."""
-    base = type(drafter)
+    """A broken twin of a drafter that grows dynamic trees (``GrowsTrees``): ``drafter`` itself (pass a fresh one, not
+    one in use), its ``grow_tree`` replaced on the instance by one whose trees have each node's q renormalised over the
+    children its parent kept, as if they were all the draft could have said, while the children were drawn from the
+    full q. The multi-candidate rule then removes the wrong mass from the residual. Level 3 catches it exactly
+    (tests/test_dynamic_tree.py); ``minispec check --tree`` at level 4."""
+    real = drafter.grow_tree
 
-    class Renormalised(base):
-        def grow_tree(self, tokens, shape, warp, draws):
-            tree = super().grow_tree(tokens, shape, warp, draws)
-            for node in range(1, len(tree.tokens)):
-                kids = [tree.tokens[c] for c in tree.children(tree.parents[node])]
-                q = np.zeros_like(tree.draft_probs[node])
-                q[kids] = tree.draft_probs[node][kids]
-                tree.draft_probs[node] = q / q.sum()  # the bug: the true q is tree.draft_probs[node] as drawn
-            return tree
+    def grow_tree(tokens, shape, warp, draws):
+        tree = real(tokens, shape, warp, draws)
+        for node in range(1, len(tree.tokens)):
+            kids = [tree.tokens[c] for c in tree.children(tree.parents[node])]
+            q = np.zeros_like(tree.draft_probs[node])
+            q[kids] = tree.draft_probs[node][kids]
+            tree.draft_probs[node] = q / q.sum()  # the bug: the true q is tree.draft_probs[node] as drawn
+        return tree
 
-    Renormalised.__name__ = Renormalised.__qualname__ = f"Renormalised{base.__name__}"
-    drafter.__class__ = Renormalised
+    drafter.grow_tree = grow_tree
     drafter.name = f"{drafter.name}, q renormalised over the kept children"
     return drafter
 
