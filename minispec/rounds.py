@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from .drafters.dynamic_tree import DynamicTree
-from .drafters.protocol import GrowsTrees, HasOwnTokenizer, HasRoom, ProposesTrees, ReadsFeatures, as_drafter, has
+from .drafters.protocol import GrowsTrees, HasOwnTokenizer, HasRoom, ProposesTrees, ReadsFeatures, as_drafter, feature_tap, has
 from .keyed import KeyedNoise, keyed_noise
 from .model import Model, backend
 from .rejection import guess_acceptance, is_keyed, overlap
@@ -105,7 +105,7 @@ class Run:
     @property
     def on_features(self):
         """The target pass's ``on_features``: None unless the drafter reads the target's features."""
-        return self.keep_features if self.reads_features else None
+        return feature_tap(self.drafter, self.keep_features) if self.reads_features else None
 
     def draft(self) -> tuple[list[int], np.ndarray]:
         """This round's guesses x_1..x_K and the [K, V] rows q_1..q_K they were drawn from."""

@@ -90,20 +90,26 @@ def spec_two_token_counts(target, make_drafter, prompt, runs, k=2, tree_shape=No
     return counts
 
 
-def write_random_eagle(path, cfg: ModelConfig, frequent_tokens, seed: int = 0, scale: float = 1.0) -> Path:
-    """An EAGLE head directory (eagle.py) with random weights for a target of config ``cfg``."""
+def write_random_eagle(path, cfg: ModelConfig, frequent_tokens, seed: int = 0, scale: float = 1.0,
+                       lower_layers=None) -> Path:
+    """An EAGLE head directory (eagle.py) with random weights for a target of config ``cfg``; ``lower_layers``: a
+    head that also reads those two layers (``w_lower``)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    D = cfg.hidden_size
+    shapes = head_shapes(cfg) | ({"w_lower": (2 * D, D)} if lower_layers else {})
     tensors = {name: ((1.0 + 0.1 * rng.standard_normal(shape)) if name.endswith("norm")
                       else scale * rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
-               for name, shape in head_shapes(cfg).items()}
+               for name, shape in shapes.items()}
     write_safetensors(path / "eagle.safetensors", tensors, "F32")
     tokens = sorted(int(t) for t in frequent_tokens)
     (path / "frequent_tokens.json").write_text(json.dumps(tokens))
     conf = dict(minispec_drafter="eagle", hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_heads,
                 num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size,
                 target_vocab_size=cfg.vocab_size, reduced_vocab_size=len(tokens))
+    if lower_layers:
+        conf["lower_layers"] = list(lower_layers)
     (path / "config.json").write_text(json.dumps(conf, indent=2))
     return path
 

@@ -41,15 +41,20 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
 @pytest.mark.parametrize("argv, says", [(["{dir}"], "not an EAGLE head directory"),
                                          (["{head}", "--sets", "code,poems"], "--sets code,poems"),
                                          (["{head}", "--vocab", "100"], "token_frequency_order.json"),
-                                         (["{head}", "--prompts", "0"], "--prompts")])
+                                         (["{head}", "--prompts", "0"], "--prompts"),
+                                         (["{lower}"], "reads layers [1, 2]; the target's passes here give layers")])
 def test_bad_arguments_are_refused_before_anything_loads(tmp_path, capsys, argv, says):
+    import json
+
     from minispec.recipes import eagle_answers
-    head = tmp_path / "head"
-    head.mkdir()
-    for name in ("eagle.safetensors", "frequent_tokens.json"):
-        (head / name).write_text("")
+    head, lower = tmp_path / "head", tmp_path / "lower"
+    for d in (head, lower):
+        d.mkdir()
+        for name in ("eagle.safetensors", "frequent_tokens.json"):
+            (d / name).write_text("")
+    (lower / "config.json").write_text(json.dumps(dict(lower_layers=[1, 2])))  # not the layers eagle_data stores
     with pytest.raises(SystemExit) as e:
-        eagle_answers.main([a.format(dir=tmp_path, head=head) for a in argv])
+        eagle_answers.main([a.format(dir=tmp_path, head=head, lower=lower) for a in argv])
     assert e.value.code == 2 and says in capsys.readouterr().err
 
 

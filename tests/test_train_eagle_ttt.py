@@ -83,7 +83,7 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     assert train_eagle_ttt.main(other) == 2  # another schedule is refused, not resumed into
 
 
-def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0):
+def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0, lower=None):
     """``unrolled``'s stand-in for a head whose every step predicts the true feature (also tests/test_eagle_answers.py)."""
     out = []
     for i in range(steps):
@@ -239,3 +239,31 @@ def test_a_chat_window_that_shares_a_held_out_prompt_is_kept_out_of_training():
     data["answer_start"] = np.full(n, -1)  # prompts unknown (code, text): only the held-out windows leave
     held2, same2, rows2 = held_out_split(data)
     assert held2.tolist() == held.tolist() and same2 == [] and len(rows2) == n - len(held)
+
+
+def test_lower_layers_train_a_head_the_drafter_loads_and_need_the_folders_layers(tmp_path):
+    """--lower-layers: the head gets w_lower and config.json the layers the shards' low and mid are (their folder's
+    settings.json), and the NumPy drafter reads [f, l, m] rows with it; folders that do not name their layers, or
+    name different ones, are refused before training."""
+    from minispec.drafters import load_eagle
+    from minispec.model.safetensors_io import read_safetensors
+    from minispec.recipes import train_eagle_ttt
+
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    target = load_model(target_dir)
+    write_shards(tmp_path / "a", target, n_shards=2)
+    write_shards(tmp_path / "b", target, n_shards=2, seed=1)
+    common = ["--target", str(target_dir), "--data", str(tmp_path / "a"), str(tmp_path / "b"), "--epochs", "1",
+              "--batch", "2", "--seq", "32", "--threads", "1", "--unroll", "2", "--vocab", "40", "--ship-vocab", "32",
+              "--lower-layers", "--out", str(tmp_path / "head"), "--run-dir", str(tmp_path / "run")]
+    assert train_eagle_ttt.main(common) == 2  # no settings.json: which layers are they?
+    (tmp_path / "a" / "settings.json").write_text(json.dumps(dict(low=0, mid=1)))
+    (tmp_path / "b" / "settings.json").write_text(json.dumps(dict(low=0, mid=0)))
+    assert train_eagle_ttt.main(common) == 2  # two folders, two answers
+    (tmp_path / "b" / "settings.json").write_text(json.dumps(dict(low=0, mid=1)))
+    assert train_eagle_ttt.main(common) == 0
+    assert json.loads((tmp_path / "head" / "config.json").read_text())["lower_layers"] == [0, 1]
+    assert read_safetensors(tmp_path / "head" / "eagle.safetensors")["w_lower"].shape == (2 * 32, 32)
+    eagle = load_eagle(tmp_path / "head", target)
+    assert eagle.feature_layers == (0, 1)
+    assert "corrected by the outputs of its layers 0 and 1" in (tmp_path / "head" / "README.md").read_text()

@@ -32,6 +32,18 @@ drafter returns as it is; the rule of rejection.py accepts x with min(1, p(x) / 
 from norm(max(0, p - q)), which needs nothing of q but that it is the distribution x was drawn from.
 A token the head never proposes still comes out at its target probability through the residual.
 
+Lower layers (EAGLE-3, Li et al. 2025, arXiv 2503.01840, fuses a low, a middle and the top layer): a head whose
+file has ``w_lower`` [2D, D] (and its config.json ``lower_layers``: [a, b]) reads f_j corrected by the outputs l_j,
+m_j of the target's layers a and b:
+
+    g_j            = f_j + [n(l_j); n(m_j)] W_lower, n an RMS norm without weights; it stands where f_j stood
+                   above, for the true entries only: a predicted f^ has no l or m (EAGLE-3 feeds its own output
+                   there too). Departure from EAGLE-3, which replaces f_j by fc([l; m; h]): a correction to f_j,
+                   so that W_lower = 0 is the head without it (train_eagle_ttt.py's ``--lower-layers``)
+
+The loop asks the target pass for those layers (``feature_layers``: drafters/protocol.py's ``feature_tap``), and
+``see_features`` gets [n, 3D] rows: f, l, m side by side.
+
 Cheap: one layer and a D x V_r head against the target's L layers and D x V head. The features cost
 nothing extra; the catch-up is one small pass per round. Measurements: docs/eagle.md.
 """
@@ -50,7 +62,7 @@ from ..model.kernel import pack
 from ..model.kvcache import KVCache, common_prefix
 from ..model.safetensors_io import read_safetensors
 from ..model.transformer import LayerWeights, causal_mask, linear, transformer_block
-from ..sampling import Stream, Warp, top_probability
+from ..sampling import Stream, Warp, is_integer, top_probability
 from ..tree import Tree, add_children, tree_mask_rows
 from .dynamic_tree import DynamicTree, grow
 
@@ -65,18 +77,32 @@ def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
 
 
 class Eagle:
-    """A feature drafter: the drafter protocol (drafters/__init__.py), plus ``see_features`` (the loop's feed)."""
+    """A feature drafter: the drafter protocol (drafters/__init__.py), plus ``see_features`` (the loop's feed), and
+    ``feature_layers`` for a head that reads the target's lower layers too."""
 
-    def __init__(self, target: Model, tensors: dict[str, np.ndarray], frequent_tokens, name: str = "eagle"):
+    def __init__(self, target: Model, tensors: dict[str, np.ndarray], frequent_tokens, name: str = "eagle",
+                 lower_layers=()):
         """``tensors``: the head's arrays named and shaped as ``head_shapes`` says; ``frequent_tokens``: the ids
-        the head may propose (FR-Spec)."""
+        the head may propose (FR-Spec); ``lower_layers``: the two target layers whose outputs ``w_lower`` reads
+        (given exactly when ``tensors`` has it)."""
         cfg = replace(target.cfg, num_layers=1)
-        for t, shape in head_shapes(cfg).items():
+        D = cfg.hidden_size
+        shapes = head_shapes(cfg) | ({"w_lower": (2 * D, D)} if "w_lower" in tensors else {})
+        for t, shape in shapes.items():
             if t not in tensors:
                 raise ModelFormatError(f"{name}: missing tensor {t!r}")
             if tuple(tensors[t].shape) != shape:
                 raise ModelFormatError(f"{name}: tensor {t!r} has shape {tuple(tensors[t].shape)}, expected {shape} "
                                        f"(the target's widths)")
+        lower_layers = tuple(lower_layers)
+        if ("w_lower" in tensors) != bool(lower_layers):
+            raise ModelFormatError(f"{name}: a head with w_lower needs the two layers it reads (lower_layers), and "
+                                   f"lower_layers needs w_lower; got {'w_lower' if 'w_lower' in tensors else 'no w_lower'}"
+                                   f" and lower_layers {list(lower_layers)}")
+        if lower_layers and (len(lower_layers) != 2 or not all(is_integer(i) and 0 <= i < target.cfg.num_layers
+                                                               for i in lower_layers)):
+            raise ModelFormatError(f"{name}: lower_layers must be two layer indices in 0..{target.cfg.num_layers - 1}, "
+                                   f"got {list(lower_layers)}")
         ids = np.asarray(frequent_tokens)
         V = target.cfg.vocab_size
         if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= V \
@@ -87,6 +113,10 @@ class Eagle:
         self.target, self.cfg, self.name, self.vocab, self.forwards = target, cfg, name, V, 0
         self.kernel = target.kernel  # its matrices are packed for the target's kernel, and run on it
         self.w_fc, self.b_fc = mat(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
+        self.layers_read = tuple(int(i) for i in lower_layers)  # a, b: l and m are their outputs; () for none
+        if self.layers_read:  # drafters/protocol.py's ReadsLowerLayers: only a head that reads them has it
+            self.feature_layers = self.layers_read
+        self.w_lower = mat(tensors["w_lower"]) if lower_layers else None  # [2D, D]: W_lower
         self.layer = LayerWeights(attn_norm=dev(tensors["attn_norm"]), w_qkv=mat(tensors["w_qkv"]), b_qkv=None,
                                   w_o=mat(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),
                                   w_gate_up=mat(tensors["w_gate_up"]), w_down=mat(tensors["w_down"]))
@@ -102,7 +132,8 @@ class Eagle:
     @property
     def weight_bytes(self) -> int:
         """What the head adds to the target's memory: its layer, fc and the reduced head."""
-        arrays = [self.w_fc, self.b_fc, self.w_r] + [a for a in vars(self.layer).values() if a is not None]
+        arrays = [self.w_fc, self.b_fc, self.w_r] + [a for a in vars(self.layer).values() if a is not None] + \
+            ([] if self.w_lower is None else [self.w_lower])
         return int(sum(a.nbytes for a in arrays))
 
     @property
@@ -118,11 +149,13 @@ class Eagle:
         return self.cfg.max_position_embeddings - len(tokens)
 
     def see_features(self, tokens, features) -> None:
-        """The target has cached ``tokens``; ``features`` [n, D] are those of its last n, from the pass it just
-        ran. Features of an earlier sequence that ``tokens`` does not extend are dropped."""
+        """The target has cached ``tokens``; ``features`` [n, D] (with lower layers [n, 3D]: f, l, m) are those of
+        its last n, from the pass it just ran. Features of an earlier sequence that ``tokens`` does not extend are
+        dropped."""
         start = len(tokens) - len(features)
         if start < 0:
             raise ValueError(f"see_features: {len(features)} feature rows for {len(tokens)} tokens")
+        features = self.fuse(features)  # [n, D]: f, or g with lower layers
         if start > 0 and common_prefix(self.ftokens, tokens[:start]) < start:
             self.ftokens = []  # no features for the tokens before these: wait for a fresh run's prefill
             return
@@ -233,6 +266,21 @@ class Eagle:
         self.forwards += 1
         return backend.to_host(x)
 
+    def fuse(self, features):  # [n, D] f, or [n, 3D] f, l, m -> [n, D]: f, or g = f + [n(l); n(m)] W_lower
+        D = self.cfg.hidden_size
+        width = D * (1 + len(self.layers_read))
+        if features.ndim != 2 or features.shape[1] != width:
+            raise ValueError(f"{self.name}: feature rows must be [n, {width}] (the top feature"
+                             f"{' then the outputs of layers ' + str(list(self.layers_read)) if self.layers_read else ''}"
+                             f"), got {tuple(features.shape)}")
+        if self.w_lower is None:
+            return features
+        xp, eps = backend.xp, self.cfg.rms_norm_eps
+        x = backend.asarray(features).astype(np.float32, copy=False)  # [n, 3D]
+        lm = x[:, D:].reshape(len(x), 2, D)  # [n, 2, D]: l, m
+        lm = lm / xp.sqrt((lm * lm).mean(-1, keepdims=True) + eps)  # n(l), n(m): RMS norm without weights
+        return x[:, :D] + linear(lm.reshape(len(x), 2 * D), self.w_lower)  # [n, D]: g
+
     def logits(self, f) -> np.ndarray:  # [T, D] -> [T, V], -inf outside the frequent tokens
         reduced = backend.to_host(linear(backend.asarray(f).astype(np.float32, copy=False), self.w_r))  # [T, V_r]
         out = np.full((len(reduced), self.vocab), -np.inf, dtype=np.float32)  # [T, V]
@@ -259,11 +307,13 @@ class Eagle:
 
     def first_guess_rows(self, tokens, start: int, warp, features=None) -> np.ndarray:  # -> [len(tokens) - start, V]
         """Row i: what the head draws its first guess after tokens[:start + i] from, teacher-forced on the target's
-        ``features`` [len(tokens), D] of ``tokens``: one head pass in a cache of its own (the head's own cache is put
-        back). The first row of a text, with no feature before it, is uniform over the frequent tokens."""
+        ``features`` [len(tokens), D] of ``tokens`` (as ``see_features`` takes them): one head pass in a cache of its
+        own (the head's own cache is put back). The first row of a text, with no feature before it, is uniform over
+        the frequent tokens."""
         if features is None or len(features) < len(tokens) or not 1 <= start <= len(tokens):
             raise ValueError(f"first_guess_rows: needs the target's features of all {len(tokens)} tokens and start "
                              f"in 1..{len(tokens)}")
+        features = self.fuse(features)
         first = np.full((1, self.vocab), -np.inf, np.float32)  # [1, V]
         first[0, self.tokens_r] = 0.0
         logits = first
@@ -288,12 +338,12 @@ class Eagle:
         """(seconds per guess, seconds per entry caught up), after n random tokens and features, greedy."""
         rng = Stream(np.random.PCG64(0))  # default_rng(0), a drafter's draws too
         tokens = [int(t) for t in rng.integers(0, self.vocab, n + 1)]
-        feats = rng.standard_normal((n, self.cfg.hidden_size)).astype(np.float32)
+        feats = rng.standard_normal((n, self.cfg.hidden_size * (1 + len(self.layers_read)))).astype(np.float32)
         per_guess, per_fed = [], []
         for _ in range(repeats + 1):  # the first is a warm-up
             self.forget()
-            self.see_features(tokens[:n], feats)
             t0 = clock()
+            self.see_features(tokens[:n], feats)  # (with lower layers, g is made here)
             self.catch_up(tokens)
             t1 = clock()
             self.propose(tokens, 4, Warp(0.0), rng)
@@ -327,8 +377,9 @@ def is_eagle_dir(path) -> bool:
 
 
 def load_eagle(path, target: Model) -> Eagle:
-    """An EAGLE head directory: config.json ("minispec_drafter": "eagle" and the target's widths),
-    eagle.safetensors (``head_shapes``) and frequent_tokens.json (a list of token ids)."""
+    """An EAGLE head directory: config.json ("minispec_drafter": "eagle" and the target's widths; "lower_layers" for
+    a head that reads them), eagle.safetensors (``head_shapes``, and ``w_lower``) and frequent_tokens.json (a list of
+    token ids)."""
     path = Path(path)
     cfg = read_json(path / "config.json")
     for key, want in (("hidden_size", target.cfg.hidden_size), ("num_attention_heads", target.cfg.num_heads),
@@ -347,4 +398,7 @@ def load_eagle(path, target: Model) -> Eagle:
     for t, a in tensors.items():
         if not np.all(np.isfinite(a)):
             raise ModelFormatError(f"{path / 'eagle.safetensors'}: tensor {t!r} has non-finite values")
-    return Eagle(target, tensors, tokens, name=f"eagle:{path.name}")
+    lower = cfg.get("lower_layers", [])
+    if not isinstance(lower, list):
+        raise ModelFormatError(f"{path / 'config.json'}: lower_layers must be a list of two layer indices, got {lower!r}")
+    return Eagle(target, tensors, tokens, name=f"eagle:{path.name}", lower_layers=lower)

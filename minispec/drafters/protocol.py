@@ -75,6 +75,32 @@ class ReadsFeatures(Protocol):
 
 
 @runtime_checkable
+class ReadsLowerLayers(Protocol):
+    """A feature drafter that also reads the outputs of some of the target's layers (EAGLE-3's fused features):
+    ``feature_layers``, their indices; the features it sees are [n, D * (1 + len(feature_layers))], the top feature
+    then those layers' outputs (``Model.forward``'s ``on_features`` with ``layers``: ``feature_tap``)."""
+    feature_layers: tuple
+
+
+class FeatureTap:
+    """``Model.forward``'s ``on_features`` for a drafter that reads lower layers: calls ``call`` with the features,
+    and names the ``layers`` whose outputs they carry too."""
+
+    def __init__(self, call: Callable, layers: tuple):
+        self.call, self.layers = call, tuple(layers)
+
+    def __call__(self, features) -> None:
+        self.call(features)
+
+
+def feature_tap(drafter, call: Callable) -> Callable:
+    """What a target pass should hand ``drafter``'s features to: ``call`` itself, or a ``FeatureTap`` that also asks
+    for the layers it reads."""
+    layers = tuple(drafter.feature_layers) if has(drafter, ReadsLowerLayers) else ()
+    return FeatureTap(call, layers) if layers else call
+
+
+@runtime_checkable
 class HasModel(Protocol):
     """A drafter that runs a model of the target's tokenizer, ``model``: the cost model times its passes and its
     ``propose`` (policy/costs.py)."""
@@ -155,7 +181,7 @@ class ReportsMemory(Protocol):
     kv_bytes_per_token: int
 
 
-CAPABILITIES = (Drafter, HasRoom, ProposesTrees, GrowsTrees, ReadsFeatures, HasModel, TimesItself, TimesItsTreeLevels,
+CAPABILITIES = (Drafter, HasRoom, ProposesTrees, GrowsTrees, ReadsFeatures, ReadsLowerLayers, HasModel, TimesItself, TimesItsTreeLevels,
                 HasFirstGuessRows, HasOwnTokenizer, DraftsText, ReportsMemory)
 
 

@@ -54,7 +54,7 @@ from scipy import stats
 
 from ..drafters import LayerSkip, PromptLookup, make_drafter, other_algorithm
 from ..drafters.dynamic_tree import DynamicTree
-from ..drafters.protocol import DraftsText, GrowsTrees, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has
+from ..drafters.protocol import DraftsText, FeatureTap, GrowsTrees, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, ReadsLowerLayers, has
 from ..generate import generate
 from ..model import backend
 from ..processors import build
@@ -168,20 +168,23 @@ class PromptPasses:
     pass over the whole sequence, up to the rounding of a pass of another length."""
 
     def __init__(self, target):
-        self.target, self.kept = target, {}  # tuple(prompt) -> (keys, values [L, KVH, P-1, HD], features [P-1, D])
+        self.target, self.kept = target, {}  # (prompt, layers) -> (keys, values [L, KVH, P-1, HD], features [P-1, D'])
 
-    def __call__(self, prompt, run, features: bool):  # -> logits [len(run), V], features [len(prompt+run), D] | None
+    def __call__(self, prompt, run, features: bool, layers: tuple = ()):
+        """-> logits [len(run), V], features [len(prompt+run), D'] | None; ``layers``: the lower layers whose outputs
+        the features carry too (``FeatureTap``), D' = D * (1 + len(layers))."""
         target, head, xp = self.target, len(prompt) - 1, backend.xp
-        if tuple(prompt) not in self.kept:
+        tap = (lambda call: FeatureTap(call, layers)) if layers else (lambda call: call)  # noqa: E731
+        key = (tuple(prompt), tuple(layers))
+        if key not in self.kept:
             cache, got = target.new_cache(max(head, 1)), []
             if head:
-                target.forward(prompt[:head], cache, last=1, on_features=got.append)
-            self.kept[tuple(prompt)] = (cache.k[:, :, :head].copy(), cache.v[:, :, :head].copy(),
-                                        got[0] if got else None)
-        k, v, f = self.kept[tuple(prompt)]
+                target.forward(prompt[:head], cache, last=1, on_features=tap(got.append))
+            self.kept[key] = (cache.k[:, :, :head].copy(), cache.v[:, :, :head].copy(), got[0] if got else None)
+        k, v, f = self.kept[key]
         cache, got = target.new_cache(len(prompt) + len(run)), []
         cache.k[:, :, :head], cache.v[:, :, :head], cache.length = k, v, head
-        logits = target.forward([prompt[-1], *run], cache, on_features=got.append if features else None)  # [n+1, V]
+        logits = target.forward([prompt[-1], *run], cache, on_features=tap(got.append) if features else None)  # [n+1, V]
         if not features:
             return logits[: len(run)], None
         return logits[: len(run)], (xp.concatenate([f, got[0]]) if head else got[0])  # [P-1 + n+1, D]
@@ -198,7 +201,8 @@ def per_token_values(target, drafter, prompt, run, processors=(), passes: Prompt
                    string prefix.
     With ``processors`` (processors.py) both rows are processed with each position's own prefix, as in a run."""
     seq, sampled = list(prompt) + list(run), Warp(1.0, processors=tuple(processors), prompt_len=len(prompt))
-    logits, features = (passes or PromptPasses(target))(prompt, run, has(drafter, ReadsFeatures))
+    layers = tuple(drafter.feature_layers) if has(drafter, ReadsLowerLayers) else ()
+    logits, features = (passes or PromptPasses(target))(prompt, run, has(drafter, ReadsFeatures), layers)
     p = sampled.chain(logits, prompt, run)  # [n, V]: the rows that predict the run
     idx, out = np.arange(len(run)), {}
     if has(drafter, DraftsText):

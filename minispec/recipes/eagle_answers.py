@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..harness.provenance import provenance
+from .eagle_data import LOW, MID
 from .eval_overlap import MINISPEC_DATA
 
 SETS = ("code", "chat", "grounded")
@@ -43,17 +44,20 @@ def data_prompts(name: str, tok, limit: int | None) -> list[list[int]]:
                        else r["prompt"]) for r in rows[:limit]]
 
 
-def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch) -> dict:
+def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch, lower=None) -> dict:
     """{greedy: [d = 1..depths], positions: [...], in_reduced_vocab} over the answers in ``seqs`` (prompt + answer)
-    with their top features ``feats`` [len, D] (None: skipped)."""
+    with their top features ``feats`` [len, D] (None: skipped); ``lower``: their lower layers' outputs [len, 2D], for
+    a head that reads them."""
     from .train_eagle_ttt import unrolled
     hit, alive, covered = np.zeros(depths), np.zeros(depths), 0
-    for p, s, f in zip(prompts, seqs, feats):
+    tensor = lambda a: torch.from_numpy(np.asarray(a, np.float32))[None]  # noqa: E731  [1, len, ...]
+    for w, (p, s, f) in enumerate(zip(prompts, seqs, feats)):
         if f is None:
             continue
         toks, lens = torch.tensor([s]), torch.tensor([len(s)])
         with torch.no_grad():
-            outs = unrolled(head, E, toks, torch.from_numpy(np.asarray(f, np.float32))[None], lens, depths, dims)
+            outs = unrolled(head, E, toks, tensor(f), lens, depths, dims,
+                            **({} if lower is None else dict(lower=tensor(lower[w]))))
         j = torch.arange(len(s) - 1)[None, :]  # [1, L-1]
         chain = None
         for i, (pred, true, valid) in enumerate(outs):
@@ -68,6 +72,12 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
             chain = right
     return dict(greedy=[float(h / a) if a else None for h, a in zip(hit, alive)], positions=[int(a) for a in alive],
                 in_reduced_vocab=float(covered / alive[0]) if alive[0] else None)
+
+
+def lower_layers(head_dir) -> list | None:
+    """The lower layers a head reads (its config.json's ``lower_layers``), None for a head that reads the top alone."""
+    f = Path(head_dir) / "config.json"
+    return json.loads(f.read_text()).get("lower_layers") if f.is_file() else None
 
 
 def main(argv=None) -> int:
@@ -96,6 +106,9 @@ def main(argv=None) -> int:
             p.error(f"{h}: not an EAGLE head directory (it needs eagle.safetensors and frequent_tokens.json)")
         if args.vocab and not (Path(h) / "token_frequency_order.json").is_file():
             p.error(f"{h}: --vocab needs its token_frequency_order.json")
+        if lower_layers(h) not in (None, [LOW, MID]):
+            p.error(f"{h}: reads layers {lower_layers(h)}; the target's passes here give layers {LOW} and {MID} "
+                    "(eagle_data.py's LOW and MID)")
     from .training import import_torch
     torch = import_torch()
     if torch is None:
@@ -117,11 +130,12 @@ def main(argv=None) -> int:
     E = torch.from_numpy(np.asarray(read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"],
                                     np.float32))  # [V, D]: the tied LM head
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
-    answers = {}
+    answers, lowers = {}, {}
     for name in sets:
         prompts = data_prompts(name, tok, args.prompts)
         seqs, feats = generate(target, tok, prompts, args.tokens, True, 0, with_features=True)
         answers[name] = (prompts, seqs, [f and f["top"] for f in feats])
+        lowers[name] = [f and np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
         print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
     out = dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
                     "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
@@ -131,12 +145,14 @@ def main(argv=None) -> int:
         frequent = sorted(json.loads((Path(h) / "token_frequency_order.json").read_text())[: args.vocab]) if args.vocab \
             else json.loads((Path(h) / "frequent_tokens.json").read_text())
         ids = torch.tensor(frequent, dtype=torch.long)
+        lower = lower_layers(h)
         head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
-                          max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths)
+                          max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths,
+                          lower=bool(lower))
         load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
         head.eval()
-        out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch)
-                           for name in sets}
+        out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch,
+                                                   lower=lowers[name] if lower else None) for name in sets}
         for name, r in out["heads"][h].items():
             print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
                   + f" ({r['positions'][0]} chains; the target's token in the reduced head at "

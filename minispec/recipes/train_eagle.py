@@ -130,7 +130,9 @@ def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
     return np.sort(frequency_order(tokens, eos, V)[:vocab])
 
 
-def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096):
+def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, lower: bool = False):
+    """The head; ``lower``: it also reads the outputs of two lower layers of the target (``w_lower``, zero at first:
+    at the start it is the head without them; eagle.py's module docstring)."""
     import torch
     from torch import nn
 
@@ -146,6 +148,9 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096):
             self.mlp_norm = nn.Parameter(torch.ones(D))
             self.gate, self.up = nn.Linear(D, F, bias=False), nn.Linear(D, F, bias=False)
             self.down = nn.Linear(F, D, bias=False)
+            if lower:
+                self.lower = nn.Linear(2 * D, D, bias=False)  # [n(l); n(m)] -> D
+                nn.init.zeros_(self.lower.weight)
             inv = 1.0 / theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD)
             ang = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
             self.register_buffer("cos", ang.cos().float(), persistent=False)
@@ -153,6 +158,10 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096):
 
         def norm(self, x, w):
             return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+        def fuse(self, top, lower):  # [.., D], [.., 2D] (l and m side by side) -> g [.., D]
+            low, mid = lower[..., :D], lower[..., D:]
+            return top + self.lower(torch.cat([self.norm(low, 1.0), self.norm(mid, 1.0)], -1))
 
         def rope(self, x, L):  # [B, n, L, HD]
             c, s = self.cos[:L], self.sin[:L]
@@ -182,7 +191,7 @@ def head_tensors(head) -> dict:
     return {"w_fc": s["fc.weight"].T, "b_fc": s["fc.bias"], "attn_norm": s["attn_norm"],
             "w_qkv": torch.cat([s["q.weight"], s["k.weight"], s["v.weight"]]).T, "w_o": s["o.weight"].T,
             "mlp_norm": s["mlp_norm"], "w_gate_up": torch.cat([s["gate.weight"], s["up.weight"]]).T,
-            "w_down": s["down.weight"].T}
+            "w_down": s["down.weight"].T} | ({"w_lower": s["lower.weight"].T} if "lower.weight" in s else {})
 
 
 def batches(data, rows, batch, seq, rng):
@@ -255,9 +264,10 @@ def _rows(data, rows, seq):
     return toks, feats, lens
 
 
-def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readme=None) -> None:
+def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readme=None, lower_layers=None) -> None:
     """Everything but the weights: the shipped frequent tokens (the top ``--ship-vocab`` of ``order``), the order
-    (``minispec bench eagle`` tries other sizes from it; ``trimmed_order``), config.json, training.json, SHA256SUMS, README."""
+    (``minispec bench eagle`` tries other sizes from it; ``trimmed_order``), config.json (with ``lower_layers``, the
+    layers a head with ``w_lower`` reads), training.json, SHA256SUMS, README."""
     ship = sorted(int(t) for t in order[: summary["reduced_vocab"]])
     (out / "frequent_tokens.json").write_text(json.dumps(ship))
     (out / "token_frequency_order.json").write_text(json.dumps([int(t) for t in trimmed_order(order)]))
@@ -265,6 +275,8 @@ def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readm
                  num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
                  intermediate_size=cfg.intermediate_size, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
                  target_vocab_size=cfg.vocab_size, reduced_vocab_size=len(ship))
+    if lower_layers:
+        econf["lower_layers"] = [int(i) for i in lower_layers]
     (out / "config.json").write_text(json.dumps(econf, indent=2))
     (out / "training.json").write_text(json.dumps(summary, indent=2))
     write_sums(out, ("config.json", "eagle.safetensors", "frequent_tokens.json", "token_frequency_order.json"))

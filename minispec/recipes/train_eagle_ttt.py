@@ -22,8 +22,13 @@ The training-time test (Li et al. 2025, EAGLE-3, arXiv 2503.01840), paper -> cod
 trains in bfloat16 on GPUs); the weights, the optimizer's state, the softmaxes and the losses stay float32, and
 evaluation is float32.
 
-Departure from EAGLE-3: the head reads the target's top feature only (EAGLE-1's input), not a fusion of three
-layers, and keeps FR-Spec's reduced head, so that it stays a drop-in for eagle.py and fits the repository.
+Departures from EAGLE-3: the head keeps FR-Spec's reduced head, and reads the target's top feature (EAGLE-1's input),
+so that it stays a drop-in for eagle.py and fits the repository. ``--lower-layers`` adds EAGLE-3's lower layers
+as a correction to the top feature, not in its place: g_j = f_j + [n(l_j); n(m_j)] W_lower, with l and m the
+outputs of layers LOW and MID (the shards' ``low`` and ``mid``), n an RMS norm without weights (the middle layers
+carry outliers in the thousands), and W_lower [2D, D] starting at zero, so that ``--init`` from a head without it
+starts exactly where that head is. g_j replaces f_j at step 0; steps 1.. read f^ as before (EAGLE-3 also feeds its
+own output there), and the regression loss still aims f^ at the top feature.
 
 The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>``): ``checkpoint.pt`` (the head, the
 optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end) and ``log.txt``. Run the
@@ -57,10 +62,11 @@ from .train_eagle import build_head, frequency_order, frequent_tokens, head_tens
 HELD_OUT = 20  # every 20th greedy generation is held out
 
 
-def load_shards(folder: Path, log, marker: list[int] | None = None) -> dict:
+def load_shards(folder: Path, log, marker: list[int] | None = None, lower: bool = False) -> dict:
     """Every finished shard (its .json written): tokens and top features per window, the shard each came from, its
-    kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not known)."""
-    toks, feats, shard, kinds = [], [], [], []
+    kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not known); with ``lower``, also
+    the two lower layers' outputs side by side (``lower``: [len, 2D] float16 per window)."""
+    toks, feats, shard, kinds, lows = [], [], [], [], []
     records = sorted(folder.glob("shard-*.json"))
     if not records:
         raise FileNotFoundError(f"{folder}: no finished shards; make them with python -m minispec.recipes.eagle_data")
@@ -70,13 +76,17 @@ def load_shards(folder: Path, log, marker: list[int] | None = None) -> dict:
             continue
         with np.load(rec.with_suffix(".npz")) as z:
             t, f, s = z["tokens"], z["top"], z["starts"]
+            lm = np.concatenate([z["low"], z["mid"]], 1) if lower else None  # [n, 2D]
         for a, b in zip(s[:-1], s[1:]):
             toks.append(t[a:b].astype(np.int64))
             feats.append(f[a:b])
+            if lower:
+                lows.append(lm[a:b])
             shard.append(r["shard"])
             kinds.append(r["kind"])
     log(f"data: {len(records)} shards, {len(toks)} windows, {sum(map(len, toks))} tokens from {folder}")
-    return dict(tokens=toks, feats=feats, shard=np.array(shard), kind=kinds, answer_start=answer_starts(toks, marker))
+    return dict(tokens=toks, feats=feats, shard=np.array(shard), kind=kinds, answer_start=answer_starts(toks, marker),
+                lower=lows if lower else None)
 
 
 def rope(x, cos, sin, HD):  # [B, n, L, HD] with cos, sin [L, HD/2]
@@ -118,12 +128,13 @@ def shifted(a, i: int):  # [B, L, ...] -> [B, L-1, ...]: row j holds a[:, j+1+i]
     return torch.nn.functional.pad(a[:, 1 + i:], [0, 0] * (a.dim() - 2) + [0, i])
 
 
-def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 0.0):
+def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 0.0, lower=None):
     """-> per step i: (predicted f^ [B, L-1, D], true f [B, L-1, D], valid [B, L-1]); position j of step i predicts
-    f_{j+1+i}."""
+    f_{j+1+i}. ``lower`` [B, L, 2D]: the lower layers' outputs, for a head that reads them (step 0 reads g_j =
+    ``head.fuse(f_j, [l_j; m_j])``; steps 1.. read f^ as before: there is no predicted l or m)."""
     import torch
     B, L = toks.shape
-    f_in = feats[:, :-1]
+    f_in = feats[:, :-1] if lower is None else head.fuse(feats[:, :-1], lower[:, :-1])
     if noise_scale > 0:
         f_in = f_in + (torch.rand_like(f_in) - 0.5) * noise_scale
     cache, out, pos = {}, [], torch.arange(L - 1)[None, :]
@@ -156,6 +167,12 @@ def step_losses(outs, W_r, weight_decay_base: float = 0.8):
         total, wsum = total + w * (reg + 0.1 * ce), wsum + w
         parts.append((float(reg.detach()), float(ce.detach())))
     return total / wsum, parts
+
+
+def read_settings(folder: Path) -> dict:
+    """A shard folder's settings.json (eagle_data.py), {} where it has none."""
+    f = Path(folder) / "settings.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
 
 
 def answer_starts(tokens: list, marker: list[int] | None) -> np.ndarray:
@@ -197,15 +214,19 @@ def chat_marker(target_dir) -> list[int] | None:
 
 
 def rows_of(data, rows, seq):
-    """Right-padded: tokens [B, seq] int64, top features [B, seq, D] float32, lengths [B]."""
+    """Right-padded: tokens [B, seq] int64, top features [B, seq, D] float32, lengths [B], and the lower layers'
+    outputs [B, seq, 2D] float32 (None where ``data`` has none)."""
     D = data["feats"][0].shape[1]
     toks = np.zeros((len(rows), seq), np.int64)
     feats = np.zeros((len(rows), seq, D), np.float32)
     lens = np.zeros(len(rows), np.int64)
+    lower = None if data.get("lower") is None else np.zeros((len(rows), seq, 2 * D), np.float32)
     for b, r in enumerate(rows):
         t = data["tokens"][r][:seq]
         toks[b, : len(t)], feats[b, : len(t)], lens[b] = t, data["feats"][r][: len(t)], len(t)
-    return toks, feats, lens
+        if lower is not None:
+            lower[b, : len(t)] = data["lower"][r][: len(t)]
+    return toks, feats, lens, lower
 
 
 def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
@@ -214,10 +235,10 @@ def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
     hit, alive, ans_hit, ans_alive, t1, n = (np.zeros(steps) for _ in range(6))
     with torch.no_grad():
         for a in range(0, len(rows), 4):
-            toks, feats, lens = (torch.from_numpy(x) for x in rows_of(data, rows[a: a + 4], seq))
+            toks, feats, lens, lower = (x if x is None else torch.from_numpy(x) for x in rows_of(data, rows[a: a + 4], seq))
             start = torch.from_numpy(data["answer_start"][rows[a: a + 4]])[:, None]  # [B, 1]; -1: not known
             j = torch.arange(toks.shape[1] - 1)[None, :]  # [1, L-1]
-            outs = unrolled(head, E, toks, feats, lens, steps, dims)
+            outs = unrolled(head, E, toks, feats, lens, steps, dims, **({} if lower is None else dict(lower=lower)))
             chain = None  # [B, L-1]: guesses 1..i of the chain started at position j all equal the target's
             for i, (pred, true, valid) in enumerate(outs):
                 p = torch.softmax(true @ E.T, -1)  # [B, L-1, V]: the target's next-token law at f_{j+1+i}
@@ -265,6 +286,10 @@ def parser() -> argparse.ArgumentParser:
                         "natively, AMX or AVX512-BF16)")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--init", default=None, help="start from this head directory's eagle.safetensors")
+    p.add_argument("--lower-layers", action="store_true",
+                   help="the head also reads the outputs of two lower layers of the target, EAGLE-3's fused features "
+                        "(the shards' low and mid; eagle.py's module docstring): w_lower starts at zero, so that "
+                        "--init from a head without it starts where that head is")
     return p
 
 
@@ -288,15 +313,24 @@ def main(argv=None) -> int:
             "target with tied embeddings (SmolLM2's)")
         return 2
     folders = [Path(d) for d in args.data] if args.data else [cache_dir() / "eagle-data-v2"]
+    lower_layers = None  # the two layers whose outputs the shards' low and mid are (eagle_data.py's settings.json)
+    if args.lower_layers:
+        found = {(s.get("low"), s.get("mid")) for s in (read_settings(f) for f in folders)}
+        if len(found) != 1 or None in next(iter(found)):
+            log(f"error: --lower-layers needs shard folders that all name the same low and mid layers in their "
+                f"settings.json; found {sorted(found, key=str)}")
+            return 2
+        lower_layers = list(next(iter(found)))
     try:
         marker = chat_marker(target_dir)
-        parts = [load_shards(folder, log, marker) for folder in folders]
+        parts = [load_shards(folder, log, marker, args.lower_layers) for folder in folders]
     except FileNotFoundError as e:
         log(f"error: {e}")
         return 2
     data = dict(tokens=[t for d in parts for t in d["tokens"]], feats=[f for d in parts for f in d["feats"]],  # the
                 kind=[k for d in parts for k in d["kind"]],  # folders' windows in the order given
-                answer_start=np.concatenate([d["answer_start"] for d in parts]))
+                answer_start=np.concatenate([d["answer_start"] for d in parts]),
+                lower=[x for d in parts for x in d["lower"]] if args.lower_layers else None)
     held, same_prompt, rows = held_out_split(data)
     greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
     if same_prompt:
@@ -315,31 +349,34 @@ def main(argv=None) -> int:
     steps = int(args.epochs * n_tokens / (args.batch * args.seq * 0.85))
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     depths = max(args.unroll, 4)  # steps trained, and depths evaluated (at least 4)
-    head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + depths)
+    head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + depths,
+                      lower=args.lower_layers)
     run_dir = Path(args.run_dir) if args.run_dir else cache_dir() / (
         f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}"
-        + ("-bf16" if args.precision == "bfloat16" else ""))
+        + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     ckpt = run_dir / "checkpoint.pt"
     state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=[str(f) for f in folders],
-                 precision=args.precision)
+                 precision=args.precision, lower_layers=args.lower_layers)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
-        head.load_state_dict(saved["head"])
-        opt.load_state_dict(saved["opt"])
-        sched.load_state_dict(saved["sched"])
         state = saved["state"]
         if state.get("steps") != steps or state.get("data_tokens") != n_tokens or \
                 state.get("folders", [str(f) for f in folders]) != [str(f) for f in folders] or \
-                state.get("precision", "float32") != args.precision:
+                state.get("precision", "float32") != args.precision or state.get("lower_layers", False) != args.lower_layers:
             log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens of "
-                f"{state.get('folders')} in {state.get('precision', 'float32')}, this one would be {steps} over "
-                f"{n_tokens} of {[str(f) for f in folders]} in {args.precision}: pass another --run-dir, or the same "
+                f"{state.get('folders')} in {state.get('precision', 'float32')}"
+                f"{' with --lower-layers' if state.get('lower_layers') else ''}, this one would be {steps} over "
+                f"{n_tokens} of {[str(f) for f in folders]} in {args.precision}"
+                f"{' with --lower-layers' if args.lower_layers else ''}: pass another --run-dir, or the same "
                 "settings and data (folders in the same order) to resume")
             return 2
+        head.load_state_dict(saved["head"])  # after the check: another run's head may not even have the same arrays
+        opt.load_state_dict(saved["opt"])
+        sched.load_state_dict(saved["sched"])
         log(f"resumed at step {state['step']} of {steps} from {ckpt}")
     elif args.init:
         log(f"--init {args.init}: starting from its head")
@@ -357,10 +394,10 @@ def main(argv=None) -> int:
         s = state["step"]
         rng = np.random.default_rng((args.seed, s))  # keyed by the step: a resumed run draws the same batches
         batch = rows[rng.integers(0, len(rows), args.batch)]
-        toks, feats, lens = (torch.from_numpy(x) for x in rows_of(data, batch, args.seq))
+        toks, feats, lens, lower = (x if x is None else torch.from_numpy(x) for x in rows_of(data, batch, args.seq))
         torch.manual_seed(args.seed * 1_000_003 + s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bfloat16"):
-            outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms)
+            outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms, lower)
             loss, parts = step_losses(outs, W_r)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -399,7 +436,7 @@ def main(argv=None) -> int:
     summary = dict(recipe="minispec.recipes.train_eagle_ttt", parameters=n_params, trained_reduced_vocab=len(freq),
                    reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
                    generated_sequences=int(sum(k != "text" for k in data["kind"])), sequences=len(data["tokens"]),
-                   training_tokens=n_tokens, steps=steps, unroll=args.unroll,
+                   training_tokens=n_tokens, steps=steps, unroll=args.unroll, lower_layers=lower_layers,
                    data_folders=[str(f) for f in folders],
                    generation_minutes=minutes["generation"], feature_minutes=minutes["features"],
                    training_minutes=state["seconds"] / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
@@ -408,16 +445,21 @@ def main(argv=None) -> int:
                    loss_curve={st: [[float(x) for x in row] for row in np.mean(state["curve"][max(0, st - 25): st + 1], axis=0)]
                                for st in range(0, steps, 50)},
                    args=vars(args), torch=torch.__version__, provenance=provenance(argv, p.prog))
-    write_head_dir(out, Path(target_dir).name, cfg, order, summary, readme=write_readme)
+    write_head_dir(out, Path(target_dir).name, cfg, order, summary, readme=write_readme, lower_layers=lower_layers)
     log(f"done: {summary['total_minutes_this_run']:.1f} min this run, {state['seconds'] / 60:.1f} min of training")
     return 0
+
+
+def lower_text(summary: dict) -> str:
+    low = summary.get("lower_layers")
+    return f", corrected by the outputs of its layers {low[0]} and {low[1]} (``w_lower``)" if low else ""
 
 
 def write_readme(out: Path, summary: dict, freq) -> None:
     a, d = summary["args"], summary["held_out"]["by_depth"]
     (out / "README.md").write_text(f"""# {out.name}: an EAGLE feature head for SmolLM2-135M-Instruct
 
-Drafts for the target from the target's own top-layer features (``minispec/drafters/eagle.py``):
+Drafts for the target from the target's own top-layer features (``minispec/drafters/eagle.py``){lower_text(summary)}:
 fc([e(x_{{j+1}}); f_j]) then one Llama decoder layer of the target's widths, {summary['parameters'] / 1e6:.2f}M
 parameters (float32), and a reduced LM head: the target's own head restricted to the {len(freq)} most frequent
 tokens of the training data (``frequent_tokens.json``; trained with a cross-entropy over the top
@@ -450,7 +492,9 @@ increasing order). `SHA256SUMS` lists the checksums of the four files.
 
 
 def load_into(head, tensors: dict, torch) -> None:
-    """The inverse of train_eagle.head_tensors: eagle.safetensors' arrays into the torch head."""
+    """The inverse of train_eagle.head_tensors: eagle.safetensors' arrays into the torch head. A head that reads the
+    lower layers keeps its ``w_lower`` at zero where the file has none (it starts as the file's head); a file that
+    has one needs such a head."""
     D = head.fc.weight.shape[0]
     qkv = torch.from_numpy(np.asarray(tensors["w_qkv"], np.float32)).T
     nq, nk = head.q.weight.shape[0], head.k.weight.shape[0]
@@ -469,6 +513,10 @@ def load_into(head, tensors: dict, torch) -> None:
         head.gate.weight.copy_(gu[:F])
         head.up.weight.copy_(gu[F:])
         head.down.weight.copy_(t("w_down").T)
+        if "w_lower" in tensors:
+            if not hasattr(head, "lower"):
+                raise ValueError("the head file reads the target's lower layers (w_lower): build the head with lower=True")
+            head.lower.weight.copy_(t("w_lower").T)
     assert head.fc.weight.shape == (D, 2 * D)
 
 
