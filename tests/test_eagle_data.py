@@ -139,6 +139,18 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
         assert z["tokens"].tolist() == windows and z["top"].shape == (len(windows), 32)
 
 
+def asking_target(replies: list[str], made: list[str]):
+    """``generate``'s stand-in for --asked and --asked-code: asked (at T != 1) to write a request or a function, it
+    writes ``replies`` in turn; asked the prompts made from them (greedy), it records them in ``made`` and answers
+    three tokens, with no features (None: a pass of their own makes them)."""
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
+        if temperature != 1.0:
+            return [p + tok.encode(replies[j % len(replies)]) for j, p in enumerate(prompts)], None
+        made.extend(tok.decode(p) for p in prompts)
+        return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
+    return fake_generate
+
+
 def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_them_is_replaced(tmp_path, monkeypatch):
     """--asked: the target writes the chat requests; the quoted request is kept, one that holds a whole short
     evaluation prompt is replaced by a template's, and the settings record the share (the folder is then refused to
@@ -152,16 +164,8 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     target = chat_model_dir(tmp_path / "t")
     short = next(t for t in file_texts(MINISPEC_DATA / "chat.jsonl") if 3 <= len(t.split()) < 8)
     good = "How do I keep a sourdough starter alive over a long holiday?"
-    made = []
-
-    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
-        if temperature != 1.0:  # the requests: one good, one that holds an evaluation prompt
-            said = [f'A user might ask: "{good}"', f'A user might ask: "{short}"']
-            return [p + tok.encode(said[j % 2]) for j, p in enumerate(prompts)], None
-        made.extend(tok.decode(p) for p in prompts)
-        seqs = [p + [5, 6, 7] for p in prompts]
-        return seqs, [None] * len(seqs)  # None: features from a pass of their own
-    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    made = []  # the requests: one good, one that holds an evaluation prompt
+    monkeypatch.setattr(eagle_data, "generate", asking_target([f'A user might ask: "{good}"', f'A user might ask: "{short}"'], made))
     out = tmp_path / "data"
     run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
            "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
@@ -199,15 +203,8 @@ def test_asked_code_heads_are_the_targets_own_and_a_reply_without_one_gets_a_lib
 
     target = chat_model_dir(tmp_path / "t")
     good = '```python\ndef count_vowels(text):\n    """Count the vowels in a piece of text."""\n    n = 0\n```'
-    made = []
-
-    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
-        if temperature != 1.0:  # the functions: one with a docstring, one without
-            said = [good, "def f(x):\n    return x"]
-            return [p + tok.encode(said[j % 2]) for j, p in enumerate(prompts)], None
-        made.extend(tok.decode(p) for p in prompts)
-        return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
-    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    made = []  # the functions: one with a docstring, one without
+    monkeypatch.setattr(eagle_data, "generate", asking_target([good, "def f(x):\n    return x"], made))
     out = tmp_path / "data"
     run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
            "--external-prompts", "none", "--kinds", "code-greedy", "--tokens", "1"]
