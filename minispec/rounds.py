@@ -196,8 +196,8 @@ class Run:
         return measured
 
     def keep_features(self, features) -> None:
-        """Called by the target pass (``Model.forward``) with its features [T, D], of cache positions ending at
-        its new length."""
+        """Called by the target pass (``Model.forward``) with its features [T, D] ([T, D'] with the drafter's lower
+        layers: ``feature_tap``), of cache positions ending at its new length."""
         self.features, self.features_at = features, self.cache.length - len(features)
 
     def hand_on_features(self, feature_rows) -> None:

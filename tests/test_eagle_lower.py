@@ -1,6 +1,7 @@
 """An EAGLE head that reads two lower layers of the target too (eagle.py's ``w_lower``, EAGLE-3's fused features):
-the target hands those layers' outputs beside the top feature, the NumPy head computes what the training recipe's
-torch head computes, the loop feeds it and stays greedy-identical, and malformed heads and features are refused."""
+the target hands those layers' outputs beside the top feature, in the order asked; the NumPy head computes what the
+training recipe's torch head computes; the loop and level 4 feed it the rows of those layers; malformed heads and
+features are refused."""
 
 import json
 
@@ -10,6 +11,7 @@ import pytest
 from minispec import generate, load_model
 from minispec.drafters.eagle import Eagle, load_eagle
 from minispec.drafters.protocol import FeatureTap
+from minispec.harness import check
 from minispec.model import ModelFormatError
 from minispec.model.safetensors_io import read_safetensors
 from minispec.model.tiny import tiny_config, write_random_model
@@ -21,24 +23,35 @@ from .helpers import write_random_eagle
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
+    """Three layers: 0 and 1 may be read as lower layers (the last one's output is the top feature's)."""
     return load_model(write_random_model(tmp_path_factory.mktemp("t3"), tiny_config(num_hidden_layers=3), seed=7))
 
 
+def tapped(model, ids, lower_layers):  # -> [len(ids), D (1 + n)]: one pass over ids
+    got = []
+    model.forward(ids, model.new_cache(len(ids)), on_features=FeatureTap(got.append, lower_layers))
+    return got[0]
+
+
 def test_the_target_hands_each_tapped_layers_output_beside_the_top_feature(target):
-    """``on_features`` with ``layers``: [T, D (1 + n)], the top feature first, then the output of each layer named (a
-    model cut after layer i has that output as its last layer's: the index is the layer's, not one off)."""
+    """``on_features`` with ``lower_layers``: [T, D (1 + n)], the top feature first, then the output of each layer in
+    the order asked (a model cut after layer i has that output as its last layer's: the index is the layer's, not one
+    off); a layer the model lacks is refused."""
     ids, D = [3, 9, 4, 20, 11], target.cfg.hidden_size
-    top, both = [], []
+    top = []
     target.forward(ids, target.new_cache(8), on_features=top.append)
-    target.forward(ids, target.new_cache(8), on_features=FeatureTap(both.append, (0, 1)))
-    assert both[0].shape == (len(ids), 3 * D) and both[0].dtype == np.float32
-    np.testing.assert_array_equal(both[0][:, :D], top[0])
+    both = tapped(target, ids, (0, 1))
+    assert both.shape == (len(ids), 3 * D) and both.dtype == np.float32
+    np.testing.assert_array_equal(both[:, :D], top[0])
+    np.testing.assert_array_equal(tapped(target, ids, (1, 0)), np.concatenate([top[0], both[:, 2 * D:], both[:, D: 2 * D]], 1))
     for i in (0, 1):
         cut = Model(target.cfg, target.embed, target.layers[: i + 1], target.final_norm, target.lm_head)
         got = []
         cut.forward(ids, target.new_cache(8), on_features=got.append)  # norm(output of layer i)
-        np.testing.assert_allclose(rms_norm(both[0][:, D * (1 + i): D * (2 + i)], target.final_norm,
+        np.testing.assert_allclose(rms_norm(both[:, D * (1 + i): D * (2 + i)], target.final_norm,
                                             target.cfg.rms_norm_eps), got[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"layers \[0, 3\]; this model has layers 0..2"):
+        tapped(target, ids, (0, 3))
 
 
 def test_the_taps_are_the_hidden_states_the_shards_store(tmp_path):
@@ -51,30 +64,26 @@ def test_the_taps_are_the_hidden_states_the_shards_store(tmp_path):
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
     with torch.no_grad():
         hidden = hf(torch.tensor([ids]), output_hidden_states=True).hidden_states
-    got, D = [], hf.config.hidden_size
-    load_model(d).forward(ids, load_model(d).new_cache(8), on_features=FeatureTap(got.append, (0, 1)))
+    got, D = tapped(load_model(d), ids, (0, 1)), hf.config.hidden_size
     for i in (0, 1):
-        np.testing.assert_allclose(got[0][:, D * (1 + i): D * (2 + i)], hidden[i + 1][0].numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got[:, D * (1 + i): D * (2 + i)], hidden[i + 1][0].numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_the_numpy_head_with_lower_layers_computes_the_training_time_test():
-    """train_eagle_ttt's ``unrolled`` with ``lower`` (step 0 reads g = f + [n(l); n(m)] W_lower, later steps their
+def test_the_numpy_head_with_lower_layers_computes_the_training_time_test(target):
+    """train_eagle_ttt's ``unrolled`` with ``lm`` (step 0 reads g = f + [rms(l); rms(m)] W_lower, later steps their
     own f^) is the NumPy head's chain after ``see_features`` of [f, l, m] rows; the middle layer's outliers (in the
     thousands in SmolLM2) are normed away in both (bugs: the norm left out of one, l and m swapped)."""
     torch = pytest.importorskip("torch")
-    import tempfile
-
     from minispec.recipes.train_eagle import build_head, head_tensors
     from minispec.recipes.train_eagle_ttt import unrolled
-    with tempfile.TemporaryDirectory() as d:
-        target = load_model(write_random_model(d, tiny_config(num_hidden_layers=2), seed=5))
+
     c = target.cfg
     D = c.hidden_size
     torch.manual_seed(1)
     head = build_head(D, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rope_theta, c.rms_norm_eps,
-                      max_len=32, lower=True)
+                      max_len=32, with_lower=True)
     with torch.no_grad():
-        head.lower.weight.normal_(0.0, 0.3)  # it starts at zero: give it something to do
+        head.w_lower.weight.normal_(0.0, 0.3)  # it starts at zero: give it something to do
     eagle = Eagle(target, {k: v.numpy() for k, v in head_tensors(head).items()}, list(range(c.vocab_size)),
                   lower_layers=(0, 1))
     rng = np.random.default_rng(2)
@@ -83,11 +92,12 @@ def test_the_numpy_head_with_lower_layers_computes_the_training_time_test():
     rows = rng.standard_normal((L, 3 * D)).astype(np.float32)  # f, l, m
     rows[:, 2 * D + 3] *= 1000.0  # an outlier dimension in m
     E = torch.from_numpy(np.ascontiguousarray(np.asarray(target.embed), dtype=np.float32))
+    dims = (c.num_heads, c.num_kv_heads, c.head_dim)
     with torch.no_grad():
         outs = unrolled(head, E, torch.from_numpy(ids[None]), torch.from_numpy(rows[None, :, :D]), torch.tensor([L]),
-                        steps, (c.num_heads, c.num_kv_heads, c.head_dim), lower=torch.from_numpy(rows[None, :, D:]))
+                        steps, dims, lm=torch.from_numpy(rows[None, :, D:]))
         plain = unrolled(head, E, torch.from_numpy(ids[None]), torch.from_numpy(rows[None, :, :D]), torch.tensor([L]),
-                         steps, (c.num_heads, c.num_kv_heads, c.head_dim))
+                         steps, dims)
     assert not np.allclose(outs[0][0].numpy(), plain[0][0].numpy(), atol=1e-2)  # the lower layers matter here
     eagle.see_features(ids[: L - 1].tolist(), rows[: L - 1])
     for j in (0, 4, 7):
@@ -99,7 +109,7 @@ def test_the_numpy_head_with_lower_layers_computes_the_training_time_test():
 
 
 def test_a_head_started_from_one_without_lower_layers_is_that_head():
-    """``load_into`` a head built with ``lower`` from a file without ``w_lower`` leaves W_lower at zero: its steps are
+    """``load_into`` a head built ``with_lower`` from a file without ``w_lower`` leaves W_lower at zero: its steps are
     the file's head's, whatever l and m are (``--init`` starts where the head it reads is)."""
     torch = pytest.importorskip("torch")
     from minispec.recipes.train_eagle import build_head, head_tensors
@@ -108,14 +118,14 @@ def test_a_head_started_from_one_without_lower_layers_is_that_head():
     dims = (16, 4, 2, 4, 24, 10000.0, 1e-6)
     torch.manual_seed(0)
     plain = build_head(*dims, max_len=16)
-    lower = build_head(*dims, max_len=16, lower=True)
+    lower = build_head(*dims, max_len=16, with_lower=True)
     load_into(lower, {k: v.numpy() for k, v in head_tensors(plain).items()}, torch)
     g = torch.Generator().manual_seed(0)
-    toks, feats, lm = torch.randint(0, 16, (1, 8), generator=g), torch.randn(1, 8, 16, generator=g), torch.randn(1, 8, 32, generator=g)
-    E = torch.randn(16, 16, generator=g)
+    toks, feats = torch.randint(0, 16, (1, 8), generator=g), torch.randn(1, 8, 16, generator=g)
+    lm, E = torch.randn(1, 8, 32, generator=g), torch.randn(16, 16, generator=g)
     with torch.no_grad():
         a = unrolled(plain, E, toks, feats, torch.tensor([8]), 2, dims[1:4])
-        b = unrolled(lower, E, toks, feats, torch.tensor([8]), 2, dims[1:4], lower=lm)
+        b = unrolled(lower, E, toks, feats, torch.tensor([8]), 2, dims[1:4], lm=lm)
     for (pa, _, _), (pb, _, _) in zip(a, b):
         assert torch.equal(pa, pb)
     with pytest.raises(ValueError, match="w_lower"):  # and the other way round is refused
@@ -123,18 +133,39 @@ def test_a_head_started_from_one_without_lower_layers_is_that_head():
 
 
 @pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
-def test_the_loop_feeds_a_lower_layer_head_and_stays_greedy_identical(target, tmp_path, tree):
-    """speculative_generate with a head that reads layers 0 and 1: the loop asks the target for them (a head fed [n, D]
-    rows would refuse them), the head drafts, and greedy output is the target's."""
+def test_the_loop_feeds_a_lower_layer_head_the_rows_of_its_layers(target, tmp_path, tree):
+    """speculative_generate with a head that reads layers 0 and 1: what the head keeps for the tokens the target
+    cached is g of one whole tapped pass over them (to rounding: the loop's rows come from several passes), the head
+    drafts, and greedy output is the target's."""
     head = load_eagle(write_random_eagle(tmp_path / "h", target.cfg, range(target.cfg.vocab_size), seed=2, scale=3.0,
                                          lower_layers=[0, 1]), target)
-    assert head.feature_layers == (0, 1)
+    assert head.lower_layers == (0, 1)
     prompt = [5, 9, 2, 7]
     want = generate(target, prompt, 24)
     res = (tree_speculative_generate(target, head, prompt, 24, shape=(2, 2)) if tree
            else speculative_generate(target, head, prompt, 24, k=3))
     assert res.tokens == want
     assert res.stats.drafted > 0 and head.forwards > 0
+    seen = head.ftokens
+    np.testing.assert_allclose(head.feats[: len(seen)], head.g(tapped(target, seen, (0, 1))), rtol=1e-4, atol=1e-4)
+
+
+def test_level_4_reads_a_lower_layer_heads_first_guesses_from_its_layers(target, tmp_path):
+    """``PromptPasses`` with ``lower_layers`` gives one whole tapped pass's rows, and ``per_token_values`` scores a
+    head that reads them with the first-guess rows of those rows."""
+    from minispec.sampling import Warp
+
+    head = load_eagle(write_random_eagle(tmp_path / "h", target.cfg, range(target.cfg.vocab_size), seed=2,
+                                         lower_layers=[0, 1]), target)
+    prompt, run = [1, 2, 3], [4, 5, 6, 7]
+    passes = check.PromptPasses(target)
+    logits, features = passes(prompt, run, True, (0, 1))
+    np.testing.assert_allclose(features, tapped(target, prompt + run, (0, 1)), rtol=1e-5, atol=1e-5)
+    values = check.per_token_values(target, head, prompt, run, passes=passes)
+    p = Warp(1.0).chain(logits, prompt, run)
+    q = head.first_guess_rows(prompt + run, len(prompt), Warp(1.0), features)
+    idx = np.arange(len(run))
+    np.testing.assert_allclose(values["acceptance"], np.minimum(1.0, q[idx, run] / p[idx, run]), rtol=1e-5)
 
 
 def test_malformed_lower_layer_heads_and_features_are_refused(target, tmp_path):
@@ -144,8 +175,8 @@ def test_malformed_lower_layer_heads_and_features_are_refused(target, tmp_path):
         Eagle(target, tensors, [1, 2, 3])
     with pytest.raises(ModelFormatError, match="lower_layers"):  # layers without w_lower
         Eagle(target, {k: v for k, v in tensors.items() if k != "w_lower"}, [1, 2, 3], lower_layers=(0, 1))
-    for bad in ((0, 3), (0,), (-1, 1)):
-        with pytest.raises(ModelFormatError, match="two layer indices"):
+    for bad in ((0, 2), (1, 0), (0, 0), (0,), (-1, 1), (0, 1, 1)):  # layer 2 is the last: its output is the top's
+        with pytest.raises(ModelFormatError, match=r"two layer indices a < b in 0..1"):
             Eagle(target, tensors, [1, 2, 3], lower_layers=bad)
     with pytest.raises(ModelFormatError, match="shape"):
         Eagle(target, tensors | {"w_lower": tensors["w_lower"][:-1]}, [1, 2, 3], lower_layers=(0, 1))

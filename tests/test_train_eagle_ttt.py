@@ -83,7 +83,7 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     assert train_eagle_ttt.main(other) == 2  # another schedule is refused, not resumed into
 
 
-def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0, lower=None):
+def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0, lm=None):
     """``unrolled``'s stand-in for a head whose every step predicts the true feature (also tests/test_eagle_answers.py)."""
     out = []
     for i in range(steps):
@@ -243,27 +243,62 @@ def test_a_chat_window_that_shares_a_held_out_prompt_is_kept_out_of_training():
 
 def test_lower_layers_train_a_head_the_drafter_loads_and_need_the_folders_layers(tmp_path):
     """--lower-layers: the head gets w_lower and config.json the layers the shards' low and mid are (their folder's
-    settings.json), and the NumPy drafter reads [f, l, m] rows with it; folders that do not name their layers, or
-    name different ones, are refused before training."""
+    settings.json, where eagle_data.stored_layers moves a layer past the target's second-to-last down to it), and the
+    NumPy drafter reads [f, l, m] rows with it. Folders that do not name their layers, or name different ones, or
+    layers that are one on this target, and an --init head that reads other layers, are refused before training."""
     from minispec.drafters import load_eagle
     from minispec.model.safetensors_io import read_safetensors
     from minispec.recipes import train_eagle_ttt
 
-    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True, num_hidden_layers=3), seed=1)
     target = load_model(target_dir)
     write_shards(tmp_path / "a", target, n_shards=2)
     write_shards(tmp_path / "b", target, n_shards=2, seed=1)
     common = ["--target", str(target_dir), "--data", str(tmp_path / "a"), str(tmp_path / "b"), "--epochs", "1",
               "--batch", "2", "--seq", "32", "--threads", "1", "--unroll", "2", "--vocab", "40", "--ship-vocab", "32",
               "--lower-layers", "--out", str(tmp_path / "head"), "--run-dir", str(tmp_path / "run")]
+    settings = lambda folder, low, mid: (tmp_path / folder / "settings.json").write_text(json.dumps(dict(low=low, mid=mid)))  # noqa: E731
     assert train_eagle_ttt.main(common) == 2  # no settings.json: which layers are they?
-    (tmp_path / "a" / "settings.json").write_text(json.dumps(dict(low=0, mid=1)))
-    (tmp_path / "b" / "settings.json").write_text(json.dumps(dict(low=0, mid=0)))
+    settings("a", 0, 1)
+    settings("b", 0, 0)
     assert train_eagle_ttt.main(common) == 2  # two folders, two answers
-    (tmp_path / "b" / "settings.json").write_text(json.dumps(dict(low=0, mid=1)))
+    settings("a", 2, 14)
+    settings("b", 2, 14)
+    assert train_eagle_ttt.main(common) == 2  # SmolLM2's layers: on 3 layers both were stored as layer 1
+    settings("a", 0, 14)
+    settings("b", 0, 14)  # layer 14 stored as layer 1 here
     assert train_eagle_ttt.main(common) == 0
     assert json.loads((tmp_path / "head" / "config.json").read_text())["lower_layers"] == [0, 1]
     assert read_safetensors(tmp_path / "head" / "eagle.safetensors")["w_lower"].shape == (2 * 32, 32)
-    eagle = load_eagle(tmp_path / "head", target)
-    assert eagle.feature_layers == (0, 1)
+    assert load_eagle(tmp_path / "head", target).lower_layers == (0, 1)
     assert "corrected by the outputs of its layers 0 and 1" in (tmp_path / "head" / "README.md").read_text()
+    again = common[:-4] + ["--out", str(tmp_path / "again"), "--run-dir", str(tmp_path / "run2")]
+    assert train_eagle_ttt.main([a for a in again if a != "--lower-layers"] + ["--init", str(tmp_path / "head")]) == 2
+
+
+def test_answer_acceptance_reads_each_answers_own_lower_layers():
+    """eagle_answers with a head that reads lower layers: answer i is unrolled with its own l and m (bug: the first
+    answer's rows for all), so the counts over two answers are the sums of each alone."""
+    from minispec.recipes.eagle_answers import answer_acceptance
+    from minispec.recipes.train_eagle import build_head
+
+    dims = (16, 4, 2, 4, 24, 10000.0, 1e-6)
+    torch.manual_seed(0)
+    head = build_head(*dims, max_len=32, with_lower=True)
+    with torch.no_grad():
+        head.w_lower.weight.normal_(0.0, 1.0)
+    rng = np.random.default_rng(0)
+    E, ids = torch.from_numpy(rng.standard_normal((4, 16)).astype(np.float32)), torch.arange(4)  # 4 tokens: hits
+    prompts = [[1, 2], [3, 0]]  # the same lengths: the other answer's rows fit
+    seqs = [p + rng.integers(0, 4, 24).tolist() for p in prompts]
+    feats = [rng.standard_normal((len(s), 16)).astype(np.float32) for s in seqs]
+    lms = [rng.standard_normal((len(s), 32)).astype(np.float32) for s in seqs]
+    both = answer_acceptance(head, E, ids, prompts, seqs, feats, 2, dims[1:4], torch, lm=lms)
+    alone = [answer_acceptance(head, E, ids, [p], [s], [f], 2, dims[1:4], torch, lm=[m])
+             for p, s, f, m in zip(prompts, seqs, feats, lms)]
+    hits = lambda r, d: round((r["greedy"][d] or 0.0) * r["positions"][d])  # noqa: E731
+    for d in range(2):
+        assert both["positions"][d] == sum(a["positions"][d] for a in alone)
+        assert hits(both, d) == sum(hits(a, d) for a in alone) and hits(both, 0) > 0
+    swapped = answer_acceptance(head, E, ids, prompts, seqs, feats, 2, dims[1:4], torch, lm=lms[::-1])
+    assert swapped != both  # the rows matter: another answer's l and m give other guesses

@@ -32,17 +32,22 @@ drafter returns as it is; the rule of rejection.py accepts x with min(1, p(x) / 
 from norm(max(0, p - q)), which needs nothing of q but that it is the distribution x was drawn from.
 A token the head never proposes still comes out at its target probability through the residual.
 
-Lower layers (EAGLE-3, Li et al. 2025, arXiv 2503.01840, fuses a low, a middle and the top layer): a head whose
-file has ``w_lower`` [2D, D] (and its config.json ``lower_layers``: [a, b]) reads f_j corrected by the outputs l_j,
-m_j of the target's layers a and b:
+Lower layers (EAGLE-3, Li et al. 2025, arXiv 2503.01840). Paper -> code, for a head whose file has ``w_lower``
+[2D, D] and whose config.json names ``lower_layers`` [a, b] (0 <= a < b <= L - 2):
 
-    g_j            = f_j + [n(l_j); n(m_j)] W_lower, n an RMS norm without weights; it stands where f_j stood
-                   above, for the true entries only: a predicted f^ has no l or m (EAGLE-3 feeds its own output
-                   there too). Departure from EAGLE-3, which replaces f_j by fc([l; m; h]): a correction to f_j,
-                   so that W_lower = 0 is the head without it (train_eagle_ttt.py's ``--lower-layers``)
+    l, m           the paper's low- and mid-level features: the outputs of the target's layers a and b (the
+                   residual stream after the layer, before any norm; transformers' hidden_states[a + 1])
+    h              the paper's high-level feature. Departure: here it is f_j, the top layer after the final
+                   norm (EAGLE-1's input, what the LM head reads), not a layer a few below the top
+    g_j            the paper's g = FC([l; m; h]) (3D -> D). Departure: here a correction to f_j,
+                   g_j = f_j + [rms(l_j); rms(m_j)] W_lower, so that W_lower = 0 is the head without lower
+                   layers (train_eagle_ttt.py's ``--lower-layers`` fine-tunes from one); rms is an RMS norm
+                   without weights (another departure: the middle layers carry outliers in the thousands)
+    a              the paper's own output fed back in place of g at later steps: f^ here, as above (a predicted
+                   f^ has no l or m); g_j stands where f_j stood above, for the true entries only
 
-The loop asks the target pass for those layers (``feature_layers``: drafters/protocol.py's ``feature_tap``), and
-``see_features`` gets [n, 3D] rows: f, l, m side by side.
+The loop asks the target pass for those layers (drafters/protocol.py's ``feature_tap``), and ``see_features`` gets
+[n, 3D] rows, f, l and m side by side, and keeps g.
 
 Cheap: one layer and a D x V_r head against the target's L layers and D x V head. The features cost
 nothing extra; the catch-up is one small pass per round. Measurements: docs/eagle.md.
@@ -77,8 +82,8 @@ def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
 
 
 class Eagle:
-    """A feature drafter: the drafter protocol (drafters/__init__.py), plus ``see_features`` (the loop's feed), and
-    ``feature_layers`` for a head that reads the target's lower layers too."""
+    """A feature drafter: the drafter protocol (drafters/__init__.py), plus ``see_features`` (the loop's feed) and
+    ``lower_layers`` (the target layers it reads beside the top; () for none)."""
 
     def __init__(self, target: Model, tensors: dict[str, np.ndarray], frequent_tokens, name: str = "eagle",
                  lower_layers=()):
@@ -99,10 +104,11 @@ class Eagle:
             raise ModelFormatError(f"{name}: a head with w_lower needs the two layers it reads (lower_layers), and "
                                    f"lower_layers needs w_lower; got {'w_lower' if 'w_lower' in tensors else 'no w_lower'}"
                                    f" and lower_layers {list(lower_layers)}")
-        if lower_layers and (len(lower_layers) != 2 or not all(is_integer(i) and 0 <= i < target.cfg.num_layers
-                                                               for i in lower_layers)):
-            raise ModelFormatError(f"{name}: lower_layers must be two layer indices in 0..{target.cfg.num_layers - 1}, "
-                                   f"got {list(lower_layers)}")
+        top = target.cfg.num_layers - 2  # the last layer's output is the top feature's, before its norm: not lower
+        if lower_layers and not (len(lower_layers) == 2 and all(is_integer(i) for i in lower_layers)
+                                 and 0 <= lower_layers[0] < lower_layers[1] <= top):
+            raise ModelFormatError(f"{name}: lower_layers must be two layer indices a < b in 0..{top}, got "
+                                   f"{list(lower_layers)}")
         ids = np.asarray(frequent_tokens)
         V = target.cfg.vocab_size
         if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= V \
@@ -113,9 +119,7 @@ class Eagle:
         self.target, self.cfg, self.name, self.vocab, self.forwards = target, cfg, name, V, 0
         self.kernel = target.kernel  # its matrices are packed for the target's kernel, and run on it
         self.w_fc, self.b_fc = mat(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
-        self.layers_read = tuple(int(i) for i in lower_layers)  # a, b: l and m are their outputs; () for none
-        if self.layers_read:  # drafters/protocol.py's ReadsLowerLayers: only a head that reads them has it
-            self.feature_layers = self.layers_read
+        self.lower_layers = tuple(int(i) for i in lower_layers)  # a, b: l and m are their outputs; () for none
         self.w_lower = mat(tensors["w_lower"]) if lower_layers else None  # [2D, D]: W_lower
         self.layer = LayerWeights(attn_norm=dev(tensors["attn_norm"]), w_qkv=mat(tensors["w_qkv"]), b_qkv=None,
                                   w_o=mat(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),
@@ -155,7 +159,7 @@ class Eagle:
         start = len(tokens) - len(features)
         if start < 0:
             raise ValueError(f"see_features: {len(features)} feature rows for {len(tokens)} tokens")
-        features = self.fuse(features)  # [n, D]: f, or g with lower layers
+        features = self.g(features)  # [n, D]: f, or g with lower layers
         if start > 0 and common_prefix(self.ftokens, tokens[:start]) < start:
             self.ftokens = []  # no features for the tokens before these: wait for a fresh run's prefill
             return
@@ -266,19 +270,19 @@ class Eagle:
         self.forwards += 1
         return backend.to_host(x)
 
-    def fuse(self, features):  # [n, D] f, or [n, 3D] f, l, m -> [n, D]: f, or g = f + [n(l); n(m)] W_lower
+    def g(self, rows):  # [n, D] f, or [n, 3D] f, l, m -> [n, D]: f, or g = f + [rms(l); rms(m)] W_lower
         D = self.cfg.hidden_size
-        width = D * (1 + len(self.layers_read))
-        if features.ndim != 2 or features.shape[1] != width:
+        width = D * (1 + len(self.lower_layers))
+        if rows.ndim != 2 or rows.shape[1] != width:
             raise ValueError(f"{self.name}: feature rows must be [n, {width}] (the top feature"
-                             f"{' then the outputs of layers ' + str(list(self.layers_read)) if self.layers_read else ''}"
-                             f"), got {tuple(features.shape)}")
+                             f"{' then the outputs of layers ' + str(list(self.lower_layers)) if self.lower_layers else ''}"
+                             f"), got {tuple(rows.shape)}")
         if self.w_lower is None:
-            return features
+            return rows
         xp, eps = backend.xp, self.cfg.rms_norm_eps
-        x = backend.asarray(features).astype(np.float32, copy=False)  # [n, 3D]
+        x = backend.asarray(rows).astype(np.float32, copy=False)  # [n, 3D]
         lm = x[:, D:].reshape(len(x), 2, D)  # [n, 2, D]: l, m
-        lm = lm / xp.sqrt((lm * lm).mean(-1, keepdims=True) + eps)  # n(l), n(m): RMS norm without weights
+        lm = lm / xp.sqrt((lm * lm).mean(-1, keepdims=True) + eps)  # rms(l), rms(m): no weights (a departure)
         return x[:, :D] + linear(lm.reshape(len(x), 2 * D), self.w_lower)  # [n, D]: g
 
     def logits(self, f) -> np.ndarray:  # [T, D] -> [T, V], -inf outside the frequent tokens
@@ -307,13 +311,13 @@ class Eagle:
 
     def first_guess_rows(self, tokens, start: int, warp, features=None) -> np.ndarray:  # -> [len(tokens) - start, V]
         """Row i: what the head draws its first guess after tokens[:start + i] from, teacher-forced on the target's
-        ``features`` [len(tokens), D] of ``tokens`` (as ``see_features`` takes them): one head pass in a cache of its
-        own (the head's own cache is put back). The first row of a text, with no feature before it, is uniform over
-        the frequent tokens."""
+        ``features`` [len(tokens), D] of ``tokens`` ([len(tokens), 3D] with lower layers, as ``see_features`` takes
+        them): one head pass in a cache of its own (the head's own cache is put back). The first row of a text, with no
+        feature before it, is uniform over the frequent tokens."""
         if features is None or len(features) < len(tokens) or not 1 <= start <= len(tokens):
             raise ValueError(f"first_guess_rows: needs the target's features of all {len(tokens)} tokens and start "
                              f"in 1..{len(tokens)}")
-        features = self.fuse(features)
+        features = self.g(features)  # [len, D]
         first = np.full((1, self.vocab), -np.inf, np.float32)  # [1, V]
         first[0, self.tokens_r] = 0.0
         logits = first
@@ -335,15 +339,16 @@ class Eagle:
         self.cache.crop(0)
 
     def measure_costs(self, clock, repeats: int = 5, n: int = 64) -> tuple[float, float]:
-        """(seconds per guess, seconds per entry caught up), after n random tokens and features, greedy."""
+        """(seconds per guess, seconds per entry caught up: ``see_features`` and ``catch_up`` over n random tokens and
+        features), greedy."""
         rng = Stream(np.random.PCG64(0))  # default_rng(0), a drafter's draws too
         tokens = [int(t) for t in rng.integers(0, self.vocab, n + 1)]
-        feats = rng.standard_normal((n, self.cfg.hidden_size * (1 + len(self.layers_read)))).astype(np.float32)
+        feats = rng.standard_normal((n, self.cfg.hidden_size * (1 + len(self.lower_layers)))).astype(np.float32)
         per_guess, per_fed = [], []
         for _ in range(repeats + 1):  # the first is a warm-up
             self.forget()
             t0 = clock()
-            self.see_features(tokens[:n], feats)  # (with lower layers, g is made here)
+            self.see_features(tokens[:n], feats)  # a copy of the rows; with lower layers, g's product too
             self.catch_up(tokens)
             t1 = clock()
             self.propose(tokens, 4, Warp(0.0), rng)

@@ -76,28 +76,28 @@ class ReadsFeatures(Protocol):
 
 @runtime_checkable
 class ReadsLowerLayers(Protocol):
-    """A feature drafter that also reads the outputs of some of the target's layers (EAGLE-3's fused features):
-    ``feature_layers``, their indices; the features it sees are [n, D * (1 + len(feature_layers))], the top feature
-    then those layers' outputs (``Model.forward``'s ``on_features`` with ``layers``: ``feature_tap``)."""
-    feature_layers: tuple
+    """A feature drafter that may read the outputs of some of the target's layers too (EAGLE-3's fused features):
+    ``lower_layers``, their indices (() for none); the features it sees are then [n, D * (1 + len(lower_layers))],
+    the top feature and those layers' outputs side by side, in that order (``feature_tap``)."""
+    lower_layers: tuple
 
 
 class FeatureTap:
-    """``Model.forward``'s ``on_features`` for a drafter that reads lower layers: calls ``call`` with the features,
-    and names the ``layers`` whose outputs they carry too."""
+    """``Model.forward``'s ``on_features`` that asks for the outputs of ``lower_layers`` beside the top feature: calls
+    ``call`` with the features."""
 
-    def __init__(self, call: Callable, layers: tuple):
-        self.call, self.layers = call, tuple(layers)
+    def __init__(self, call: Callable, lower_layers: tuple):
+        self.call, self.lower_layers = call, tuple(lower_layers)
 
     def __call__(self, features) -> None:
         self.call(features)
 
 
 def feature_tap(drafter, call: Callable) -> Callable:
-    """What a target pass should hand ``drafter``'s features to: ``call`` itself, or a ``FeatureTap`` that also asks
-    for the layers it reads."""
-    layers = tuple(drafter.feature_layers) if has(drafter, ReadsLowerLayers) else ()
-    return FeatureTap(call, layers) if layers else call
+    """What a target pass should hand ``drafter``'s features to: ``call`` itself, or a ``FeatureTap`` of the lower
+    layers it reads."""
+    lower_layers = tuple(drafter.lower_layers) if has(drafter, ReadsLowerLayers) else ()
+    return FeatureTap(call, lower_layers) if lower_layers else call
 
 
 @runtime_checkable

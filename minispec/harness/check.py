@@ -168,14 +168,14 @@ class PromptPasses:
     pass over the whole sequence, up to the rounding of a pass of another length."""
 
     def __init__(self, target):
-        self.target, self.kept = target, {}  # (prompt, layers) -> (keys, values [L, KVH, P-1, HD], features [P-1, D'])
+        self.target, self.kept = target, {}  # (prompt, lower layers) -> (keys, values [L, KVH, P-1, HD], features [P-1, D'])
 
-    def __call__(self, prompt, run, features: bool, layers: tuple = ()):
-        """-> logits [len(run), V], features [len(prompt+run), D'] | None; ``layers``: the lower layers whose outputs
-        the features carry too (``FeatureTap``), D' = D * (1 + len(layers))."""
+    def __call__(self, prompt, run, features: bool, lower_layers: tuple = ()):
+        """-> logits [len(run), V], features [len(prompt+run), D'] | None; ``lower_layers``: the layers whose outputs
+        the features carry too (``FeatureTap``), D' = D * (1 + len(lower_layers))."""
         target, head, xp = self.target, len(prompt) - 1, backend.xp
-        tap = (lambda call: FeatureTap(call, layers)) if layers else (lambda call: call)  # noqa: E731
-        key = (tuple(prompt), tuple(layers))
+        tap = (lambda call: FeatureTap(call, lower_layers)) if lower_layers else (lambda call: call)  # noqa: E731
+        key = (tuple(prompt), tuple(lower_layers))
         if key not in self.kept:
             cache, got = target.new_cache(max(head, 1)), []
             if head:
@@ -187,7 +187,7 @@ class PromptPasses:
         logits = target.forward([prompt[-1], *run], cache, on_features=tap(got.append) if features else None)  # [n+1, V]
         if not features:
             return logits[: len(run)], None
-        return logits[: len(run)], (xp.concatenate([f, got[0]]) if head else got[0])  # [P-1 + n+1, D]
+        return logits[: len(run)], (xp.concatenate([f, got[0]]) if head else got[0])  # [P-1 + n+1, D']
 
 
 def per_token_values(target, drafter, prompt, run, processors=(), passes: PromptPasses | None = None
@@ -201,8 +201,8 @@ def per_token_values(target, drafter, prompt, run, processors=(), passes: Prompt
                    string prefix.
     With ``processors`` (processors.py) both rows are processed with each position's own prefix, as in a run."""
     seq, sampled = list(prompt) + list(run), Warp(1.0, processors=tuple(processors), prompt_len=len(prompt))
-    layers = tuple(drafter.feature_layers) if has(drafter, ReadsLowerLayers) else ()
-    logits, features = (passes or PromptPasses(target))(prompt, run, has(drafter, ReadsFeatures), layers)
+    lower_layers = tuple(drafter.lower_layers) if has(drafter, ReadsLowerLayers) else ()
+    logits, features = (passes or PromptPasses(target))(prompt, run, has(drafter, ReadsFeatures), lower_layers)
     p = sampled.chain(logits, prompt, run)  # [n, V]: the rows that predict the run
     idx, out = np.arange(len(run)), {}
     if has(drafter, DraftsText):

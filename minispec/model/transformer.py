@@ -259,8 +259,10 @@ class Model:
         the last ``last`` tokens only (a prefill needs one row: the head is 1/5 of this model's FLOPs).
         ``on_features``, if given, is called with the top layer's output after the final norm for all T rows,
         [T, D], left on the device: what the head reads, and what a feature drafter drafts from
-        (drafters/eagle.py). If it has ``layers`` (layer indices), the outputs of those layers follow, side by side:
-        [T, D * (1 + len(layers))] (EAGLE-3's lower layers). The return value is the logits either way."""
+        (drafters/eagle.py). If it has ``lower_layers`` (layer indices, from 0), the outputs of those layers (the
+        residual stream after each, before any norm: transformers' ``hidden_states[i + 1]``) follow in that order, side
+        by side: [T, D * (1 + len(lower_layers))] (EAGLE-3's fused features). The return value is the logits either
+        way."""
         ids = self.check_tokens(token_ids)
         positions = np.arange(cache.length, cache.length + len(ids))
         return self.forward_masked(ids, cache, positions, causal_mask(cache.length, len(ids)), last, on_features)
@@ -282,18 +284,21 @@ class Model:
         cos, sin = self.cos[pos], self.sin[pos]  # [T, HD/2]
         mask = backend.asarray(np.asarray(mask, dtype=np.float32))  # [T, S]; a float64 mask would promote x
         x = self.embed[backend.asarray(ids)]  # [T, D]
-        tapped = getattr(on_features, "layers", ())  # the layers whose outputs the features carry too
-        lower = []  # their outputs, [T, D] each
+        tapped = tuple(getattr(on_features, "lower_layers", ()))  # the layers whose outputs the features carry too
+        if any(not 0 <= i < self.cfg.num_layers for i in tapped):
+            raise ValueError(f"on_features asks for layers {list(tapped)}; this model has layers 0..{self.cfg.num_layers - 1}")
+        outputs = {}  # layer -> its output [T, D]
         with threads.running(self.kernel):  # the kernel's threads for this pass (threads.py)
             for i, w in enumerate(self.layers):
                 x = transformer_block(x, w, self.cfg, cache.k[i], cache.v[i], pos0, cos, sin, mask, self.ops)
                 if i in tapped:
-                    lower.append(x)
+                    outputs[i] = x
             cache.length = pos0 + T
             norm = layer_functions(self.ops)[0]
             if on_features is not None:  # every row's features: the norm over T rows costs little next to the head
                 features = norm(x, self.final_norm, self.cfg.rms_norm_eps)  # [T, D], left on the device
-                on_features(backend.xp.concatenate([features, *lower], axis=1) if lower else features)  # [T, D(1 + n)]
+                on_features(backend.xp.concatenate([features, *(outputs[i] for i in tapped)], axis=1) if tapped
+                            else features)  # [T, D (1 + len(tapped))]
                 x = features if last is None else features[T - last:]  # [T', D]
             else:
                 x = norm(x if last is None else x[T - last:], self.final_norm, self.cfg.rms_norm_eps)  # [T', D]

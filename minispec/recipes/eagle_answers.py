@@ -44,10 +44,10 @@ def data_prompts(name: str, tok, limit: int | None) -> list[list[int]]:
                        else r["prompt"]) for r in rows[:limit]]
 
 
-def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch, lower=None) -> dict:
+def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch, lm=None) -> dict:
     """{greedy: [d = 1..depths], positions: [...], in_reduced_vocab} over the answers in ``seqs`` (prompt + answer)
-    with their top features ``feats`` [len, D] (None: skipped); ``lower``: their lower layers' outputs [len, 2D], for
-    a head that reads them."""
+    with their top features ``feats`` [len, D] (None: skipped); ``lm``: their lower layers' outputs l, m [len, 2D],
+    for a head that reads them."""
     from .train_eagle_ttt import unrolled
     hit, alive, covered = np.zeros(depths), np.zeros(depths), 0
     tensor = lambda a: torch.from_numpy(np.asarray(a, np.float32))[None]  # noqa: E731  [1, len, ...]
@@ -56,8 +56,7 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
             continue
         toks, lens = torch.tensor([s]), torch.tensor([len(s)])
         with torch.no_grad():
-            outs = unrolled(head, E, toks, tensor(f), lens, depths, dims,
-                            **({} if lower is None else dict(lower=tensor(lower[w]))))
+            outs = unrolled(head, E, toks, tensor(f), lens, depths, dims, lm=None if lm is None else tensor(lm[w]))
         j = torch.arange(len(s) - 1)[None, :]  # [1, L-1]
         chain = None
         for i, (pred, true, valid) in enumerate(outs):
@@ -130,12 +129,12 @@ def main(argv=None) -> int:
     E = torch.from_numpy(np.asarray(read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"],
                                     np.float32))  # [V, D]: the tied LM head
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
-    answers, lowers = {}, {}
+    answers, lms = {}, {}
     for name in sets:
         prompts = data_prompts(name, tok, args.prompts)
         seqs, feats = generate(target, tok, prompts, args.tokens, True, 0, with_features=True)
         answers[name] = (prompts, seqs, [f and f["top"] for f in feats])
-        lowers[name] = [f and np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
+        lms[name] = [f and np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
         print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
     out = dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
                     "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
@@ -145,14 +144,14 @@ def main(argv=None) -> int:
         frequent = sorted(json.loads((Path(h) / "token_frequency_order.json").read_text())[: args.vocab]) if args.vocab \
             else json.loads((Path(h) / "frequent_tokens.json").read_text())
         ids = torch.tensor(frequent, dtype=torch.long)
-        lower = lower_layers(h)
+        reads_lower = lower_layers(h) is not None
         head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
                           max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths,
-                          lower=bool(lower))
+                          with_lower=reads_lower)
         load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
         head.eval()
         out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch,
-                                                   lower=lowers[name] if lower else None) for name in sets}
+                                                   lm=lms[name] if reads_lower else None) for name in sets}
         for name, r in out["heads"][h].items():
             print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
                   + f" ({r['positions'][0]} chains; the target's token in the reduced head at "

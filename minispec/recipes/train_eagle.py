@@ -130,9 +130,9 @@ def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
     return np.sort(frequency_order(tokens, eos, V)[:vocab])
 
 
-def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, lower: bool = False):
-    """The head; ``lower``: it also reads the outputs of two lower layers of the target (``w_lower``, zero at first:
-    at the start it is the head without them; eagle.py's module docstring)."""
+def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, with_lower: bool = False):
+    """The head; ``with_lower``: it also reads the outputs l, m of two lower layers of the target (``w_lower``, zero at
+    first: at the start it is the head without them; eagle.py's module docstring)."""
     import torch
     from torch import nn
 
@@ -148,9 +148,9 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, lower: bool = 
             self.mlp_norm = nn.Parameter(torch.ones(D))
             self.gate, self.up = nn.Linear(D, F, bias=False), nn.Linear(D, F, bias=False)
             self.down = nn.Linear(F, D, bias=False)
-            if lower:
-                self.lower = nn.Linear(2 * D, D, bias=False)  # [n(l); n(m)] -> D
-                nn.init.zeros_(self.lower.weight)
+            if with_lower:
+                self.w_lower = nn.Linear(2 * D, D, bias=False)  # [rms(l); rms(m)] -> D
+                nn.init.zeros_(self.w_lower.weight)
             inv = 1.0 / theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD)
             ang = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
             self.register_buffer("cos", ang.cos().float(), persistent=False)
@@ -159,9 +159,9 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, lower: bool = 
         def norm(self, x, w):
             return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
-        def fuse(self, top, lower):  # [.., D], [.., 2D] (l and m side by side) -> g [.., D]
-            low, mid = lower[..., :D], lower[..., D:]
-            return top + self.lower(torch.cat([self.norm(low, 1.0), self.norm(mid, 1.0)], -1))
+        def g(self, f, lm):  # [.., D], [.., 2D] (l and m side by side) -> g = f + [rms(l); rms(m)] W_lower [.., D]
+            low, mid = lm[..., :D], lm[..., D:]
+            return f + self.w_lower(torch.cat([self.norm(low, 1.0), self.norm(mid, 1.0)], -1))
 
         def rope(self, x, L):  # [B, n, L, HD]
             c, s = self.cos[:L], self.sin[:L]
@@ -191,7 +191,7 @@ def head_tensors(head) -> dict:
     return {"w_fc": s["fc.weight"].T, "b_fc": s["fc.bias"], "attn_norm": s["attn_norm"],
             "w_qkv": torch.cat([s["q.weight"], s["k.weight"], s["v.weight"]]).T, "w_o": s["o.weight"].T,
             "mlp_norm": s["mlp_norm"], "w_gate_up": torch.cat([s["gate.weight"], s["up.weight"]]).T,
-            "w_down": s["down.weight"].T} | ({"w_lower": s["lower.weight"].T} if "lower.weight" in s else {})
+            "w_down": s["down.weight"].T} | ({"w_lower": s["w_lower.weight"].T} if "w_lower.weight" in s else {})
 
 
 def batches(data, rows, batch, seq, rng):

@@ -24,8 +24,8 @@ evaluation is float32.
 
 Departures from EAGLE-3: the head keeps FR-Spec's reduced head, and reads the target's top feature (EAGLE-1's input),
 so that it stays a drop-in for eagle.py and fits the repository. ``--lower-layers`` adds EAGLE-3's lower layers
-as a correction to the top feature, not in its place: g_j = f_j + [n(l_j); n(m_j)] W_lower, with l and m the
-outputs of layers LOW and MID (the shards' ``low`` and ``mid``), n an RMS norm without weights (the middle layers
+as a correction to the top feature, not in its place: g_j = f_j + [rms(l_j); rms(m_j)] W_lower, with l and m the
+outputs of layers LOW and MID (the shards' ``low`` and ``mid``), rms an RMS norm without weights (the middle layers
 carry outliers in the thousands), and W_lower [2D, D] starting at zero, so that ``--init`` from a head without it
 starts exactly where that head is. g_j replaces f_j at step 0; steps 1.. read f^ as before (EAGLE-3 also feeds its
 own output there), and the regression loss still aims f^ at the top feature.
@@ -62,11 +62,11 @@ from .train_eagle import build_head, frequency_order, frequent_tokens, head_tens
 HELD_OUT = 20  # every 20th greedy generation is held out
 
 
-def load_shards(folder: Path, log, marker: list[int] | None = None, lower: bool = False) -> dict:
+def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: bool = False) -> dict:
     """Every finished shard (its .json written): tokens and top features per window, the shard each came from, its
-    kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not known); with ``lower``, also
-    the two lower layers' outputs side by side (``lower``: [len, 2D] float16 per window)."""
-    toks, feats, shard, kinds, lows = [], [], [], [], []
+    kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not known); ``with_lower``: also
+    the two lower layers' outputs side by side (``lm``: [len, 2D] float16 per window, the shards' low and mid)."""
+    toks, feats, shard, kinds, lms = [], [], [], [], []
     records = sorted(folder.glob("shard-*.json"))
     if not records:
         raise FileNotFoundError(f"{folder}: no finished shards; make them with python -m minispec.recipes.eagle_data")
@@ -76,17 +76,17 @@ def load_shards(folder: Path, log, marker: list[int] | None = None, lower: bool 
             continue
         with np.load(rec.with_suffix(".npz")) as z:
             t, f, s = z["tokens"], z["top"], z["starts"]
-            lm = np.concatenate([z["low"], z["mid"]], 1) if lower else None  # [n, 2D]
+            lm = np.concatenate([z["low"], z["mid"]], 1) if with_lower else None  # [n, 2D]
         for a, b in zip(s[:-1], s[1:]):
             toks.append(t[a:b].astype(np.int64))
             feats.append(f[a:b])
-            if lower:
-                lows.append(lm[a:b])
+            if with_lower:
+                lms.append(lm[a:b])
             shard.append(r["shard"])
             kinds.append(r["kind"])
     log(f"data: {len(records)} shards, {len(toks)} windows, {sum(map(len, toks))} tokens from {folder}")
     return dict(tokens=toks, feats=feats, shard=np.array(shard), kind=kinds, answer_start=answer_starts(toks, marker),
-                lower=lows if lower else None)
+                lm=lms if with_lower else None)
 
 
 def rope(x, cos, sin, HD):  # [B, n, L, HD] with cos, sin [L, HD/2]
@@ -128,13 +128,13 @@ def shifted(a, i: int):  # [B, L, ...] -> [B, L-1, ...]: row j holds a[:, j+1+i]
     return torch.nn.functional.pad(a[:, 1 + i:], [0, 0] * (a.dim() - 2) + [0, i])
 
 
-def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 0.0, lower=None):
+def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 0.0, lm=None):
     """-> per step i: (predicted f^ [B, L-1, D], true f [B, L-1, D], valid [B, L-1]); position j of step i predicts
-    f_{j+1+i}. ``lower`` [B, L, 2D]: the lower layers' outputs, for a head that reads them (step 0 reads g_j =
-    ``head.fuse(f_j, [l_j; m_j])``; steps 1.. read f^ as before: there is no predicted l or m)."""
+    f_{j+1+i}. ``lm`` [B, L, 2D]: the lower layers' outputs l and m, for a head that reads them (step 0 reads
+    g_j = ``head.g(f_j, [l_j; m_j])``; steps 1.. read f^ as before: there is no predicted l or m)."""
     import torch
     B, L = toks.shape
-    f_in = feats[:, :-1] if lower is None else head.fuse(feats[:, :-1], lower[:, :-1])
+    f_in = feats[:, :-1] if lm is None else head.g(feats[:, :-1], lm[:, :-1])
     if noise_scale > 0:
         f_in = f_in + (torch.rand_like(f_in) - 0.5) * noise_scale
     cache, out, pos = {}, [], torch.arange(L - 1)[None, :]
@@ -215,18 +215,18 @@ def chat_marker(target_dir) -> list[int] | None:
 
 def rows_of(data, rows, seq):
     """Right-padded: tokens [B, seq] int64, top features [B, seq, D] float32, lengths [B], and the lower layers'
-    outputs [B, seq, 2D] float32 (None where ``data`` has none)."""
+    outputs l, m [B, seq, 2D] float32 (None where ``data`` has none)."""
     D = data["feats"][0].shape[1]
     toks = np.zeros((len(rows), seq), np.int64)
     feats = np.zeros((len(rows), seq, D), np.float32)
     lens = np.zeros(len(rows), np.int64)
-    lower = None if data.get("lower") is None else np.zeros((len(rows), seq, 2 * D), np.float32)
+    lm = None if data.get("lm") is None else np.zeros((len(rows), seq, 2 * D), np.float32)
     for b, r in enumerate(rows):
         t = data["tokens"][r][:seq]
         toks[b, : len(t)], feats[b, : len(t)], lens[b] = t, data["feats"][r][: len(t)], len(t)
-        if lower is not None:
-            lower[b, : len(t)] = data["lower"][r][: len(t)]
-    return toks, feats, lens, lower
+        if lm is not None:
+            lm[b, : len(t)] = data["lm"][r][: len(t)]
+    return toks, feats, lens, lm
 
 
 def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
@@ -235,10 +235,10 @@ def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
     hit, alive, ans_hit, ans_alive, t1, n = (np.zeros(steps) for _ in range(6))
     with torch.no_grad():
         for a in range(0, len(rows), 4):
-            toks, feats, lens, lower = (x if x is None else torch.from_numpy(x) for x in rows_of(data, rows[a: a + 4], seq))
+            toks, feats, lens, lm = (x if x is None else torch.from_numpy(x) for x in rows_of(data, rows[a: a + 4], seq))
             start = torch.from_numpy(data["answer_start"][rows[a: a + 4]])[:, None]  # [B, 1]; -1: not known
             j = torch.arange(toks.shape[1] - 1)[None, :]  # [1, L-1]
-            outs = unrolled(head, E, toks, feats, lens, steps, dims, **({} if lower is None else dict(lower=lower)))
+            outs = unrolled(head, E, toks, feats, lens, steps, dims, lm=lm)
             chain = None  # [B, L-1]: guesses 1..i of the chain started at position j all equal the target's
             for i, (pred, true, valid) in enumerate(outs):
                 p = torch.softmax(true @ E.T, -1)  # [B, L-1, V]: the target's next-token law at f_{j+1+i}
@@ -320,17 +320,29 @@ def main(argv=None) -> int:
             log(f"error: --lower-layers needs shard folders that all name the same low and mid layers in their "
                 f"settings.json; found {sorted(found, key=str)}")
             return 2
-        lower_layers = list(next(iter(found)))
+        top = cfg.num_layers - 2  # eagle_data.stored_layers: a layer past it is stored as this one
+        lower_layers = [min(i, top) for i in next(iter(found))]
+        if not lower_layers[0] < lower_layers[1]:
+            log(f"error: --lower-layers: the shards' low and mid layers {list(next(iter(found)))} are layers "
+                f"{lower_layers} of this {cfg.num_layers}-layer target: two distinct layers below the last are needed")
+            return 2
+    if args.init:
+        init_conf = Path(args.init) / "config.json"
+        init_layers = json.loads(init_conf.read_text()).get("lower_layers") if init_conf.is_file() else None
+        if init_layers and init_layers != lower_layers:
+            log(f"error: --init {args.init} reads layers {init_layers}; this run "
+                + (f"trains on layers {lower_layers}" if lower_layers else "has no --lower-layers"))
+            return 2
     try:
         marker = chat_marker(target_dir)
-        parts = [load_shards(folder, log, marker, args.lower_layers) for folder in folders]
+        parts = [load_shards(folder, log, marker, with_lower=args.lower_layers) for folder in folders]
     except FileNotFoundError as e:
         log(f"error: {e}")
         return 2
     data = dict(tokens=[t for d in parts for t in d["tokens"]], feats=[f for d in parts for f in d["feats"]],  # the
                 kind=[k for d in parts for k in d["kind"]],  # folders' windows in the order given
                 answer_start=np.concatenate([d["answer_start"] for d in parts]),
-                lower=[x for d in parts for x in d["lower"]] if args.lower_layers else None)
+                lm=[x for d in parts for x in d["lm"]] if args.lower_layers else None)
     held, same_prompt, rows = held_out_split(data)
     greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
     if same_prompt:
@@ -350,7 +362,7 @@ def main(argv=None) -> int:
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     depths = max(args.unroll, 4)  # steps trained, and depths evaluated (at least 4)
     head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + depths,
-                      lower=args.lower_layers)
+                      with_lower=args.lower_layers)
     run_dir = Path(args.run_dir) if args.run_dir else cache_dir() / (
         f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}"
         + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else ""))
@@ -394,10 +406,10 @@ def main(argv=None) -> int:
         s = state["step"]
         rng = np.random.default_rng((args.seed, s))  # keyed by the step: a resumed run draws the same batches
         batch = rows[rng.integers(0, len(rows), args.batch)]
-        toks, feats, lens, lower = (x if x is None else torch.from_numpy(x) for x in rows_of(data, batch, args.seq))
+        toks, feats, lens, lm = (x if x is None else torch.from_numpy(x) for x in rows_of(data, batch, args.seq))
         torch.manual_seed(args.seed * 1_000_003 + s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bfloat16"):
-            outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms, lower)
+            outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms, lm)
             loss, parts = step_losses(outs, W_r)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -514,9 +526,9 @@ def load_into(head, tensors: dict, torch) -> None:
         head.up.weight.copy_(gu[F:])
         head.down.weight.copy_(t("w_down").T)
         if "w_lower" in tensors:
-            if not hasattr(head, "lower"):
-                raise ValueError("the head file reads the target's lower layers (w_lower): build the head with lower=True")
-            head.lower.weight.copy_(t("w_lower").T)
+            if not hasattr(head, "w_lower"):
+                raise ValueError("the head file reads the target's lower layers (w_lower): build the head with_lower")
+            head.w_lower.weight.copy_(t("w_lower").T)
     assert head.fc.weight.shape == (D, 2 * D)
 
 
