@@ -149,8 +149,11 @@ def accept_tree_coupled(target_probs: np.ndarray, tree: Tree, noise: Keyed) -> t
 
 
 def tree_rule(rule):
-    """"token" -> ``accept_tree``, "coupled" -> ``accept_tree_coupled`` (a tree's rules, by the names of rejection.RULES)."""
+    """"token" -> ``accept_tree``, "coupled" -> ``accept_tree_coupled`` (a tree's rules, by the names of rejection.RULES);
+    a function of their signature passes through (the checks pass a deliberately broken twin)."""
     rules = {"token": accept_tree, "coupled": accept_tree_coupled}
+    if callable(rule):
+        return rule
     if isinstance(rule, str) and rule in rules:
         return rules[rule]
     raise ValueError(f"a tree's rule must be 'token' or 'coupled', got {rule!r} (block verification decides one chain)")

@@ -8,7 +8,7 @@ import pytest
 from minispec import generate, load_eagle
 from minispec.drafters import DraftModel, dynamic_tree
 from minispec.drafters.dynamic_tree import DynamicTree, grow, rerank
-from minispec.harness.equivalence import renormalised_tree
+from minispec.harness.equivalence import broken_accept_tree, renormalised_tree
 from minispec.harness.exact_loop import loop_law
 from minispec.sampling import Stream, Warp
 from minispec.speculative import tree_speculative_generate
@@ -115,6 +115,15 @@ def test_level3_exact_catches_q_renormalised_over_the_kept_children(small_pair, 
     is biased, TV about 5e-4, and exactly seen."""
     target = small_pair[0]
     got, _ = law(target, lambda: renormalised_tree(small_eagle()), temperature=1.0)
+    want = exact_three_tokens(target, [1, 4, 2], temperature=1.0)
+    assert caught(got, want), 0.5 * np.abs(got - want).sum()
+
+
+def test_level3_exact_catches_the_residual_bug_in_the_trees_walk(small_pair, small_eagle):  # noqa: F811
+    """Level 4's tree twin (``equivalence.broken_accept_tree``: p, not the residual, after a rejected child), seen
+    exactly here, with its total variation from the target's law (large: the bug the chain's level 4 also plants)."""
+    target = small_pair[0]
+    got, _ = law(target, small_eagle, temperature=1.0, rule=broken_accept_tree)
     want = exact_three_tokens(target, [1, 4, 2], temperature=1.0)
     assert caught(got, want), 0.5 * np.abs(got - want).sum()
 
@@ -315,7 +324,7 @@ def test_rows_that_turn_random_below_a_one_hot_root_stop_the_full_growth():
 @pytest.mark.slow  # about a minute on a tiny target
 def test_minispec_check_tree_runs_the_dynamic_tree_and_its_twin(tmp_path):
     """``minispec check --tree`` through the command on a tiny target with a random head (8 paired runs, seeded):
-    the dynamic tree at T = 1 and its twin (q renormalised over the kept children) are both run and reported, and the
+    the dynamic tree at T = 1 and its twin (the residual bug in the tree's walk) are both run and reported, and the
     real tree is not told apart from plain sampling. Whether the twin is caught is a question of power, which a
     random target's near-uniform p does not have: level 3 catches it exactly (above), and the heavy set runs it on
     SmolLM2 (tests/test_check.py)."""
@@ -338,4 +347,5 @@ def test_minispec_check_tree_runs_the_dynamic_tree_and_its_twin(tmp_path):
     assert res[TREE_TWIN]["broken_rule"] and not res["tree_sampling"]["broken_rule"]
     assert res["tree_sampling"]["tokens"]["tokens_b"] > 0 and res[TREE_TWIN]["tokens"]["tokens_b"] > 0
     assert res["passed"]["tree_sampling"] and "tree_twin_caught" in res["passed"], stdout
-    assert "T=1, EAGLE-2's dynamic tree" in stdout and "q renormalised over the kept children" in stdout
+    assert res[TREE_TWIN]["rule"] == "broken_accept_tree" and res["tree_sampling"]["rule"] == "accept_tree"
+    assert "T=1, EAGLE-2's dynamic tree" in stdout and "the residual bug in the tree's walk" in stdout

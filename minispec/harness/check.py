@@ -29,8 +29,7 @@
    has the power to catch a wrong rule at this size (``broken_twins``: the residual bug of
    ``equivalence.broken_accept_reject``, or the same bug in block verification, or the coupled rule emitting the
    rejected guess, ``equivalence.coupled_emits_the_guess``; for a drafter that ``DraftsText`` also a boundary
-   token trusted by prefix; with ``--tree``, the tree's q renormalised over the kept children,
-   ``equivalence.renormalised_tree``).
+   token trusted by prefix; with ``--tree``, the residual bug in the tree's walk, ``equivalence.broken_accept_tree``).
 3. Calibration (the full check): plain against plain, ``seeds`` times: each statistic's p-values
    should look uniform (a Kolmogorov-Smirnov test against U(0, 1) is shown).
 4. Greedy: for each drafter, speculative output == plain greedy output token for token. A mismatch
@@ -64,7 +63,7 @@ from ..sampling import Warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from ..tree import accept_tree
 from .command import load_target
-from .equivalence import block_residual_bug, broken_accept_reject, coupled_emits_the_guess, mean_test, prefix_match, renormalised_tree, token_test
+from .equivalence import block_residual_bug, broken_accept_reject, broken_accept_tree, coupled_emits_the_guess, mean_test, prefix_match, token_test
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
@@ -122,15 +121,18 @@ def broken_twins(drafter, rule: str = "token") -> dict:
 
 def speculative_sampler(target, drafter, stop, k: int, rule_fn, processors=(), shape=None):
     """Speculative sampling at T = 1: chains of ``k`` guesses with ``rule_fn``, or, with ``shape`` (a DynamicTree),
-    EAGLE-2's dynamic tree with the multi-candidate rule (tree.py's ``accept_tree``)."""
+    EAGLE-2's dynamic tree with ``rule_fn`` a tree's rule (tree.py's ``accept_tree``, or its twin)."""
     if shape is not None:
         return lambda p, n, s: tree_speculative_generate(target, drafter, p, n, shape=shape, temperature=1.0, seed=s,
-                                                         stop_ids=stop, processors=processors).tokens
+                                                         stop_ids=stop, rule=rule_fn, processors=processors).tokens
     return lambda p, n, s: speculative_generate(target, drafter, p, n, k=k, temperature=1.0, seed=s, stop_ids=stop,
                                                 rule=rule_fn, processors=processors).tokens
 
 
-TREE_TWIN = "tree_sampling_renormalised"  # the dynamic tree's broken twin: equivalence.renormalised_tree
+TREE_TWIN = "tree_sampling_broken_residual"  # the dynamic tree's broken twin: equivalence.broken_accept_tree
+TREE_TWINS = {TREE_TWIN: "the residual bug in the tree's walk (p, not norm(max(0, p - q)), after a rejected child)",
+              "tree_sampling_renormalised": "each node's q renormalised over the kept children"}  # and the one that
+# stored results before it used (equivalence.renormalised_tree, which level 3 still catches exactly)
 
 
 def successor(b: bytes) -> bytes:
@@ -261,20 +263,20 @@ def compare(target, drafter, prompts, runs_a, runs_b, seed: int = 0, permutation
 
 def sampling_check(target, drafter, tok, plain_runs: list, k: int = 4, run_tokens: int = 48, progress: bool = True,
                    rule: str = "token", twin: str | None = None, keyed: list | None = None, processors=(),
-                   values: RunValues | None = None, shape=None, broken_tree=None) -> dict:
+                   values: RunValues | None = None, shape=None, tree_twin: bool = False) -> dict:
     """Speculative sampling at T = 1 with ``rule`` ("token", "block" or "coupled"; ``twin``: one of its broken
     controls, ``broken_twins``) against ``plain_runs``, run i of each on prompt i; with ``shape`` (a DynamicTree),
-    the dynamic tree and the multi-candidate rule instead, grown by ``drafter`` or by ``broken_tree`` (its twin,
-    ``equivalence.renormalised_tree``). The statistics read the real drafter. ``keyed``: plain keyed sampling's runs
+    the dynamic tree grown by ``drafter`` and the multi-candidate rule instead, or with ``tree_twin`` that rule's
+    broken twin (``equivalence.broken_accept_tree``). ``keyed``: plain keyed sampling's runs
     (``plain_runs(keyed=True)``), which a keyed rule's runs must equal. ``values``: ``compare``'s."""
     prompts = all_prompts(tok)
     if shape is not None:
         if twin is not None or rule != "token":
             raise ValueError(f"the dynamic tree is checked with the multi-candidate rule and its own twin, not rule "
                              f"{rule!r} or twin {twin!r}")
-        runner, rule_fn, twin = broken_tree or drafter, accept_tree, TREE_TWIN if broken_tree is not None else None
-    elif broken_tree is not None:
-        raise ValueError("broken_tree: a dynamic tree's twin, checked only with a shape")
+        runner, rule_fn, twin = drafter, broken_accept_tree if tree_twin else accept_tree, TREE_TWIN if tree_twin else None
+    elif tree_twin:
+        raise ValueError("tree_twin: a dynamic tree's twin, checked only with a shape")
     else:
         runner, rule_fn = broken_twins(drafter, rule)[twin] if twin else (drafter, RULES[rule][0])
     what = f"dynamic tree {shape.top_k}x{shape.depth}x{shape.nodes}, " if shape is not None else ""
@@ -360,14 +362,12 @@ def plain_runs(target, tok, n_runs: int = 192, progress: bool = True, keyed: boo
 
 def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192, greedy_prompts: int = 20,
               greedy_tokens: int = 64, calibration_seeds: int = 20, progress: bool = True, trees=(), rule: str = "token",
-              plain: dict | None = None, processors=(), tree_shape=None, broken_tree=None) -> dict:
+              plain: dict | None = None, processors=(), tree_shape=None) -> dict:
     """The whole level-4 check (module docstring); ``calibration_seeds`` 0 skips the calibration. ``plain``: runs
     from ``plain_runs`` to share (their time is then counted where they were made, ``plain_shared``).
     ``processors``: logits processors (processors.py) applied on both sides and by the statistics. ``tree_shape``
-    (a DynamicTree, for a drafter that grows trees): the T = 1 test with that dynamic tree as well, and with
-    ``broken_tree`` (its twin: a fresh drafter of the same kind made ``equivalence.renormalised_tree``)."""
-    if (tree_shape is None) != (broken_tree is None):
-        raise ValueError("tree_shape and broken_tree go together: the dynamic tree's test needs its twin")
+    (a DynamicTree, for a drafter that grows trees): the T = 1 test with that dynamic tree as well, and with its
+    rule's broken twin (``equivalence.broken_accept_tree``)."""
     t0 = time.perf_counter()
     shared = plain is not None
     plain = plain or plain_runs(target, tok, n_runs, progress, processors=processors)
@@ -381,8 +381,8 @@ def run_check(target, tok, sampling_drafter, greedy_drafters, n_runs: int = 192,
         res[twin] = sampling_check(target, sampling_drafter, tok, plain["runs"], twin=twin, **common)
     if tree_shape is not None:
         res["tree_sampling"] = sampling_check(target, sampling_drafter, tok, plain["runs"], shape=tree_shape, **common)
-        res[TREE_TWIN] = sampling_check(target, sampling_drafter, tok, plain["runs"], shape=tree_shape,
-                                        broken_tree=broken_tree, **common)
+        res[TREE_TWIN] = sampling_check(target, sampling_drafter, tok, plain["runs"], shape=tree_shape, tree_twin=True,
+                                        **common)
     phases = dict(plain=plain["seconds"], plain_shared=shared, **({"plain_keyed": keyed["seconds"]} if keyed else {}))
     for side in ["sampling", *broken_twins(sampling_drafter, rule), *([] if tree_shape is None else ["tree_sampling", TREE_TWIN])]:
         for what, sec in res[side].pop("seconds").items():
@@ -474,8 +474,8 @@ def format_check(res: dict) -> str:
         lines.append(f"{word(ok['tree_sampling'])}  T=1, {shape} (accept_tree): " + format_sampling(res["tree_sampling"])
                      + (f" > {ALPHA}: not told apart from plain sampling" if ok["tree_sampling"]
                         else f" <= {ALPHA}: the outputs differ"))
-        lines.append(f"{word(ok['tree_twin_caught'])}  T=1, the same tree with a deliberately BROKEN twin (each node's q "
-                     "renormalised over the kept children): " + format_sampling(res[TREE_TWIN])
+        lines.append(f"{word(ok['tree_twin_caught'])}  T=1, the same tree with a deliberately BROKEN twin "
+                     f"({TREE_TWINS[TREE_TWIN]}): " + format_sampling(res[TREE_TWIN])
                      + (f" <= {ALPHA}: caught, so the test can see this bug at this size" if ok["tree_twin_caught"]
                         else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
     if "calibration" in res:
@@ -543,12 +543,11 @@ def main_check(args, processor_settings: dict | None = None) -> int:
         dict(n_runs=n_runs, calibration_seeds=0 if args.no_calibration else 20)
     plain = plain_runs(target, tok, quick["n_runs"], processors=procs) if several else None  # shared by every drafter
     done, failed, origin = set(), False, provenance()
-    for spec, main in zip(specs, mains):
+    for main in mains:
         greedy = [d for d in greedy_set(main, target) if d.name not in done]  # each drafter greedily once
         done |= {d.name for d in greedy}
         trees = [main] if has(main, ReadsFeatures) else []  # a feature head: its trees too
-        tree = dict(tree_shape=DynamicTree(), broken_tree=renormalised_tree(make_drafter(spec, target))) \
-            if getattr(args, "tree", False) else {}  # the twin: a fresh drafter of the same spec
+        tree = dict(tree_shape=DynamicTree()) if getattr(args, "tree", False) else {}
         res = run_check(target, tok, main, greedy, trees=trees, rule=args.rule, plain=plain, processors=procs, **tree,
                         **quick)
         res["provenance"] = origin

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..model.safetensors_io import read_header
 from ..policy.acceptance import expected_tokens, predicted_speedup
+from .check import TREE_TWINS
 from .study import spread
 
 DRAFT, EAGLE, PL, LS, SELF = "draft:smoldraft-3l-192", "eagle:eagle-smollm2-135m", "prompt-lookup:3", "layer-skip:24", "self"
@@ -454,11 +455,12 @@ def level4_table(root: Path) -> str:
                     f"({'PASS' if s['passed'] else 'FAIL'}) | {'; '.join(twins)} | {greedy} | "
                     f"{r['seconds'] / 60:.0f} min | [{run}](docs/level4_{kind}.json) |")
         if "tree_sampling" in r:  # minispec check --tree: EAGLE-2's dynamic tree, and its twin
-            t, tw, shape = r["tree_sampling"], r["tree_sampling_renormalised"], r["tree_sampling"]["tree"]
+            twin = next(k for k in TREE_TWINS if k in r)  # the twin the run used (check.py's TREE_TWINS)
+            t, tw, shape = r["tree_sampling"], r[twin], r["tree_sampling"]["tree"]
             tstats = ", ".join(f"{k} {_p(t[k]['p_value'])}" for k in ("tokens", "acceptance") if k in t)
             rows.append(f"| {t['drafter']} ({t['rule']}, dynamic tree {shape['top_k']}x{shape['depth']}x{shape['nodes']}) "
                         f"| {t['tokens']['runs']} | {tstats}; **{_p(t['p_value'])}** ({'PASS' if t['passed'] else 'FAIL'}) "
-                        f"| q renormalised over the kept children: {_p(tw['p_value'])} "
+                        f"| {TREE_TWINS[twin]}: {_p(tw['p_value'])} "
                         f"({'caught' if not tw['passed'] else 'NOT caught'}) | in the run above | in the run above | "
                         f"[{run}](docs/level4_{kind}.json) |")
         if prov:

@@ -16,6 +16,7 @@ from scipy import stats
 
 from .. import rejection
 from ..sampling import sample
+from ..tree import accept_tree
 
 
 def broken_residual(target_row, draft_row):
@@ -25,14 +26,15 @@ def broken_residual(target_row, draft_row):
 
 
 def twin(rule, replaced: str, replacement, name: str, doc: str = ""):
-    """A twin of ``rule`` (a rule of rejection.py, ``accept_reject``'s signature) called ``name``: the rule's own
-    code, with ``rejection.<replaced>`` replaced for the call by ``replacement(real, rng)`` (``real``: the function
-    replaced; ``rng``: the call's generator, for a twin that draws). The one way a twin changes a rule."""
-    def run(target_probs, draft_probs, draft_tokens, rng) -> tuple[int, int]:
+    """A twin of ``rule`` (a rule of rejection.py, ``accept_reject``'s signature, or of tree.py, ``accept_tree``'s)
+    called ``name``: the rule's own code, with ``rejection.<replaced>`` replaced for the call by
+    ``replacement(real, rng)`` (``real``: the function replaced; ``rng``: the call's generator, its last argument, for
+    a twin that draws). The one way a twin changes a rule."""
+    def run(*args):
         real = getattr(rejection, replaced)
-        setattr(rejection, replaced, replacement(real, rng))
+        setattr(rejection, replaced, replacement(real, args[-1]))
         try:
-            return rule(target_probs, draft_probs, draft_tokens, rng)
+            return rule(*args)
         finally:
             setattr(rejection, replaced, real)
     run.__name__, run.__doc__ = name, doc
@@ -52,6 +54,13 @@ block_residual_bug = twin(rejection.block_verify, "weighted_residual", lambda re
                           "block_residual_bug", """Block verification with the classic bug of ``broken_accept_reject``:
 after a stop before the last guess it resamples from p, not from the weighted residual norm(max(0, p_tau p - q)).
 Level 4's twin for block verification (``broken_block_verify``'s error is too small for 192 runs to see).""")
+
+
+broken_accept_tree = twin(accept_tree, "residual", lambda real, rng: broken_residual, "broken_accept_tree",
+                          """A deliberately broken twin of ``tree.accept_tree``, the multi-candidate rule: after a
+rejected child it samples from ``broken_residual`` (p, not norm(max(0, p - q))) for the next sibling and for the
+correction. Level 4's twin for the dynamic tree (``minispec check --tree``): the classic bug of
+``broken_accept_reject``, in the tree's walk.""")
 
 
 @rejection.declares(joint=False, keyed=True)
