@@ -188,3 +188,22 @@ def test_malformed_lower_layer_heads_and_features_are_refused(target, tmp_path):
     D = target.cfg.hidden_size
     with pytest.raises(ValueError, match=rf"\[n, {3 * D}\].*layers \[0, 1\]"):
         head.see_features([1, 2], np.zeros((2, D), np.float32))  # the top feature alone
+
+
+def test_bench_eagle_measures_a_lower_layer_head_at_each_size(tmp_path, capsys):
+    """``minispec bench eagle --acceptance-only`` re-cuts the reduced head to each size and keeps the layers the head
+    reads (bug: a re-cut head without them refuses its rows)."""
+    from minispec.harness import eagle_eval
+    from minispec.model.config import ModelConfig
+
+    from .helpers import chat_model_dir
+
+    target_dir = chat_model_dir(tmp_path / "t", hidden_size=32, num_hidden_layers=3)
+    head = write_random_eagle(tmp_path / "h", ModelConfig.from_dir(target_dir), range(3, 400), seed=3, scale=3.0,
+                              lower_layers=[0, 1])
+    out = tmp_path / "acc.json"
+    assert eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), "--sizes", "100,200", "--prompts-per-set",
+                            "1", "--max-new-tokens", "8", "--acceptance-only", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res["sizes"]) == {"100", "200"}
+    assert all(v["tokens_per_pass"] >= 1.0 for row in res["sizes"].values() for v in row.values() if isinstance(v, dict))

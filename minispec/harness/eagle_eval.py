@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
     bar = Progress(len(sizes) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
     for size in sizes:
-        res["sizes"][size] = size_row(target, Eagle(target, tensors, order[:size], name=f"eagle-{size}"), sets, a.k,
+        res["sizes"][size] = size_row(target, Eagle(target, tensors, order[:size], name=f"eagle-{size}",
+                                                    lower_layers=shipped.lower_layers), sets, a.k,
                                       a.max_new_tokens, tok.eos_ids, bar, timing=not a.acceptance_only)
     bar.close()
     res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped)
