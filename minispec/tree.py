@@ -134,6 +134,7 @@ def accept_tree(target_probs: np.ndarray, tree: Tree, rng: np.random.Generator) 
             return accepted, sample(p, rng)
 
 
+@rejection.declares(joint=False, keyed=True)  # passed as a function too, the loop hands it keyed noise
 def accept_tree_coupled(target_probs: np.ndarray, tree: Tree, noise: Keyed) -> tuple[list[int], int]:
     """The coupled rule on a tree (rejection.coupled_verify): walk down while the target's own keyed token at the
     node's position, race(p, depth), is one of its children -> (accepted nodes, root to deepest, next_token). The

@@ -1,6 +1,7 @@
 """EAGLE-2's dynamic tree (minispec/drafters/dynamic_tree.py) with the EAGLE head on tiny models: its growth and
-reranking, greedy identity, level 3 exactly for the whole loop, and two twins caught exactly: a tree whose q is
-renormalised over the kept children, and the paper's reranking applied at T > 0."""
+reranking, greedy identity, level 3 exactly for the whole loop, and three twins caught exactly: a tree whose q is
+renormalised over the kept children, the residual bug in the tree's walk (level 4's twin), and the paper's
+reranking applied at T > 0."""
 
 import numpy as np
 import pytest
@@ -122,10 +123,12 @@ def test_level3_exact_catches_q_renormalised_over_the_kept_children(small_pair, 
 def test_level3_exact_catches_the_residual_bug_in_the_trees_walk(small_pair, small_eagle):  # noqa: F811
     """Level 4's tree twin (``equivalence.broken_accept_tree``: p, not the residual, after a rejected child), seen
     exactly here, with its total variation from the target's law (large: the bug the chain's level 4 also plants)."""
-    target = small_pair[0]
+    from minispec import rejection
+    target, real_residual = small_pair[0], rejection.residual
     got, _ = law(target, small_eagle, temperature=1.0, rule=broken_accept_tree)
     want = exact_three_tokens(target, [1, 4, 2], temperature=1.0)
-    assert caught(got, want), 0.5 * np.abs(got - want).sum()
+    assert 0.5 * np.abs(got - want).sum() > 0.05  # 0.18 here: large, unlike the renormalised q's 5e-4
+    assert rejection.residual is real_residual  # the twin put the real residual back
 
 
 @pytest.mark.slow

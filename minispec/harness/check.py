@@ -129,7 +129,7 @@ def speculative_sampler(target, drafter, stop, k: int, rule_fn, processors=(), s
                                                 rule=rule_fn, processors=processors).tokens
 
 
-TREE_TWIN = "tree_sampling_broken_residual"  # the dynamic tree's broken twin: equivalence.broken_accept_tree
+TREE_TWIN = "tree_sampling_broken_rule"  # the dynamic tree's broken twin: equivalence.broken_accept_tree
 TREE_TWINS = {TREE_TWIN: "the residual bug in the tree's walk (p, not norm(max(0, p - q)), after a rejected child)",
               "tree_sampling_renormalised": "each node's q renormalised over the kept children"}  # and the one that
 # stored results before it used (equivalence.renormalised_tree, which level 3 still catches exactly)

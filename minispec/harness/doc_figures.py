@@ -455,7 +455,9 @@ def level4_table(root: Path) -> str:
                     f"({'PASS' if s['passed'] else 'FAIL'}) | {'; '.join(twins)} | {greedy} | "
                     f"{r['seconds'] / 60:.0f} min | [{run}](docs/level4_{kind}.json) |")
         if "tree_sampling" in r:  # minispec check --tree: EAGLE-2's dynamic tree, and its twin
-            twin = next(k for k in TREE_TWINS if k in r)  # the twin the run used (check.py's TREE_TWINS)
+            twin = next((k for k in TREE_TWINS if k in r), None)  # the twin the run used (check.py's TREE_TWINS)
+            if twin is None:
+                raise ValueError(f"{f}: a dynamic tree's level-4 run without its twin (one of {', '.join(TREE_TWINS)})")
             t, tw, shape = r["tree_sampling"], r[twin], r["tree_sampling"]["tree"]
             tstats = ", ".join(f"{k} {_p(t[k]['p_value'])}" for k in ("tokens", "acceptance") if k in t)
             rows.append(f"| {t['drafter']} ({t['rule']}, dynamic tree {shape['top_k']}x{shape['depth']}x{shape['nodes']}) "

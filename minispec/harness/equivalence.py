@@ -11,6 +11,8 @@ children were drawn from.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 from scipy import stats
 
@@ -21,7 +23,8 @@ from ..tree import accept_tree
 
 def broken_residual(target_row, draft_row):
     """The classic bug, the one broken rule every level plants: resample from p, not norm(max(0, p - q)).
-    The tests put it in place of ``rejection.residual`` (monkeypatch); ``broken_accept_reject`` uses it."""
+    The tests put it in place of ``rejection.residual`` (monkeypatch); ``broken_accept_reject`` and
+    ``broken_accept_tree`` use it."""
     return target_row / target_row.sum()
 
 
@@ -37,7 +40,7 @@ def twin(rule, replaced: str, replacement, name: str, doc: str = ""):
             return rule(*args)
         finally:
             setattr(rejection, replaced, real)
-    run.__name__, run.__doc__ = name, doc
+    run.__name__, run.__doc__, run.__signature__ = name, doc, inspect.signature(rule)  # the rule's own arguments
     return run
 
 
