@@ -244,3 +244,12 @@ def test_a_loop_without_the_processors_argument_is_refused_by_name_when_they_are
     assert load("minispec.harness.conform.twins:shared_noise_loop", "loop")  # today's contract: still checked
     with pytest.raises(UsageError, match="processors"):
         load("minispec.harness.conform.twins:shared_noise_loop", "loop", processors=True)
+
+
+def test_the_kits_twins_leave_the_shared_twins_names():
+    """The kit's ``wrong_residual`` is a function of its own: importing the kit once renamed
+    ``equivalence.broken_accept_reject`` in place, and level 4 then reported its twin as "wrong_residual"."""
+    from minispec.harness.conform import twins
+    from minispec.harness.equivalence import broken_accept_reject
+
+    assert broken_accept_reject.__name__ == "broken_accept_reject" and twins.wrong_residual.__name__ == "wrong_residual"
