@@ -311,3 +311,27 @@ def test_the_recipe_script_refuses_a_bad_token_count_before_anything_runs(tokens
     script = Path(__file__).resolve().parents[1] / "scripts" / "eagle_recipe.sh"
     got = subprocess.run(["bash", str(script), tokens, str(tmp_path / "out")], capture_output=True, text=True)
     assert got.returncode == 2 and "TOKENS must be" in got.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_windows_file_reads_back_in_both_formats_and_refuses_a_damaged_one(tmp_path):
+    """recipes/windows.py: windows written with LZMA read back as written, with their shards and settings; a file in
+    the zlib format of the exports before it reads the same; starts that do not cover the tokens are refused."""
+    import numpy as np
+
+    from minispec.recipes.windows import read_windows, write_windows
+
+    rng = np.random.default_rng(0)
+    windows = [rng.integers(0, 49152, n) for n in (5, 9, 1, 30)]
+    settings = {"seed": 3, "kinds": ["chat-greedy"]}
+    assert write_windows(tmp_path / "w.npz", windows, [0, 0, 1, 2], settings) == 45
+    t, st, sh, got = read_windows(tmp_path / "w.npz")
+    assert [t[a:b].tolist() for a, b in zip(st[:-1], st[1:])] == [w.tolist() for w in windows]
+    assert sh.tolist() == [0, 0, 1, 2] and got == settings and t.dtype == np.int64
+    np.savez_compressed(tmp_path / "old.npz", tokens=np.concatenate(windows).astype(np.uint16), starts=st,
+                        shards=sh, settings=np.array(json.dumps(settings)))
+    old = read_windows(tmp_path / "old.npz")
+    assert np.array_equal(old[0], t) and np.array_equal(old[1], st)
+    np.savez_compressed(tmp_path / "bad.npz", tokens=np.concatenate(windows).astype(np.uint16), starts=st[:-1],
+                        shards=sh[:-1], settings=np.array(json.dumps(settings)))
+    with pytest.raises(ValueError, match="damaged"):
+        read_windows(tmp_path / "bad.npz")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from minispec.recipes.eval_overlap import MINISPEC_DATA, EvalRuns, external_prompts_dir, file_texts, prompt_files
+from minispec.recipes.windows import read_windows
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "docs" / "eagle" / "data_manifest.json"
@@ -66,7 +67,6 @@ def test_every_dropped_window_of_the_manifest_shares_a_run_with_the_file_it_name
 def test_the_committed_generations_share_no_run_with_an_evaluation_prompt(name):
     """weights/eagle-data/'s windows, decoded: no window shares a run of 8 words with minispec's evaluation
     prompts, nor with the external sets where that folder is present (CI has it beside the clone)."""
-    import numpy as np
 
     from minispec.model.tokenizer import load_tokenizer
 
@@ -79,8 +79,7 @@ def test_the_committed_generations_share_no_run_with_an_evaluation_prompt(name):
     tok = load_tokenizer(TARGET_DIR)
     external = external_prompts_dir()
     runs = EvalRuns(prompt_files(external if external.is_dir() else None))
-    with np.load(ROOT / "weights" / "eagle-data" / name) as z:
-        t, starts = z["tokens"].astype(np.int64), z["starts"]
+    t, starts, _, _ = read_windows(ROOT / "weights" / "eagle-data" / name)
     assert len(starts) > 100
     hits = [runs.hit(tok.decode(t[a:b].tolist())) for a, b in zip(starts[:-1], starts[1:])]
     assert [h for h in hits if h] == []

@@ -26,8 +26,9 @@ SPECULATION = ("rejection", "keyed", "textbook", "speculative", "rounds", "draft
 TEXTBOOK_USES = ("rejection", "sampling", "model")
 # (g): the lab; everything else but the CLI is the core, which never imports it
 LAB = ("harness", "recipes", "trace")
-# the recipes the rest of the lab may use: the target's weights, fetched and converted, for minispec or llama.cpp (no PyTorch)
-WEIGHT_RECIPES = ("recipes.fetch", "recipes.convert", "recipes.gguf_float32")
+# the recipes the rest of the lab may use: the target's weights, fetched and converted, for minispec or llama.cpp, and
+# the file of weights/eagle-data's windows (no PyTorch)
+WEIGHT_RECIPES = ("recipes.fetch", "recipes.convert", "recipes.gguf_float32", "recipes.windows")
 # what the rest of the lab may use of the harness: progress bars and the record of a run
 HARNESS_SHARED = ("harness.progress", "harness.provenance")
 # (f): what stands at the package's top level: the rule, sampling, its keyed noise and its logits processors, the tree

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..recipes.windows import read_windows
 from .provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +39,8 @@ AFTER = 8  # tokens decoded from the near-tie on (it included)
 
 def chat_windows(path: Path = GENERATIONS) -> list[tuple[list[int], list[int]]]:
     """(prompt, greedy answer) of every greedy chat window of the committed generations, in their order."""
-    with np.load(path) as z:
-        kinds = json.loads(str(z["settings"]))["kinds"]
-        t, st, sh = z["tokens"].astype(np.int64), z["starts"], z["shards"]
+    t, st, sh, settings = read_windows(path)
+    kinds = settings["kinds"]
     out = []
     for a, b, s in zip(st[:-1], st[1:], sh):
         if kinds[s % len(kinds)] != "chat-greedy":

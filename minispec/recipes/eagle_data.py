@@ -64,6 +64,7 @@ import numpy as np
 
 from ..harness.provenance import provenance
 from .eval_overlap import EvalRuns, external_prompts_dir, prompt_files
+from .windows import read_windows, write_windows
 
 KINDS = ("code-greedy", "chat-greedy", "chat-t1", "text", "chat-greedy", "code-t1", "text")
 LOW, MID = 2, 14  # layer outputs stored beside the top: hidden_states[LOW + 1] and [MID + 1] in transformers
@@ -344,7 +345,7 @@ def features_of(target, seqs, gen_features) -> dict:
 
 
 def export_generations(out: Path, file: Path, shaping: dict) -> dict:
-    """The generated shards' kept windows, token ids only, into ``file`` (a compressed .npz): with
+    """The generated shards' kept windows, token ids only, into ``file`` (windows.py's format): with
     ``--generations FILE`` a rebuild on another machine skips generating them and computes their features only."""
     windows, shard_of = [], []
     for rec in sorted(out.glob("shard-*.json")):
@@ -357,19 +358,15 @@ def export_generations(out: Path, file: Path, shaping: dict) -> dict:
         shard_of += [r["shard"]] * (len(st) - 1)
     if not windows:
         raise ValueError(f"{out}: no generated shards to export")
-    starts = np.cumsum([0] + [len(w) for w in windows])
-    np.savez_compressed(file, tokens=np.concatenate(windows).astype(np.uint16), starts=starts,
-                        shards=np.array(shard_of, np.int32), settings=np.array(json.dumps(shaping)))
-    return dict(windows=len(windows), tokens=int(starts[-1]), shards=len(set(shard_of)))
+    tokens = write_windows(file, windows, shard_of, shaping)
+    return dict(windows=len(windows), tokens=tokens, shards=len(set(shard_of)))
 
 
 def load_generations(file: Path, shaping: dict) -> dict:
     """{shard: its windows} from an ``export_generations`` file made with the same settings (else refused)."""
-    with np.load(file) as z:
-        made = json.loads(str(z["settings"]))
-        if made != shaping:
-            raise ValueError(f"{file} was made with other settings ({made}); build with those to reuse it")
-        t, st, sh = z["tokens"].astype(np.int64), z["starts"], z["shards"]
+    t, st, sh, made = read_windows(file)
+    if made != shaping:
+        raise ValueError(f"{file} was made with other settings ({made}); build with those to reuse it")
     out: dict[int, list] = {}
     for a, b, s in zip(st[:-1], st[1:], sh):
         out.setdefault(int(s), []).append(t[a:b].tolist())
