@@ -91,10 +91,10 @@ def test_level4_reduced_with_the_eagle_head(setup, plain):
 @pytest.mark.heavy  # level 3 catches the twin exactly in CI (tests/test_dynamic_tree.py)
 def test_level4_reduced_with_the_eagle_heads_dynamic_tree(setup, plain):
     """``minispec check --tree`` with the shipped EAGLE head: EAGLE-2's dynamic tree at T = 1 is not told apart from
-    plain sampling at 48 paired runs. Its twin (the residual bug in the tree's walk, equivalence.broken_accept_tree)
-    runs beside it and is reported, not asserted: the committed run (docs/level4_eagle_tree.json) had the twin before
-    it, each node's q renormalised over the kept children, which 48 runs did not catch (combined p = 0.78), a bias
-    below this size's power that level 3 sees exactly; this one has not been run at this size yet."""
+    plain sampling at 48 paired runs, and its twin (the residual bug in the tree's walk, equivalence.broken_accept_tree)
+    is: at 24 runs it was caught at combined p = 0.001 (docs/level4_eagle_tree_quick.json). The twin before it, each
+    node's q renormalised over the kept children, was not caught at 48 runs (combined p = 0.78,
+    docs/level4_eagle_tree.json): a bias below this size's power, which level 3 sees exactly."""
     from minispec.drafters.dynamic_tree import DynamicTree
     from minispec.harness.check import TREE_TWIN
 
@@ -106,6 +106,7 @@ def test_level4_reduced_with_the_eagle_heads_dynamic_tree(setup, plain):
     assert res["tree_sampling"]["tokens"]["tokens_b"] >= 1800 and "acceptance" in res["tree_sampling"], report
     assert res["passed"]["tree_sampling"], report
     assert res[TREE_TWIN]["broken_rule"] and res[TREE_TWIN]["tokens"]["tokens_b"] >= 1800, report
+    assert res["passed"]["tree_twin_caught"], report
 
 
 @pytest.mark.slow

@@ -418,7 +418,7 @@ def power_values(root: Path) -> dict[str, str]:
 
 # ---- level 4 (docs/level4_<kind>.json) -------------------------------------------------------------------
 
-LEVEL4 = ["draft", "eagle", "tli", "slem", "block", "coupled", "eagle_tree"]  # docs/level4_<kind>.json, in this order
+LEVEL4 = ["draft", "eagle", "tli", "slem", "block", "coupled", "eagle_tree", "eagle_tree_quick"]  # docs/level4_<kind>.json, in this order
 # when present; a run with ``--tree`` (eagle_tree) gives a second row, its dynamic tree's
 
 
