@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -102,9 +103,9 @@ class Run:
         prompt before it too)."""
         return self.tokens[self.cache.length:]
 
-    @property
+    @cached_property
     def on_features(self):
-        """The target pass's ``on_features``: None unless the drafter reads the target's features."""
+        """The target pass's ``on_features``: None unless the drafter reads the target's features (made once)."""
         return feature_tap(self.drafter, self.keep_features) if self.reads_features else None
 
     def draft(self) -> tuple[list[int], np.ndarray]:

@@ -93,10 +93,15 @@ class FeatureTap:
         self.call(features)
 
 
+def lower_layers_of(drafter) -> tuple:
+    """The target layers ``drafter``'s features carry beside the top one: () for none."""
+    return tuple(drafter.lower_layers) if has(drafter, ReadsLowerLayers) else ()
+
+
 def feature_tap(drafter, call: Callable) -> Callable:
     """What a target pass should hand ``drafter``'s features to: ``call`` itself, or a ``FeatureTap`` of the lower
     layers it reads."""
-    lower_layers = tuple(drafter.lower_layers) if has(drafter, ReadsLowerLayers) else ()
+    lower_layers = lower_layers_of(drafter)
     return FeatureTap(call, lower_layers) if lower_layers else call
 
 

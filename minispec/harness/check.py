@@ -53,7 +53,7 @@ from scipy import stats
 
 from ..drafters import LayerSkip, PromptLookup, make_drafter, other_algorithm
 from ..drafters.dynamic_tree import DynamicTree
-from ..drafters.protocol import DraftsText, FeatureTap, GrowsTrees, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, ReadsLowerLayers, has
+from ..drafters.protocol import DraftsText, FeatureTap, GrowsTrees, HasFirstGuessRows, HasOwnTokenizer, ReadsFeatures, has, lower_layers_of
 from ..generate import generate
 from ..model import backend
 from ..processors import build
@@ -176,17 +176,17 @@ class PromptPasses:
         """-> logits [len(run), V], features [len(prompt+run), D'] | None; ``lower_layers``: the layers whose outputs
         the features carry too (``FeatureTap``), D' = D * (1 + len(lower_layers))."""
         target, head, xp = self.target, len(prompt) - 1, backend.xp
-        tap = (lambda call: FeatureTap(call, lower_layers)) if lower_layers else (lambda call: call)  # noqa: E731
         key = (tuple(prompt), tuple(lower_layers))
         if key not in self.kept:
             cache, got = target.new_cache(max(head, 1)), []
             if head:
-                target.forward(prompt[:head], cache, last=1, on_features=tap(got.append))
+                target.forward(prompt[:head], cache, last=1, on_features=FeatureTap(got.append, lower_layers))
             self.kept[key] = (cache.k[:, :, :head].copy(), cache.v[:, :, :head].copy(), got[0] if got else None)
         k, v, f = self.kept[key]
         cache, got = target.new_cache(len(prompt) + len(run)), []
         cache.k[:, :, :head], cache.v[:, :, :head], cache.length = k, v, head
-        logits = target.forward([prompt[-1], *run], cache, on_features=tap(got.append) if features else None)  # [n+1, V]
+        logits = target.forward([prompt[-1], *run], cache,
+                                on_features=FeatureTap(got.append, lower_layers) if features else None)  # [n+1, V]
         if not features:
             return logits[: len(run)], None
         return logits[: len(run)], (xp.concatenate([f, got[0]]) if head else got[0])  # [P-1 + n+1, D']
@@ -203,8 +203,8 @@ def per_token_values(target, drafter, prompt, run, processors=(), passes: Prompt
                    string prefix.
     With ``processors`` (processors.py) both rows are processed with each position's own prefix, as in a run."""
     seq, sampled = list(prompt) + list(run), Warp(1.0, processors=tuple(processors), prompt_len=len(prompt))
-    lower_layers = tuple(drafter.lower_layers) if has(drafter, ReadsLowerLayers) else ()
-    logits, features = (passes or PromptPasses(target))(prompt, run, has(drafter, ReadsFeatures), lower_layers)
+    logits, features = (passes or PromptPasses(target))(prompt, run, has(drafter, ReadsFeatures),
+                                                        lower_layers_of(drafter))
     p = sampled.chain(logits, prompt, run)  # [n, V]: the rows that predict the run
     idx, out = np.arange(len(run)), {}
     if has(drafter, DraftsText):
