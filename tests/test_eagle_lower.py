@@ -207,3 +207,18 @@ def test_bench_eagle_measures_a_lower_layer_head_at_each_size(tmp_path, capsys):
     res = json.loads(out.read_text())
     assert set(res["sizes"]) == {"100", "200"}
     assert all(v["tokens_per_pass"] >= 1.0 for row in res["sizes"].values() for v in row.values() if isinstance(v, dict))
+
+
+def test_a_head_replaced_by_one_with_lower_layers_is_not_timed_by_the_old_ones_calibration(target, tmp_path):
+    """The calibration key of a drafter that times itself names its weights' size: a head with lower layers put in
+    the folder of one without (a promotion) is calibrated afresh; a head of the same shape shares the figures, which
+    depend on the shape alone."""
+    from minispec.policy.calibration import calibration_key
+
+    plain = [load_eagle(write_random_eagle(tmp_path / f"p{i}", target.cfg, [1, 2, 3], seed=i), target)
+             for i in range(2)]
+    lower = load_eagle(write_random_eagle(tmp_path / "l", target.cfg, [1, 2, 3], lower_layers=[0, 1]), target)
+    for head in (*plain, lower):
+        head.name = "eagle:head"  # one folder's name, whatever head it holds
+    keys = [calibration_key(head, ("guess", "fed")) for head in (*plain, lower)]
+    assert keys[0] == keys[1] and keys[2] != keys[0]

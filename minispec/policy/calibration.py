@@ -34,7 +34,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..drafters.protocol import TimesItself, TimesItsTreeLevels, has
+from ..drafters.protocol import ReportsMemory, TimesItself, TimesItsTreeLevels, has
 from ..model import Model, backend, threads
 from ..model.cpu import cpu_name
 
@@ -118,13 +118,14 @@ def forget_in_memory() -> None:
 def calibration_key(what, ns) -> str:
     """What a measurement depends on: what was timed, the device, the kernel and the machine. ``what`` is a model
     (keyed by its name, size and shape) or a drafter that times itself (``TimesItself``, ``TimesItsTreeLevels``:
-    keyed by its name); either declares its ``kernel``. It keys the cache in memory too, so that a model loaded again
+    keyed by its name, and by its weights' size where it reports them, ``ReportsMemory``: a head replaced in the same
+    folder by one of another shape is timed afresh); either declares its ``kernel``. It keys the cache in memory too, so that a model loaded again
     (or a new drafter around the same model) finds the same figures: a seeded run then chooses the same K (see
     ``policy/__init__.py``)."""
     if isinstance(what, Model):
         who = f"{what.name}|{what.weight_bytes}|{what.cfg.num_layers}x{what.cfg.hidden_size}"
     elif has(what, TimesItself) or has(what, TimesItsTreeLevels):
-        who = f"{what.name}|-|-"
+        who = f"{what.name}|{what.weight_bytes if has(what, ReportsMemory) else '-'}|-"
     else:
         raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
     return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
