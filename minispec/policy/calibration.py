@@ -119,9 +119,9 @@ def calibration_key(what, ns) -> str:
     """What a measurement depends on: what was timed, the device, the kernel and the machine. ``what`` is a model
     (keyed by its name, size and shape) or a drafter that times itself (``TimesItself``, ``TimesItsTreeLevels``:
     keyed by its name, and by its weights' size where it reports them, ``ReportsMemory``: a head replaced in the same
-    folder by one of another shape is timed afresh); either declares its ``kernel``. It keys the cache in memory too, so that a model loaded again
-    (or a new drafter around the same model) finds the same figures: a seeded run then chooses the same K (see
-    ``policy/__init__.py``)."""
+    folder by one of another shape is timed afresh); either declares its ``kernel``. It keys the cache in memory too,
+    so that a model loaded again (or a new drafter around the same model) finds the same figures: a seeded run then
+    chooses the same K (see ``policy/__init__.py``)."""
     if isinstance(what, Model):
         who = f"{what.name}|{what.weight_bytes}|{what.cfg.num_layers}x{what.cfg.hidden_size}"
     elif has(what, TimesItself) or has(what, TimesItsTreeLevels):
