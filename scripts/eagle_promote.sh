@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Every committed figure of the shipped EAGLE head, measured again: what a new head in weights/eagle-smollm2-135m
+# needs before it lands (docs/eagle/scaling.md, "What is left").
+#
+#   bash scripts/eagle_promote.sh [STAGE ...]      # from the repository root; default: every stage, in this order
+#
+# Hours on 2 cores: start it in the background (nohup) and run it again after an interruption; a stage whose output
+# is in OUT is skipped. OUT is $MINISPEC_CACHE/eagle-promote-<the head's sha256, 12 digits>, so another head starts
+# afresh. Stages, each a command of the project's own (its JSON records date, commit, command and machine):
+#
+#   not timed (acceptance, p-values, tokens per pass: they may run beside other work)
+#     acceptance   bench eagle --acceptance-only         -> docs/eagle/scaling_shipped.json
+#     level4       check, the chain, 192 paired runs      -> docs/level4_eagle.json
+#     tree-quick   check --tree --quick --runs 24         -> docs/level4_eagle_tree_quick.json
+#     tree         check --tree --runs 48, numba          -> docs/level4_eagle_tree.json
+#     near-ties    harness.near_ties --find               -> docs/kernel/near_ties.json
+#   timed (each waits until the 1-minute load average is below 0.5, and records the load before and after)
+#     memory       bench eagle --sizes 6144 (c, memory)   -> docs/eagle/bench_eagle_shipped.json
+#     study        bench (every drafter, K 1-6)           -> docs/study/
+#     kernel-numba, kernel-numpy, kernel-float32, kernel-q4_1
+#                  bench --drafters eagle,draft,prompt-lookup per kernel and weight format -> docs/kernel/study_*.json
+#     auto-honest, auto-corrupted
+#                  bench auto                             -> docs/policy/auto_*.json
+#     specbench    bench specbench --per-task 1           -> docs/specbench/first_look.json
+#     examples     harness.example_times                  -> docs/examples/times.json
+#     rules        bench rules                            -> docs/block/rules.json
+#   install        copy OUT's figures to their docs/ paths, then regenerate the tables (harness/docs_tables.py)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HEAD_DIR=weights/eagle-smollm2-135m
+CACHE="${MINISPEC_CACHE:-$HOME/.cache/minispec}"
+SHA=$(sha256sum "$HEAD_DIR/eagle.safetensors" | cut -c1-12)
+OUT="${OUT:-$CACHE/eagle-promote-$SHA}"
+SPECBENCH="${SPECBENCH:-../shared/external_prompts/spec_bench_question.jsonl}"
+NOT_TIMED="acceptance level4 tree-quick tree near-ties"
+TIMED="memory study kernel-numba kernel-numpy kernel-float32 kernel-q4_1 auto-honest auto-corrupted specbench examples rules"
+STAGES=("$@")
+[ ${#STAGES[@]} -gt 0 ] || read -r -a STAGES <<< "$NOT_TIMED $TIMED install"
+for s in "${STAGES[@]}"; do
+  case " $NOT_TIMED $TIMED install " in *" $s "*) ;; *) echo "error: no stage '$s' (stages: $NOT_TIMED $TIMED install)" >&2; exit 2;; esac
+done
+mkdir -p "$OUT"
+say() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+quiet() {  # wait (at most an hour) for a quiet machine: the 1-minute load average below 0.5
+  local waited=0
+  while awk -v l="$(load1)" 'BEGIN { exit !(l >= 0.5) }'; do
+    [ $((waited % 300)) -eq 0 ] && say "waiting for a quiet machine: load $(load1)"
+    [ "$waited" -ge 3600 ] && { say "error: the machine stayed busy for an hour; timed stages stop here"; exit 3; }
+    sleep 15; waited=$((waited + 15))
+  done
+}
+run() {  # run STAGE OUTPUT TIMED COMMAND...: skipped when OUTPUT is there; a failed stage leaves no OUTPUT
+  local stage=$1 output=$2 timed=$3; shift 3
+  if [ -e "$OUT/$output" ]; then say "$stage: $OUT/$output is there, skipped"; return; fi
+  [ "$timed" = yes ] && quiet
+  local before start; before=$(load1); start=$(date +%s)
+  say "$stage: $* (load $before)"
+  "$@" > "$OUT/$stage.out" 2> "$OUT/$stage.log" || {  # what it prints, and its progress and notes
+    say "error: $stage failed, see $OUT/$stage.log"; rm -rf "${OUT:?}/$output"; exit 1; }
+  say "$stage: done in $(( ($(date +%s) - start) / 60 )) min (load $before before, $(load1) after)"
+  echo "$stage $(date -u '+%Y-%m-%d %H:%M UTC') $(( $(date +%s) - start )) s, load $before before, $(load1) after" >> "$OUT/stages.txt"
+}
+study() {  # study OUTPUT_DIR BENCH_ARGS...: the study writes a folder
+  local dir=$1; shift; minispec bench --out "$OUT/$dir.tmp" "$@" && mv "$OUT/$dir.tmp" "$OUT/$dir"
+}
+say "head $HEAD_DIR (sha256 $SHA...), figures in $OUT"
+for s in "${STAGES[@]}"; do
+  case $s in
+    acceptance) run "$s" scaling_shipped.json no minispec bench eagle --eagle "$HEAD_DIR" --sizes 6144 --prompts-per-set 8 \
+                  --max-new-tokens 64 --k 4 --acceptance-only --json "$OUT/scaling_shipped.json";;
+    level4) run "$s" level4_eagle.json no minispec check --draft "$HEAD_DIR" --no-calibration --json "$OUT/level4_eagle.json";;
+    tree-quick) run "$s" level4_eagle_tree_quick.json no minispec check --draft "$HEAD_DIR" --tree --quick --runs 24 \
+                  --json "$OUT/level4_eagle_tree_quick.json";;
+    tree) run "$s" level4_eagle_tree.json no minispec check --draft "$HEAD_DIR" --tree --runs 48 --no-calibration \
+            --kernel numba --json "$OUT/level4_eagle_tree.json";;
+    near-ties) run "$s" near_ties.json no python -m minispec.harness.near_ties --find --json "$OUT/near_ties.json" \
+                 --windows 500 --cases 4;;
+    memory) run "$s" bench_eagle_shipped.json yes minispec bench eagle --eagle "$HEAD_DIR" --sizes 6144 --prompts-per-set 6 \
+              --json "$OUT/bench_eagle_shipped.json";;
+    study) run "$s" study yes study study --prompts-per-set 6 --ks 1,2,3,4,6 --slow-ks 1;;
+    kernel-numba|kernel-numpy) run "$s" "$s" yes study "$s" --kernel "${s#kernel-}" --drafters eagle,draft,prompt-lookup \
+                                 --ks 1,2,4 --prompts-per-set 3 --no-peer;;
+    kernel-float32) run "$s" "$s" yes study "$s" --kernel numba --model weights/smollm2-135m-instruct \
+                      --drafters eagle,draft,prompt-lookup --ks 1,2,4 --prompts-per-set 3 --no-peer;;
+    kernel-q4_1) run "$s" "$s" yes study "$s" --kernel numba --model weights/smollm2-135m-instruct-q4_1 \
+                   --drafters eagle,draft,prompt-lookup --ks 1,2,4 --prompts-per-set 3 --no-peer;;
+    auto-honest|auto-corrupted) run "$s" "$s.json" yes minispec bench auto --calibration "${s#auto-}" --json "$OUT/$s.json";;
+    specbench) [ -f "$SPECBENCH" ] || { say "error: no Spec-Bench questions at $SPECBENCH (SPECBENCH=PATH)"; exit 2; }
+               rm -f "$OUT/specbench.jsonl"  # a fresh run: its progress file resumes nothing of another
+               run "$s" first_look.json yes minispec bench specbench "$SPECBENCH" --per-task 1 --max-new-tokens 64 \
+                 --out "$OUT/specbench.jsonl" --json "$OUT/first_look.json";;
+    examples) run "$s" times.json yes python -m minispec.harness.example_times --json "$OUT/times.json";;
+    rules) run "$s" rules.json yes minispec bench rules --prompts 2 --seeds 2 --tokens 32 --json "$OUT/rules.json";;
+    install)
+      missing=""
+      for f in scaling_shipped.json level4_eagle.json level4_eagle_tree_quick.json level4_eagle_tree.json near_ties.json \
+               bench_eagle_shipped.json study kernel-numba kernel-numpy kernel-float32 kernel-q4_1 auto-honest.json \
+               auto-corrupted.json first_look.json times.json rules.json; do
+        [ -e "$OUT/$f" ] || missing="$missing $f"
+      done
+      [ -z "$missing" ] || { say "error: not measured yet:$missing (run the stages that make them)"; exit 1; }
+      cp "$OUT/scaling_shipped.json" docs/eagle/scaling_shipped.json
+      cp "$OUT/level4_eagle.json" "$OUT/level4_eagle_tree_quick.json" "$OUT/level4_eagle_tree.json" docs/
+      cp "$OUT/near_ties.json" docs/kernel/near_ties.json
+      cp "$OUT/bench_eagle_shipped.json" docs/eagle/bench_eagle_shipped.json
+      cp "$OUT"/study/study.json "$OUT"/study/report.md "$OUT"/study/*.png docs/study/
+      cp "$OUT/kernel-numba/study.json" docs/kernel/study_numba.json
+      cp "$OUT/kernel-numpy/study.json" docs/kernel/study_numpy.json
+      cp "$OUT/kernel-float32/study.json" docs/kernel/study_numba_float32.json
+      cp "$OUT/kernel-q4_1/study.json" docs/kernel/study_numba_q4_1.json
+      for c in honest corrupted; do
+        cp "$OUT/auto-$c.json" "docs/policy/auto_$c.json"; cp "$OUT/auto-$c.out" "docs/policy/auto_$c.md"  # its report
+      done
+      cp "$OUT/first_look.json" "$OUT/first_look.png" docs/specbench/
+      cp "$OUT/times.json" docs/examples/times.json
+      cp "$OUT/rules.json" docs/block/rules.json
+      python -m minispec.harness.docs_tables
+      say "installed: review git diff, then commit with $OUT/stages.txt's minutes in the message";;
+  esac
+done
+say "done: $OUT"
