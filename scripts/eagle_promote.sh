@@ -14,6 +14,7 @@
 #     tree-quick   check --tree --quick --runs 24         -> docs/level4_eagle_tree_quick.json
 #     tree         check --tree --runs 48, numba          -> docs/level4_eagle_tree.json
 #     near-ties    harness.near_ties --find               -> docs/kernel/near_ties.json
+#     bf16         scripts/eagle_bf16.py $F32 (the head as its training run wrote it, float32) -> docs/eagle/bf16.json
 #   timed (each waits until the 1-minute load average is below 0.5, and records the load before and after)
 #     memory       bench eagle --sizes 6144 (c, memory)   -> docs/eagle/bench_eagle_shipped.json
 #     study        bench (every drafter, K 1-6)           -> docs/study/
@@ -32,7 +33,7 @@ CACHE="${MINISPEC_CACHE:-$HOME/.cache/minispec}"
 SHA=$(sha256sum "$HEAD_DIR/eagle.safetensors" | cut -c1-12)
 OUT="${OUT:-$CACHE/eagle-promote-$SHA}"
 SPECBENCH="${SPECBENCH:-../shared/external_prompts/spec_bench_question.jsonl}"
-NOT_TIMED="acceptance level4 tree-quick tree near-ties"
+NOT_TIMED="acceptance level4 tree-quick tree near-ties bf16"
 TIMED="memory study kernel-numba kernel-numpy kernel-float32 kernel-q4_1 auto-honest auto-corrupted specbench examples rules"
 STAGES=("$@")
 [ ${#STAGES[@]} -gt 0 ] || read -r -a STAGES <<< "$NOT_TIMED $TIMED install"
@@ -76,6 +77,8 @@ for s in "${STAGES[@]}"; do
             --kernel numba --json "$OUT/level4_eagle_tree.json";;
     near-ties) run "$s" near_ties.json no python -m minispec.harness.near_ties --find --json "$OUT/near_ties.json" \
                  --windows 500 --cases 4;;
+    bf16) [ -f "${F32:-}/eagle.safetensors" ] || { say "error: F32=DIR must name the head in float32, as trained"; exit 2; }
+          run "$s" bf16.json no python scripts/eagle_bf16.py "$F32" "$OUT/bf16.json";;
     memory) run "$s" bench_eagle_shipped.json yes minispec bench eagle --eagle "$HEAD_DIR" --sizes 6144 --prompts-per-set 6 \
               --json "$OUT/bench_eagle_shipped.json";;
     study) run "$s" study yes study study --prompts-per-set 6 --ks 1,2,3,4,6 --slow-ks 1;;
@@ -94,7 +97,7 @@ for s in "${STAGES[@]}"; do
     rules) run "$s" rules.json yes minispec bench rules --prompts 2 --seeds 2 --tokens 32 --json "$OUT/rules.json";;
     install)
       missing=""
-      for f in scaling_shipped.json level4_eagle.json level4_eagle_tree_quick.json level4_eagle_tree.json near_ties.json \
+      for f in scaling_shipped.json level4_eagle.json level4_eagle_tree_quick.json level4_eagle_tree.json near_ties.json bf16.json \
                bench_eagle_shipped.json study kernel-numba kernel-numpy kernel-float32 kernel-q4_1 auto-honest.json \
                auto-corrupted.json first_look.json times.json rules.json; do
         [ -e "$OUT/$f" ] || missing="$missing $f"
@@ -103,6 +106,7 @@ for s in "${STAGES[@]}"; do
       cp "$OUT/scaling_shipped.json" docs/eagle/scaling_shipped.json
       cp "$OUT/level4_eagle.json" "$OUT/level4_eagle_tree_quick.json" "$OUT/level4_eagle_tree.json" docs/
       cp "$OUT/near_ties.json" docs/kernel/near_ties.json
+      cp "$OUT/bf16.json" docs/eagle/bf16.json
       cp "$OUT/bench_eagle_shipped.json" docs/eagle/bench_eagle_shipped.json
       cp "$OUT"/study/study.json "$OUT"/study/report.md "$OUT"/study/*.png docs/study/
       cp "$OUT/kernel-numba/study.json" docs/kernel/study_numba.json
