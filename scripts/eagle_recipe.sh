@@ -32,7 +32,7 @@ CACHE="${MINISPEC_CACHE:-$HOME/.cache/minispec}"
 OUT="${1:-$CACHE/eagle-recipe-lower}"
 INIT_COMMIT=00935b1
 INIT="$CACHE/eagle-init-$INIT_COMMIT"
-TOKENS=TOKENS_TO_FILL  # the first TOKENS training tokens of the three folders, in this order
+TOKENS=1300000  # the first TOKENS training tokens of the three folders, in this order
 mkdir -p "$OUT"
 stage() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
 built() {  # built FOLDER MANIFEST: "tokens shards" of the folder's manifest, or of the committed one
