@@ -8,6 +8,7 @@ sum min(p, q) and greedy agreement with the target.
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -20,14 +21,17 @@ from minispec.model import load_model, load_tokenizer
 from minispec.recipes.fetch import resolve_model
 from minispec.sampling import Warp, warp
 
+SHIPPED = "weights/eagle-smollm2-135m"
+
 
 def main(f32_dir: str, out: str) -> None:
     d = resolve_model(None)
     target, tok = load_model(d), load_tokenizer(d)
-    heads = {"BF16": load_eagle("weights/eagle-smollm2-135m", target), "F32": load_eagle(f32_dir, target)}
-    if heads["BF16"].lower_layers != heads["F32"].lower_layers:
-        sys.exit(f"error: {f32_dir} reads layers {heads['F32'].lower_layers}, the shipped head "
-                 f"{heads['BF16'].lower_layers}: not the same head")
+    heads = {"BF16": load_eagle(SHIPPED, target), "F32": load_eagle(f32_dir, target)}
+    if heads["BF16"].lower_layers != heads["F32"].lower_layers or \
+            (Path(f32_dir) / "frequent_tokens.json").read_bytes() != Path(SHIPPED, "frequent_tokens.json").read_bytes():
+        sys.exit(f"error: {f32_dir} is not the shipped head in float32 (its lower layers {heads['F32'].lower_layers} "
+                 f"or its frequent tokens differ)")
     tv, acc, greedy = [], {k: [] for k in heads}, {k: [] for k in heads}
     for name in ("code", "chat"):
         for prompt in load_prompts(name, tok, 6):

@@ -9,11 +9,13 @@
 # 1. data      python -m minispec.recipes.eagle_data, three folders in $MINISPEC_CACHE: the committed generated
 #              windows (weights/eagle-data/) get their features again, one teacher-forced pass per batch, and the
 #              standard-library text shards of eagle-data-v2 are cut again from this Python's own files. A folder
-#              already there must hold what its committed manifest (docs/eagle/data_manifest*.json) says, no more
+#              already there must hold what its committed manifest (docs/eagle/data_manifest*.json) says, no more,
+#              unless this recipe built it (its file recipe-built)
 #                eagle-data-asked        chat requests the target wrote itself, and its answers (--asked 0.9)
 #                eagle-data-code-asked   function heads the target wrote itself, and its continuations (--asked-code 0.9)
 #                eagle-data-v2           code, chat and standard-library text from prompts built here
-# 2. init      the head it starts from, head-s10 (weights/eagle-smollm2-135m-ttt at commit 00935b1: git show), into
+# 2. init      the head it starts from, head-s10 (weights/eagle-smollm2-135m-ttt at commit 00935b1: git show, so a
+#              clone with its history, not a shallow one), into
 #              $MINISPEC_CACHE/eagle-init-00935b1
 # 3. train     python -m minispec.recipes.train_eagle_ttt --lower-layers (EAGLE-3's lower layers, w_lower starting at
 #              zero), one epoch over the first TOKENS of the three folders, checkpointed every 20 steps
@@ -41,17 +43,19 @@ built() {  # built FOLDER MANIFEST: "tokens shards" of the folder's manifest, or
 data() {  # data FOLDER MANIFEST EAGLE_DATA_ARGS...: the folder built from the committed windows, or checked
   local folder=$1 manifest=docs/eagle/$2 want have; shift 2
   want=$(built "$manifest")
-  if [ -f "$folder/manifest.json" ] && [ "$(built "$folder/manifest.json")" = "$want" ]; then
-    stage "$folder holds the committed $want (tokens shards)"; return
-  fi
+  if [ -f "$folder/recipe-built" ]; then stage "$folder: built by this recipe"; return; fi
   if [ -f "$folder/manifest.json" ]; then
     have=$(built "$folder/manifest.json")
+    if [ "$have" = "$want" ]; then stage "$folder holds the committed $want (tokens shards)"; return; fi
     if [ "${have%% *}" -ge "${want%% *}" ]; then
       echo "error: $folder holds $have (tokens shards), the committed windows $want: another build; move it away" >&2
       exit 1
     fi
   fi
   python -m minispec.recipes.eagle_data --out "$folder" --tokens "${want%% *}" --threads 2 "$@"
+  have=$(built "$folder/manifest.json")  # the text shards come from this Python's own files: their count may differ
+  [ "$have" = "$want" ] || stage "note: $folder holds $have (tokens shards), the committed build $want"
+  touch "$folder/recipe-built"
 }
 
 stage "1. data: the committed windows and their features"
