@@ -66,7 +66,8 @@ run() {  # run STAGE OUTPUT TIMED COMMAND...: skipped when OUTPUT is there; a fa
   local before start; before=$(load1); start=$(date +%s)
   say "$stage: $* (load $before)"
   "$@" > "$OUT/$stage.out" 2> "$OUT/$stage.log" || rc=$?  # what it prints; its progress and notes
-  if [ "$rc" -eq 1 ] && [ "$1" = minispec ] && [ "$2" = check ] && [ -e "$OUT/$output" ]; then
+  if [ "$rc" -eq 1 ] && [ "$1" = minispec ] && [ "$2" = check ] && [ -e "$OUT/$output" ] && \
+     python -c 'import json, sys; sys.exit(all(json.load(open(sys.argv[1]))["passed"].values()))' "$OUT/$output"; then
     say "$stage: a verdict failed (see $OUT/$stage.out); its figures are kept"
   elif [ "$rc" -ne 0 ]; then
     say "error: $stage failed (exit $rc), see $OUT/$stage.log"; rm -rf "${OUT:?}/$output"; exit 1
@@ -75,7 +76,8 @@ run() {  # run STAGE OUTPUT TIMED COMMAND...: skipped when OUTPUT is there; a fa
   echo "$stage $(date -u '+%Y-%m-%d %H:%M UTC') $(( $(date +%s) - start )) s, load $before before, $(load1) after" >> "$OUT/stages.txt"
 }
 study() {  # study OUTPUT_DIR BENCH_ARGS...: the study writes a folder
-  local dir=$1; shift; minispec bench --out "$OUT/$dir.tmp" "$@" && mv "$OUT/$dir.tmp" "$OUT/$dir"
+  local dir=$1; shift; rm -rf "${OUT:?}/$dir.tmp"  # a failed run's leftovers
+  minispec bench --out "$OUT/$dir.tmp" "$@" && mv "$OUT/$dir.tmp" "$OUT/$dir"
 }
 near_ties() {  # every drafter's identity on the committed cases (which depend on the target, not the head)
   cp docs/kernel/near_ties.json "$OUT/near_ties.tmp.json"
@@ -136,7 +138,8 @@ for s in "${STAGES[@]}"; do
       fi
       for pair in "${INSTALL[@]}"; do
         read -r src dest <<< "$pair"; [ -e "$OUT/$src" ] || continue
-        if [ -d "$OUT/$src" ]; then cp "$OUT/$src"/study.json "$OUT/$src"/report.md "$OUT/$src"/*.png "$dest"/
+        if [ -d "$OUT/$src" ]; then cp "$OUT/$src"/study.json "$OUT/$src"/report.md "$dest"/
+          cp "$OUT/$src"/*.png "$dest"/ 2> /dev/null || say "note: $OUT/$src has no figures (.png)"
         else cp "$OUT/$src" "$dest"; fi
       done
       if [ -e "$OUT/level4_eagle_tree.json" ]; then cp "$OUT/level4_eagle_tree.json" docs/
@@ -145,7 +148,7 @@ for s in "${STAGES[@]}"; do
         say "no 48-run tree check of this head: docs/level4_eagle_tree.json, another head's, removed"
       fi
       python -m minispec.harness.docs_tables
-      if grep -rln "⟨" README.md docs weights --include=*.md; then  # a figure the docs wait for, by hand
+      if grep -rln "⟨" README.md docs weights --include='*.md'; then  # a figure the docs wait for, by hand
         say "installed, but the files above still hold a ⟨placeholder⟩ to fill from $OUT"
       fi
       [ -z "$missing" ] || say "PARTIAL=1: these still hold the first head's figures (say so in docs/eagle.md):$missing"

@@ -144,8 +144,8 @@ def eagle_speed(root: Path) -> str:
              "median of per-prompt ratios to plain decoding timed before and after it in the same run, with the "
              "interquartile range over the prompts in brackets. The head costs "
              f"{ms[EAGLE]:.2f} ms per guess against a {step:.2f} ms target step: **c = {c:.3f}** (the shipped draft "
-             f"model: {ms[DRAFT]:.2f} ms, c = {s['c'][DRAFT]:.3f}). Verification costs r(2) = {r_of(s, 2):.2f}, "
-             f"r(3) = {r_of(s, 3):.2f}, r(5) = {r_of(s, 5):.2f}.", "",
+             f"model: {ms[DRAFT]:.2f} ms, c = {s['c'][DRAFT]:.3f}). Verifying n tokens in one pass costs r(n) target "
+             f"steps: r(2) = {r_of(s, 2):.2f}, r(3) = {r_of(s, 3):.2f}, r(5) = {r_of(s, 5):.2f}.", "",
              "Acceptance (the share of rounds with at least j guesses kept, greedy, K = 4, all sets): "
              + ", ".join(f"{v:.2f}" for v in four["per_position"]) + f"; first guess a = {four['a_first']:.2f}, a "
              f"later guess given the one before b = {four['a_next']:.2f}. At K = 1 the first guess is kept "
