@@ -31,7 +31,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${MINISPEC_CACHE:-$HOME/.cache/minispec}"
+[ $# -le 1 ] || { echo "error: one argument at most, the output folder OUT (got $#: $*)" >&2; exit 2; }
 OUT="${1:-$CACHE/eagle-recipe-lower}"
+[ ! -e "$OUT" ] || [ -d "$OUT" ] || { echo "error: OUT must be a folder, and $OUT is a file" >&2; exit 2; }
 INIT_COMMIT=00935b1
 INIT="$CACHE/eagle-init-$INIT_COMMIT"
 TOKENS=1300000  # the first TOKENS training tokens of the three folders, in this order
