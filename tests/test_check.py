@@ -93,8 +93,8 @@ def test_level4_reduced_with_the_eagle_heads_dynamic_tree(setup, plain):
     """``minispec check --tree`` with the shipped EAGLE head: EAGLE-2's dynamic tree at T = 1 is not told apart from
     plain sampling at 48 paired runs, and its twin (the residual bug in the tree's walk, equivalence.broken_accept_tree)
     is: at 24 runs it was caught at combined p = 0.001 (docs/level4_eagle_tree_quick.json). The twin before it, each
-    node's q renormalised over the kept children, was not caught at 48 runs (combined p = 0.78,
-    docs/level4_eagle_tree.json): a bias below this size's power, which level 3 sees exactly."""
+    node's q renormalised over the kept children, was not caught at 48 runs with the first head (combined p = 0.78,
+    docs/level4_eagle_tree.json at commit 4760377): a bias below this size's power, which level 3 sees exactly."""
     from minispec.drafters.dynamic_tree import DynamicTree
     from minispec.harness.check import TREE_TWIN
 

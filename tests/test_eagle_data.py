@@ -3,6 +3,7 @@ for a rebuild, refused under other settings; the kinds' cycle; and, with torch a
 whole builder and the features a generation computes."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -302,15 +303,19 @@ def test_a_shard_keeps_the_generations_features_through_a_dropped_window_and_the
     assert np.array_equal(top[starts[1]:starts[2]], eagle_data.features(model, [window2])["top"])  # its own pass
 
 
-@pytest.mark.parametrize("tokens", ["abc", "0", "-5", "1e6"])
-def test_the_recipe_script_refuses_a_bad_token_count_before_anything_runs(tokens, tmp_path):
-    """scripts/eagle_recipe.sh, the whole recipe in one resumable command, checks its arguments first."""
+def test_the_recipe_script_refuses_bad_arguments_before_anything_runs(tmp_path):
+    """scripts/eagle_recipe.sh, the whole recipe in one resumable command, checks its arguments first: one at most,
+    a folder (it would otherwise start hours of work)."""
     import subprocess
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "eagle_recipe.sh"
-    got = subprocess.run(["bash", str(script), tokens, str(tmp_path / "out")], capture_output=True, text=True)
-    assert got.returncode == 2 and "TOKENS must be" in got.stderr and not (tmp_path / "out").exists()
+    env = dict(os.environ, MINISPEC_CACHE=str(tmp_path / "cache"))
+    got = subprocess.run(["bash", str(script), str(tmp_path / "out"), "1300000"], capture_output=True, text=True, env=env)
+    assert got.returncode == 2 and "one argument at most" in got.stderr and not (tmp_path / "out").exists()
+    (tmp_path / "file").write_text("")
+    got = subprocess.run(["bash", str(script), str(tmp_path / "file")], capture_output=True, text=True, env=env)
+    assert got.returncode == 2 and "must be a folder" in got.stderr and not (tmp_path / "cache").exists()
 
 
 def test_the_windows_file_reads_back_in_both_formats_and_refuses_a_damaged_one(tmp_path):

@@ -271,7 +271,7 @@ def test_lower_layers_train_a_head_the_drafter_loads_and_need_the_folders_layers
     assert json.loads((tmp_path / "head" / "config.json").read_text())["lower_layers"] == [0, 1]
     assert read_safetensors(tmp_path / "head" / "eagle.safetensors")["w_lower"].shape == (2 * 32, 32)
     assert load_eagle(tmp_path / "head", target).lower_layers == (0, 1)
-    assert "corrected by the outputs of its layers 0 and 1" in (tmp_path / "head" / "README.md").read_text()
+    assert "corrected by the outputs l, m of its layers 0 and 1" in (tmp_path / "head" / "README.md").read_text()
     again = common[:-4] + ["--out", str(tmp_path / "again"), "--run-dir", str(tmp_path / "run2")]
     assert train_eagle_ttt.main([a for a in again if a != "--lower-layers"] + ["--init", str(tmp_path / "head")]) == 2
 

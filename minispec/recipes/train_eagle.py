@@ -1,6 +1,6 @@
 """Train an EAGLE feature head for SmolLM2-135M-Instruct on data made on this machine (see eagle.py).
 
-    python -m minispec.recipes.train_eagle --out weights/eagle-smollm2-135m --epochs 3 --threads 1
+    python -m minispec.recipes.train_eagle --out ~/.cache/minispec/first-head --epochs 3 --threads 1   # the first head's recipe
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 
