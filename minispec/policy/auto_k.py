@@ -30,18 +30,18 @@ from it (drafters.DraftModel.propose says why a rule that looks at the drawn tok
 lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's planned rate
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
-Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose
-output does not depend on K) refines t_verify(1) from its plain rounds (the same low quantile), and with it the whole
-curve: t_verify(n) = t_verify(1) r(n), r(n) as calibrated (``rescaled``). The calibration times passes after 64 cached
-tokens, and a run's passes read a longer context, so every pass is slower than calibrated, not only the plain one;
-refining t_verify(1) alone would make verification look cheaper than it is, r(n) shrinking by the ratio. It also keeps ``slowdown``: how much
-slower its drafting rounds ran than the calibrated cost model predicted for them (the 0.25 quantile of measured /
-predicted seconds over its last 16 drafting rounds: load only ever slows a round, so a burst does not move it, and a
-lasting slowdown does). It covers what no calibration sees: re-reading the text in a
-draft's own tokens, catching up on features, a machine that got busy. Every drafting K's expected time
-is multiplied by it, so when drafting rounds run slower than predicted, plain rounds win and the run
-falls back to them: "never slower" kept at run time, not only at calibration. A seeded run at T > 0
-keeps its calibrated costs instead, so that its choices, and with them its random draws, repeat.
+Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose output does
+not depend on K) refines t_verify(1) from its plain rounds (the same low quantile), and with it the whole curve:
+t_verify(n) = t_verify(1) r(n), r(n) as calibrated (``rescaled``). The calibration times passes after 64 cached
+tokens and a run's passes read a longer context, so every pass is slower than calibrated, not only the plain one:
+refining t_verify(1) alone would make verification look cheaper than it is. It also keeps ``slowdown``: how much
+slower its drafting rounds ran than the cost model predicted for them (the 0.25 quantile of measured / predicted
+seconds over its last 16 drafting rounds: load only ever slows a round, so a burst does not move it, and a lasting
+slowdown does). It covers what no calibration sees: re-reading the text in a draft's own tokens, catching up on
+features, a machine that got busy. Every drafting K's expected time is multiplied by it, so when drafting rounds run
+slower than predicted, plain rounds win and the run falls back to them: "never slower" kept at run time, not only at
+calibration. A seeded run at T > 0 keeps its calibrated costs instead, so that its choices, and with them its random
+draws, repeat.
 
 The policy only chooses how many guesses to draft: every token still comes from the same rejection
 rule, so the output distribution is unchanged. Measurements: docs/policy.md.
