@@ -129,3 +129,18 @@ def test_peers_are_skipped_with_their_reason_and_a_gguf_needs_llama_cpp(tmp_path
     assert code == 2 and "--gguf" in err and "llama.cpp is not among the peers that run" in err, err
     code, _, err = run_cli(["bench", "specbench", str(questions), "--peers", "transformers,lamma"])
     assert code == 2 and "--peers transformers,lamma: give distinct names" in err, err
+
+
+def test_each_engines_fastest_method_per_task_and_whether_minispec_is_at_least_as_fast():
+    """The committed run's last table (the issue's first goal): per task, each engine's fastest mode in tokens/s."""
+    def tasks(**rates):
+        return {t: dict(speedup=1.0, tau=None, tokens_per_s=r, questions=1, iqr=[1.0, 1.0]) for t, r in rates.items()}
+
+    res = {"summary": {"plain": {"tasks": tasks(qa=10.0, rag=10.0)},
+                       "methods": {"prompt-lookup": {"tasks": tasks(qa=12.0, rag=25.0)}},
+                       "peers": {"llama.cpp plain": {"tasks": tasks(qa=20.0, rag=18.0)},
+                                 "llama.cpp prompt-lookup": {"tasks": tasks(qa=15.0, rag=24.0)}}}}
+    rows = specbench_figures.fastest(res).splitlines()
+    assert rows[0] == "| task | minispec: fastest | llama.cpp: fastest | minispec at least as fast |"
+    assert rows[2] == "| QA | prompt-lookup 12.0 tokens/s | plain 20.0 tokens/s | no |"
+    assert rows[3] == "| RAG | prompt-lookup 25.0 tokens/s | prompt-lookup 24.0 tokens/s | yes |"

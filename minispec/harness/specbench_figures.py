@@ -14,7 +14,7 @@ from pathlib import Path
 from .doc_figures import load, run_line
 from .study import small_png
 
-FIRST_LOOK, PUBLISHED = "docs/specbench/first_look.json", "docs/specbench/published.json"
+FIRST_LOOK, RUN, PUBLISHED = "docs/specbench/first_look.json", "docs/specbench/run.json", "docs/specbench/published.json"
 NAMES = dict(mt_bench="MT-bench", translation="translation", summarization="summarization", qa="QA",
              math_reasoning="math", rag="RAG", overall="overall")
 
@@ -46,8 +46,53 @@ def leaderboard(res: dict) -> str:
         f"brackets (for a peer's mode, its speedup over its own plain mode).*")
 
 
+def spreads(res: dict) -> str:
+    """Each minispec method's speedup per task with its interquartile range over the task's questions, and plain
+    decoding's tokens/s with its own."""
+    s = res["summary"]
+    tasks = list(s["plain"]["tasks"])
+    lines = ["| method | " + " | ".join(NAMES.get(t, t) for t in tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    for m, v in s["methods"].items():
+        lines.append(f"| {m} | " + " | ".join(
+            f"{v['tasks'][t]['speedup']:.2f}x ({v['tasks'][t]['iqr'][0]:.2f}-{v['tasks'][t]['iqr'][1]:.2f})" for t in tasks) + " |")
+    return "\n".join(lines)
+
+
+def engine(method: str) -> str:
+    """The engine a row of the summary belongs to: a peer's modes are named "<engine> <mode>"."""
+    return method.split(" ")[0]
+
+
+def fastest(res: dict) -> str:
+    """Per task, each engine's fastest method in tokens/s (minispec: plain decoding or any of its methods; a peer: any
+    of its modes), and whether minispec's is at least as fast as every peer's (docs/specbench.md's first goal)."""
+    s = res["summary"]
+    tasks = list(s["plain"]["tasks"])
+    engines: dict[str, dict] = {"minispec": {"plain": s["plain"]["tasks"], **{m: v["tasks"] for m, v in s["methods"].items()}}}
+    for m, v in s["peers"].items():
+        engines.setdefault(engine(m), {})[m.split(" ", 1)[1] if " " in m else m] = v["tasks"]
+    names = list(engines)
+    lines = ["| task | " + " | ".join(f"{e}: fastest" for e in names) + " | minispec at least as fast |",
+             "|---" * (len(names) + 2) + "|"]
+    for t in tasks:
+        best = {e: max(((c[t]["tokens_per_s"], m) for m, c in modes.items() if t in c), default=(None, None))
+                for e, modes in engines.items()}
+        mine, peers = best["minispec"][0], [b[0] for e, b in best.items() if e != "minispec" and b[0] is not None]
+        cells = [f"{b[1]} {b[0]:.1f} tokens/s" if b[0] is not None else "-" for b in best.values()]
+        verdict = "-" if mine is None or not peers else "yes" if mine >= max(peers) else "no"
+        lines.append(f"| {NAMES.get(t, t)} | " + " | ".join(cells) + f" | {verdict} |")
+    return "\n".join(lines)
+
+
 def first_look(root: Path) -> str:
     return leaderboard(load(root, FIRST_LOOK))
+
+
+def committed_run(root: Path) -> str:
+    """The committed run: the leaderboard, each method's spread over questions, and each engine's fastest."""
+    res = load(root, RUN)
+    return "\n\n".join([leaderboard(res), "Speedup per question, median and interquartile range:", spreads(res),
+                        "Each engine's fastest method per task, in tokens/s:", fastest(res)])
 
 
 def published(root: Path) -> str:
@@ -60,7 +105,7 @@ def published(root: Path) -> str:
     return "\n".join(lines) + f"\n\n*{d['setting']}; {d['source']}.*"
 
 
-SECTIONS = {"specbench_first_look": first_look, "specbench_published": published}
+SECTIONS = {"specbench_first_look": first_look, "specbench_run": committed_run, "specbench_published": published}
 
 
 def plot(res: dict, png: Path) -> Path | None:
