@@ -132,7 +132,7 @@ def test_peers_are_skipped_with_their_reason_and_a_gguf_needs_llama_cpp(tmp_path
 
 
 def test_each_engines_fastest_method_per_task_and_whether_minispec_is_at_least_as_fast():
-    """The committed run's last table (the issue's first goal): per task, each engine's fastest mode in tokens/s."""
+    """The committed run's last table (issue 48's first goal): per task, each engine's fastest mode in tokens/s."""
     def tasks(**rates):
         return {t: dict(speedup=1.0, tau=None, tokens_per_s=r, questions=1, iqr=[1.0, 1.0]) for t, r in rates.items()}
 
