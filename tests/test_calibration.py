@@ -242,21 +242,6 @@ def test_a_run_that_learns_a_slower_plain_step_rescales_every_pass_and_stays_pla
         assert {n: t / pol.verify_time[1] for n, t in pol.verify_time.items()} == pytest.approx({n: 1 + 0.7 * (n - 1) for n in verify})
 
 
-def test_drafting_rounds_timed_before_the_curve_was_rescaled_are_predicted_again_with_it():
-    """Three K = 1 rounds ran 1.5x their prediction because the context made every pass slower; then the plain steps
-    say so too (1.5x t(1)) and the curve is rescaled. The rounds, predicted again with the new curve, ran about as
-    predicted: the context's slowness is not counted twice (in the curve and in ``slowdown``)."""
-    verify = {n: 0.010 * (1 + 0.2 * (n - 1)) for n in range(1, 10)}
-    pol = AutoK(verify, 0.001)
-    for _ in range(3):
-        pol.next_k()
-        pol.observe(1, 1, 0.0015, 1.5 * verify[2])  # the guess and the pass each 1.5x their prediction
-    assert pol.slowdown == pytest.approx(1.5)
-    for _ in range(3):
-        pol.observe(0, 0, 0.0, 0.015)
-    assert pol.slowdown == pytest.approx(1.5 * (0.001 + 0.012) / (0.001 + 0.018))  # 1.03
-
-
 def test_the_tree_policies_rescale_the_passes_they_have_not_learned_by_their_plain_steps():
     """TreePolicy learns t(n) from its own passes, once it has 3; a plain step (n = 1) slower than calibrated also
     rescales every t(n) not learned so (their r(n) kept), one with fewer than 3 passes too, and leaves the learned

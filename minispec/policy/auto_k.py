@@ -37,8 +37,8 @@ times passes after a short context (costs.verify_calibration), and a run's passe
 of them run slower than calibrated, not only the plain one; the scale follows them up or down. It is an
 approximation: attention is paid per row, so r(n) itself grows a little with the context. A learning run also keeps
 ``slowdown``: how much slower its drafting rounds ran than the cost model predicts for them (the same low quantile
-of measured / predicted seconds over its last RECENT drafting rounds, each predicted with the curve as it is now:
-load only ever slows a round, so a burst does not move it, and a lasting slowdown does). It covers what no
+of measured / predicted seconds over its last RECENT drafting rounds: load only ever slows a round, so a burst
+does not move it, and a lasting slowdown does). It covers what no
 calibration sees: re-reading the text in a draft's own tokens, catching up on features, a machine that got busy.
 Every drafting K's expected time is multiplied by it, so when drafting rounds run slower than predicted, plain
 rounds win and the run falls back to them: "never slower" kept at run time, not only at calibration. A seeded run
@@ -144,8 +144,7 @@ class AutoK:
         self.probes = 0  # plain rounds that probed
         self.planned = 1.0 / self.verify_time[1]  # tokens per second this round expects (``rate`` of its K, >= plain)
         self.slowdown = 1.0  # measured / predicted seconds of this run's drafting rounds (learning only)
-        self.drafting: list[tuple[int, float, float]] = []  # of the last RECENT: (K, predicted seconds besides the
-        # target pass, measured seconds), so that each is predicted again with the curve as it is now (``relearn``)
+        self.slowdowns: list[float] = []  # the last RECENT of them
         self.plain_steps: list[float] = []  # seconds of the last RECENT plain steps (learning only)
         self.margin = margin
         self.timed: list[tuple[int, float, float]] = []  # (K, predicted, measured seconds) of every timed round
@@ -212,12 +211,6 @@ class AutoK:
         self.probes += 1
         return True
 
-    def relearn(self) -> None:
-        """``slowdown``: the low quantile of the last drafting rounds' measured / predicted seconds, each predicted with
-        the curve t_verify(n) as it is now, so that a curve rescaled since (a slower plain step) is not counted twice."""
-        ratios = [measured / (besides + self.verify_time[k + 1]) for k, besides, measured in self.drafting]
-        self.slowdown = low_quantile(ratios, self.slowdown)
-
     def observe(self, drafted: int, accepted: int, t_draft: float, t_verify: float | None,
                 probed: tuple[float, bool] | None = None, nodes: int | None = None) -> None:
         """A round's outcome and timings (``t_verify`` None: that pass also carried the prompt); ``probed``:
@@ -229,14 +222,12 @@ class AutoK:
             if self.learn and probed is not None:  # a probe is paid what it really cost, not what was modelled
                 self.budget.saved -= max(0.0, t_draft - self.probe_cost(self.unseen))
             self.timed.append((drafted, predicted, t_draft + t_verify))  # (`minispec bench auto` shows them)
-            if self.learn and drafted:  # measured against what the cost model predicts for this round
-                besides = predicted - self.verify_time[drafted + 1]
-                self.drafting = (self.drafting + [(drafted, besides, t_draft + t_verify)])[-RECENT:]
+            if self.learn and drafted:  # measured against what the cost model predicted for this round
+                self.slowdowns = (self.slowdowns + [(t_draft + t_verify) / predicted])[-RECENT:]
+                self.slowdown = low_quantile(self.slowdowns, self.slowdown)
             elif self.learn:  # a plain step: the rate every K is compared with, and the scale of every t_verify(n)
                 self.plain_steps = (self.plain_steps + [t_verify])[-RECENT:]
                 self.verify_time = rescaled(self.calibrated, low_quantile(self.plain_steps, self.verify_time[1]))
-            if self.learn:
-                self.relearn()
         if drafted:
             self.estimate.update(drafted, accepted)
             return
