@@ -9,10 +9,9 @@ import pytest
 
 from minispec import load_model, speculative_generate
 from minispec.drafters import DraftModel
-from minispec.drafters.dynamic_tree import DynamicTree
 from minispec.harness.calibration_store import MAX_AGE_DAYS, DiskStore
 from minispec.model.tiny import write_random_model
-from minispec.policy import AutoDynamicTree, AutoK, TreePolicy, auto_k, calibration, costs, timing
+from minispec.policy import AutoK, auto_k, calibration, costs, timing
 
 
 class ScriptedClock:
@@ -223,43 +222,6 @@ def test_a_run_that_learns_falls_back_to_plain_rounds_when_drafting_is_slower_th
             pol.observe(k, k, 2 * k * 0.001, 2 * verify[k + 1])  # every guess accepted, and twice as slow
         assert (pol.next_k() == 0) is learn, (learn, pol.slowdown)
         assert pol.slowdown == (pytest.approx(2.0, rel=0.15) if learn else 1.0)
-
-
-def test_a_run_that_learns_a_slower_plain_step_rescales_every_pass_and_stays_plain_where_drafting_cannot_pay():
-    """A run's passes read a longer context than the calibration's, so each is slower than calibrated: here its plain
-    steps take 1.5x the calibrated t(1). Learning t(1) alone would make r(2) look 1.13 where it is 1.7, and K >= 1
-    pay on that; the whole curve is rescaled, r(n) kept as calibrated, and the run stays plain. The control: the same
-    policy without learning never looks at the steps."""
-    verify = {n: 0.010 * (1 + 0.7 * (n - 1)) for n in range(1, 10)}  # r(2) = 1.7, r(9) = 6.6
-    for learn in (True, False):
-        pol = AutoK(verify, 0.0005, learn=learn)
-        pol.acc[0].counts[0] = (5.0, 5.0)  # first guesses accepted half the time
-        assert pol.next_k() == 0
-        for _ in range(6):
-            pol.observe(0, 0, 0.0, 0.015)
-            assert pol.next_k() == 0
-        assert pol.verify_time[1] == pytest.approx(0.015 if learn else 0.010)
-        assert {n: t / pol.verify_time[1] for n, t in pol.verify_time.items()} == pytest.approx({n: 1 + 0.7 * (n - 1) for n in verify})
-
-
-def test_the_tree_policies_rescale_the_passes_they_have_not_learned_by_their_plain_steps():
-    """TreePolicy learns t(n) from its own passes, once it has 3; a plain step (n = 1) slower than calibrated also
-    rescales every t(n) not learned so (their r(n) kept), one with fewer than 3 passes too, and leaves the learned
-    ones as learned. AutoDynamicTree (EAGLE-2's tree, grown each round) learns its passes the same way."""
-    verify = {n: 0.010 * (1 + 0.2 * (n - 1)) for n in range(1, 18)}
-    pol = TreePolicy(verify, {w: 0.0005 * w for w in range(1, 5)})
-    for _ in range(3):
-        pol.observe(1, 0, 0.001, 0.050, nodes=2)  # passes over 3 tokens, timed: 50 ms
-    pol.observe(1, 0, 0.001, 0.090, nodes=4)  # one pass over 5 tokens: not learned yet
-    for _ in range(3):
-        pol.observe(0, 0, 0.0, 0.020)  # plain steps of 20 ms: twice the calibrated t(1)
-    assert pol.verify_time[1] == pytest.approx(0.020) and pol.verify_time[3] == pytest.approx(0.050)
-    assert all(pol.verify_time[n] == pytest.approx(2 * verify[n]) for n in verify if n not in (1, 3))
-    assert verify[1] == 0.010  # the caller's figures are left as they were
-    tree = AutoDynamicTree(DynamicTree(), verify, 0.001)
-    for _ in range(3):
-        tree.observe(0, 0, 0.0, 0.020)
-    assert all(tree.verify_time[n] == pytest.approx(2 * verify[n]) for n in verify)
 
 
 def test_a_seeded_run_says_which_calibration_it_used(machine):

@@ -30,19 +30,15 @@ from it (drafters.DraftModel.propose says why a rule that looks at the drawn tok
 lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the round's planned rate
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
-Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose output does
-not depend on K) learns t_verify(1) from its plain rounds (the 0.25 quantile, QUANTILE, of its last RECENT = 16) and
-scales the whole curve with it: t_verify(n) = t_verify(1) r(n), r(n) as calibrated (``rescaled``). The calibration
-times passes after a short context (costs.verify_calibration), and a run's passes usually read a longer one, so all
-of them run slower than calibrated, not only the plain one; the scale follows them up or down. It is an
-approximation: attention is paid per row, so r(n) itself grows a little with the context. A learning run also keeps
-``slowdown``: how much slower its drafting rounds ran than the cost model predicts for them (the same low quantile
-of measured / predicted seconds over its last RECENT drafting rounds: load only ever slows a round, so a burst
-does not move it, and a lasting slowdown does). It covers what no
-calibration sees: re-reading the text in a draft's own tokens, catching up on features, a machine that got busy.
-Every drafting K's expected time is multiplied by it, so when drafting rounds run slower than predicted, plain
-rounds win and the run falls back to them: "never slower" kept at run time, not only at calibration. A seeded run
-at T > 0 keeps its calibrated costs instead, so that its choices, and with them its random draws, repeat.
+Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose
+output does not depend on K) refines t_verify(1) from its plain rounds (the same low quantile), and keeps ``slowdown``: how much
+slower its drafting rounds ran than the calibrated cost model predicted for them (the 0.25 quantile of measured /
+predicted seconds over its last 16 drafting rounds: load only ever slows a round, so a burst does not move it, and a
+lasting slowdown does). It covers what no calibration sees: re-reading the text in a
+draft's own tokens, catching up on features, a machine that got busy. Every drafting K's expected time
+is multiplied by it, so when drafting rounds run slower than predicted, plain rounds win and the run
+falls back to them: "never slower" kept at run time, not only at calibration. A seeded run at T > 0
+keeps its calibrated costs instead, so that its choices, and with them its random draws, repeat.
 
 The policy only chooses how many guesses to draft: every token still comes from the same rejection
 rule, so the output distribution is unchanged. Measurements: docs/policy.md.
@@ -62,12 +58,6 @@ QUANTILE = 0.25  # of those rounds' figures: load only ever slows a round, so a 
 def low_quantile(figures: list[float], before: float) -> float:
     """The QUANTILE of the last rounds' figures, once there are 3; ``before`` until then."""
     return float(np.quantile(figures, QUANTILE)) if len(figures) >= 3 else before
-
-
-def rescaled(calibrated: dict[int, float], t1: float) -> dict[int, float]:
-    """The calibrated t_verify(n), every n scaled so that t_verify(1) = ``t1``: r(n) = t_verify(n) / t_verify(1) kept
-    as calibrated."""
-    return {n: t * t1 / calibrated[1] for n, t in calibrated.items()}
 
 
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
@@ -133,7 +123,6 @@ class AutoK:
                  acceptance: Acceptance | None = None, probe_share: float = 0.01, learn: bool = True,
                  margin: float = MARGIN):
         self.verify_time = dict(verify_time)
-        self.calibrated = dict(verify_time)  # t_verify(n) as given: its r(n) stays while t_verify(1) is learned
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
         self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
         self.context = 0
@@ -225,9 +214,9 @@ class AutoK:
             if self.learn and drafted:  # measured against what the cost model predicted for this round
                 self.slowdowns = (self.slowdowns + [(t_draft + t_verify) / predicted])[-RECENT:]
                 self.slowdown = low_quantile(self.slowdowns, self.slowdown)
-            elif self.learn:  # a plain step: the rate every K is compared with, and the scale of every t_verify(n)
+            elif self.learn:  # a plain step: the rate every K is compared with
                 self.plain_steps = (self.plain_steps + [t_verify])[-RECENT:]
-                self.verify_time = rescaled(self.calibrated, low_quantile(self.plain_steps, self.verify_time[1]))
+                self.verify_time[1] = low_quantile(self.plain_steps, self.verify_time[1])
         if drafted:
             self.estimate.update(drafted, accepted)
             return

@@ -20,19 +20,14 @@ import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, run_length
-from .auto_k import MARGIN, RECENT, ProbeBudget, best, low_quantile, probe_cost, rescaled
+from .auto_k import MARGIN, RECENT, ProbeBudget, best, low_quantile, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
-def learn_pass(passes: dict, verify_time: dict, calibrated: dict, n: int, seconds: float) -> None:
-    """A learning policy's t(n): a low quantile of its last RECENT passes over n tokens (``passes``: n -> seconds), once
-    there are 3. A plain pass (n = 1) also rescales every t(n) not learned so from its own passes, as AutoK rescales
-    its curve (auto_k.py, ``rescaled``: r(n) as ``calibrated``): a run's context slows every pass, not only the plain
-    one."""
+def learn_pass(passes: dict, verify_time: dict, n: int, seconds: float) -> None:
+    """A learning policy's t(n): a low quantile of its last RECENT passes over n tokens (``passes``: n -> seconds)."""
     seen = passes[n] = (passes.get(n, []) + [seconds])[-RECENT:]
     verify_time[n] = low_quantile(seen, verify_time[n])
-    if n == 1:
-        verify_time.update({m: t for m, t in rescaled(calibrated, verify_time[1]).items() if len(passes.get(m, ())) < 3})
 
 
 class TreePolicy:
@@ -43,8 +38,7 @@ class TreePolicy:
                  shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.01):
         """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` {w: one tree level of
         w nodes}, ``feed_time`` per token the drafter must catch up on."""
-        self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = dict(verify_time), level_time, max_nodes, auto, shape
-        self.calibrated = dict(verify_time)  # t(n) as given (learn_pass rescales the ones not learned by it)
+        self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
         self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
@@ -105,7 +99,7 @@ class TreePolicy:
                 probed: tuple[float, bool] | None = None, nodes: int = 0) -> None:
         """As AutoK.observe; ``nodes``: the tree's size (its pass verified nodes + 1 tokens)."""
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its recent passes
-            learn_pass(self.passes, self.verify_time, self.calibrated, nodes + 1, t_verify)
+            learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if depth:
             self.acc[self.context].update(depth, accepted)
         elif self.auto:
@@ -173,7 +167,6 @@ class AutoDynamicTree(DynamicTreePolicy):
     def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True):
         super().__init__(shape)
         self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
-        self.calibrated = dict(verify_time)  # t(n) as given (learn_pass rescales the ones not learned by it)
         self.max_room = min(shape.nodes, max(verify_time) - 1)
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
         self.wait, self.backoff, self.last_promise = 0, 1, None
@@ -216,7 +209,7 @@ class AutoDynamicTree(DynamicTreePolicy):
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
                 nodes: int = 0) -> None:
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its passes
-            learn_pass(self.passes, self.verify_time, self.calibrated, nodes + 1, t_verify)
+            learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if not (self.chose or (self.asked and nodes)):  # a plain round, or none grown (no room, no features yet)
             return
         if self.learn:
