@@ -48,7 +48,7 @@ from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
 from .progress import Progress
-from .specbench_figures import cell, plot
+from .specbench_figures import cell, engine_and_mode, plot
 from .specbench_peers import PEERS, llama_cpp_modes, peers_installed, transformers_modes, version
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -282,7 +282,7 @@ def summarise(rows: list[dict], methods: list[str], peers: list[str]) -> dict:
         out["methods"][m] = dict(tasks=cells(rows, lambda r, m=m: r["methods"][m], lambda r: r["plain"]),
                                  **identity(rows, "methods", m))
     for m in peers:
-        own = m.rsplit(" ", 1)[0] + " plain"  # "llama.cpp prompt-lookup" -> "llama.cpp plain"
+        own = engine_and_mode(m)[0] + " plain"  # "llama.cpp prompt-lookup" -> "llama.cpp plain"
         out["peers"][m] = dict(tasks=cells(rows, lambda r, m=m: r["peers"][m], lambda r: r["plain"]),
                                own=cells(rows, lambda r, m=m, own=own: r["peers"][m], lambda r, own=own: r["peers"][own])
                                if own in peers else None, **identity(rows, "peers", m))

@@ -19,6 +19,11 @@ NAMES = dict(mt_bench="MT-bench", translation="translation", summarization="summ
              math_reasoning="math", rag="RAG", overall="overall")
 
 
+def table_head(first: str, tasks) -> list[str]:
+    """A table's first two lines: ``first``, then a column per task (named as Spec-Bench's leaderboard names it)."""
+    return ["| " + " | ".join([first, *(NAMES.get(t, t) for t in tasks)]) + " |", "|---" * (len(tasks) + 1) + "|"]
+
+
 def cell(c: dict) -> str:
     return f"{c['speedup']:.2f}x" + (f" ({c['tau']:.2f})" if c.get("tau") else "")
 
@@ -28,9 +33,8 @@ def leaderboard(res: dict) -> str:
     minispec's plain decoding in the same run (a peer's over its own plain mode in brackets)."""
     s = res["summary"]
     tasks = list(s["plain"]["tasks"])
-    lines = ["| method | " + " | ".join(NAMES.get(t, t) for t in tasks) + " |", "|---" * (len(tasks) + 1) + "|",
-             "| plain decoding (tokens/s) | " + " | ".join(f"{c['tokens_per_s']:.1f}" for c in s["plain"]["tasks"].values())
-             + " |"]
+    rates = " | ".join(f"{c['tokens_per_s']:.1f}" for c in s["plain"]["tasks"].values())
+    lines = table_head("method", tasks) + [f"| plain decoding (tokens/s) | {rates} |"]
     for m, v in s["methods"].items():
         lines.append(f"| {m} | " + " | ".join(cell(v["tasks"][t]) for t in tasks) + " |")
     for m, v in s["peers"].items():
@@ -51,7 +55,7 @@ def spreads(res: dict) -> str:
     task) with the interquartile range of its per-question speedups."""
     s = res["summary"]
     tasks = list(s["plain"]["tasks"])
-    lines = ["| method | " + " | ".join(NAMES.get(t, t) for t in tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    lines = table_head("method", tasks)
     for m, v in s["methods"].items():
         lines.append(f"| {m} | " + " | ".join(
             f"{v['tasks'][t]['speedup']:.2f}x ({v['tasks'][t]['iqr'][0]:.2f}-{v['tasks'][t]['iqr'][1]:.2f})" for t in tasks) + " |")
@@ -104,7 +108,7 @@ def published(root: Path) -> str:
     """The published GPU figures, as their source gives them."""
     d = load(root, PUBLISHED)
     tasks = d["tasks"]
-    lines = ["| method | " + " | ".join(NAMES.get(t, t) for t in tasks) + " | tau |", "|---" * (len(tasks) + 2) + "|"]
+    lines = table_head("method", [*tasks, "tau"])
     for m, r in d["rows"].items():
         lines.append(f"| {m} | " + " | ".join(f"{r[t]:.2f}x" for t in tasks) + f" | {r['tau']:.2f} |")
     return "\n".join(lines) + f"\n\n*{d['setting']}; {d['source']}.*"
