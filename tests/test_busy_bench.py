@@ -38,3 +38,23 @@ def test_the_busy_processes_spin_and_end():
 
 def test_the_examples_list_names_what_each_shows():
     assert example_times.first_line(ROOT / "examples" / "00_tiny_loop.py").startswith("The whole loop")
+
+
+def test_a_step_child_gets_the_spin_asked_for_and_no_other(monkeypatch, tmp_path):
+    seen = []
+
+    class Done:
+        returncode, stdout, stderr = 0, "0.025\n", ""
+
+    monkeypatch.setattr(busy_bench.subprocess, "run", lambda cmd, env, **kw: seen.append(env) or Done())
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")  # the caller's setting must not leak into a row it does not name
+    assert busy_bench.step_seconds(tmp_path, "numba", 2, 5, spin=0) == 0.025
+    busy_bench.step_seconds(tmp_path, "numba", 2, 5)
+    assert seen[0]["GOMP_SPINCOUNT"] == "0" and "OMP_WAIT_POLICY" not in seen[0]
+    assert "GOMP_SPINCOUNT" not in seen[1] and "OMP_WAIT_POLICY" not in seen[1]  # the kernel's own, numba_kernel.SPIN
+
+
+def test_bad_spins_are_refused_before_anything_runs(capsys):
+    assert busy_bench.main(["--numba-spins", "10,x"]) == 2
+    assert "--numba-spins" in capsys.readouterr().err
+    assert busy_bench.main(["--numba-spins", "-5"]) == 2

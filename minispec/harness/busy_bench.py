@@ -11,7 +11,9 @@ a part whose load says otherwise is recorded as ``"quiet": false``, never called
 - ``steps``: the median seconds of one target step (SmolLM2-135M, one token after 64, ``--repeats`` steps) for each
   kernel and thread count (OpenBLAS's for numpy, numba's for numba), each in a child process of its own started with
   that count, quiet and busy. Their ratio, busy / quiet, is what a thread policy must keep near 2 (two spinners on two
-  cores leave a run about half of them), not 30.
+  cores leave a run about half of them), not 30. ``--numba-spins 0,1000,...`` adds numba rows on every core with
+  libgomp's ``GOMP_SPINCOUNT`` set to each figure (numba_kernel.SPIN: how long a waiting thread spins before it
+  sleeps), so that the kernel's choice is measured beside the others (300000 is libgomp's own default).
 - ``readme``: README's main command (read from README.md, so that it is the command a user copies), with a store of
   calibrations of its own: a first run (which measures the cost model once), then a second, quiet; then a second
   again beside the two busy processes. Wall-clock seconds of each, and the line it printed about the cost model.
@@ -97,9 +99,15 @@ def part(fn, busy: bool):
                 quiet=None if busy else (before is not None and before < QUIET_LOAD))
 
 
-def step_seconds(model_dir: Path, kernel: str, threads: int, repeats: int) -> float:
+def step_seconds(model_dir: Path, kernel: str, threads: int, repeats: int, spin: int | None = None) -> float:
+    """The median seconds of a target step in a child process on ``threads``; ``spin``: its GOMP_SPINCOUNT (None:
+    the kernel's own, numba_kernel.SPIN)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                NUMBA_NUM_THREADS=str(threads), MINISPEC_THREADS=str(threads))
+    env.pop("GOMP_SPINCOUNT", None)
+    env.pop("OMP_WAIT_POLICY", None)
+    if spin is not None:
+        env["GOMP_SPINCOUNT"] = str(spin)
     out = subprocess.run([sys.executable, "-c", STEP, str(model_dir), kernel, str(repeats)], env=env, capture_output=True,
                          text=True, timeout=600)
     if out.returncode:
@@ -136,7 +144,17 @@ def main(argv=None) -> int:
     ap.add_argument("--readme-only", action="store_true",
                     help="only README's command; the steps are kept from the --json file, with their provenance")
     ap.add_argument("--kernels", default="numpy,numba")
+    ap.add_argument("--numba-spins", default="", help="numba rows on every core with GOMP_SPINCOUNT set to each of "
+                    "these whole numbers too (comma-separated; default none: only the kernel's own, numba_kernel.SPIN)")
     a = ap.parse_args(argv)
+    try:
+        spins = [int(x) for x in a.numba_spins.split(",") if x.strip()]
+    except ValueError:
+        print(f"error: --numba-spins takes whole numbers separated by commas, got {a.numba_spins!r}", file=sys.stderr)
+        return 2
+    if any(x < 0 for x in spins):
+        print(f"error: --numba-spins must not be negative, got {a.numba_spins!r}", file=sys.stderr)
+        return 2
     from ..model.kernel import check_kernel
     from ..recipes.fetch import resolve_model
 
@@ -153,17 +171,20 @@ def main(argv=None) -> int:
         record.update(steps=old["steps"], steps_provenance=old.get("steps_provenance", old["provenance"]))
         kernels = []
     threads = sorted({1, os.cpu_count() or 1})
-    for kernel in kernels:
-        for n in threads:
-            row = {}
-            for busy in (False, True):
-                print(f"[busy_bench: a {kernel} step on {n} thread(s), {'busy' if busy else 'quiet'}]", file=sys.stderr)
-                row["busy" if busy else "quiet"] = part(
-                    lambda kernel=kernel, n=n: dict(seconds=step_seconds(model_dir, kernel, n, a.repeats)), busy)
-                if busy:
-                    settle(a.settle)
-            row["busy_over_quiet"] = round(row["busy"]["seconds"] / row["quiet"]["seconds"], 2)
-            record["steps"][f"{kernel}, {n} thread(s)"] = row
+    rows = [(kernel, n, None) for kernel in kernels for n in threads]
+    rows += [("numba", threads[-1], spin) for spin in spins if "numba" in kernels]
+    for kernel, n, spin in rows:
+        name = f"{kernel}, {n} thread(s)" + ("" if spin is None else f", GOMP_SPINCOUNT={spin}")
+        row = {}
+        for busy in (False, True):
+            print(f"[busy_bench: a step of {name}, {'busy' if busy else 'quiet'}]", file=sys.stderr)
+            row["busy" if busy else "quiet"] = part(
+                lambda kernel=kernel, n=n, spin=spin: dict(seconds=step_seconds(model_dir, kernel, n, a.repeats, spin)),
+                busy)
+            if busy:
+                settle(a.settle)
+        row["busy_over_quiet"] = round(row["busy"]["seconds"] / row["quiet"]["seconds"], 2)
+        record["steps"][name] = row
     if not a.skip_readme:
         cmd = readme_command(Path(__file__).resolve().parents[2] / "README.md")
         with tempfile.TemporaryDirectory() as d:

@@ -57,8 +57,11 @@ def values(root: Path) -> dict[str, str]:
                 out[f"busy.readme.{key}"] = f"{runs[name]['seconds']:.0f} s"
         out["busy.machine"] = load(root, BUSY)["provenance"]["machine"].get("cpu", "?")
         for name, r in load(root, BUSY)["steps"].items():  # "numpy, 1 thread(s)" -> busy.numpy.1
-            kernel, n = name.split(",")[0], name.split(",")[1].split()[0]
-            out[f"busy.{kernel}.{n}"] = f"{r['busy_over_quiet']:.1f}x"
+            parts = [x.strip() for x in name.split(",")]  # a third part: "GOMP_SPINCOUNT=N" -> busy.numba.2.spin.N
+            key = f"busy.{parts[0]}.{parts[1].split()[0]}" + "".join(f".spin.{x.split('=')[1]}" for x in parts[2:])
+            out[key] = f"{r['busy_over_quiet']:.1f}x"
+            if parts[2:]:
+                out[key + ".quiet"] = f"{1e3 * r['quiet']['seconds']:.1f} ms"
     if (root / EXAMPLES).exists():
         ex = load(root, EXAMPLES)["examples"]
         if "00_tiny_loop.py" in ex:

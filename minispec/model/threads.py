@@ -7,7 +7,8 @@ many times slower with OpenBLAS on both cores than on one, while numba's threads
 the machine did (the measurement and how it was taken: docs/speed.md, "A busy machine"). So:
 
     numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
-    numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend)
+    numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend); numba's
+            OpenMP threads spin a bounded while at the end of each parallel loop, then sleep (numba_kernel.SPIN)
 
 ``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` finds OpenBLAS, whose
 threads are set inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
@@ -83,5 +84,13 @@ def describe(kernel: str) -> str:
     """The policy in use, in words."""
     n = chosen(kernel)
     if kernel == "numba":
-        return f"numba on {n} thread(s), OpenBLAS on 1"
+        return f"numba on {n} thread(s) ({omp_wait()}), OpenBLAS on 1"
     return f"OpenBLAS on {n} thread(s)" + ("" if blas() is not None else " asked, not applied: threadpoolctl is missing")
+
+
+def omp_wait() -> str:
+    """How numba's OpenMP threads wait at the end of a parallel loop, as libgomp reads it from the environment."""
+    policy, spin = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
+    if spin is not None:
+        return f"GOMP_SPINCOUNT={spin}"
+    return f"OMP_WAIT_POLICY={policy}" if policy is not None else "libgomp's default wait"
