@@ -18,7 +18,9 @@
 #              clone with its history, not a shallow one), into
 #              $MINISPEC_CACHE/eagle-init-00935b1
 # 3. train     python -m minispec.recipes.train_eagle_ttt --lower-layers (EAGLE-3's lower layers, w_lower starting at
-#              zero), one epoch over the first TOKENS of the three folders, checkpointed every 20 steps
+#              zero), one epoch over the first TOKENS of the three folders, checkpointed every 20 steps; the two
+#              self-prompted folders are read up to the shards they had when the shipped head was trained (DIR:N,
+#              ASKED_SHARDS and CODE_SHARDS), so that windows generated since for the next head do not change it
 # 4. store     the head in bfloat16 (recipes/store_bf16.py), as the repository keeps heads
 # 5. measure   acceptance by depth on minispec/data's code and chat prompts (8 a set, greedy and at T = 1), in OUT
 #
@@ -37,6 +39,7 @@ OUT="${1:-$CACHE/eagle-recipe-lower}"
 INIT_COMMIT=00935b1
 INIT="$CACHE/eagle-init-$INIT_COMMIT"
 TOKENS=1300000  # the first TOKENS training tokens of the three folders, in this order
+ASKED_SHARDS=83 CODE_SHARDS=67  # the self-prompted folders' shards when the shipped head was trained (step 3)
 mkdir -p "$OUT"
 stage() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
 built() {  # built FOLDER MANIFEST: "tokens shards" of the folder's manifest, or of the committed one
@@ -77,7 +80,7 @@ fi
 if [ ! -f "$OUT/head/eagle.safetensors" ]; then
   stage "3. train from $INIT, $TOKENS tokens"
   python -m minispec.recipes.train_eagle_ttt --out "$OUT/head-f32" --run-dir "$OUT/run" \
-    --data "$CACHE/eagle-data-asked" "$CACHE/eagle-data-code-asked" "$CACHE/eagle-data-v2" --init "$INIT" \
+    --data "$CACHE/eagle-data-asked:$ASKED_SHARDS" "$CACHE/eagle-data-code-asked:$CODE_SHARDS" "$CACHE/eagle-data-v2" --init "$INIT" \
     --lower-layers --unroll 4 --epochs 1 --max-tokens "$TOKENS" --precision bfloat16 --threads 2 --checkpoint-every 20
   stage "4. store in bfloat16 (the float32 head stays in $OUT/head-f32: scripts/eagle_bf16.py compares them)"
   rm -rf "$OUT/head.tmp"; cp -r "$OUT/head-f32" "$OUT/head.tmp"

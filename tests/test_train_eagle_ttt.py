@@ -302,3 +302,24 @@ def test_answer_acceptance_reads_each_answers_own_lower_layers():
         assert hits(both, d) == sum(hits(a, d) for a in alone) and hits(both, 0) > 0
     swapped = answer_acceptance(head, E, ids, prompts, seqs, feats, 2, dims[1:4], torch, lm=lms[::-1])
     assert swapped != both  # the rows matter: another answer's l and m give other guesses
+
+
+def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path):
+    """``--data DIR:N``: a folder grown by more shards since a head was trained still gives that head's windows (its
+    first N shards), so the recipe of a shipped head still makes it; more shards than are finished are refused."""
+    from minispec.recipes import train_eagle_ttt as t
+
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    target = load_model(target_dir)
+    write_shards(tmp_path / "small", target, n_shards=2)
+    write_shards(tmp_path / "grown", target, n_shards=3)  # the same seed: its first 2 shards are "small"'s
+    before = t.load_shards(tmp_path / "small", lambda m: None)
+    part = t.load_shards(*t.data_folder(f"{tmp_path / 'grown'}:2")[:1], lambda m: None, shards=2)
+    whole = t.load_shards(tmp_path / "grown", lambda m: None)
+    assert len(part["tokens"]) == len(before["tokens"]) < len(whole["tokens"])
+    assert all(np.array_equal(a, b) for a, b in zip(part["tokens"], before["tokens"]))
+    assert t.data_folder(f"{tmp_path}:2") == (tmp_path, 2) and t.data_folder(str(tmp_path)) == (tmp_path, None)
+    with pytest.raises(FileNotFoundError, match="4 shards asked for"):
+        t.load_shards(tmp_path / "grown", lambda m: None, shards=4)
+    with pytest.raises(ValueError, match="1 or more"):
+        t.data_folder(f"{tmp_path}:0")

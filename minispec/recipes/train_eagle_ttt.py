@@ -63,16 +63,36 @@ from .train_eagle import build_head, frequency_order, frequent_tokens, head_tens
 HELD_OUT = 20  # every 20th greedy generation is held out
 
 
-def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: bool = False) -> dict:
-    """Every finished shard (its .json written): tokens and top features per window, the shard each came from, its
-    kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not known); ``with_lower``: also
-    the two lower layers' outputs side by side (``lm``: [len, 2D] float16 per window, the shards' low and mid)."""
+def data_folder(spec: str) -> tuple[Path, int | None]:
+    """``--data``'s DIR, or DIR:N for the folder's first N finished shards (a folder grown since a head was trained
+    still gives that head's windows) -> (the folder, N or None)."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and tail.isdigit():
+        if int(tail) < 1:
+            raise ValueError(f"--data {spec}: the number of shards after ':' must be 1 or more")
+        return Path(head), int(tail)
+    return Path(spec), None
+
+
+def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: bool = False,
+                shards: int | None = None) -> dict:
+    """Every finished shard (its .json written), or the first ``shards`` of them: tokens and top features per window,
+    the shard each came from, its kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not
+    known); ``with_lower``: also the two lower layers' outputs side by side (``lm``: [len, 2D] float16 per window,
+    the shards' low and mid); ``minutes``: the shards' generation and feature minutes."""
     toks, feats, shard, kinds, lms = [], [], [], [], []
+    minutes = dict(generation=0.0, features=0.0)
     records = sorted(folder.glob("shard-*.json"))
     if not records:
         raise FileNotFoundError(f"{folder}: no finished shards; make them with python -m minispec.recipes.eagle_data")
+    if shards is not None:
+        if len(records) < shards:
+            raise FileNotFoundError(f"{folder}: {shards} shards asked for (:{shards}), {len(records)} finished")
+        records = records[:shards]
     for rec in records:
         r = json.loads(rec.read_text())
+        minutes["generation"] += r.get("generation_minutes") or 0.0
+        minutes["features"] += r.get("feature_minutes") or 0.0
         if not r["kept"]:
             continue
         with np.load(rec.with_suffix(".npz")) as z:
@@ -87,7 +107,7 @@ def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: 
             kinds.append(r["kind"])
     log(f"data: {len(records)} shards, {len(toks)} windows, {sum(map(len, toks))} tokens from {folder}")
     return dict(tokens=toks, feats=feats, shard=np.array(shard), kind=kinds, answer_start=answer_starts(toks, marker),
-                lm=lms if with_lower else None)
+                lm=lms if with_lower else None, minutes=minutes)
 
 
 def rope(x, cos, sin, HD):  # [B, n, L, HD] with cos, sin [L, HD/2]
@@ -266,8 +286,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory for the head")
     p.add_argument("--data", nargs="+", default=None, metavar="DIR",
                    help="the shard folders, read in this order, which decides the held-out windows (every 20th greedy "
-                        "generation over all of them): keep the order to compare or resume (default: "
-                        "$MINISPEC_CACHE/eagle-data-v2)")
+                        "generation over all of them): keep the order to compare or resume; DIR:N reads the folder's "
+                        "first N shards only (default: $MINISPEC_CACHE/eagle-data-v2)")
     p.add_argument("--run-dir", default=None, help="checkpoints and log (default: $MINISPEC_CACHE/eagle-train-...)")
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
     p.add_argument("--seed", type=int, default=0)
@@ -313,7 +333,13 @@ def main(argv=None) -> int:
         log(f"error: {target_dir}: the head is trained against the embedding matrix as the LM head, so it needs a "
             "target with tied embeddings (SmolLM2's)")
         return 2
-    folders = [Path(d) for d in args.data] if args.data else [cache_dir() / "eagle-data-v2"]
+    try:
+        specs = [data_folder(d) for d in args.data] if args.data else [(cache_dir() / "eagle-data-v2", None)]
+    except ValueError as e:
+        log(f"error: {e}")
+        return 2
+    folders = [folder for folder, _ in specs]
+    named = [str(f) if n is None else f"{f}:{n}" for f, n in specs]  # as given: a resumed run must name the same
     lower_layers = None  # the two layers whose outputs the shards' low and mid are (eagle_data.py's settings.json)
     if args.lower_layers:
         found = {(s.get("low"), s.get("mid")) for s in (read_settings(f) for f in folders)}
@@ -336,7 +362,7 @@ def main(argv=None) -> int:
             return 2
     try:
         marker = chat_marker(target_dir)
-        parts = [load_shards(folder, log, marker, with_lower=args.lower_layers) for folder in folders]
+        parts = [load_shards(folder, log, marker, with_lower=args.lower_layers, shards=n) for folder, n in specs]
     except FileNotFoundError as e:
         log(f"error: {e}")
         return 2
@@ -372,18 +398,18 @@ def main(argv=None) -> int:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     ckpt = run_dir / "checkpoint.pt"
-    state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=[str(f) for f in folders],
+    state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=named,
                  precision=args.precision, lower_layers=args.lower_layers)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         state = saved["state"]
         if state.get("steps") != steps or state.get("data_tokens") != n_tokens or \
-                state.get("folders", [str(f) for f in folders]) != [str(f) for f in folders] or \
+                state.get("folders", named) != named or \
                 state.get("precision", "float32") != args.precision or state.get("lower_layers", False) != args.lower_layers:
             log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens of "
                 f"{state.get('folders')} in {state.get('precision', 'float32')}"
                 f"{' with --lower-layers' if state.get('lower_layers') else ''}, this one would be {steps} over "
-                f"{n_tokens} of {[str(f) for f in folders]} in {args.precision}"
+                f"{n_tokens} of {named} in {args.precision}"
                 f"{' with --lower-layers' if args.lower_layers else ''}: pass another --run-dir, or the same "
                 "settings and data (folders in the same order) to resume")
             return 2
@@ -442,15 +468,19 @@ def main(argv=None) -> int:
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
     order = frequency_order([data["tokens"][r] for r in rows], eos, V)
-    manifests = [json.loads((f / "manifest.json").read_text()) for f in folders if (f / "manifest.json").exists()]
-    minutes = {k: (sum(m.get("minutes", {}).get(k) or 0.0 for m in manifests) if len(manifests) == len(folders) else None)
-               for k in ("generation", "features")}  # None where a folder has no manifest
+    manifests = [json.loads((f / "manifest.json").read_text()) for f, n in specs if n is None and (f / "manifest.json").exists()]
+    whole = [f for f, n in specs if n is None]  # a whole folder: its manifest's minutes (a rebuild's included)
+    minutes = {k: (sum(m.get("minutes", {}).get(k) or 0.0 for m in manifests) if len(manifests) == len(whole) else None)
+               for k in ("generation", "features")}  # None where a whole folder has no manifest
+    for k in minutes:  # a folder read in part (DIR:N): its shards' own minutes
+        if minutes[k] is not None:
+            minutes[k] += sum(d["minutes"][k] for d, (f, n) in zip(parts, specs) if n is not None)
     n_params = sum(x.numel() for x in head.parameters())
     summary = dict(recipe="minispec.recipes.train_eagle_ttt", parameters=n_params, trained_reduced_vocab=len(freq),
                    reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
                    generated_sequences=int(sum(k != "text" for k in data["kind"])), sequences=len(data["tokens"]),
                    training_tokens=n_tokens, steps=steps, unroll=args.unroll, lower_layers=lower_layers,
-                   data_folders=[str(f) for f in folders],
+                   data_folders=named,
                    generation_minutes=minutes["generation"], feature_minutes=minutes["features"],
                    training_minutes=state["seconds"] / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
                    held_out={"by_depth": held_out, "held_out_windows": len(held), "left_out_same_prompt": len(same_prompt),
