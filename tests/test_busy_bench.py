@@ -58,3 +58,5 @@ def test_bad_spins_are_refused_before_anything_runs(capsys):
     assert busy_bench.main(["--numba-spins", "10,x"]) == 2
     assert "--numba-spins" in capsys.readouterr().err
     assert busy_bench.main(["--numba-spins", "-5"]) == 2
+    assert busy_bench.main(["--numba-spins", "0", "--kernels", "numpy"]) == 2  # no numba rows to add it to
+    assert busy_bench.main(["--numba-spins", "0", "--readme-only"]) == 2

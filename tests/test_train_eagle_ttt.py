@@ -314,7 +314,8 @@ def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path)
     write_shards(tmp_path / "small", target, n_shards=2)
     write_shards(tmp_path / "grown", target, n_shards=3)  # the same seed: its first 2 shards are "small"'s
     before = t.load_shards(tmp_path / "small", lambda m: None)
-    part = t.load_shards(*t.data_folder(f"{tmp_path / 'grown'}:2")[:1], lambda m: None, shards=2)
+    folder, n = t.data_folder(f"{tmp_path / 'grown'}:2")
+    part = t.load_shards(folder, lambda m: None, shards=n)
     whole = t.load_shards(tmp_path / "grown", lambda m: None)
     assert len(part["tokens"]) == len(before["tokens"]) < len(whole["tokens"])
     assert all(np.array_equal(a, b) for a, b in zip(part["tokens"], before["tokens"]))
@@ -323,3 +324,5 @@ def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path)
         t.load_shards(tmp_path / "grown", lambda m: None, shards=4)
     with pytest.raises(ValueError, match="1 or more"):
         t.data_folder(f"{tmp_path}:0")
+    with pytest.raises(ValueError, match="must follow"):
+        t.data_folder(f"{tmp_path}:")

@@ -11,9 +11,11 @@ a part whose load says otherwise is recorded as ``"quiet": false``, never called
 - ``steps``: the median seconds of one target step (SmolLM2-135M, one token after 64, ``--repeats`` steps) for each
   kernel and thread count (OpenBLAS's for numpy, numba's for numba), each in a child process of its own started with
   that count, quiet and busy. Their ratio, busy / quiet, is what a thread policy must keep near 2 (two spinners on two
-  cores leave a run about half of them), not 30. ``--numba-spins 0,1000,...`` adds numba rows on every core with
-  libgomp's ``GOMP_SPINCOUNT`` set to each figure (numba_kernel.SPIN: how long a waiting thread spins before it
-  sleeps), so that the kernel's choice is measured beside the others (300000 is libgomp's own default).
+  cores leave a run about half of them), not 30. ``--numba-spins 0,10000,...`` adds one numba row on every core per
+  figure, its child run with libgomp's ``GOMP_SPINCOUNT`` set to it: how many turns a waiting OpenMP thread spins
+  before it sleeps. The other numba rows run with the kernel's own, ``numba_kernel.SPIN`` (recorded as
+  ``numba_spin``); 300000 is libgomp's default. Every step child runs without the caller's ``GOMP_SPINCOUNT`` and
+  ``OMP_WAIT_POLICY``, so that a row measures what it names.
 - ``readme``: README's main command (read from README.md, so that it is the command a user copies), with a store of
   calibrations of its own: a first run (which measures the cost model once), then a second, quiet; then a second
   again beside the two busy processes. Wall-clock seconds of each, and the line it printed about the cost model.
@@ -155,6 +157,10 @@ def main(argv=None) -> int:
     if any(x < 0 for x in spins):
         print(f"error: --numba-spins must not be negative, got {a.numba_spins!r}", file=sys.stderr)
         return 2
+    if spins and (a.readme_only or "numba" not in a.kernels.split(",")):
+        print("error: --numba-spins measures numba steps: it needs numba in --kernels, and no --readme-only",
+              file=sys.stderr)
+        return 2
     from ..model.kernel import check_kernel
     from ..recipes.fetch import resolve_model
 
@@ -163,6 +169,9 @@ def main(argv=None) -> int:
     for k in kernels:
         check_kernel(k)
     record = dict(settled_load=settle(a.settle), steps={}, readme=None)
+    if "numba" in kernels and not a.readme_only:
+        from ..model.numba_kernel import SPIN
+        record["numba_spin"] = SPIN  # the GOMP_SPINCOUNT of the numba rows that name none
     if a.readme_only:
         if not (a.json and Path(a.json).exists()):
             print("error: --readme-only keeps the steps of an existing --json file", file=sys.stderr)

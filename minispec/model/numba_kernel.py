@@ -46,13 +46,15 @@ Two settings decide the speed, and both are made here (what was measured: docs/p
   (called when a model is loaded with this kernel) keeps OpenBLAS on one thread; ``blas_limited``
   gives it back its threads inside a context, for a NumPy-kernel model measured in the same process.
 
-A third setting decides how it fares on a busy machine. numba runs ``prange`` on OpenMP (GNU libgomp), whose threads
-spin at the end of every parallel loop until the others arrive: 300,000 turns of a ``pause`` instruction by
-default, milliseconds on CPUs whose ``pause`` is slow. A pass runs about 120 such loops, so beside busy processes,
-while one thread waits for a core, the other burns its share of the machine spinning, and a step once took 40 times
-its quiet time. ``SPIN`` bounds the spin (``GOMP_SPINCOUNT``, set before numba starts its threads, unless
-``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` is set already); after it a waiting thread sleeps. What was measured:
-docs/speed.md, "A busy machine".
+A third setting decides how it fares on a busy machine. numba usually runs ``prange`` on OpenMP (GNU libgomp; TBB
+where the ``tbb`` package is installed), whose threads spin at the end of every parallel loop until the others
+arrive: 300,000 turns of a ``pause`` instruction by default, milliseconds on CPUs whose ``pause`` is slow. A pass
+runs about 120 such loops, so beside busy processes, while one thread waits for a core, the other burns its share
+of the machine spinning: with libgomp's default, a step beside two busy processes once took 40 times its quiet
+time. ``SPIN`` bounds the spin: after it a waiting thread sleeps. It is set as ``GOMP_SPINCOUNT``, which libgomp
+reads once, when numba loads it (at the first parallel loop or ``numba.set_num_threads``), unless ``GOMP_SPINCOUNT``
+or ``OMP_WAIT_POLICY`` is set already; it does nothing where another library loaded libgomp first, or under TBB.
+How it was chosen: docs/speed.md, "A busy machine".
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ if "numba" not in sys.modules and "NUMBA_CPU_FEATURES" not in os.environ:  # see
     _llvm.initialize_native_target()
     os.environ["NUMBA_CPU_FEATURES"] = _llvm.get_host_cpu_features().flatten() + ",-prefer-256-bit"
 
-SPIN = 1_000  # turns of libgomp's spin before a waiting thread sleeps (module docstring; chosen in docs/speed.md)
+SPIN = 1_000  # turns of libgomp's spin before a waiting thread sleeps (module docstring; measured in docs/speed.md)
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = str(SPIN)  # read when numba's OpenMP layer starts, at its first parallel loop
 

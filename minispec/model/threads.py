@@ -7,8 +7,8 @@ many times slower with OpenBLAS on both cores than on one, while numba's threads
 the machine did (the measurement and how it was taken: docs/speed.md, "A busy machine"). So:
 
     numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
-    numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend); numba's
-            OpenMP threads spin a bounded while at the end of each parallel loop, then sleep (numba_kernel.SPIN)
+    numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend); a waiting
+            OpenMP thread spins at most numba_kernel.SPIN turns (GOMP_SPINCOUNT), then sleeps
 
 ``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` finds OpenBLAS, whose
 threads are set inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).

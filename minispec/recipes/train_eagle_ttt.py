@@ -67,6 +67,8 @@ def data_folder(spec: str) -> tuple[Path, int | None]:
     """``--data``'s DIR, or DIR:N for the folder's first N finished shards (a folder grown since a head was trained
     still gives that head's windows) -> (the folder, N or None)."""
     head, sep, tail = spec.rpartition(":")
+    if sep and not tail:
+        raise ValueError(f"--data {spec}: a number of shards must follow ':'")
     if sep and tail.isdigit():
         if int(tail) < 1:
             raise ValueError(f"--data {spec}: the number of shards after ':' must be 1 or more")
@@ -469,7 +471,7 @@ def main(argv=None) -> int:
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
     order = frequency_order([data["tokens"][r] for r in rows], eos, V)
     manifests = [json.loads((f / "manifest.json").read_text()) for f, n in specs if n is None and (f / "manifest.json").exists()]
-    whole = [f for f, n in specs if n is None]  # a whole folder: its manifest's minutes (a rebuild's included)
+    whole = [f for f, n in specs if n is None]  # a whole folder: its manifest's minutes
     minutes = {k: (sum(m.get("minutes", {}).get(k) or 0.0 for m in manifests) if len(manifests) == len(whole) else None)
                for k in ("generation", "features")}  # None where a whole folder has no manifest
     for k in minutes:  # a folder read in part (DIR:N): its shards' own minutes
