@@ -340,3 +340,22 @@ def test_the_windows_file_reads_back_in_both_formats_and_refuses_a_damaged_one(t
                         shards=sh[:-1], settings=np.array(json.dumps(settings)))
     with pytest.raises(ValueError, match="damaged"):
         read_windows(tmp_path / "bad.npz")
+
+
+def test_the_recipe_reads_the_windows_the_shipped_head_was_trained_on():
+    """scripts/eagle_recipe.sh reads the self-prompted folders up to ASKED_SHARDS and CODE_SHARDS (``DIR:N``), so that a
+    folder grown since still gives the shipped head's data: the committed windows of those shards, with eagle-data-v2's
+    windows, are the windows its training.json counts."""
+    import re
+    from pathlib import Path
+
+    from minispec.recipes.windows import read_windows
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "scripts" / "eagle_recipe.sh").read_text()
+    asked, code = (int(re.search(rf"{name}=(\d+)", script).group(1)) for name in ("ASKED_SHARDS", "CODE_SHARDS"))
+    trained = json.loads((root / "weights" / "eagle-smollm2-135m" / "training.json").read_text())
+    v2 = json.loads((root / "docs" / "eagle" / "data_manifest.json").read_text())["kept"]
+    kept = [int((read_windows(root / "weights" / "eagle-data" / f)[2] < n).sum())
+            for f, n in (("generations-asked-s3.npz", asked), ("generations-code-asked-s3.npz", code))]
+    assert sum(kept) + v2 == trained["sequences"]
