@@ -17,6 +17,8 @@ def busy_steps(root: Path) -> str:
     lines = ["| kernel, threads | quiet | beside two busy processes | busy / quiet |", "|---|---|---|---|"]
     for name, r in d["steps"].items():
         quiet = f"{1e3 * r['quiet']['seconds']:.1f} ms" + ("" if r["quiet"]["quiet"] else " (load said busy)")
+        if name.startswith("numba") and "GOMP_SPINCOUNT" not in name and "numba_spin" in d and not name.startswith("numba, 1 "):
+            name += f", GOMP_SPINCOUNT={d['numba_spin']} (numba_kernel.SPIN at the run's commit)"
         lines.append(f"| {name} | {quiet} | {1e3 * r['busy']['seconds']:.1f} ms | {r['busy_over_quiet']:.2f}x |")
     origin = dict(provenance=d.get("steps_provenance", d["provenance"]))
     return "\n".join(lines) + f"\n\n*{run_line(origin)}; one SmolLM2-135M step, one token after 64, median of the run's steps.*"
@@ -60,8 +62,7 @@ def values(root: Path) -> dict[str, str]:
             parts = [x.strip() for x in name.split(",")]  # a third part: "GOMP_SPINCOUNT=N" -> busy.numba.2.spin.N
             key = f"busy.{parts[0]}.{parts[1].split()[0]}" + "".join(f".spin.{x.split('=')[1]}" for x in parts[2:])
             out[key] = f"{r['busy_over_quiet']:.1f}x"
-            if parts[2:]:
-                out[key + ".quiet"] = f"{1e3 * r['quiet']['seconds']:.1f} ms"
+            out[key + ".quiet"] = f"{1e3 * r['quiet']['seconds']:.1f} ms"
     if (root / EXAMPLES).exists():
         ex = load(root, EXAMPLES)["examples"]
         if "00_tiny_loop.py" in ex:

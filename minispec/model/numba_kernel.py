@@ -50,11 +50,10 @@ A third setting decides how it fares on a busy machine. numba usually runs ``pra
 where the ``tbb`` package is installed), whose threads spin at the end of every parallel loop until the others
 arrive: 300,000 turns of a ``pause`` instruction by default, milliseconds on CPUs whose ``pause`` is slow. A pass
 runs about 120 such loops, so beside busy processes, while one thread waits for a core, the other burns its share
-of the machine spinning: with libgomp's default, a step beside two busy processes once took 40 times its quiet
-time. ``SPIN`` bounds the spin: after it a waiting thread sleeps. It is set as ``GOMP_SPINCOUNT``, which libgomp
+of the machine spinning. ``SPIN`` bounds the spin, after which a waiting thread sleeps; it is 0, sleep at once
+(what was measured, and why 0: docs/speed.md, "A busy machine"). It is set as ``GOMP_SPINCOUNT``, which libgomp
 reads once, when numba loads it (at the first parallel loop or ``numba.set_num_threads``), unless ``GOMP_SPINCOUNT``
 or ``OMP_WAIT_POLICY`` is set already; it does nothing where another library loaded libgomp first, or under TBB.
-How it was chosen: docs/speed.md, "A busy machine".
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ if "numba" not in sys.modules and "NUMBA_CPU_FEATURES" not in os.environ:  # see
     _llvm.initialize_native_target()
     os.environ["NUMBA_CPU_FEATURES"] = _llvm.get_host_cpu_features().flatten() + ",-prefer-256-bit"
 
-SPIN = 1_000  # turns of libgomp's spin before a waiting thread sleeps (module docstring; measured in docs/speed.md)
+SPIN = 0  # turns of libgomp's spin before a waiting thread sleeps (module docstring; measured in docs/speed.md)
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = str(SPIN)  # read when numba's OpenMP layer starts, at its first parallel loop
 

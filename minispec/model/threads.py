@@ -1,10 +1,10 @@
 """The threads a model's matrix products run on: one policy, declared here, for both kernels, and applied by
 ``Model.forward`` around each pass (``model.threads()``), so that nothing outside a pass changes.
 
-Threads that wait for work spin, and a spinning thread holds a core. OpenBLAS's threads (the NumPy kernel) then
-stall each other on a machine whose cores are busy: beside two busy processes a 2-vCPU machine ran a SmolLM2 step
-many times slower with OpenBLAS on both cores than on one, while numba's threads slowed down about as much as
-the machine did (the measurement and how it was taken: docs/speed.md, "A busy machine"). So:
+Threads that wait for work spin, and a spinning thread holds a core. Threads of one pass then stall each other on a
+machine whose cores are busy: beside two busy processes, a 2-vCPU AMD EPYC ran a SmolLM2 step many times slower
+with OpenBLAS on both cores than on one, and a 2-vCPU Intel Xeon many times slower with numba's threads waiting as
+libgomp does by default (the measurements and how they were taken: docs/speed.md, "A busy machine"). So:
 
     numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
     numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend); a waiting
