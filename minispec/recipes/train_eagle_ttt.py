@@ -93,8 +93,8 @@ def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: 
         records = records[:shards]
     for rec in records:
         r = json.loads(rec.read_text())
-        minutes["generation"] += r.get("generation_minutes") or 0.0
-        minutes["features"] += r.get("feature_minutes") or 0.0
+        minutes["generation"] += r["generation_minutes"]  # as eagle_data.write_manifest sums them
+        minutes["features"] += r["feature_minutes"]
         if not r["kept"]:
             continue
         with np.load(rec.with_suffix(".npz")) as z:
@@ -368,6 +368,7 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         log(f"error: {e}")
         return 2
+    minutes = {k: sum(d["minutes"][k] for d in parts) for k in ("generation", "features")}  # of the shards read
     data = dict(tokens=[t for d in parts for t in d["tokens"]], feats=[f for d in parts for f in d["feats"]],  # the
                 kind=[k for d in parts for k in d["kind"]],  # folders' windows in the order given
                 answer_start=np.concatenate([d["answer_start"] for d in parts]),
@@ -470,13 +471,6 @@ def main(argv=None) -> int:
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
     order = frequency_order([data["tokens"][r] for r in rows], eos, V)
-    manifests = [json.loads((f / "manifest.json").read_text()) for f, n in specs if n is None and (f / "manifest.json").exists()]
-    whole = [f for f, n in specs if n is None]  # a whole folder: its manifest's minutes
-    minutes = {k: (sum(m.get("minutes", {}).get(k) or 0.0 for m in manifests) if len(manifests) == len(whole) else None)
-               for k in ("generation", "features")}  # None where a whole folder has no manifest
-    for k in minutes:  # a folder read in part (DIR:N): its shards' own minutes
-        if minutes[k] is not None:
-            minutes[k] += sum(d["minutes"][k] for d, (f, n) in zip(parts, specs) if n is not None)
     n_params = sum(x.numel() for x in head.parameters())
     summary = dict(recipe="minispec.recipes.train_eagle_ttt", parameters=n_params, trained_reduced_vocab=len(freq),
                    reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
