@@ -203,10 +203,21 @@ def test_bench_eagle_measures_a_lower_layer_head_at_each_size(tmp_path, capsys):
                               lower_layers=[0, 1])
     out = tmp_path / "acc.json"
     assert eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), "--sizes", "100,200", "--prompts-per-set",
-                            "1", "--max-new-tokens", "8", "--acceptance-only", "--json", str(out)]) == 0
+                            "1", "--max-new-tokens", "8", "--acceptance-only", "--trees", "2x3x4", "--json",
+                            str(out)]) == 0
     res = json.loads(out.read_text())
     assert set(res["sizes"]) == {"100", "200"}
     assert all(v["tokens_per_pass"] >= 1.0 for row in res["sizes"].values() for v in row.values() if isinstance(v, dict))
+    tree = res["trees"]["2x3x4"]  # a fixed dynamic tree: at most 4 nodes verified, at most depth + 1 tokens a pass
+    assert set(tree) == {"greedy code", "greedy chat", "T=1 code", "T=1 chat"}
+    assert all(1.0 <= v["tokens_per_pass"] <= 4.0 and 0 < v["nodes_per_round"] <= 4 for v in tree.values())
+    with pytest.raises(SystemExit):
+        eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), "--trees", "2x3x0"])
+    assert "TOPKxDEPTHxNODES" in capsys.readouterr().err
+    for argv, said in ((["--sizes", "8192"], "none fits the head's 397 tokens"), (["--sizes", "1,x"], "positive integers")):
+        with pytest.raises(SystemExit):
+            eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), *argv])
+        assert said in capsys.readouterr().err
 
 
 def test_a_head_replaced_by_one_with_lower_layers_is_not_timed_by_the_old_ones_calibration(target, tmp_path):

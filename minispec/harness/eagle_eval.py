@@ -2,10 +2,12 @@
 
 For each reduced-head size (the head's frequent tokens; other sizes come from its
 token_frequency_order.json): the cost ratio c (seconds per guess over seconds per target step,
-measured side by side), and acceptance by position at K = 4, greedy and T = 1, per prompt set. Then
-the resident memory the head adds: the resident set of a fresh process that loaded the target and
-generated with the head, minus that of one that ran the same loop with prompt lookup (no weights);
-and minus that of plain decoding.
+measured side by side), and acceptance by position at K = 4, greedy and T = 1, per prompt set.
+With ``--trees``, the mean tokens per target pass of EAGLE-2's dynamic tree at each fixed shape,
+with the first size's head: no cost model, so what the head and the tree reach whatever the
+machine's r(n). Then the resident memory the head adds: the resident set of a fresh process that
+loaded the target and generated with the head, minus that of one that ran the same loop with
+prompt lookup (no weights); and minus that of plain decoding.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..drafters.dynamic_tree import DynamicTree
 from ..drafters.eagle import Eagle, load_eagle
 from ..model.safetensors_io import read_safetensors
 from ..policy.timing import clock, forward_times
 from ..recipes.fetch import shipped_eagle
-from ..speculative import speculative_generate
+from ..speculative import speculative_generate, tree_speculative_generate
 from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
 from .progress import Progress
 from .prompts import load_prompts
@@ -56,6 +59,39 @@ def acceptance(target, eagle, prompts, k, temperature, max_new_tokens, stop, bar
         bar.update()
     return dict(per_position=[float(a / d) if d else None for a, d in zip(acc, drafted)],
                 acceptance=float(acc.sum() / drafted.sum()) if drafted.sum() else None, tokens_per_pass=tokens / rounds)
+
+
+def tree_tokens_per_pass(target, eagle, prompts, shape: DynamicTree, temperature, max_new_tokens, stop, bar) -> dict:
+    """Tokens emitted per target pass with the dynamic tree of a fixed ``shape``, over ``prompts``; the nodes
+    verified per round beside it."""
+    tokens, rounds, nodes = 0, 0, 0
+    for i, p in enumerate(prompts):
+        res = tree_speculative_generate(target, eagle, p, max_new_tokens, shape=shape, temperature=temperature,
+                                        seed=i, stop_ids=stop)
+        tokens, rounds = tokens + len(res.tokens), rounds + res.stats.rounds
+        nodes += sum(r.tree[0] for r in res.stats.log if r.tree)
+        bar.update()
+    return dict(tokens_per_pass=tokens / rounds, nodes_per_round=nodes / rounds)
+
+
+def tree_shapes(text: str) -> list[DynamicTree]:
+    """``--trees``: comma-separated TOPKxDEPTHxNODES."""
+    try:
+        return [DynamicTree(*(int(x) for x in part.lower().split("x"))) for part in text.split(",")]
+    except (ValueError, TypeError) as e:
+        raise argparse.ArgumentTypeError(f"expected TOPKxDEPTHxNODES[,...] (e.g. 4x5x16,8x6x32), got {text!r} ({e})") \
+            from None
+
+
+def sizes_arg(text: str) -> list[int]:
+    """``--sizes``: comma-separated positive integers."""
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, comma-separated (e.g. 8192,16384), got {text!r}")
+    return sizes
 
 
 def full_order(listed, V: int) -> list[int]:
@@ -106,6 +142,10 @@ def report(res: dict) -> str:
                 c = "-" if row["c"] is None else f"{row['c']:.3f}"
                 lines.append(f"| {size} | {c} | {row['head_mb']:.1f} | {setting} | {name} | {pos} | "
                              f"{v['tokens_per_pass']:.2f} |")
+    for shape, row in (res.get("trees") or {}).items():
+        for key, v in row.items():
+            lines.append(f"dynamic tree {shape}, {key}: {v['tokens_per_pass']:.2f} tokens/pass "
+                         f"({v['nodes_per_round']:.1f} nodes a round)")
     m = res["memory"]
     if m is None:
         return "\n".join(lines + ["(acceptance only: no timing, no memory)"])
@@ -121,12 +161,15 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped one)")
-    p.add_argument("--sizes", default="8192,16384,49152", help="reduced-head sizes (default 8192,16384,49152)")
+    p.add_argument("--sizes", type=sizes_arg, default="8192,16384,49152", help="reduced-head sizes (default 8192,16384,49152)")
     p.add_argument("--prompts-per-set", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--acceptance-only", action="store_true",
                    help="measure acceptance only: no c and no memory (which need a quiet machine); for a busy one")
+    p.add_argument("--trees", type=tree_shapes, default=[], metavar="SHAPES",
+                   help="also EAGLE-2's dynamic tree at these fixed shapes, TOPKxDEPTHxNODES comma-separated (e.g. "
+                        "4x5x16,8x6x32): tokens per target pass, greedy and T = 1, with the first size's head")
     p.add_argument("--json", help="also write the figures to this JSON file")
     a = p.parse_args(argv)
     check_json_path(a.json)
@@ -137,14 +180,21 @@ def main(argv=None) -> int:
     order_file = Path(head_dir) / "token_frequency_order.json"
     order = full_order(json.loads(order_file.read_text()), target.cfg.vocab_size) if order_file.is_file() \
         else list(shipped.tokens_r)
-    sizes = [int(s) for s in a.sizes.split(",") if int(s) <= len(order)]
+    sizes = [s for s in a.sizes if s <= len(order)]
+    if not sizes:
+        p.error(f"--sizes {','.join(map(str, a.sizes))}: none fits the head's {len(order)} tokens")
     sets = {s: load_prompts(s, tok, a.prompts_per_set) for s in ("code", "chat")}
     res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
-    bar = Progress(len(sizes) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
-    for size in sizes:
-        res["sizes"][size] = size_row(target, Eagle(target, tensors, order[:size], name=f"eagle-{size}",
-                                                    lower_layers=shipped.lower_layers), sets, a.k,
-                                      a.max_new_tokens, tok.eos_ids, bar, timing=not a.acceptance_only)
+    bar = Progress((len(sizes) + len(a.trees)) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
+    heads = {size: Eagle(target, tensors, order[:size], name=f"eagle-{size}", lower_layers=shipped.lower_layers)
+             for size in sizes}
+    for size, head in heads.items():
+        res["sizes"][size] = size_row(target, head, sets, a.k, a.max_new_tokens, tok.eos_ids, bar,
+                                      timing=not a.acceptance_only)
+    res["trees"] = {f"{s.top_k}x{s.depth}x{s.nodes}": {
+        f"{setting} {name}": tree_tokens_per_pass(target, heads[sizes[0]], prompts, s, temp, a.max_new_tokens,
+                                                  tok.eos_ids, bar)
+        for setting, temp in (("greedy", 0.0), ("T=1", 1.0)) for name, prompts in sets.items()} for s in a.trees}
     bar.close()
     res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped)
     print(report(res))
