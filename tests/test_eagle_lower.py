@@ -211,9 +211,10 @@ def test_bench_eagle_measures_a_lower_layer_head_at_each_size(tmp_path, capsys):
     tree = res["trees"]["2x3x4"]  # a fixed dynamic tree: at most 4 nodes verified, at most depth + 1 tokens a pass
     assert set(tree) == {"greedy code", "greedy chat", "T=1 code", "T=1 chat"}
     assert all(1.0 <= v["tokens_per_pass"] <= 4.0 and 0 < v["nodes_per_round"] <= 4 for v in tree.values())
-    with pytest.raises(SystemExit):
-        eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), "--trees", "2x3x0"])
-    assert "TOPKxDEPTHxNODES" in capsys.readouterr().err
+    for bad in ("2x3x0", "2x3", "2x3x4x1", "2xax4"):
+        with pytest.raises(SystemExit):
+            eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), "--trees", bad])
+        assert "TOPKxDEPTHxNODES" in capsys.readouterr().err
     for argv, said in ((["--sizes", "8192"], "none fits the head's 397 tokens"), (["--sizes", "1,x"], "positive integers")):
         with pytest.raises(SystemExit):
             eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), *argv])

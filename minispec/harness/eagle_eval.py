@@ -3,11 +3,12 @@
 For each reduced-head size (the head's frequent tokens; other sizes come from its
 token_frequency_order.json): the cost ratio c (seconds per guess over seconds per target step,
 measured side by side), and acceptance by position at K = 4, greedy and T = 1, per prompt set.
-With ``--trees``, the mean tokens per target pass of EAGLE-2's dynamic tree at each fixed shape,
-with the first size's head: no cost model, so what the head and the tree reach whatever the
-machine's r(n). Then the resident memory the head adds: the resident set of a fresh process that
-loaded the target and generated with the head, minus that of one that ran the same loop with
-prompt lookup (no weights); and minus that of plain decoding.
+With ``--trees``, EAGLE-2's dynamic tree at each fixed shape, with the first size's head, greedy
+and T = 1, per prompt set: the tokens emitted over the target passes of all its prompts, and the
+nodes verified a round. No cost model sizes the tree, so these are what the head and the tree
+reach whatever the machine's r(n). Then the resident memory the head adds: the resident set of
+a fresh process that loaded the target and generated with the head, minus that of one that ran
+the same loop with prompt lookup (no weights); and minus that of plain decoding.
 """
 
 from __future__ import annotations
@@ -75,12 +76,18 @@ def tree_tokens_per_pass(target, eagle, prompts, shape: DynamicTree, temperature
 
 
 def tree_shapes(text: str) -> list[DynamicTree]:
-    """``--trees``: comma-separated TOPKxDEPTHxNODES."""
-    try:
-        return [DynamicTree(*(int(x) for x in part.lower().split("x"))) for part in text.split(",")]
-    except (ValueError, TypeError) as e:
-        raise argparse.ArgumentTypeError(f"expected TOPKxDEPTHxNODES[,...] (e.g. 4x5x16,8x6x32), got {text!r} ({e})") \
-            from None
+    """``--trees``: comma-separated TOPKxDEPTHxNODES, three positive integers each."""
+    shapes = []
+    for part in text.split(","):
+        fields = part.lower().split("x")
+        try:
+            if len(fields) != 3:
+                raise ValueError(f"{part!r} has {len(fields)} fields, not 3")
+            shapes.append(DynamicTree(*(int(x) for x in fields)))
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"expected TOPKxDEPTHxNODES[,...] (e.g. 4x5x16,8x6x32), got {text!r} "
+                                             f"({e})") from None
+    return shapes
 
 
 def sizes_arg(text: str) -> list[int]:
@@ -186,15 +193,19 @@ def main(argv=None) -> int:
     sets = {s: load_prompts(s, tok, a.prompts_per_set) for s in ("code", "chat")}
     res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
     bar = Progress((len(sizes) + len(a.trees)) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
-    heads = {size: Eagle(target, tensors, order[:size], name=f"eagle-{size}", lower_layers=shipped.lower_layers)
-             for size in sizes}
-    for size, head in heads.items():
+    first = None  # the first size's head: the trees' drafter
+    for size in sizes:
+        head = Eagle(target, tensors, order[:size], name=f"eagle-{size}", lower_layers=shipped.lower_layers)
+        first = head if first is None else first
         res["sizes"][size] = size_row(target, head, sets, a.k, a.max_new_tokens, tok.eos_ids, bar,
                                       timing=not a.acceptance_only)
-    res["trees"] = {f"{s.top_k}x{s.depth}x{s.nodes}": {
-        f"{setting} {name}": tree_tokens_per_pass(target, heads[sizes[0]], prompts, s, temp, a.max_new_tokens,
-                                                  tok.eos_ids, bar)
-        for setting, temp in (("greedy", 0.0), ("T=1", 1.0)) for name, prompts in sets.items()} for s in a.trees}
+    res["trees"] = {}
+    for shape in a.trees:
+        row = res["trees"][f"{shape.top_k}x{shape.depth}x{shape.nodes}"] = {}
+        for setting, temp in (("greedy", 0.0), ("T=1", 1.0)):
+            for name, prompts in sets.items():
+                row[f"{setting} {name}"] = tree_tokens_per_pass(target, first, prompts, shape, temp, a.max_new_tokens,
+                                                                tok.eos_ids, bar)
     bar.close()
     res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped)
     print(report(res))
