@@ -15,6 +15,8 @@
 #                  list, one to two hours; without it, install removes the file, whose figures are another head's)
 #     near-ties    harness.near_ties on the committed cases (every drafter, both kernels) -> docs/kernel/near_ties.json
 #     bf16         scripts/eagle_bf16.py $F32 (the head as its training run wrote it, float32) -> docs/eagle/bf16.json
+#     trees        bench eagle --acceptance-only --trees 4x5x16 (tokens a pass, the default tree at its fixed shape)
+#                  -> docs/eagle/trees_shipped.json
 #   timed (each waits until the 1-minute load average is below 0.5, and records the load before and after)
 #     memory       bench eagle --sizes 6144 (c, memory)   -> docs/eagle/bench_eagle_shipped.json
 #     study        bench (every drafter, K 1,2,3,4,6)     -> docs/study/
@@ -40,7 +42,7 @@ CACHE="${MINISPEC_CACHE:-$HOME/.cache/minispec}"
 SHA=$(sha256sum "$HEAD_DIR/eagle.safetensors" | cut -c1-12)
 OUT="${OUT:-$CACHE/eagle-promote-$SHA}"
 SPECBENCH="${SPECBENCH:-../shared/external_prompts/spec_bench_question.jsonl}"
-NOT_TIMED="level4 tree-quick near-ties bf16"  # and, by name only, tree
+NOT_TIMED="level4 tree-quick near-ties bf16 trees"  # and, by name only, tree
 TIMED="memory study kernel-numba kernel-numpy kernel-float32 kernel-q4_1 auto-honest auto-corrupted specbench examples rules"
 STAGES=("$@")
 [ ${#STAGES[@]} -gt 0 ] || read -r -a STAGES <<< "$NOT_TIMED $TIMED install"
@@ -95,6 +97,8 @@ for s in "${STAGES[@]}"; do
     bf16) done_already bf16.json "$s" && continue
           [ -f "${F32:-}/eagle.safetensors" ] || { say "error: F32=DIR must name the head in float32, as trained"; exit 2; }
           run "$s" bf16.json no python scripts/eagle_bf16.py "$F32" "$OUT/bf16.json";;
+    trees) run "$s" trees_shipped.json no minispec bench eagle --eagle "$HEAD_DIR" --sizes 6144 --prompts-per-set 8 \
+             --max-new-tokens 64 --k 4 --acceptance-only --trees 4x5x16 --json "$OUT/trees_shipped.json";;
     memory) run "$s" bench_eagle_shipped.json yes minispec bench eagle --eagle "$HEAD_DIR" --sizes 6144 --prompts-per-set 6 \
               --json "$OUT/bench_eagle_shipped.json";;
     study) run "$s" study yes study study --prompts-per-set 6 --ks 1,2,3,4,6 --slow-ks 1;;
@@ -119,7 +123,7 @@ for s in "${STAGES[@]}"; do
       # what each stage made -> where it goes in docs/ (a folder's files by name)
       INSTALL=(
         "level4_eagle.json docs/level4_eagle.json" "level4_eagle_tree_quick.json docs/level4_eagle_tree_quick.json"
-        "near_ties.json docs/kernel/near_ties.json" "bf16.json docs/eagle/bf16.json"
+        "near_ties.json docs/kernel/near_ties.json" "bf16.json docs/eagle/bf16.json" "trees_shipped.json docs/eagle/trees_shipped.json"
         "bench_eagle_shipped.json docs/eagle/bench_eagle_shipped.json" "study docs/study"
         "kernel-numba/study.json docs/kernel/study_numba.json" "kernel-numpy/study.json docs/kernel/study_numpy.json"
         "kernel-float32/study.json docs/kernel/study_numba_float32.json"
