@@ -176,6 +176,34 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     assert sum(good in m for m in made) == 1 and not any(short in m for m in made) and len(made) == 4
     assert json.loads((out / "settings.json").read_text())["asked"] == 0.5
     assert eagle_data.main([*run, "--asked", "0"]) == 2  # other settings: refused
+    assert eagle_data.main([*run, "--asked", "0.5", "--ask-wording", "person"]) == 2  # another wording: refused too
+    assert "ask_wording" not in json.loads((out / "settings.json").read_text())  # the first wording, unrecorded
+
+
+def test_the_ask_wording_reaches_the_target_and_the_settings(tmp_path, monkeypatch):
+    """--ask-wording person: the target is asked in that wording (and not the chatbot one), and the folder records it;
+    without --asked it is refused."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    asked = []
+
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
+        if temperature != 1.0:
+            asked.extend(tok.decode(p) for p in prompts)
+            return [p + tok.encode('"How do I keep basil alive on a windowsill in winter?"') for p in prompts], None
+        return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
+
+    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    out = tmp_path / "data"
+    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
+           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    assert eagle_data.main([*run, "--ask-wording", "person"]) == 2  # no --asked
+    assert eagle_data.main([*run, "--asked", "0.5", "--ask-wording", "person"]) == 0
+    assert len(asked) == 2 and all("as a person would ask it" in a and "chatbot" not in a for a in asked)
+    assert json.loads((out / "settings.json").read_text())["ask_wording"] == "person"
 
 
 @pytest.mark.parametrize("reply, body, head", [

@@ -33,7 +33,9 @@ docstring's first line as a one-line docstring, and 0 to 3 lines of the body aft
 wrote none, where the head is not 8 to 160 tokens, or where it holds a short evaluation prompt (the shard's ``asked``
 counts the heads kept; the manifest's ``asked_requests`` adds up chat requests and code heads). ``--asked F``: for a share F of
 each chat shard's prompts the target is asked to write the request itself (self-instruct, Wang et al. 2023, arXiv
-2212.10560): asked for a request of some style about some subject, it writes one. What it writes is replaced by a
+2212.10560): asked for a request of some style about some subject, it writes one (``--ask-wording`` chooses how it
+is asked: ``chatbot``, "... that a user could ask a chatbot", the first folders' wording, led about one chat prompt in
+seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"). What it writes is replaced by a
 template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
 ``asked``: how many are). Template x topic prompts repeat
 their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
@@ -103,6 +105,13 @@ ASK_STYLES = [
     "request for a short story", "what-if question", "request for a plan", "request for a comparison",
     "request for a simple explanation", "request for a definition", "question a student might ask",
 ]
+ASK_WORDINGS = {  # --ask-wording: what the target is asked, to write a chat request itself
+    # the first folders' wording: 56 of 384 chat prompts of 12 of their shards named a chatbot, an AI or an assistant
+    "chatbot": "Write one {style} about {subject} that a user could ask a chatbot. Only write the request itself, in "
+               "one sentence.",
+    "person": "Write one {style} about {subject}, as a person would ask it. Only write the request itself, in one "
+              "sentence.",
+}
 SUBJECTS = [
     "cooking", "travel", "health", "history", "science", "money", "friendship", "pets", "sports", "music", "movies",
     "the weather", "cars", "home repair", "school", "work", "programming", "mathematics", "geography", "art", "books",
@@ -170,13 +179,13 @@ def chat_instruction(files, rng) -> str:
     return "Explain what this Python function does:\n```python\n" + "\n".join(body[:15]) + "\n```"
 
 
-def asked_instructions(target, tok, n: int, rng, seed: int, overlap) -> list[str | None]:
-    """n requests the target writes itself (the module docstring's ``--asked``), at T = 0.6 and top-p 0.9: the text
-    between its first pair of double quotes (it answers 'A user might ask: "..."'), else its first line; None where
-    that is not 3 to 40 words, or holds a short evaluation prompt."""
+def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot") -> list[str | None]:
+    """n requests the target writes itself (the module docstring's ``--asked``), asked in ``ASK_WORDINGS[wording]``
+    at T = 0.6 and top-p 0.9: the text between its first pair of double quotes (it answers 'A user might ask:
+    "..."'), else its first line; None where that is not 3 to 40 words, or holds a short evaluation prompt."""
     subjects = all_topics() + SUBJECTS
-    metas = [f"Write one {ASK_STYLES[rng.integers(len(ASK_STYLES))]} about {subjects[rng.integers(len(subjects))]} "
-             "that a user could ask a chatbot. Only write the request itself, in one sentence." for _ in range(n)]
+    metas = [ASK_WORDINGS[wording].format(style=ASK_STYLES[rng.integers(len(ASK_STYLES))],
+                                          subject=subjects[rng.integers(len(subjects))]) for _ in range(n)]
     prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": m}])) for m in metas]
     out = []
     for p, s in zip(prompts, generate(target, tok, prompts, 48, False, seed, temperature=0.6, top_p=0.9)[0]):
@@ -402,8 +411,9 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
         requests = None
         m = int(round((args.asked if kind.startswith("chat") else args.asked_code) * args.gen_batch))
         if m > 0:
-            ask = asked_instructions if kind.startswith("chat") else asked_code_heads
-            requests = ask(target, tok, m, rng, args.seed * 100_000 + 50_000 + i, overlap)
+            seed = args.seed * 100_000 + 50_000 + i
+            requests = asked_instructions(target, tok, m, rng, seed, overlap, args.ask_wording) \
+                if kind.startswith("chat") else asked_code_heads(target, tok, m, rng, seed, overlap)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         n_asked = sum(r is not None and 8 <= len(tok.encode(r)) <= 160 for r in requests or []) \
             if kind.startswith("code") else sum(r is not None for r in requests or [])
@@ -475,6 +485,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the cycle of shard kinds, comma-separated (default: %(default)s)")
     p.add_argument("--asked", type=float, default=0.0, metavar="F",
                    help="share of chat instructions the target writes itself (0 to 1; default 0)")
+    p.add_argument("--ask-wording", choices=sorted(ASK_WORDINGS), default="chatbot",
+                   help="with --asked, how the target is asked to write a request (ASK_WORDINGS; default chatbot, "
+                        "the first folders')")
     p.add_argument("--asked-code", type=float, default=0.0, metavar="F",
                    help="share of code prompts whose function the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
@@ -505,6 +518,9 @@ def main(argv=None) -> int:
         return 2
     if not 0.0 <= args.asked <= 1.0:
         print(f"error: --asked {args.asked}: a share, from 0 to 1", file=sys.stderr)
+        return 2
+    if args.ask_wording != "chatbot" and not args.asked:
+        print(f"error: --ask-wording {args.ask_wording} words the requests of --asked, which is 0", file=sys.stderr)
         return 2
     if args.asked and not any(k.startswith("chat") for k in args.kinds):
         print(f"error: --asked {args.asked} needs a chat kind in --kinds ({','.join(args.kinds)})", file=sys.stderr)
@@ -543,6 +559,8 @@ def main(argv=None) -> int:
         shaping["asked"] = args.asked
     if args.asked_code:  # (likewise)
         shaping["asked_code"] = args.asked_code
+    if args.ask_wording != "chatbot":  # (likewise)
+        shaping["ask_wording"] = args.ask_wording
     settings = out / "settings.json"
     if settings.exists() and json.loads(settings.read_text()) != shaping:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
