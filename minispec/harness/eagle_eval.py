@@ -32,6 +32,8 @@ from .progress import Progress
 from .prompts import load_prompts
 from .provenance import provenance
 
+SETTINGS = (("greedy", 0.0), ("T=1", 1.0))  # (name, temperature): every figure is measured at both
+
 RSS_SCRIPT = """
 import os, sys, minispec
 t = minispec.load_model(sys.argv[1])
@@ -120,7 +122,7 @@ def size_row(target, eagle, sets: dict, k: int, max_new_tokens: int, stop, bar, 
         per_guess = eagle.measure_costs(clock, repeats=10)[0]
         t_step = (t_step + forward_times(target, (1,), context=64, repeats=10)[1]) / 2  # bracket the head's timing
         row.update(c=per_guess / t_step, guess_ms=1e3 * per_guess, target_step_ms=1e3 * t_step)
-    for setting, temp in (("greedy", 0.0), ("T=1", 1.0)):
+    for setting, temp in SETTINGS:
         for name, prompts in sets.items():
             row[f"{setting} {name}"] = acceptance(target, eagle, prompts, k, temp, max_new_tokens, stop, bar)
     return row
@@ -149,7 +151,7 @@ def report(res: dict) -> str:
                 c = "-" if row["c"] is None else f"{row['c']:.3f}"
                 lines.append(f"| {size} | {c} | {row['head_mb']:.1f} | {setting} | {name} | {pos} | "
                              f"{v['tokens_per_pass']:.2f} |")
-    for shape, row in (res.get("trees") or {}).items():
+    for shape, row in res["trees"].items():
         for key, v in row.items():
             lines.append(f"dynamic tree {shape}, {key}: {v['tokens_per_pass']:.2f} tokens/pass "
                          f"({v['nodes_per_round']:.1f} nodes a round)")
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
     res["trees"] = {}
     for shape in a.trees:
         row = res["trees"][f"{shape.top_k}x{shape.depth}x{shape.nodes}"] = {}
-        for setting, temp in (("greedy", 0.0), ("T=1", 1.0)):
+        for setting, temp in SETTINGS:
             for name, prompts in sets.items():
                 row[f"{setting} {name}"] = tree_tokens_per_pass(target, first, prompts, shape, temp, a.max_new_tokens,
                                                                 tok.eos_ids, bar)
