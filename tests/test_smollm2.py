@@ -16,7 +16,7 @@ pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
 from minispec import generate, load_model, load_tokenizer  # noqa: E402
-from minispec.recipes.fetch import cache_dir, fetch_smollm2  # noqa: E402
+from minispec.recipes.fetch import fetch_smollm2, smollm2_gguf  # noqa: E402
 
 from .strings import tokenizer_strings  # noqa: E402
 
@@ -41,7 +41,8 @@ def smol():
 
 @pytest.fixture(scope="module")
 def hf():
-    g = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    g = smollm2_gguf(log=lambda m: None)  # not cache_dir() / name: the model directory may have been converted from
+    # a GGUF under another cache (a test that sets MINISPEC_CACHE ran first, on a fresh machine), so ask for it
     model = transformers.AutoModelForCausalLM.from_pretrained(str(g.parent), gguf_file=g.name, dtype=torch.float32).eval()
     tok = transformers.AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)
     return model, tok
