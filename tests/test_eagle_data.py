@@ -140,6 +140,32 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
         assert z["tokens"].tolist() == windows and z["top"].shape == (len(windows), 32)
 
 
+@pytest.mark.slow
+def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_path, monkeypatch, capsys):
+    """--generate-only --generations FILE copies the file's shards (no work) before it generates more: the pace and
+    the time to go come from the generated shards alone, not from copies made in no time."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    rng = np.random.default_rng(4)
+    monkeypatch.setattr(eagle_data, "generate", lambda target, tok, prompts, new, greedy, seed, with_features=False: (
+        [p[:5] + rng.integers(3, 49152, 10).tolist() for p in prompts], None))
+    run = ["--target", str(target), "--threads", "1", "--gen-batch", "2", "--text-files", "1", "--seq", "64",
+           "--external-prompts", "none", "--generate-only"]
+    assert eagle_data.main(["--out", str(tmp_path / "a"), *run, "--tokens", "60"]) == 0
+    made = eagle_data.export_generations(tmp_path / "a", tmp_path / "gen.npz",
+                                         json.loads((tmp_path / "a" / "settings.json").read_text()))
+    capsys.readouterr()
+    assert eagle_data.main(["--out", str(tmp_path / "b"), *run, "--generations", str(tmp_path / "gen.npz"),
+                            "--tokens", str(made["tokens"] + 1)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "] shard " in line]
+    assert len(lines) == made["shards"] + 1, lines  # the file's shards, copied, then at least one generated
+    assert all("the pace is measured on the first shard generated" in line for line in lines[:-1]), lines
+    assert "tok/s this run" in lines[-1] and "h to go" in lines[-1], lines[-1]
+
+
 def asking_target(replies: list[str], made: list[str]):
     """``generate``'s stand-in for --asked and --asked-code: asked (at T != 1) to write a request or a function, it
     writes ``replies`` in turn; asked the prompts made from them (greedy), it records them in ``made`` and answers

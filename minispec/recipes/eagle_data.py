@@ -604,10 +604,11 @@ def main(argv=None) -> int:
     log(f"args {vars(args)}; {len(overlap)} evaluation word runs from {len(overlap.files)} files")
     origin = provenance(argv, "python -m minispec.recipes.eagle_data")
     manifest = write_manifest(out, overlap, args, external, origin)
-    t0, made = time.perf_counter(), 0
+    made, spent = 0, 0.0  # tokens and seconds of the shards this run generated: the rate the rest will go at
 
     def write_shard(i: int) -> dict:
-        nonlocal manifest, made
+        nonlocal manifest, made, spent
+        start = time.perf_counter()
         arrays, record = make_shard(i, target, tok, files, overlap, args, generations)
         if i in pending:  # what the generating run made and dropped, and its minutes
             first = pending[i][1]
@@ -618,11 +619,13 @@ def main(argv=None) -> int:
         tmp.replace(out / f"shard-{i:05d}.npz")
         (out / f"shard-{i:05d}.json").write_text(json.dumps(record) + "\n")
         manifest = write_manifest(out, overlap, args, external, origin)
-        made += record["tokens"]
-        rate = made / (time.perf_counter() - t0)
+        if not (args.generate_only and generations and i in generations):  # a committed shard copied: no work
+            made, spent = made + record["tokens"], spent + time.perf_counter() - start
+        pace = (f"{made / spent:.0f} tok/s this run, {max(args.tokens - manifest['tokens'], 0) / (made / spent) / 3600:.1f} h "
+                "to go" if made else "the pace is measured on the first shard generated")
         log(f"shard {i} {record['kind']}: {record['kept']}/{record['windows']} windows kept, {record['tokens']} tokens "
             f"in {record['generation_minutes'] + record['feature_minutes']:.1f} min; total {manifest['tokens']} of "
-            f"{args.tokens} ({rate:.0f} tok/s this run, {max(args.tokens - manifest['tokens'], 0) / max(rate, 1e-9) / 3600:.1f} h to go)")
+            f"{args.tokens} ({pace})")
         return record
 
     for i in sorted(pending):  # first the shards without features (each record stays until its shard is replaced)
