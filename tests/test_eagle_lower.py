@@ -221,6 +221,38 @@ def test_bench_eagle_measures_a_lower_layer_head_at_each_size(tmp_path, capsys):
         assert said in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_bench_eagle_times_the_trees_and_the_chain_beside_plain_decoding(tmp_path, monkeypatch):
+    """Without --acceptance-only, each shape's runs and the chain's are timed between two runs of plain decoding of the
+    same prompt; a speedup is the run's tokens a second over plain decoding's, and the r(n) of the passes the shapes
+    verify is measured in the same run."""
+    from minispec.harness import eagle_eval
+    from minispec.model.config import ModelConfig
+
+    from .helpers import chat_model_dir
+
+    target_dir = chat_model_dir(tmp_path / "t", hidden_size=32, num_hidden_layers=3)
+    head = write_random_eagle(tmp_path / "h", ModelConfig.from_dir(target_dir), range(3, 400), seed=3, scale=3.0)
+    out = tmp_path / "timed.json"
+    assert eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), "--sizes", "100", "--prompts-per-set",
+                            "2", "--max-new-tokens", "8", "--k", "3", "--trees", "2x3x4,1x2x2", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res["timed"]) == {"greedy code", "greedy chat", "T=1 code", "T=1 chat"}
+    assert all(set(v) == {"chain K=3", "2x3x4", "1x2x2"} for v in res["timed"].values())
+    assert all(len(s) == 2 and all(x > 0 for x in s) for v in res["timed"].values() for s in v.values())
+    assert set(res["timed_r"]) == {"1", "3", "4", "5"} and res["timed_r"]["1"] == 1.0  # 1, K + 1, each tree's nodes + 1
+
+    def fake_side_by_side(plain, runs, done):  # plain decoding at 10 tokens a second; the runs take 0.5 s each
+        assert len(plain()) == 8
+        return None, 10.0, [(run(), 0.5) for run in runs]
+    monkeypatch.setattr(eagle_eval, "side_by_side", fake_side_by_side)
+    target = load_model(target_dir)
+    eagle = load_eagle(head, target)
+    bar = type("Bar", (), {"update": lambda self: None})()
+    got = eagle_eval.timed_trees(target, eagle, [[5, 6, 7]], [eagle_eval.DynamicTree(2, 3, 4)], 3, 0.0, 8, None, bar)
+    assert got == {"chain K=3": [pytest.approx(8 / 0.5 / 10)], "2x3x4": [pytest.approx(8 / 0.5 / 10)]}  # 8 tokens
+
+
 def test_a_head_replaced_by_one_with_lower_layers_is_not_timed_by_the_old_ones_calibration(target, tmp_path):
     """The calibration key of a drafter that times itself names its weights' size: a head with lower layers put in
     the folder of one without (a promotion) is calibrated afresh; a head of the same shape shares the figures, which

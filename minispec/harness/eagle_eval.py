@@ -6,7 +6,11 @@ measured side by side), and acceptance by position at K = 4, greedy and T = 1, p
 With ``--trees``, EAGLE-2's dynamic tree at each fixed shape, with the first size's head, greedy
 and T = 1, per prompt set: the tokens emitted over the target passes of all its prompts, and the
 nodes verified a round. No cost model sizes the tree, so these are what the head and the tree
-reach whatever the machine's r(n). Then the resident memory the head adds: the resident set of
+reach whatever the machine's r(n). Without ``--acceptance-only`` (a quiet machine), each prompt's
+runs with every shape and with the chain at K are also timed beside plain decoding of the same
+prompt, run before and after them (``measure.side_by_side``): the speedup in tokens a second,
+per prompt, its median per set, and the r(n) the kernel had in the same run: what the tree's
+tokens a pass buy on this machine. Then the resident memory the head adds: the resident set of
 a fresh process that loaded the target and generated with the head, minus that of one that ran
 the same loop with prompt lookup (no weights); and minus that of plain decoding.
 """
@@ -23,11 +27,13 @@ import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
 from ..drafters.eagle import Eagle, load_eagle
+from ..generate import generate
 from ..model.safetensors_io import read_safetensors
 from ..policy.timing import clock, forward_times
 from ..recipes.fetch import shipped_eagle
 from ..speculative import speculative_generate, tree_speculative_generate
 from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
+from .measure import side_by_side
 from .progress import Progress
 from .prompts import load_prompts
 from .provenance import provenance
@@ -75,6 +81,28 @@ def tree_tokens_per_pass(target, eagle, prompts, shape: DynamicTree, temperature
         nodes += sum(r.tree[0] for r in res.stats.log if r.tree)
         bar.update()
     return dict(tokens_per_pass=tokens / rounds, nodes_per_round=nodes / rounds)
+
+
+def timed_trees(target, eagle, prompts, shapes: list[DynamicTree], k: int, temperature, max_new_tokens, stop,
+                bar) -> dict:
+    """Each prompt's runs with the chain at ``k`` and with the dynamic tree of each of ``shapes``, timed between two runs
+    of plain decoding of the same prompt (``measure.side_by_side``) -> {method: speedups per prompt}, a speedup being
+    the run's tokens a second over plain decoding's."""
+    methods = {f"chain K={k}": lambda p, i: speculative_generate(target, eagle, p, max_new_tokens, k=k,
+                                                               temperature=temperature, seed=i, stop_ids=stop)}
+    for shape in shapes:
+        methods[f"{shape.top_k}x{shape.depth}x{shape.nodes}"] = (
+            lambda p, i, shape=shape: tree_speculative_generate(target, eagle, p, max_new_tokens, shape=shape,
+                                                                temperature=temperature, seed=i, stop_ids=stop))
+    speedups: dict = {name: [] for name in methods}
+    for i, p in enumerate(prompts):
+        plain = lambda p=p, i=i: generate(target, p, max_new_tokens, temperature=temperature, seed=i,  # noqa: E731
+                                          stop_ids=stop)
+        _, plain_rate, runs = side_by_side(plain, [lambda f=f, p=p, i=i: f(p, i) for f in methods.values()],
+                                           bar.update)
+        for name, (res, seconds) in zip(methods, runs):
+            speedups[name].append(len(res.tokens) / seconds / plain_rate)
+    return speedups
 
 
 def tree_shapes(text: str) -> list[DynamicTree]:
@@ -155,6 +183,13 @@ def report(res: dict) -> str:
         for key, v in row.items():
             lines.append(f"dynamic tree {shape}, {key}: {v['tokens_per_pass']:.2f} tokens/pass "
                          f"({v['nodes_per_round']:.1f} nodes a round)")
+    if res.get("timed"):
+        r = res["timed_r"]
+        lines.append("timed beside plain decoding of the same prompt, speedup in tokens a second, median over prompts "
+                     "[lowest, highest]; this run's r(n): " + ", ".join(f"r({n}) {v:.2f}" for n, v in r.items()))
+        for key, methods in res["timed"].items():
+            lines.append(f"  {key}: " + "; ".join(f"{name} {np.median(v):.2f}x [{min(v):.2f}, {max(v):.2f}]"
+                                                  for name, v in methods.items()))
     m = res["memory"]
     if m is None:
         return "\n".join(lines + ["(acceptance only: no timing, no memory)"])
@@ -194,7 +229,9 @@ def main(argv=None) -> int:
         p.error(f"--sizes {','.join(map(str, a.sizes))}: none fits the head's {len(order)} tokens")
     sets = {s: load_prompts(s, tok, a.prompts_per_set) for s in ("code", "chat")}
     res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
-    bar = Progress((len(sizes) + len(a.trees)) * 2 * sum(len(v) for v in sets.values()), "bench eagle")
+    timing_trees = bool(a.trees) and not a.acceptance_only
+    runs_per_prompt = len(sizes) + len(a.trees) + (len(a.trees) + 3 if timing_trees else 0)  # timed: plain twice, chain
+    bar = Progress(runs_per_prompt * 2 * sum(len(v) for v in sets.values()), "bench eagle")
     first = None  # the first size's head: the trees' drafter
     for size in sizes:
         head = Eagle(target, tensors, order[:size], name=f"eagle-{size}", lower_layers=shipped.lower_layers)
@@ -208,6 +245,13 @@ def main(argv=None) -> int:
             for name, prompts in sets.items():
                 row[f"{setting} {name}"] = tree_tokens_per_pass(target, first, prompts, shape, temp, a.max_new_tokens,
                                                                 tok.eos_ids, bar)
+    if timing_trees:
+        res["timed"] = {f"{setting} {name}": timed_trees(target, first, prompts, a.trees, a.k, temp, a.max_new_tokens,
+                                                         tok.eos_ids, bar)
+                        for setting, temp in SETTINGS for name, prompts in sets.items()}
+        ns = sorted({1, a.k + 1, *(shape.nodes + 1 for shape in a.trees)})  # a tree's pass: its nodes and the root
+        t = forward_times(target, tuple(ns), context=256, repeats=10)
+        res["timed_r"] = {n: t[n] / t[1] for n in ns}
     bar.close()
     res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped)
     print(report(res))
