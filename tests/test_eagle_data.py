@@ -157,13 +157,30 @@ def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_pa
     assert eagle_data.main(["--out", str(tmp_path / "a"), *run, "--tokens", "60"]) == 0
     made = eagle_data.export_generations(tmp_path / "a", tmp_path / "gen.npz",
                                          json.loads((tmp_path / "a" / "settings.json").read_text()))
-    capsys.readouterr()
-    assert eagle_data.main(["--out", str(tmp_path / "b"), *run, "--generations", str(tmp_path / "gen.npz"),
-                            "--tokens", str(made["tokens"] + 1)]) == 0
+    first = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    first.update(dropped=[dict(shard=0, kind="code-greedy", window=3, run="planted", file="x")], asked_requests=7)
+    (tmp_path / "m.json").write_text(json.dumps(first))
+    grow = ["--out", str(tmp_path / "b"), *run, "--generations", str(tmp_path / "gen.npz"), "--tokens",
+            str(made["tokens"] + 1)]
+    for bad, said in (([], "describes the shards of --generations"), (["--tokens", "5"], "lists 2 shards and 5 tokens")):
+        wrong = dict(first, tokens=5) if bad else first
+        (tmp_path / "w.json").write_text(json.dumps(wrong))
+        argv = [a for a in grow if a != "--generate-only"] if not bad else grow
+        assert eagle_data.main([*argv, "--generations-manifest", str(tmp_path / "w.json")]) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "b").exists() or not list((tmp_path / "b").glob("shard-*"))  # refused before any shard
+    assert eagle_data.main([*grow, "--generations-manifest", str(tmp_path / "m.json")]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "] shard " in line]
     assert len(lines) == made["shards"] + 1, lines  # the file's shards, copied, then at least one generated
     assert all("the pace is measured on the first shard generated" in line for line in lines[:-1]), lines
     assert "tok/s this run" in lines[-1] and "h to go" in lines[-1], lines[-1]
+    # the grown folder's manifest keeps the committed records of the copied shards, and adds the new shard's
+    grown = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    new = json.loads((tmp_path / "b" / f"shard-{made['shards']:05d}.json").read_text())
+    assert grown["dropped"][0]["run"] == "planted" and grown["asked_requests"] == 7 + new["asked"]
+    assert (grown["shards"], grown["tokens"]) == (made["shards"] + 1, made["tokens"] + new["tokens"])
+    assert grown["shard_minutes"][:made["shards"]] == first["shard_minutes"]
+    assert grown["earlier_provenance"] == [first["provenance"]]
 
 
 def asking_target(replies: list[str], made: list[str]):

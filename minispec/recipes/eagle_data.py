@@ -443,10 +443,15 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
     return arrays, record
 
 
-def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | None = None) -> dict:
+def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | None = None,
+                   committed: dict | None = None) -> dict:
     """manifest.json: the shards' totals, the rule and the windows it dropped, and ``origin`` (date, commit, command
-    and machine of the run that wrote it last; earlier runs' are in build_log.txt)."""
+    and machine of the run that wrote it last; earlier runs' are in build_log.txt). ``committed``: the manifest of the
+    build that generated the shards copied from ``--generations`` (``--generations-manifest``), whose records of them
+    (the windows dropped, the requests the target wrote, the minutes) stand for theirs (``with_committed``)."""
     records = [json.loads(p.read_text()) for p in sorted(out.glob("shard-*.json"))]
+    if committed is not None and sum(r["shard"] < committed["shards"] for r in records) == committed["shards"]:
+        return _write(out, with_committed(committed, records, args.generate_only, dict(origin or {})))
     manifest = dict(rule="a window is dropped when it shares a run of 8 lowercased whitespace-separated words with "
                          "any evaluation prompt (minispec/recipes/eval_overlap.py)",
                     evaluation_files=overlap.files, external_prompts=str(external) if external else None,
@@ -463,10 +468,45 @@ def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | 
                                    for r in records],
                     dropped=[dict(shard=r["shard"], kind=r["kind"], **d) for r in records for d in r["dropped"]],
                     provenance=origin or {})
+    return _write(out, manifest)
+
+
+def _write(out: Path, manifest: dict) -> dict:
     tmp = out / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     tmp.replace(out / "manifest.json")
     return manifest
+
+
+def with_committed(committed: dict, records: list[dict], copied_only: bool, origin: dict) -> dict:
+    """The manifest of a folder grown from committed windows: ``committed`` (the manifest of the build that generated
+    them) for the shards it lists, each copied here by ``--generate-only`` (``copied_only``) and with its tokens, and
+    this folder's records for the rest, totals summed. Refused (ValueError) where the folder's first shards are not
+    the committed ones."""
+    if not copied_only:
+        raise ValueError("--generations-manifest goes with --generate-only: a build with features makes its own records "
+                         "of the committed windows")
+    n = committed["shards"]
+    first = [r for r in records if r["shard"] < n]
+    if len(first) != n or not all(r.get("reused") for r in first) or sum(r["tokens"] for r in first) != committed["tokens"]:
+        raise ValueError(f"the folder's shards 0-{n - 1} are not the {n} shards ({committed['tokens']} tokens) the "
+                         "committed manifest lists, copied from --generations")
+    rest = [r for r in records if r["shard"] >= n]
+    kinds = sorted(set(committed["tokens_by_kind"]) | {r["kind"] for r in rest})
+    return dict(committed, asked_requests=committed["asked_requests"] + sum(r.get("asked", 0) for r in rest),
+                shards=n + len(rest), tokens=committed["tokens"] + sum(r["tokens"] for r in rest),
+                windows=committed["windows"] + sum(r["windows"] for r in rest),
+                kept=committed["kept"] + sum(r["kept"] for r in rest),
+                tokens_by_kind={k: committed["tokens_by_kind"].get(k, 0) + sum(r["tokens"] for r in rest if r["kind"] == k)
+                                for k in kinds},
+                minutes={k: committed["minutes"][k] + sum(r[field] for r in rest)
+                         for k, field in (("generation", "generation_minutes"), ("features", "feature_minutes"))},
+                shard_minutes=committed["shard_minutes"] + [
+                    dict(shard=r["shard"], kind=r["kind"], tokens=r["tokens"], generation=round(r["generation_minutes"], 3),
+                         features=round(r["feature_minutes"], 3)) for r in rest],
+                dropped=committed["dropped"] + [dict(shard=r["shard"], kind=r["kind"], **d) for r in rest
+                                                for d in r["dropped"]],
+                provenance=origin, earlier_provenance=[committed["provenance"], *committed.get("earlier_provenance", [])])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -496,6 +536,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--generations", default=None, metavar="FILE",
                    help="reuse the generated windows of an --export file made with the same settings: only their "
                         "features are computed")
+    p.add_argument("--generations-manifest", default=None, metavar="M",
+                   help="with --generations and --generate-only: the manifest of the build that generated that file "
+                        "(docs/eagle/data_manifest*.json), whose records of those shards (windows dropped, requests "
+                        "the target wrote, minutes) the folder's manifest keeps")
     p.add_argument("--generate-only", action="store_true",
                    help="make only the generated shards' windows, without features (for --export); --tokens then "
                         "counts generated tokens, and a later build in the same folder adds the features")
@@ -531,6 +575,10 @@ def main(argv=None) -> int:
     if args.asked_code and not any(k.startswith("code") for k in args.kinds):
         print(f"error: --asked-code {args.asked_code} needs a code kind in --kinds ({','.join(args.kinds)})",
               file=sys.stderr)
+        return 2
+    if args.generations_manifest and not (args.generations and args.generate_only):
+        print("error: --generations-manifest describes the shards of --generations, copied by --generate-only; pass "
+              "both", file=sys.stderr)
         return 2
     if args.generate_only and all(k == "text" for k in args.kinds):
         print("error: --generate-only makes generated shards, and --kinds has only text", file=sys.stderr)
@@ -582,6 +630,18 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError) as e:
             print(f"error: --generations {args.generations}: {e}", file=sys.stderr)
             return 2
+    committed = None
+    if args.generations_manifest:
+        try:
+            committed = json.loads(Path(args.generations_manifest).read_text())
+            tokens = sum(len(w) for ws in generations.values() for w in ws)
+            if (committed["shards"], committed["tokens"]) != (len(generations), tokens):
+                raise ValueError(f"it lists {committed['shards']} shards and {committed['tokens']} tokens, and "
+                                 f"{args.generations} holds {len(generations)} and {tokens}")
+            committed["tokens_by_kind"], committed["minutes"]["generation"]  # noqa: B018 (the keys it must have)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"error: --generations-manifest {args.generations_manifest}: {e!r}", file=sys.stderr)
+            return 2
     pending = {}
     if not args.generate_only:  # shards written by --generate-only: their windows are kept, their features made here
         pending = windows_without_features(out)
@@ -603,7 +663,7 @@ def main(argv=None) -> int:
 
     log(f"args {vars(args)}; {len(overlap)} evaluation word runs from {len(overlap.files)} files")
     origin = provenance(argv, "python -m minispec.recipes.eagle_data")
-    manifest = write_manifest(out, overlap, args, external, origin)
+    manifest = write_manifest(out, overlap, args, external, origin, committed)
     made, spent = 0, 0.0  # tokens and seconds of the shards this run generated: the rate the rest will go at
 
     def write_shard(i: int) -> dict:
@@ -618,7 +678,7 @@ def main(argv=None) -> int:
         np.savez(tmp, **arrays)
         tmp.replace(out / f"shard-{i:05d}.npz")
         (out / f"shard-{i:05d}.json").write_text(json.dumps(record) + "\n")
-        manifest = write_manifest(out, overlap, args, external, origin)
+        manifest = write_manifest(out, overlap, args, external, origin, committed)
         if not (args.generate_only and generations and i in generations):  # a committed shard copied: no work
             made, spent = made + record["tokens"], spent + time.perf_counter() - start
         pace = (f"{made / spent:.0f} tok/s this run, {max(args.tokens - manifest['tokens'], 0) / (made / spent) / 3600:.1f} h "
