@@ -4,6 +4,7 @@
     python -m minispec.recipes.eagle_data --export weights/eagle-data/generations-s2.npz   # the generated windows
     python -m minispec.recipes.eagle_data --generations weights/eagle-data/generations-s2.npz   # rebuild: features only
     python -m minispec.recipes.eagle_data --generate-only --out DIR --generations FILE --tokens N   # more windows, no features
+        [--generations-manifest M]   # M: FILE's committed manifest, whose records of its shards DIR's manifest keeps
 
 Generating is the dear part (the target writes every token). So the generated windows are exported as token ids
 (about a byte a token, compressed) and committed, and a rebuild on another machine reuses them: it computes their
