@@ -285,6 +285,39 @@ def test_at_t1_grown_rounds_that_emit_little_back_off_from_their_tokens():
     assert pol.t_grow == 0.5 and pol.next_shape() == (0, 0)
 
 
+def test_the_cost_model_chooses_the_depth_of_the_next_growth_and_looks_deeper_now_and_then():
+    """Departing from EAGLE-2's fixed depth: from a growth's values and depths, the next growth grows the d that
+    maximises max_N E_d(N) / (t_grow d / depth + t(N + 1)); a shallow growth cannot see deeper nodes, so every
+    LOOK_EVERY-th grows the full depth again. Cheap levels, cheap passes and valuable deep nodes keep the full depth;
+    without depths (a caller that gives none) the depth never changes."""
+    from minispec.policy.tree_policy import LOOK_EVERY, AutoDynamicTree
+
+    values = np.array([0.8, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02])
+    depths = np.array([1, 2, 1, 3, 4, 5, 5])
+    verify = {n: 0.010 * (1 + 0.15 * (n - 1)) for n in range(1, 18)}
+    pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.003, learn=False)  # a level: 0.3 of a target step
+
+    def rate(d):  # the docstring's formula, written out again
+        kept = values[depths <= d]
+        return max((1 + kept[:m].sum()) / (0.003 * d + verify[m + 1]) for m in range(len(kept) + 1))
+    want = max(range(1, 6), key=rate)
+    assert want < 5  # (the case is one where a shallower tree pays more)
+    assert isinstance(pol.next_shape(), DynamicTree)
+    pol.choose(values, depths)
+    pol.observe(1, 1, 0.0, 0.010, nodes=3)
+    assert pol.depth == want and pol.wait == 0
+    grown = [pol.next_shape().depth for _ in range(LOOK_EVERY + 2)]  # no choose in between: the plan stands
+    assert grown == [want] * LOOK_EVERY + [5, want]  # LOOK_EVERY shallow growths, then a full one to look
+    deep = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0001, learn=False)
+    deep.choose(np.array([0.9, 0.9, 0.9, 0.9, 0.9]), np.array([1, 2, 3, 4, 5]))
+    deep.observe(4, 4, 0.0, 0.010, nodes=5)
+    assert deep.depth == 5 and deep.next_shape().depth == 5
+    legacy = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.003, learn=False)
+    legacy.choose(values)
+    legacy.observe(1, 1, 0.0, 0.010, nodes=3)
+    assert legacy.depth == 5
+
+
 def test_trust_learns_how_far_the_values_overpromise():
     from minispec.policy.tree_policy import AutoDynamicTree
 
@@ -307,7 +340,7 @@ def test_greedy_auto_dynamic_tree_equals_plain_and_drafts(big_pair, big_eagle_di
     policy = AutoDynamicTree(DynamicTree(3, 4, 10), {n: 0.010 * (1 + 0.05 * (n - 1)) for n in range(1, 12)}, 0.0005)
     asked = []
     real_choose = policy.choose
-    policy.choose = lambda values: asked.append(len(values)) or real_choose(values)
+    policy.choose = lambda values, depths: asked.append(len(values)) or real_choose(values, depths)
     res = tree_speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 40, shape=policy)
     assert res.tokens == generate(target, prompt, 40) and res.stats.drafted > 0
     assert asked and max(asked) > 10  # the head's full tree was grown and the cost model sized it (bug: choose dropped)

@@ -45,8 +45,8 @@ class DynamicTree:
     top_k: int = 4
     depth: int = 5
     nodes: int = 16
-    choose: Callable | None = field(default=None, compare=False)  # at T = 0: the grown nodes' values, best first
-    # -> how many to keep (at most ``nodes``; 0: verify none); None keeps ``nodes`` (policy/tree_policy.py)
+    choose: Callable | None = field(default=None, compare=False)  # at T = 0: the grown nodes' values, best first,
+    # and their depths -> how many to keep (at most ``nodes``; 0: verify none); None keeps ``nodes`` (tree_policy.py)
 
     def __post_init__(self):
         for name in ("top_k", "depth", "nodes"):
@@ -82,12 +82,13 @@ def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, d
     [len(frontier), V]: the drafter's rows after each frontier node. Where every row is one-hot (T = 0) grown in
     full and reranked to ``shape.nodes`` (growth stops at a level whose rows are not all one-hot); else grown
     within the budget (module docstring)."""
-    tree, scores = Tree(), [0.0]
+    tree, scores, levels = Tree(), [0.0], [0]  # levels: each node's depth, the root's 0
 
     def children(parent: int, logits: np.ndarray, count: int, i: int) -> list[int]:
         kids = add_children(tree, parent, logits, count, warp, draws, i, tree.prefix(tokens, parent))
         value = log_softmax_at(logits, [tree.tokens[c] for c in kids])  # the drafter's own confidence, before the
         scores.extend(scores[parent] + float(v) for v in value)  # processors: it only ranks nodes
+        levels.extend([levels[parent] + 1] * len(kids))
         return kids
 
     deterministic = one_hot(warp(root_logits, tokens))
@@ -107,8 +108,9 @@ def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, d
     scores = np.array(scores)
     if deterministic:  # every row was one-hot: which candidates the tree holds cannot bias the walk
         n = shape.nodes
-        if shape.choose is not None:  # how many the cost model keeps, from the values (EAGLE-2's tree size -1)
-            n = max(0, min(n, int(shape.choose(np.exp(np.sort(scores[1:])[::-1])))))
+        if shape.choose is not None:  # how many the cost model keeps, from the values (EAGLE-2's tree size -1),
+            best = np.argsort(-scores[1:], kind="stable")  # and their depths (it may grow fewer levels next time)
+            n = max(0, min(n, int(shape.choose(np.exp(scores[1:][best]), np.array(levels[1:])[best]))))
         return rerank(tree, scores, n)
     return tree, scores
 

@@ -127,6 +127,7 @@ class DynamicTreePolicy:
 
 REGROW_SHARE = 0.03  # a growth that looks again after growing did not pay costs at most this share of the plain time
 MAX_WAIT = 64  # ... unless that takes more plain rounds than this
+LOOK_EVERY = 8  # growths below the shape's depth between two that grow it in full, to look deeper (AutoDynamicTree)
 
 
 class AutoDynamicTree(DynamicTreePolicy):
@@ -147,6 +148,16 @@ class AutoDynamicTree(DynamicTreePolicy):
 
         max_N E(N) / (t_grow + t(N + 1))  >  (1 + MARGIN) / t(1).
 
+    Departing from EAGLE-2, which grows a fixed depth, the depth is chosen too: from the same growth, for each depth
+    d up to the one grown, the nodes no deeper than d give E_d(N), and the next growth grows the d that maximises
+
+        max_N E_d(N) / (t_grow d / depth + t(N + 1))     (a growth's time taken as proportional to its levels),
+
+    the rate ``plan`` then tests. A growth at a depth below the shape's sees no deeper node, so every ``LOOK_EVERY``-th
+    growth below it grows the shape's full depth again, to look. On a CPU, where each level of the head and each
+    verified node cost a share of a target step, shallow trees are what pay (docs/eagle/scaling.md, "Small trees,
+    timed"); where verification is near free the full depth keeps winning.
+
     Otherwise (T > 0) the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be
     dropped by its value), and the same test takes the tokens its grown rounds emitted (a running mean) for E.
     When growing does not pay, the next
@@ -157,8 +168,9 @@ class AutoDynamicTree(DynamicTreePolicy):
     that looks again cost at most ``REGROW_SHARE`` of their time (a growth of one target step waits 34 rounds); then
     it grows once more, to look again.
 
-    t_grow starts as the head's calibrated levels (``depth`` of them). In a run that follows its clock (``learn``) it
-    becomes the growths it timed (a low quantile of them once there are 3; the first growth is not counted: it
+    t_grow, the time of a growth of the shape's full depth, starts as the head's calibrated levels (``depth`` of them).
+    In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth (a low
+    quantile of them once there are 3; the first growth is not counted: it
     catches the head up on the whole prompt): a growth also picks children over the vocabulary and catches the head
     up on the tokens since the last, which the calibration does not time. Such a run learns t(n) from its passes too,
     as ``TreePolicy`` does. A seeded run at T > 0 (``learn=False``) keeps the calibrated costs, so that its choices,
@@ -176,6 +188,10 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
         self.emitted = None  # T > 0: tokens a grown round emitted, a running mean (weight 0.2 on the newest)
         self.values = np.zeros(0)  # the last growth's values, best first (``choose``)
+        self.depths = None  # and their depths, where the growth gave them
+        self.depth = shape.depth  # the levels the next growth grows (the class docstring's d)
+        self.shallow = 0  # growths below the shape's depth since the last that grew it in full (LOOK_EVERY)
+        self.grown = shape.depth  # the levels the last growth grew
 
     def next_shape(self, unseen: int = 1, context: int = 0):
         self.asked = self.chose = False
@@ -183,20 +199,31 @@ class AutoDynamicTree(DynamicTreePolicy):
             self.wait -= 1
             return (0, 0)  # a plain round
         self.asked = True
-        return DynamicTree(self.shape.top_k, self.shape.depth, self.max_room, self.choose)
+        depth = self.depth if self.shallow < LOOK_EVERY else self.shape.depth  # now and then, look deeper
+        self.shallow = self.shallow + 1 if depth < self.shape.depth else 0
+        return DynamicTree(self.shape.top_k, depth, self.max_room, self.choose)
 
     def expected_tokens(self, values: np.ndarray) -> np.ndarray:  # [n] values, best first -> [N+1]: E(0), ..., E(N)
         return 1.0 + self.trust * np.concatenate([[0.0], np.cumsum(values[: self.max_room])])
 
-    def choose(self, values: np.ndarray) -> int:
+    def choose(self, values: np.ndarray, depths: np.ndarray | None = None) -> int:
+        """How many of the grown nodes (``values``, best first, and their ``depths``) to verify."""
         self.chose, E = True, self.expected_tokens(values)
         rates = [E[n] / self.verify_time[n + 1] for n in range(len(E))]  # the growth is paid already
         n = int(np.argmax(rates))
         if rates[n] <= 1.0 / self.verify_time[1]:
             n = 0
         self.last_promise = float(values[:n].sum()) if n else None  # what the values promise, before trust
-        self.values = values[: self.max_room]  # what the next growth is expected to be worth (``observe``)
+        self.values, self.depths = values, depths  # what the next growth is expected to be worth (``observe``)
+        self.grown = int(depths.max()) if depths is not None and len(depths) else self.shape.depth
         return n
+
+    def growth_rate(self, d: int) -> float:
+        """The expected tokens a second of a round that grows d levels, its growth included (class docstring)."""
+        values = self.values if self.depths is None else self.values[self.depths <= d]
+        E = self.expected_tokens(values)
+        t_grow = self.t_grow * d / self.shape.depth
+        return max(E[m] / (t_grow + self.verify_time[m + 1]) for m in range(len(E)))
 
     def plan(self, rate: float) -> None:
         """Whether the next round grows a tree, from a growth's expected tokens per second, its time included."""
@@ -215,15 +242,20 @@ class AutoDynamicTree(DynamicTreePolicy):
         if self.learn:
             if self.growths is None:
                 self.growths = []  # the first growth, not counted (class docstring)
-            else:
-                self.growths = (self.growths + [t_draft])[-RECENT:]
+            else:  # scaled to the shape's full depth
+                grown = self.grown if self.chose else self.shape.depth
+                self.growths = (self.growths + [t_draft * self.shape.depth / max(grown, 1)])[-RECENT:]
                 self.t_grow = low_quantile(self.growths, min(self.growths))
             if self.last_promise:
                 self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted
                 self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
         if self.chose:  # the root's row one-hot: this growth's values, with what this round taught (trust, t_grow)
-            E = self.expected_tokens(self.values)
-            self.plan(max(E[m] / (self.t_grow + self.verify_time[m + 1]) for m in range(len(E))))
+            depths = range(1, self.grown + 1) if self.depths is not None else [self.shape.depth]
+            rates = {d: self.growth_rate(d) for d in depths}
+            best = max(rates, key=rates.get)  # the shallowest of equals
+            if self.depths is not None and (best < self.grown or self.grown == self.shape.depth):
+                self.depth = best  # (a shallow growth cannot tell that a deeper one pays: it waits for a look)
+            self.plan(rates[best])
         else:  # T > 0: the tokens its grown rounds emitted
             self.emitted = accepted + 1.0 if self.emitted is None else 0.8 * self.emitted + 0.2 * (accepted + 1.0)
             self.plan(self.emitted / (self.t_grow + self.verify_time[min(nodes, self.max_room) + 1]))
