@@ -223,9 +223,9 @@ def test_bench_eagle_measures_a_lower_layer_head_at_each_size(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_bench_eagle_times_the_trees_and_the_chain_beside_plain_decoding(tmp_path, monkeypatch):
-    """Without --acceptance-only, each shape's runs and the chain's are timed between two runs of plain decoding of the
-    same prompt; a speedup is the run's tokens a second over plain decoding's, and the r(n) of the passes the shapes
-    verify is measured in the same run."""
+    """Without --acceptance-only, each shape's runs, the chain's and --tree auto's are timed between two runs of plain
+    decoding of the same prompt; a speedup is the run's tokens a second over plain decoding's, and the r(n) of the
+    passes the shapes verify is measured in the same run."""
     from minispec.harness import eagle_eval
     from minispec.model.config import ModelConfig
 
@@ -238,7 +238,7 @@ def test_bench_eagle_times_the_trees_and_the_chain_beside_plain_decoding(tmp_pat
                             "2", "--max-new-tokens", "8", "--k", "3", "--trees", "2x3x4,1x2x2", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert set(res["timed"]) == {"greedy code", "greedy chat", "T=1 code", "T=1 chat"}
-    assert all(set(v) == {"chain K=3", "2x3x4", "1x2x2"} for v in res["timed"].values())
+    assert all(set(v) == {"chain K=3", "2x3x4", "1x2x2", "auto"} for v in res["timed"].values())
     assert all(len(s) == 2 and all(x > 0 for x in s) for v in res["timed"].values() for s in v.values())
     assert set(res["timed_r"]) == {"1", "3", "4", "5"} and res["timed_r"]["1"] == 1.0  # 1, K + 1, each tree's nodes + 1
 
@@ -250,7 +250,7 @@ def test_bench_eagle_times_the_trees_and_the_chain_beside_plain_decoding(tmp_pat
     eagle = load_eagle(head, target)
     bar = type("Bar", (), {"update": lambda self: None})()
     got = eagle_eval.timed_trees(target, eagle, [[5, 6, 7]], [eagle_eval.DynamicTree(2, 3, 4)], 3, 0.0, 8, None, bar)
-    assert got == {"chain K=3": [pytest.approx(8 / 0.5 / 10)], "2x3x4": [pytest.approx(8 / 0.5 / 10)]}  # 8 tokens
+    assert got == {name: [pytest.approx(8 / 0.5 / 10)] for name in ("chain K=3", "2x3x4", "auto")}  # 8 tokens each
 
 
 def test_a_head_replaced_by_one_with_lower_layers_is_not_timed_by_the_old_ones_calibration(target, tmp_path):

@@ -8,7 +8,8 @@ and T = 1, per prompt set: the tokens emitted over the target passes of all its 
 nodes verified a round. No cost model sizes the tree, so these are what the head and the tree
 reach whatever the machine's r(n). Without ``--acceptance-only`` (a quiet machine), each prompt's
 runs with every shape and with the chain at K are also timed beside plain decoding of the same
-prompt, run before and after them (``measure.side_by_side``): the speedup in tokens a second,
+prompt, run before and after them (``measure.side_by_side``), and so is ``--tree auto`` (its
+calibration measured first, untimed): the speedup in tokens a second,
 per prompt, its median per set, and the r(n) the kernel had in the same run: what the tree's
 tokens a pass buy on this machine. Then the resident memory the head adds: the resident set of
 a fresh process that loaded the target and generated with the head, minus that of one that ran
@@ -29,6 +30,7 @@ from ..drafters.dynamic_tree import DynamicTree
 from ..drafters.eagle import Eagle, load_eagle
 from ..generate import generate
 from ..model.safetensors_io import read_safetensors
+from ..policy import auto_dynamic_tree
 from ..policy.timing import clock, forward_times
 from ..recipes.fetch import shipped_eagle
 from ..speculative import speculative_generate, tree_speculative_generate
@@ -85,15 +87,17 @@ def tree_tokens_per_pass(target, eagle, prompts, shape: DynamicTree, temperature
 
 def timed_trees(target, eagle, prompts, shapes: list[DynamicTree], k: int, temperature, max_new_tokens, stop,
                 bar) -> dict:
-    """Each prompt's runs with the chain at ``k`` and with the dynamic tree of each of ``shapes``, timed between two runs
+    """Each prompt's runs with the chain at ``k``, with the dynamic tree of each of ``shapes`` and with the automatic one
+    (``--tree auto``: the cost model sizes it each round, calibrated before the clocks), timed between two runs
     of plain decoding of the same prompt (``measure.side_by_side``) -> {method: speedups per prompt}, a speedup being
     the run's tokens a second over plain decoding's."""
     methods = {f"chain K={k}": lambda p, i: speculative_generate(target, eagle, p, max_new_tokens, k=k,
                                                                temperature=temperature, seed=i, stop_ids=stop)}
-    for shape in shapes:
-        methods[f"{shape.top_k}x{shape.depth}x{shape.nodes}"] = (
-            lambda p, i, shape=shape: tree_speculative_generate(target, eagle, p, max_new_tokens, shape=shape,
-                                                                temperature=temperature, seed=i, stop_ids=stop))
+    for shape in [*shapes, "auto"]:  # "auto": --tree auto, its cost model calibrated here, before any clock
+        name = shape if shape == "auto" else f"{shape.top_k}x{shape.depth}x{shape.nodes}"
+        methods[name] = (lambda p, i, shape=shape: tree_speculative_generate(
+            target, eagle, p, max_new_tokens, shape=shape, temperature=temperature, seed=i, stop_ids=stop))
+    auto_dynamic_tree(target, eagle)  # the calibrations it reads, measured once (then in memory)
     speedups: dict = {name: [] for name in methods}
     for i, p in enumerate(prompts):
         plain = lambda p=p, i=i: generate(target, p, max_new_tokens, temperature=temperature, seed=i,  # noqa: E731
@@ -230,7 +234,8 @@ def main(argv=None) -> int:
     sets = {s: load_prompts(s, tok, a.prompts_per_set) for s in ("code", "chat")}
     res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
     timing_trees = bool(a.trees) and not a.acceptance_only
-    runs_per_prompt = len(sizes) + len(a.trees) + (len(a.trees) + 3 if timing_trees else 0)  # timed: plain twice, chain
+    runs_per_prompt = len(sizes) + len(a.trees) + (len(a.trees) + 4 if timing_trees else 0)  # timed: plain twice, chain,
+    # auto
     bar = Progress(runs_per_prompt * 2 * sum(len(v) for v in sets.values()), "bench eagle")
     first = None  # the first size's head: the trees' drafter
     for size in sizes:
