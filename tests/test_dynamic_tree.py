@@ -318,6 +318,28 @@ def test_the_cost_model_chooses_the_depth_of_the_next_growth_and_looks_deeper_no
     assert legacy.depth == 5
 
 
+def test_one_growth_of_little_worth_among_good_ones_does_not_stop_the_trees():
+    """plan expects the next growth to be worth what the growths so far were (a running mean, WORTH_WEIGHT on the
+    newest), not the last one alone (bug: one growth of little worth made the next 16 rounds plain, 1.61 tokens a pass
+    where a fixed 2x2x4 tree kept 2.23); growths of little worth, one after another, still stop them."""
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
+    good, poor = np.array([0.9, 0.8, 0.7]), np.array([0.05, 0.02, 0.01])
+    pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.001, learn=False)  # a growth: half a target step
+    for values in [good] * 5 + [poor]:
+        assert pol.next_shape() != (0, 0)
+        pol.choose(values)
+        pol.observe(1, 1, 0.0, 0.012, nodes=3)
+    assert pol.wait == 0 and pol.next_shape() != (0, 0)  # still growing after the poor one
+    for _ in range(30):  # poor ones from now on: the trees stop, plain rounds between looks
+        shape = pol.next_shape()
+        if shape != (0, 0):
+            pol.choose(poor)
+            pol.observe(0, 0, 0.0, 0.012, nodes=3)
+    assert pol.wait > 0
+
+
 def test_trust_learns_how_far_the_values_overpromise():
     from minispec.policy.tree_policy import AutoDynamicTree
 

@@ -127,6 +127,7 @@ class DynamicTreePolicy:
 
 REGROW_SHARE = 0.03  # a growth that looks again after growing did not pay costs at most this share of the plain time
 MAX_WAIT = 64  # ... unless that takes more plain rounds than this
+WORTH_WEIGHT = 0.2  # the newest growth's weight in what growths are expected to be worth (AutoDynamicTree.worth)
 LOOK_EVERY = 8  # growths below the shape's depth between two that grow it in full, to look deeper (AutoDynamicTree)
 
 
@@ -143,20 +144,23 @@ class AutoDynamicTree(DynamicTreePolicy):
     by then, so it is left out of that choice. ``trust`` is the ratio of tokens accepted to tokens the values
     promised, learned over rounds (it starts at 1).
 
-    Whether to grow at all is decided before growing (``plan``, after each grown round), from the last growth: the
-    next tree is expected to be worth what this one was, and growing pays when, its time t_grow included,
+    Whether to grow at all is decided before growing (``plan``, after each grown round), from the growths so far: the
+    next tree is expected to be worth what they were, the sum of their best N values a running mean (``worth``,
+    WORTH_WEIGHT on the newest: one growth of little worth among good ones does not stop the trees), and growing pays
+    when, its time t_grow included,
 
         max_N E(N) / (t_grow + t(N + 1))  >  (1 + MARGIN) / t(1).
 
-    Departing from EAGLE-2, which grows a fixed depth, the depth is chosen too: from the same growth, for each depth
-    d up to the one grown, the nodes no deeper than d give E_d(N), and the next growth grows the d that maximises
+    Departing from EAGLE-2, which grows a fixed depth, the depth is chosen too: for each depth d, the nodes no deeper
+    than d give E_d(N) (each growth adds to the running mean of every d up to its own), and the next growth grows the d
+    that maximises
 
         max_N E_d(N) / (t_grow d / depth + t(N + 1))     (a growth's time taken as proportional to its levels),
 
-    the rate ``plan`` then tests. A growth at a depth below the shape's sees no deeper node, so every ``LOOK_EVERY``-th
-    growth below it grows the shape's full depth again, to look. On a CPU, where each level of the head and each
-    verified node cost a share of a target step, shallow trees are what pay (docs/eagle/scaling.md, "Small trees,
-    timed"); where verification is near free the full depth keeps winning.
+    the rate ``plan`` then tests. A growth at a depth below the shape's sees no deeper node (the deeper d keep what
+    the last look taught), so every ``LOOK_EVERY``-th growth below it grows the shape's full depth again, to look. On
+    a CPU, where each level of the head and each verified node cost a share of a target step, shallow trees are what
+    pay (docs/eagle/scaling.md, "Small trees, timed"); where verification is near free the full depth keeps winning.
 
     Otherwise (T > 0) the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be
     dropped by its value), and the same test takes the tokens its grown rounds emitted (a running mean) for E.
@@ -188,6 +192,7 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
         self.emitted = None  # T > 0: tokens a grown round emitted, a running mean (weight 0.2 on the newest)
         self.values = np.zeros(0)  # the last growth's values, best first (``choose``)
+        self.worth: dict = {}  # d -> what growths of d levels were worth (``learn_worth``; class docstring)
         self.depths = None  # and their depths, where the growth gave them
         self.depth = shape.depth  # the levels the next growth grows (the class docstring's d)
         self.shallow = 0  # growths below the shape's depth since the last that grew it in full (LOOK_EVERY)
@@ -220,10 +225,16 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     def growth_rate(self, d: int) -> float:
         """The expected tokens a second of a round that grows d levels, its growth included (class docstring)."""
-        values = self.values if self.depths is None else self.values[self.depths <= d]
-        E = self.expected_tokens(values)
+        E = 1.0 + self.trust * self.worth[d]  # [max_room + 1]: E_d(0), ..., E_d(max_room)
         t_grow = self.t_grow * d / self.shape.depth
         return max(E[m] / (t_grow + self.verify_time[m + 1]) for m in range(len(E)))
+
+    def learn_worth(self, d: int) -> None:
+        """Fold this growth's best values no deeper than d into ``worth[d]`` (a running mean, WORTH_WEIGHT on it)."""
+        values = self.values if self.depths is None else self.values[self.depths <= d]
+        sums = np.concatenate([[0.0], np.cumsum(values[: self.max_room])])  # the best N values' sum, N = 0, 1, ...
+        sums = np.pad(sums, (0, self.max_room + 1 - len(sums)), mode="edge")  # [max_room + 1]
+        self.worth[d] = sums if d not in self.worth else (1 - WORTH_WEIGHT) * self.worth[d] + WORTH_WEIGHT * sums
 
     def plan(self, rate: float) -> None:
         """Whether the next round grows a tree, from a growth's expected tokens per second, its time included."""
@@ -250,11 +261,12 @@ class AutoDynamicTree(DynamicTreePolicy):
                 self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted
                 self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
         if self.chose:  # the root's row one-hot: this growth's values, with what this round taught (trust, t_grow)
-            depths = range(1, self.grown + 1) if self.depths is not None else [self.shape.depth]
-            rates = {d: self.growth_rate(d) for d in depths}
+            for d in (range(1, self.grown + 1) if self.depths is not None else [self.shape.depth]):
+                self.learn_worth(d)  # deeper ones keep what the last look taught
+            rates = {d: self.growth_rate(d) for d in sorted(self.worth)}
             best = max(rates, key=rates.get)  # the shallowest of equals
-            if self.depths is not None and (best < self.grown or self.grown == self.shape.depth):
-                self.depth = best  # (a shallow growth cannot tell that a deeper one pays: it waits for a look)
+            if self.depths is not None:
+                self.depth = best
             self.plan(rates[best])
         else:  # T > 0: the tokens its grown rounds emitted
             self.emitted = accepted + 1.0 if self.emitted is None else 0.8 * self.emitted + 0.2 * (accepted + 1.0)
