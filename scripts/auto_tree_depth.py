@@ -3,8 +3,8 @@
     MINISPEC_KERNEL=numba python scripts/auto_tree_depth.py [--prompts 8] [--tokens 64] [--top-k 4]
 
 For each prompt of minispec/data's code and chat sets, greedy: plain decoding, the automatic tree as it is
-(``AutoDynamicTree``: the depth of each growth chosen from the last), the same tree with every growth at the shape's
-full depth (``FullDepth``: what ``--tree auto`` did before the depth choice), the fixed 2x2x4 tree (the smallest of
+(``AutoDynamicTree``: the depth of each growth chosen from what the growths so far were worth), the same tree with
+every growth at the shape's full depth (``FullDepth``), the fixed 2x2x4 tree (the smallest of
 docs/eagle/scaling.md's timed shapes, for scale), then plain decoding again
 (``measure.side_by_side``); the speedup in tokens a second over plain decoding's, the median per set, and the tokens a
 target pass. Time it on a quiet machine.
@@ -32,7 +32,7 @@ from minispec.speculative import tree_speculative_generate
 
 class FullDepth(AutoDynamicTree):
     """The automatic tree without the depth choice: ``choose`` is told no depths, so every growth grows the shape's
-    full depth (the policy as it was before the choice)."""
+    full depth (otherwise the policy as it is, its running mean of what growths were worth included)."""
 
     def choose(self, values, depths=None):
         return super().choose(values)
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--top-k", type=int, default=DynamicTree().top_k,
-                   help="children per node and nodes per frontier of both trees (default: DynamicTree's)")
+                   help="children per node and nodes per frontier of the two automatic trees (default: DynamicTree's)")
     a = p.parse_args(argv)
     shape = DynamicTree(top_k=a.top_k)
     target, tok = load_target(None)
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
                                                                          stop_ids=tok.eos_ids)
                     for make in (auto_dynamic_tree, full_depth, fixed_2x2x4)]  # each run's policy made afresh (the calibrations
             # are in memory: no clock there)
-            plain, rate, done = side_by_side(lambda ids=ids: generate(target, ids, a.tokens, stop_ids=tok.eos_ids), runs)
-            for key, (res, seconds) in zip(rows, done):
+            plain, rate, timed = side_by_side(lambda ids=ids: generate(target, ids, a.tokens, stop_ids=tok.eos_ids), runs)
+            for key, (res, seconds) in zip(rows, timed):
                 assert res.tokens == plain, f"{name} prompt {i}: greedy output differs from plain decoding"
                 rows[key].append(len(res.tokens) / seconds / rate)
                 tpp[key][0] += len(res.tokens)

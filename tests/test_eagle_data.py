@@ -169,6 +169,13 @@ def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_pa
         assert eagle_data.main([*argv, "--generations-manifest", str(tmp_path / "w.json")]) == 2
         assert said in capsys.readouterr().err
     assert not (tmp_path / "b").exists() or not list((tmp_path / "b").glob("shard-*"))  # refused before any shard
+    (tmp_path / "w.json").write_text(json.dumps({k: v for k, v in first.items() if k != "shard_minutes"}))
+    assert eagle_data.main([*grow, "--generations-manifest", str(tmp_path / "w.json")]) == 2
+    assert "it has no shard_minutes" in capsys.readouterr().err
+    # a folder whose first shards were generated there, not copied from the file, is refused, not crashed on
+    other = ["--out", str(tmp_path / "a"), *grow[2:], "--generations-manifest", str(tmp_path / "m.json")]
+    assert eagle_data.main(other) == 2
+    assert "are not the 2 shards" in capsys.readouterr().err
     assert eagle_data.main([*grow, "--generations-manifest", str(tmp_path / "m.json")]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "] shard " in line]
     assert len(lines) == made["shards"] + 1, lines  # the file's shards, copied, then at least one generated

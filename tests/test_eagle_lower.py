@@ -240,7 +240,8 @@ def test_bench_eagle_times_the_trees_and_the_chain_beside_plain_decoding(tmp_pat
     assert set(res["timed"]) == {"greedy code", "greedy chat", "T=1 code", "T=1 chat"}
     assert all(set(v) == {"chain K=3", "2x3x4", "1x2x2", "auto"} for v in res["timed"].values())
     assert all(len(s) == 2 and all(x > 0 for x in s) for v in res["timed"].values() for s in v.values())
-    assert set(res["timed_r"]) == {"1", "3", "4", "5"} and res["timed_r"]["1"] == 1.0  # 1, K + 1, each tree's nodes + 1
+    assert set(res["timed_r"]) == {"1", "3", "4", "5", "17"} and res["timed_r"]["1"] == 1.0  # 1, K + 1, each tree's
+    # nodes + 1, and --tree auto's largest (the default shape's 16 nodes + 1)
 
     def fake_side_by_side(plain, runs, done):  # plain decoding at 10 tokens a second; the runs take 0.5 s each
         assert len(plain()) == 8

@@ -10,7 +10,9 @@ Li et al. 2024, EAGLE-2 (arXiv 2406.16858), section 4. Paper -> code:
     reranking       after ``depth`` levels, the ``nodes`` nodes of highest value, parents before children. A child's
                     value is at most its parent's, so the kept set holds every kept node's ancestors (``rerank``)
     tree size -1    EAGLE's code's automatic size (total_token=-1): timed target passes choose N. Here ``choose``,
-                    the cost model's pick from the values and the measured t(n) (policy/tree_policy.py)
+                    the cost model's pick from the values and the measured t(n) (policy/tree_policy.py). Departing
+                    from the paper's fixed depth, ``choose`` also gets each node's depth, from which that cost model
+                    picks the depth of the next growth (``AutoDynamicTree``)
 
 A tree is verified as any tree is (tree.py): in one target pass, walked with the multi-candidate rule.
 
@@ -109,8 +111,9 @@ def grow(tokens, root_logits: np.ndarray, run_level, shape: DynamicTree, warp, d
     if deterministic:  # every row was one-hot: which candidates the tree holds cannot bias the walk
         n = shape.nodes
         if shape.choose is not None:  # how many the cost model keeps, from the values (EAGLE-2's tree size -1),
-            best = np.argsort(-scores[1:], kind="stable")  # and their depths (it may grow fewer levels next time)
-            n = max(0, min(n, int(shape.choose(np.exp(scores[1:][best]), np.array(levels[1:])[best]))))
+            best = np.argsort(-scores[1:], kind="stable")  # [n] grown nodes, best first; with their depths (it may
+            n = max(0, min(n, int(shape.choose(np.exp(scores[1:][best]), np.array(levels[1:])[best]))))  # grow fewer
+            # levels next time): [n] values, [n] depths
         return rerank(tree, scores, n)
     return tree, scores
 

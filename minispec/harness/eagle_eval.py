@@ -88,7 +88,8 @@ def tree_tokens_per_pass(target, eagle, prompts, shape: DynamicTree, temperature
 def timed_trees(target, eagle, prompts, shapes: list[DynamicTree], k: int, temperature, max_new_tokens, stop,
                 bar) -> dict:
     """Each prompt's runs with the chain at ``k``, with the dynamic tree of each of ``shapes`` and with the automatic one
-    (``--tree auto``: the cost model sizes it each round, calibrated before the clocks), timed between two runs
+    (``--tree auto``: the cost model sizes it each round, calibrated before the clocks; at T = 1 a seeded run's policy
+    keeps its calibrated costs instead of learning them, as ``minispec generate --seed`` does), timed between two runs
     of plain decoding of the same prompt (``measure.side_by_side``) -> {method: speedups per prompt}, a speedup being
     the run's tokens a second over plain decoding's."""
     methods = {f"chain K={k}": lambda p, i: speculative_generate(target, eagle, p, max_new_tokens, k=k,
@@ -190,7 +191,7 @@ def report(res: dict) -> str:
     if res.get("timed"):
         r = res["timed_r"]
         lines.append("timed beside plain decoding of the same prompt, speedup in tokens a second, median over prompts "
-                     "[lowest, highest]; this run's r(n): " + ", ".join(f"r({n}) {v:.2f}" for n, v in r.items()))
+                     "[lowest, highest]; this run's r(n) at 256 cached tokens: " + ", ".join(f"r({n}) {v:.2f}" for n, v in r.items()))
         for key, methods in res["timed"].items():
             lines.append(f"  {key}: " + "; ".join(f"{name} {np.median(v):.2f}x [{min(v):.2f}, {max(v):.2f}]"
                                                   for name, v in methods.items()))
@@ -254,7 +255,8 @@ def main(argv=None) -> int:
         res["timed"] = {f"{setting} {name}": timed_trees(target, first, prompts, a.trees, a.k, temp, a.max_new_tokens,
                                                          tok.eos_ids, bar)
                         for setting, temp in SETTINGS for name, prompts in sets.items()}
-        ns = sorted({1, a.k + 1, *(shape.nodes + 1 for shape in a.trees)})  # a tree's pass: its nodes and the root
+        ns = sorted({1, a.k + 1, *(shape.nodes + 1 for shape in a.trees), DynamicTree().nodes + 1})  # a tree's pass:
+        # its nodes and the root (--tree auto's largest: the default shape's)
         t = forward_times(target, tuple(ns), context=256, repeats=10)
         res["timed_r"] = {n: t[n] / t[1] for n in ns}
     bar.close()

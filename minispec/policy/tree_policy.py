@@ -155,15 +155,19 @@ class AutoDynamicTree(DynamicTreePolicy):
     than d give E_d(N) (each growth adds to the running mean of every d up to its own), and the next growth grows the d
     that maximises
 
-        max_N E_d(N) / (t_grow d / depth + t(N + 1))     (a growth's time taken as proportional to its levels),
+        max_N E_d(N) / (t_grow d / shape.depth + t(N + 1))     (a growth's time taken as proportional to its levels:
+                                                               its catch-up and picking are not, so shallow growths
+                                                               are taken for somewhat cheaper than they are),
 
-    the rate ``plan`` then tests. A growth at a depth below the shape's sees no deeper node (the deeper d keep what
-    the last look taught), so every ``LOOK_EVERY``-th growth below it grows the shape's full depth again, to look. On
+    the rate ``plan`` then tests. A growth at a depth below the shape's sees no deeper node (the deeper d keep their
+    running mean from the looks), so after ``LOOK_EVERY`` growths below it the next grows the full depth, to look. On
     a CPU, where each level of the head and each verified node cost a share of a target step, shallow trees are what
     pay (docs/eagle/scaling.md, "Small trees, timed"); where verification is near free the full depth keeps winning.
 
     Otherwise (T > 0) the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be
-    dropped by its value), and the same test takes the tokens its grown rounds emitted (a running mean) for E.
+    dropped by its value), and the same test takes the tokens its grown rounds emitted (a running mean, weight 0.2 on
+    the newest, like WORTH_WEIGHT but its own) for E. Its growths keep the depth the last one-hot root chose (all of
+    them, where none was one-hot: the shape's).
     When growing does not pay, the next
 
         wait = min(max(backoff, ceil(t_grow / (REGROW_SHARE * t(1)))), MAX_WAIT)
@@ -196,7 +200,8 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.depths = None  # and their depths, where the growth gave them
         self.depth = shape.depth  # the levels the next growth grows (the class docstring's d)
         self.shallow = 0  # growths below the shape's depth since the last that grew it in full (LOOK_EVERY)
-        self.grown = shape.depth  # the levels the last growth grew
+        self.grown = shape.depth  # the levels the last growth grew (whose values ``worth`` learns from)
+        self.asked_depth = shape.depth  # the levels the last growth was asked for
 
     def next_shape(self, unseen: int = 1, context: int = 0):
         self.asked = self.chose = False
@@ -206,6 +211,7 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.asked = True
         depth = self.depth if self.shallow < LOOK_EVERY else self.shape.depth  # now and then, look deeper
         self.shallow = self.shallow + 1 if depth < self.shape.depth else 0
+        self.asked_depth = depth  # what this growth's time is scaled by (``observe``)
         return DynamicTree(self.shape.top_k, depth, self.max_room, self.choose)
 
     def expected_tokens(self, values: np.ndarray) -> np.ndarray:  # [n] values, best first -> [N+1]: E(0), ..., E(N)
@@ -231,7 +237,7 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     def learn_worth(self, d: int) -> None:
         """Fold this growth's best values no deeper than d into ``worth[d]`` (a running mean, WORTH_WEIGHT on it)."""
-        values = self.values if self.depths is None else self.values[self.depths <= d]
+        values = self.values if self.depths is None else self.values[self.depths <= d]  # [n] best first
         sums = np.concatenate([[0.0], np.cumsum(values[: self.max_room])])  # the best N values' sum, N = 0, 1, ...
         sums = np.pad(sums, (0, self.max_room + 1 - len(sums)), mode="edge")  # [max_room + 1]
         self.worth[d] = sums if d not in self.worth else (1 - WORTH_WEIGHT) * self.worth[d] + WORTH_WEIGHT * sums
@@ -245,7 +251,7 @@ class AutoDynamicTree(DynamicTreePolicy):
             self.wait, self.backoff = min(max(self.backoff, regrow), MAX_WAIT), min(2 * self.backoff, 32)
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
-                nodes: int = 0) -> None:
+                nodes: int = 0) -> None:  # ``depth``: the round's path length (the loop's), not ``self.depth``
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its passes
             learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if not (self.chose or (self.asked and nodes)):  # a plain round, or none grown (no room, no features yet)
@@ -253,9 +259,8 @@ class AutoDynamicTree(DynamicTreePolicy):
         if self.learn:
             if self.growths is None:
                 self.growths = []  # the first growth, not counted (class docstring)
-            else:  # scaled to the shape's full depth
-                grown = self.grown if self.chose else self.shape.depth
-                self.growths = (self.growths + [t_draft * self.shape.depth / max(grown, 1)])[-RECENT:]
+            else:  # scaled to the shape's full depth, by the levels asked for (a growth stopped early paid a pass)
+                self.growths = (self.growths + [t_draft * self.shape.depth / self.asked_depth])[-RECENT:]
                 self.t_grow = low_quantile(self.growths, min(self.growths))
             if self.last_promise:
                 self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted

@@ -639,7 +639,11 @@ def main(argv=None) -> int:
             if (committed["shards"], committed["tokens"]) != (len(generations), tokens):
                 raise ValueError(f"it lists {committed['shards']} shards and {committed['tokens']} tokens, and "
                                  f"{args.generations} holds {len(generations)} and {tokens}")
-            committed["tokens_by_kind"], committed["minutes"]["generation"]  # noqa: B018 (the keys it must have)
+            missing = [k for k in ("windows", "kept", "asked_requests", "tokens_by_kind", "minutes", "shard_minutes",
+                                   "dropped", "provenance") if k not in committed]
+            missing += [f"minutes.{k}" for k in ("generation", "features") if k not in committed.get("minutes", {})]
+            if missing:
+                raise ValueError(f"it has no {', '.join(missing)}")
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"error: --generations-manifest {args.generations_manifest}: {e!r}", file=sys.stderr)
             return 2
@@ -664,7 +668,11 @@ def main(argv=None) -> int:
 
     log(f"args {vars(args)}; {len(overlap)} evaluation word runs from {len(overlap.files)} files")
     origin = provenance(argv, "python -m minispec.recipes.eagle_data")
-    manifest = write_manifest(out, overlap, args, external, origin, committed)
+    try:
+        manifest = write_manifest(out, overlap, args, external, origin, committed)
+    except ValueError as e:  # the folder's first shards are not the committed ones (with_committed)
+        print(f"error: --generations-manifest {args.generations_manifest}: {e}", file=sys.stderr)
+        return 2
     made, spent = 0, 0.0  # tokens and seconds of the shards this run generated: the rate the rest will go at
 
     def write_shard(i: int) -> dict:
