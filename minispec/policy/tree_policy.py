@@ -134,7 +134,8 @@ LOOK_EVERY = 8  # growths below the shape's depth between two that grow it in fu
 class AutoDynamicTree(DynamicTreePolicy):
     """EAGLE-2's dynamic tree, sized each round by the cost model (``tree="auto"`` for a drafter that grows trees).
 
-    Where the root's row is one-hot (T = 0) the drafter grows the full tree, and ``choose`` keeps the N nodes of
+    Where the root's row is one-hot (T = 0) the drafter grows every node of the tree (to the depth chosen below), and
+    ``choose`` keeps the N nodes of
     highest value v_i (the product of the drafter's probabilities on the path: its own estimate that node i is
     accepted, EAGLE-2's premise) that maximise the tokens per second of the round's verification,
 
@@ -178,8 +179,8 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     t_grow, the time of a growth of the shape's full depth, starts as the head's calibrated levels (``depth`` of them).
     In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth (a low
-    quantile of them once there are 3; the first growth is not counted: it
-    catches the head up on the whole prompt): a growth also picks children over the vocabulary and catches the head
+    quantile of them once there are 3; the first growth is not counted: it catches the head up on the whole prompt):
+    a growth also picks children over the vocabulary and catches the head
     up on the tokens since the last, which the calibration does not time. Such a run learns t(n) from its passes too,
     as ``TreePolicy`` does. A seeded run at T > 0 (``learn=False``) keeps the calibrated costs, so that its choices,
     and with them its draws, repeat."""
