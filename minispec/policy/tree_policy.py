@@ -135,9 +135,9 @@ class AutoDynamicTree(DynamicTreePolicy):
     """EAGLE-2's dynamic tree, sized each round by the cost model (``tree="auto"`` for a drafter that grows trees).
 
     Where the root's row is one-hot (T = 0) the drafter grows every node of the tree (to the depth chosen below), and
-    ``choose`` keeps the N nodes of
-    highest value v_i (the product of the drafter's probabilities on the path: its own estimate that node i is
-    accepted, EAGLE-2's premise) that maximise the tokens per second of the round's verification,
+    ``choose`` keeps the N nodes of highest value v_i (the product of the drafter's probabilities on the path: its own
+    estimate that node i is accepted, EAGLE-2's premise) that maximise the tokens per second of the round's
+    verification,
 
         E(N) / t(N + 1),   E(N) = 1 + trust * (v_1 + ... + v_N)   (the expected tokens, ``expected_tokens``)
 
@@ -197,8 +197,8 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
         self.emitted = None  # T > 0: tokens a grown round emitted, a running mean (weight 0.2 on the newest)
         self.values = np.zeros(0)  # the last growth's values, best first (``choose``)
-        self.worth: dict = {}  # d -> what growths of d levels were worth (``learn_worth``; class docstring)
         self.depths = None  # and their depths, where the growth gave them
+        self.worth: dict = {}  # d -> what growths of d levels were worth (``learn_worth``; class docstring)
         self.depth = shape.depth  # the levels the next growth grows (the class docstring's d)
         self.shallow = 0  # growths below the shape's depth since the last that grew it in full (LOOK_EVERY)
         self.grown = shape.depth  # the levels the last growth grew (whose values ``worth`` learns from)
