@@ -464,12 +464,20 @@ def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | 
                     tokens_by_kind={k: sum(r["tokens"] for r in records if r["kind"] == k) for k in sorted(set(args.kinds))},
                     minutes=dict(generation=sum(r["generation_minutes"] for r in records),
                                  features=sum(r["feature_minutes"] for r in records)),
-                    shard_minutes=[dict(shard=r["shard"], kind=r["kind"], tokens=r["tokens"],
-                                        generation=round(r["generation_minutes"], 3), features=round(r["feature_minutes"], 3))
-                                   for r in records],
-                    dropped=[dict(shard=r["shard"], kind=r["kind"], **d) for r in records for d in r["dropped"]],
+                    shard_minutes=shard_minutes(records), dropped=dropped_windows(records),
                     provenance=origin or {})
     return _write(out, manifest)
+
+
+def shard_minutes(records: list[dict]) -> list[dict]:
+    """The manifest's line per shard: its kind, tokens and minutes."""
+    return [dict(shard=r["shard"], kind=r["kind"], tokens=r["tokens"], generation=round(r["generation_minutes"], 3),
+                 features=round(r["feature_minutes"], 3)) for r in records]
+
+
+def dropped_windows(records: list[dict]) -> list[dict]:
+    """The manifest's line per window the overlap rule dropped, with its shard and kind."""
+    return [dict(shard=r["shard"], kind=r["kind"], **d) for r in records for d in r["dropped"]]
 
 
 def _write(out: Path, manifest: dict) -> dict:
@@ -502,11 +510,8 @@ def with_committed(committed: dict, records: list[dict], copied_only: bool, orig
                                 for k in kinds},
                 minutes={k: committed["minutes"][k] + sum(r[field] for r in rest)
                          for k, field in (("generation", "generation_minutes"), ("features", "feature_minutes"))},
-                shard_minutes=committed["shard_minutes"] + [
-                    dict(shard=r["shard"], kind=r["kind"], tokens=r["tokens"], generation=round(r["generation_minutes"], 3),
-                         features=round(r["feature_minutes"], 3)) for r in rest],
-                dropped=committed["dropped"] + [dict(shard=r["shard"], kind=r["kind"], **d) for r in rest
-                                                for d in r["dropped"]],
+                shard_minutes=committed["shard_minutes"] + shard_minutes(rest),
+                dropped=committed["dropped"] + dropped_windows(rest),
                 provenance=origin, earlier_provenance=[committed["provenance"], *committed.get("earlier_provenance", [])])
 
 
