@@ -306,7 +306,8 @@ def test_answer_acceptance_reads_each_answers_own_lower_layers():
 
 def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path):
     """``--data DIR:N``: a folder grown by more shards since a head was trained still gives that head's windows (its
-    first N shards), so the recipe of a shipped head still makes it; more shards than are finished are refused."""
+    shards 0 to N - 1), so the recipe of a shipped head still makes it; ``DIR:A-B`` gives the windows grown since
+    (shards A to B - 1) and no others; shards not finished are refused, by number."""
     from minispec.recipes import train_eagle_ttt as t
 
     target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
@@ -319,10 +320,20 @@ def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path)
     whole = t.load_shards(tmp_path / "grown", lambda m: None)
     assert len(part["tokens"]) == len(before["tokens"]) < len(whole["tokens"])
     assert all(np.array_equal(a, b) for a, b in zip(part["tokens"], before["tokens"]))
-    assert t.data_folder(f"{tmp_path}:2") == (tmp_path, 2) and t.data_folder(str(tmp_path)) == (tmp_path, None)
-    with pytest.raises(FileNotFoundError, match="4 shards asked for"):
-        t.load_shards(tmp_path / "grown", lambda m: None, shards=4)
+    folder, since = t.data_folder(f"{tmp_path / 'grown'}:2-3")
+    grown = t.load_shards(folder, lambda m: None, shards=since)  # the shard "small" lacks, alone
+    assert len(part["tokens"]) + len(grown["tokens"]) == len(whole["tokens"])
+    assert all(np.array_equal(a, b) for a, b in zip(part["tokens"] + grown["tokens"], whole["tokens"]))
+    assert set(grown["shard"]) == {2}
+    assert t.data_folder(f"{tmp_path}:2") == (tmp_path, range(2)) and t.data_folder(str(tmp_path)) == (tmp_path, None)
+    assert t.data_folder(f"{tmp_path}:83-178") == (tmp_path, range(83, 178))
+    with pytest.raises(FileNotFoundError, match="shards 0-3 asked for, 1 of them not finished"):
+        t.load_shards(tmp_path / "grown", lambda m: None, shards=range(4))
+    with pytest.raises(FileNotFoundError, match=r"the first: 3\)"):
+        t.load_shards(tmp_path / "grown", lambda m: None, shards=range(1, 5))
     with pytest.raises(ValueError, match="1 or more"):
         t.data_folder(f"{tmp_path}:0")
     with pytest.raises(ValueError, match="must follow"):
         t.data_folder(f"{tmp_path}:")
+    with pytest.raises(ValueError, match="B above A"):
+        t.data_folder(f"{tmp_path}:5-5")

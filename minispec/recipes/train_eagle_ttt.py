@@ -63,22 +63,28 @@ from .train_eagle import build_head, frequency_order, frequent_tokens, head_tens
 HELD_OUT = 20  # every 20th greedy generation is held out
 
 
-def data_folder(spec: str) -> tuple[Path, int | None]:
-    """``--data``'s DIR, or DIR:N for the folder's first N finished shards (a folder grown since a head was trained
-    still gives that head's windows) -> (the folder, N or None)."""
+def data_folder(spec: str) -> tuple[Path, range | None]:
+    """``--data``'s DIR, or DIR:N for the folder's shards 0 to N - 1 (a folder grown since a head was trained still
+    gives that head's windows), or DIR:A-B for its shards A to B - 1 (the windows grown since: what a head trained
+    from an earlier one adds) -> (the folder, the shards' numbers or None for every finished shard)."""
     head, sep, tail = spec.rpartition(":")
     if sep and not tail:
-        raise ValueError(f"--data {spec}: a number of shards must follow ':'")
+        raise ValueError(f"--data {spec}: a number of shards, N or A-B, must follow ':'")
+    first, dash, last = tail.partition("-")
     if sep and tail.isdigit():
         if int(tail) < 1:
             raise ValueError(f"--data {spec}: the number of shards after ':' must be 1 or more")
-        return Path(head), int(tail)
+        return Path(head), range(int(tail))
+    if sep and dash and first.isdigit() and last.isdigit():
+        if int(last) <= int(first):
+            raise ValueError(f"--data {spec}: shards A-B need B above A")
+        return Path(head), range(int(first), int(last))
     return Path(spec), None
 
 
 def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: bool = False,
-                shards: int | None = None) -> dict:
-    """Every finished shard (its .json written), or the first ``shards`` of them: tokens and top features per window,
+                shards: range | None = None) -> dict:
+    """Every finished shard (its .json written), or the shards numbered in ``shards`` (each must be finished): tokens and top features per window,
     the shard each came from, its kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not
     known); ``with_lower``: also the two lower layers' outputs side by side (``lm``: [len, 2D] float16 per window,
     the shards' low and mid); ``minutes``: the shards' generation and feature minutes."""
@@ -88,9 +94,12 @@ def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: 
     if not records:
         raise FileNotFoundError(f"{folder}: no finished shards; make them with python -m minispec.recipes.eagle_data")
     if shards is not None:
-        if len(records) < shards:
-            raise FileNotFoundError(f"{folder}: {shards} shards asked for (:{shards}), {len(records)} finished")
-        records = records[:shards]
+        by_number = {int(rec.stem.removeprefix("shard-")): rec for rec in records}
+        missing = [i for i in shards if i not in by_number]
+        if missing:
+            raise FileNotFoundError(f"{folder}: shards {shards.start}-{shards.stop - 1} asked for, {len(missing)} of "
+                                    f"them not finished (the first: {missing[0]})")
+        records = [by_number[i] for i in shards]
     for rec in records:
         r = json.loads(rec.read_text())
         minutes["generation"] += r["generation_minutes"]  # as eagle_data.write_manifest sums them
@@ -289,7 +298,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", nargs="+", default=None, metavar="DIR",
                    help="the shard folders, read in this order, which decides the held-out windows (every 20th greedy "
                         "generation over all of them): keep the order to compare or resume; DIR:N reads the folder's "
-                        "first N shards only (default: $MINISPEC_CACHE/eagle-data-v2)")
+                        "shards 0 to N - 1 only, DIR:A-B its shards A to B - 1 (default: $MINISPEC_CACHE/eagle-data-v2)")
     p.add_argument("--run-dir", default=None, help="checkpoints and log (default: $MINISPEC_CACHE/eagle-train-...)")
     p.add_argument("--target", default=None, help="target directory (default: the converted SmolLM2)")
     p.add_argument("--seed", type=int, default=0)
@@ -341,7 +350,8 @@ def main(argv=None) -> int:
         log(f"error: {e}")
         return 2
     folders = [folder for folder, _ in specs]
-    named = [str(f) if n is None else f"{f}:{n}" for f, n in specs]  # as given: a resumed run must name the same
+    named = [str(f) if n is None else f"{f}:{n.stop}" if n.start == 0 else f"{f}:{n.start}-{n.stop}"
+             for f, n in specs]  # as given: a resumed run must name the same
     lower_layers = None  # the two layers whose outputs the shards' low and mid are (eagle_data.py's settings.json)
     if args.lower_layers:
         found = {(s.get("low"), s.get("mid")) for s in (read_settings(f) for f in folders)}
