@@ -1,5 +1,11 @@
 """The thread policy (minispec/model/threads.py): OpenBLAS on cores - 1 threads for the NumPy kernel, numba on every
-core, ``MINISPEC_THREADS`` over both; applied inside each pass only."""
+core, ``MINISPEC_THREADS`` over both; applied inside each pass only; numba's threads spin only where the machine was
+quiet when it was loaded."""
+
+import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -51,3 +57,53 @@ def test_a_pass_runs_openblas_on_the_chosen_threads_and_gives_them_back(tmp_path
     model.forward(np.array([1, 2, 3]), model.new_cache(8))
     assert seen == [1] and blas_threads() == before
     assert threads.describe("numpy") == "OpenBLAS on 1 thread(s)"
+
+
+def test_the_ticks_of_proc_stat_split_into_busy_and_all():
+    busy, total = threads.busy_and_total("cpu  100 5 50 1000 20 3 2 7 0 0")
+    assert (busy, total) == (100 + 5 + 50 + 3 + 2 + 7, 1187)  # idle and iowait are not busy; steal is
+    with pytest.raises(ValueError):
+        threads.busy_and_total("cpu 1 2")
+
+
+def test_numba_spins_only_where_the_rest_of_the_machine_is_quiet():
+    assert threads.chosen_spin(0.0) == threads.chosen_spin(threads.QUIET) == threads.QUIET_SPIN > 0
+    assert threads.chosen_spin(threads.QUIET + 0.01) == threads.chosen_spin(2.0) == 0
+    assert threads.chosen_spin(None) == 0  # not known: no spin, the safe side
+
+
+def test_a_process_that_spins_beside_the_measurement_counts_as_busy():
+    """One process spinning a CPU for the whole window is at least 0.5 CPU busy (other tests running beside it only
+    add to the figure), and the choice made from it is not to spin."""
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 5\nwhile time.time() < end: pass"])
+    try:
+        time.sleep(0.3)  # started
+        busy = threads.others_busy(window=0.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert busy is not None and busy >= 0.5 and threads.chosen_spin(busy) == 0
+
+
+def test_a_file_that_is_not_proc_stat_falls_back_to_the_load_average(tmp_path):
+    bad = tmp_path / "stat"
+    bad.write_text("nothing here\n")
+    assert threads.others_busy(window=0.0, stat=str(bad)) == pytest.approx(os.getloadavg()[0], abs=1.0)
+
+
+def test_numba_chooses_its_spin_unless_the_user_set_one_and_a_child_chooses_again():
+    """numba_kernel sets GOMP_SPINCOUNT from the machine's load when imported; a GOMP_SPINCOUNT the user set stays;
+    one its parent chose (MINISPEC_GOMP_SPINCOUNT beside it) is chosen again."""
+    code = ("import os; from minispec.model import numba_kernel as k; "
+            "print(k.SPIN, os.environ['GOMP_SPINCOUNT'], os.environ.get('MINISPEC_GOMP_SPINCOUNT'))")
+
+    def run(**env):
+        base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", threads.CHOSE)}
+        return subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    spin, set_, chose = run()
+    assert spin == set_ == chose and int(spin) in (0, threads.QUIET_SPIN)
+    assert run(GOMP_SPINCOUNT="77") == ["77", "77", "None"]  # the user's
+    spin, set_, chose = run(GOMP_SPINCOUNT="77", MINISPEC_GOMP_SPINCOUNT="77")  # a parent's choice: chosen again
+    assert spin == set_ == chose and int(spin) in (0, threads.QUIET_SPIN)

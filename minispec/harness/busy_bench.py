@@ -13,8 +13,9 @@ a part whose load says otherwise is recorded as ``"quiet": false``, never called
   that count, quiet and busy. Their ratio, busy / quiet, is what a thread policy must keep near 2 (two spinners on two
   cores leave a run about half of them), not 30. ``--numba-spins 0,10000,...`` adds one numba row on every core per
   figure, its child run with libgomp's ``GOMP_SPINCOUNT`` set to it: how many turns a waiting OpenMP thread spins
-  before it sleeps. The other numba rows run with the kernel's own, ``numba_kernel.SPIN`` (recorded as
-  ``numba_spin``); 300000 is libgomp's default. Every step child runs without the caller's ``GOMP_SPINCOUNT`` and
+  before it sleeps. The other numba rows run with the kernel's own, ``numba_kernel.SPIN``, which each child chooses
+  from the machine's load when it starts (``threads.chosen_spin``: a row's quiet and busy parts may differ; each
+  records its ``spin``); 300000 is libgomp's default. Every step child runs without the caller's ``GOMP_SPINCOUNT`` and
   ``OMP_WAIT_POLICY``, so that a row measures what it names.
 - ``readme``: README's main command (read from README.md, so that it is the command a user copies), with a store of
   calibrations of its own: a first run (which measures the cost model once), then a second, quiet; then a second
@@ -34,12 +35,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..model.threads import CHOSE
 from .measure import load_average
 from .provenance import provenance
 
 QUIET_LOAD = 0.5  # a 1-minute load average below this, before a part starts, is a quiet machine
 STEP = """
-import sys, time, numpy as np
+import os, sys, time, numpy as np
 from minispec.model import load_model
 m = load_model(sys.argv[1], kernel=sys.argv[2])
 rng = np.random.default_rng(0)
@@ -51,7 +53,7 @@ for _ in range(int(sys.argv[3]) + 3):
     t0 = time.perf_counter()
     m.forward([7], cache)
     ts.append(time.perf_counter() - t0)
-print(float(np.median(ts[3:])))
+print(float(np.median(ts[3:])), os.environ.get("GOMP_SPINCOUNT", "-"))
 """
 
 
@@ -101,20 +103,22 @@ def part(fn, busy: bool):
                 quiet=None if busy else (before is not None and before < QUIET_LOAD))
 
 
-def step_seconds(model_dir: Path, kernel: str, threads: int, repeats: int, spin: int | None = None) -> float:
-    """The median seconds of a target step in a child process on ``threads``; ``spin``: its GOMP_SPINCOUNT (None:
-    the kernel's own, numba_kernel.SPIN)."""
+def step_seconds(model_dir: Path, kernel: str, threads: int, repeats: int, spin: int | None = None) -> dict:
+    """{seconds: the median seconds of a target step in a child process on ``threads``, spin: the GOMP_SPINCOUNT its
+    numba ran with (None for NumPy)}; ``spin``: the GOMP_SPINCOUNT to give it (None: the kernel's own choice,
+    numba_kernel.SPIN, made in the child from the machine's load)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                NUMBA_NUM_THREADS=str(threads), MINISPEC_THREADS=str(threads))
-    env.pop("GOMP_SPINCOUNT", None)
-    env.pop("OMP_WAIT_POLICY", None)
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", CHOSE):
+        env.pop(name, None)
     if spin is not None:
         env["GOMP_SPINCOUNT"] = str(spin)
     out = subprocess.run([sys.executable, "-c", STEP, str(model_dir), kernel, str(repeats)], env=env, capture_output=True,
                          text=True, timeout=600)
     if out.returncode:
         raise RuntimeError(f"a step child failed: {out.stderr.strip()[-500:]}")
-    return float(out.stdout.strip())
+    seconds, used = out.stdout.split()
+    return dict(seconds=float(seconds), spin=None if used == "-" else int(used))
 
 
 def readme_command(readme: Path) -> list[str]:
@@ -169,9 +173,6 @@ def main(argv=None) -> int:
     for k in kernels:
         check_kernel(k)
     record = dict(settled_load=settle(a.settle), steps={}, readme=None)
-    if "numba" in kernels and not a.readme_only:
-        from ..model.numba_kernel import SPIN
-        record["numba_spin"] = SPIN  # the GOMP_SPINCOUNT of the numba rows that name none
     if a.readme_only:
         if not (a.json and Path(a.json).exists()):
             print("error: --readme-only keeps the steps of an existing --json file", file=sys.stderr)
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
         for busy in (False, True):
             print(f"[busy_bench: a step of {name}, {'busy' if busy else 'quiet'}]", file=sys.stderr)
             row["busy" if busy else "quiet"] = part(
-                lambda kernel=kernel, n=n, spin=spin: dict(seconds=step_seconds(model_dir, kernel, n, a.repeats, spin)),
+                lambda kernel=kernel, n=n, spin=spin: step_seconds(model_dir, kernel, n, a.repeats, spin),
                 busy)
             if busy:
                 settle(a.settle)

@@ -17,11 +17,22 @@ def busy_steps(root: Path) -> str:
     lines = ["| kernel, threads | quiet | beside two busy processes | busy / quiet |", "|---|---|---|---|"]
     for name, r in d["steps"].items():
         quiet = f"{1e3 * r['quiet']['seconds']:.1f} ms" + ("" if r["quiet"]["quiet"] else " (load said busy)")
-        if name.startswith("numba") and "GOMP_SPINCOUNT" not in name and "numba_spin" in d and not name.startswith("numba, 1 "):
-            name += f", GOMP_SPINCOUNT={d['numba_spin']} (numba_kernel.SPIN at the run's commit)"
+        if name.startswith("numba") and "GOMP_SPINCOUNT" not in name and not name.startswith("numba, 1 "):
+            name += spin_note(d, r)
         lines.append(f"| {name} | {quiet} | {1e3 * r['busy']['seconds']:.1f} ms | {r['busy_over_quiet']:.2f}x |")
     origin = dict(provenance=d.get("steps_provenance", d["provenance"]))
     return "\n".join(lines) + f"\n\n*{run_line(origin)}; one SmolLM2-135M step, one token after 64, median of the run's steps.*"
+
+
+def spin_note(d: dict, r: dict) -> str:
+    """What a numba row that names no spin ran with: the kernel's own, one figure for the run (``numba_spin``,
+    recorded before the kernel chose it from the load) or each part's (its ``spin``)."""
+    if "numba_spin" in d:
+        return f", GOMP_SPINCOUNT={d['numba_spin']} (numba_kernel.SPIN at the run's commit)"
+    quiet, busy = r["quiet"].get("spin"), r["busy"].get("spin")
+    if quiet is None or busy is None:
+        return ""
+    return f", the kernel's own spin (GOMP_SPINCOUNT={quiet} quiet, {busy} busy)"
 
 
 def readme_runs(root: Path) -> str:

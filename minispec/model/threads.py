@@ -8,7 +8,9 @@ libgomp does by default (the measurements and how they were taken: docs/speed.md
 
     numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
     numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend); a waiting
-            OpenMP thread spins at most numba_kernel.SPIN turns (GOMP_SPINCOUNT), then sleeps
+            OpenMP thread spins at most numba_kernel.SPIN turns (GOMP_SPINCOUNT), then sleeps: QUIET_SPIN turns
+            where the rest of the machine was quiet when numba was loaded (``others_busy``), none where it was busy
+            (``chosen_spin``)
 
 ``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` finds OpenBLAS, whose
 threads are set inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 _BLAS = []  # the threadpoolctl controller of NumPy's BLAS, made on first use (it scans the loaded libraries)
 _CORES = []  # os.cpu_count(), read once: it reads /sys on Linux, and a pass asks for it
@@ -41,6 +44,45 @@ def chosen(kernel: str) -> int:
         return int(env)
     n = cores()
     return n if kernel == "numba" else max(1, n - 1)
+
+
+QUIET = 0.5  # CPUs the rest of the machine may keep busy for it to count as quiet (issue 45's "busy": above 0.5)
+QUIET_SPIN = 1000  # turns a waiting OpenMP thread spins on a quiet machine (docs/speed.md, "A busy machine")
+CHOSE = "MINISPEC_GOMP_SPINCOUNT"  # the GOMP_SPINCOUNT numba_kernel chose: a child that inherits it chooses its own
+
+
+def busy_and_total(stat_line: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of /proc/stat's first line ("cpu user nice system idle iowait irq softirq steal
+    ..."): busy is all but idle and iowait; steal counts as busy (a hypervisor's other guests hold the cores)."""
+    ticks = [int(x) for x in stat_line.split()[1:9]]  # user .. steal (guest time is already in user)
+    if len(ticks) < 5:
+        raise ValueError(f"not a /proc/stat cpu line: {stat_line!r}")
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def others_busy(window: float = 0.1, stat: str = "/proc/stat") -> float | None:
+    """How many CPUs the rest of the machine kept busy over the next ``window`` seconds, this process sleeping
+    meanwhile (so all of it is others'); the 1-minute load average where there is no /proc/stat; None where neither
+    can be read."""
+    try:
+        with open(stat) as f:
+            b0, t0 = busy_and_total(f.readline())
+        time.sleep(window)
+        with open(stat) as f:
+            b1, t1 = busy_and_total(f.readline())
+    except (OSError, ValueError):
+        try:
+            return os.getloadavg()[0]
+        except (AttributeError, OSError):
+            return None
+    return cores() * (b1 - b0) / max(t1 - t0, 1)
+
+
+def chosen_spin(busy: float | None) -> int:
+    """numba_kernel.SPIN for a machine whose other processes keep ``busy`` CPUs busy: QUIET_SPIN turns where it is
+    quiet (a thread that sleeps at once takes a wake-up at every parallel loop, 120 of them a pass), none where it is
+    busy or cannot be told (a spinning thread holds a core another process wants)."""
+    return QUIET_SPIN if busy is not None and busy <= QUIET else 0
 
 
 def blas():
