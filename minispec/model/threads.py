@@ -47,7 +47,7 @@ def chosen(kernel: str) -> int:
 
 
 QUIET = 0.5  # CPUs the rest of the machine may keep busy for it to count as quiet (issue 45's "busy": above 0.5)
-QUIET_SPIN = 1000  # turns a waiting OpenMP thread spins on a quiet machine (docs/speed.md, "A busy machine")
+QUIET_SPIN = 10000  # turns a waiting OpenMP thread spins on a quiet machine (docs/speed.md, "A busy machine")
 CHOSE = "MINISPEC_GOMP_SPINCOUNT"  # the GOMP_SPINCOUNT numba_kernel chose: a child that inherits it chooses its own
 
 
