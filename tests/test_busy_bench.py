@@ -43,19 +43,20 @@ def test_the_examples_list_names_what_each_shows():
 def test_a_step_child_gets_the_spin_asked_for_and_no_other(monkeypatch, tmp_path):
     seen = []
 
-    class Done:
-        returncode, stdout, stderr = 0, "0.025 1000\n", ""
+    class Done:  # a child that reports the GOMP_SPINCOUNT it was started with, as STEP does
+        returncode, stderr = 0, ""
 
-    monkeypatch.setattr(busy_bench.subprocess, "run", lambda cmd, env, **kw: seen.append(env) or Done())
+        def __init__(self, env):
+            self.stdout = f"0.025 {env.get('GOMP_SPINCOUNT', '-')}\n"
+
+    monkeypatch.setattr(busy_bench.subprocess, "run", lambda cmd, env, **kw: seen.append(env) or Done(env))
     monkeypatch.setenv("OMP_WAIT_POLICY", "active")  # the caller's setting must not leak into a row it does not name
-    monkeypatch.setenv("MINISPEC_GOMP_SPINCOUNT", "0")  # nor the caller's own choice: the child makes its own
-    assert busy_bench.step_seconds(tmp_path, "numba", 2, 5, spin=0) == dict(seconds=0.025, spin=1000)
-    busy_bench.step_seconds(tmp_path, "numba", 2, 5)
+    monkeypatch.setenv("MINISPEC_SPIN_CHOSEN_BY_PARENT", "0")  # nor the caller's own choice: the child makes its own
+    assert busy_bench.step_run(tmp_path, "numba", 2, 5, spin=0) == dict(seconds=0.025, spin=0)
+    assert busy_bench.step_run(tmp_path, "numba", 2, 5) == dict(seconds=0.025, spin=None)  # what the stub saw
     assert seen[0]["GOMP_SPINCOUNT"] == "0" and "OMP_WAIT_POLICY" not in seen[0]
-    assert "MINISPEC_GOMP_SPINCOUNT" not in seen[0]  # else the child would take the 0 asked for as its own choice
+    assert "MINISPEC_SPIN_CHOSEN_BY_PARENT" not in seen[0]  # else the child would take the 0 asked for as its own
     assert "GOMP_SPINCOUNT" not in seen[1] and "OMP_WAIT_POLICY" not in seen[1]  # the kernel's own, numba_kernel.SPIN
-    Done.stdout = "0.03 -\n"  # a NumPy child: no spin
-    assert busy_bench.step_seconds(tmp_path, "numpy", 2, 5) == dict(seconds=0.03, spin=None)
 
 
 def test_bad_spins_are_refused_before_anything_runs(capsys):

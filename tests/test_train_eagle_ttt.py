@@ -3,6 +3,7 @@ written here: it runs to a head the NumPy drafter loads, and a run interrupted a
 byte for byte."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -327,7 +328,7 @@ def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path)
     assert set(grown["shard"]) == {2}
     assert t.data_folder(f"{tmp_path}:2") == (tmp_path, range(2)) and t.data_folder(str(tmp_path)) == (tmp_path, None)
     assert t.data_folder(f"{tmp_path}:83-178") == (tmp_path, range(83, 178))
-    with pytest.raises(FileNotFoundError, match="shards 0-3 asked for, 1 of them not finished"):
+    with pytest.raises(FileNotFoundError, match="shards 0 to 3 asked for, 1 of them not finished"):
         t.load_shards(tmp_path / "grown", lambda m: None, shards=range(4))
     with pytest.raises(FileNotFoundError, match=r"the first: 3\)"):
         t.load_shards(tmp_path / "grown", lambda m: None, shards=range(1, 5))
@@ -337,3 +338,7 @@ def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path)
         t.data_folder(f"{tmp_path}:")
     with pytest.raises(ValueError, match="B above A"):
         t.data_folder(f"{tmp_path}:5-5")
+    for bad in ("3-", "-5", "1-2-3"):
+        with pytest.raises(ValueError, match="N or A-B"):
+            t.data_folder(f"{tmp_path}:{bad}")
+    assert t.data_folder(f"{tmp_path}:abc") == (Path(f"{tmp_path}:abc"), None)  # a folder named so

@@ -35,11 +35,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..model.threads import CHOSE
+from ..model.threads import SPIN_MARK
 from .measure import load_average
 from .provenance import provenance
 
-QUIET_LOAD = 0.5  # a 1-minute load average below this, before a part starts, is a quiet machine
+QUIET_LOAD = 0.5  # a 1-minute load average below this, before a part starts, is a quiet machine (the bound
+# threads.QUIET puts on other processes' CPUs when numba's spin is chosen)
 STEP = """
 import os, sys, time, numpy as np
 from minispec.model import load_model
@@ -103,13 +104,13 @@ def part(fn, busy: bool):
                 quiet=None if busy else (before is not None and before < QUIET_LOAD))
 
 
-def step_seconds(model_dir: Path, kernel: str, threads: int, repeats: int, spin: int | None = None) -> dict:
+def step_run(model_dir: Path, kernel: str, threads: int, repeats: int, spin: int | None = None) -> dict:
     """{seconds: the median seconds of a target step in a child process on ``threads``, spin: the GOMP_SPINCOUNT its
     numba ran with (None for NumPy)}; ``spin``: the GOMP_SPINCOUNT to give it (None: the kernel's own choice,
     numba_kernel.SPIN, made in the child from the machine's load)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                NUMBA_NUM_THREADS=str(threads), MINISPEC_THREADS=str(threads))
-    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", CHOSE):
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", SPIN_MARK):
         env.pop(name, None)
     if spin is not None:
         env["GOMP_SPINCOUNT"] = str(spin)
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
         for busy in (False, True):
             print(f"[busy_bench: a step of {name}, {'busy' if busy else 'quiet'}]", file=sys.stderr)
             row["busy" if busy else "quiet"] = part(
-                lambda kernel=kernel, n=n, spin=spin: step_seconds(model_dir, kernel, n, a.repeats, spin),
+                lambda kernel=kernel, n=n, spin=spin: step_run(model_dir, kernel, n, a.repeats, spin),
                 busy)
             if busy:
                 settle(a.settle)

@@ -25,8 +25,8 @@ def busy_steps(root: Path) -> str:
 
 
 def spin_note(d: dict, r: dict) -> str:
-    """What a numba row that names no spin ran with: the kernel's own, one figure for the run (``numba_spin``,
-    recorded before the kernel chose it from the load) or each part's (its ``spin``)."""
+    """What a numba row that names no spin ran with, the kernel's own: one ``numba_spin`` for the whole run (files
+    written before the spin was chosen from the machine's load, commit b1f0ba9), else each part's ``spin``."""
     if "numba_spin" in d:
         return f", GOMP_SPINCOUNT={d['numba_spin']} (numba_kernel.SPIN at the run's commit)"
     quiet, busy = r["quiet"].get("spin"), r["busy"].get("spin")

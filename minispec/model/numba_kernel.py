@@ -48,16 +48,17 @@ Two settings decide the speed, and both are made here (what was measured: docs/p
 
 A third setting decides how it fares on a busy machine. numba usually runs ``prange`` on OpenMP (GNU libgomp; TBB
 where the ``tbb`` package is installed), whose threads spin at the end of every parallel loop until the others
-arrive: 300,000 turns of a ``pause`` instruction by default, milliseconds on CPUs whose ``pause`` is slow. A pass
-runs about 120 such loops, so beside busy processes, while one thread waits for a core, the other burns its share
-of the machine spinning. But a thread that sleeps at once must be woken at every loop, which costs a quiet machine
-dearly where waking a thread is slow (a third of a step on a 2-vCPU AMD EPYC virtual machine). ``SPIN`` bounds the
-spin, after which a waiting thread sleeps, and is chosen when this module is imported, from what the rest of the
-machine is doing then (``threads.chosen_spin``): ``threads.QUIET_SPIN`` turns where it is quiet, none where it is busy
-(what was measured, and why: docs/speed.md, "A busy machine"). It is set as ``GOMP_SPINCOUNT``, which libgomp reads
-once, when numba loads it (at the first parallel loop or ``numba.set_num_threads``), unless ``GOMP_SPINCOUNT`` or
-``OMP_WAIT_POLICY`` is set already (``GOMP_SPINCOUNT=0`` keeps a run from spinning whatever the machine); it does
-nothing where another library loaded libgomp first, or under TBB. A load that starts after the choice meets the
+arrive: 300,000 turns of a ``pause`` instruction by default. A pass runs about 120 such loops, so beside busy
+processes, while one thread waits for a core, the other burns its share of the machine spinning. But a thread that
+sleeps at once must be woken at every loop, which costs a quiet machine dearly where waking a thread is slow
+(docs/speed.md, "A busy machine"). ``SPIN`` bounds the spin, after which a waiting thread sleeps, and is chosen when
+this module is imported, from what other processes are doing then (``threads.chosen_spin``): ``threads.QUIET_SPIN``
+turns where the machine is quiet, none where it is busy. It is set as ``GOMP_SPINCOUNT``, which libgomp reads once,
+when numba starts its threads (at the first parallel loop or ``numba.set_num_threads``), unless ``GOMP_SPINCOUNT`` or
+``OMP_WAIT_POLICY`` is set already (``GOMP_SPINCOUNT=0`` keeps a run from spinning whatever the machine): then
+``SPIN`` is that ``GOMP_SPINCOUNT``, or None for a wait set otherwise. A ``GOMP_SPINCOUNT`` with ``threads.SPIN_MARK``
+beside it, as a parent process that imported this module leaves them to its children, is chosen again. It does
+nothing where another library loaded libgomp first, or under TBB. Busy processes that start after the choice meet the
 threads as they were chosen.
 """
 
@@ -74,11 +75,11 @@ if "numba" not in sys.modules and "NUMBA_CPU_FEATURES" not in os.environ:  # see
     _llvm.initialize_native_target()
     os.environ["NUMBA_CPU_FEATURES"] = _llvm.get_host_cpu_features().flatten() + ",-prefer-256-bit"
 
-from .threads import CHOSE, chosen_spin, others_busy  # noqa: E402
+from .threads import SPIN_MARK, chosen_spin, others_busy  # noqa: E402
 
-if "OMP_WAIT_POLICY" not in os.environ and os.environ.get("GOMP_SPINCOUNT") in (None, os.environ.get(CHOSE)):
+if "OMP_WAIT_POLICY" not in os.environ and os.environ.get("GOMP_SPINCOUNT") in (None, os.environ.get(SPIN_MARK)):
     SPIN = chosen_spin(others_busy())  # turns of libgomp's spin before a waiting thread sleeps (module docstring)
-    os.environ["GOMP_SPINCOUNT"] = os.environ[CHOSE] = str(SPIN)  # read when numba's OpenMP layer starts
+    os.environ["GOMP_SPINCOUNT"] = os.environ[SPIN_MARK] = str(SPIN)  # read when numba's OpenMP layer starts
 else:  # the user's wait (threads.omp_wait names it)
     SPIN = int(os.environ["GOMP_SPINCOUNT"]) if os.environ.get("GOMP_SPINCOUNT", "").isdigit() else None
 

@@ -9,8 +9,8 @@ libgomp does by default (the measurements and how they were taken: docs/speed.md
     numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
     numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend); a waiting
             OpenMP thread spins at most numba_kernel.SPIN turns (GOMP_SPINCOUNT), then sleeps: QUIET_SPIN turns
-            where the rest of the machine was quiet when numba was loaded (``others_busy``), none where it was busy
-            (``chosen_spin``)
+            where other processes kept QUIET CPUs or fewer busy when numba_kernel was imported (``others_busy``),
+            none where they kept more (``chosen_spin``)
 
 ``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` finds OpenBLAS, whose
 threads are set inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
@@ -46,9 +46,11 @@ def chosen(kernel: str) -> int:
     return n if kernel == "numba" else max(1, n - 1)
 
 
-QUIET = 0.5  # CPUs the rest of the machine may keep busy for it to count as quiet (issue 45's "busy": above 0.5)
+QUIET = 0.5  # CPUs other processes may keep busy for the machine to count as quiet (issue 45's "busy": above 0.5
+# besides a run's own threads; busy_bench.QUIET_LOAD is the same bound on the 1-minute load average)
 QUIET_SPIN = 10000  # turns a waiting OpenMP thread spins on a quiet machine (docs/speed.md, "A busy machine")
-CHOSE = "MINISPEC_GOMP_SPINCOUNT"  # the GOMP_SPINCOUNT numba_kernel chose: a child that inherits it chooses its own
+SPIN_MARK = "MINISPEC_SPIN_CHOSEN_BY_PARENT"  # beside GOMP_SPINCOUNT, the value numba_kernel chose (not a setting):
+# a child process that inherits both chooses its own spin
 
 
 def busy_and_total(stat_line: str) -> tuple[int, int]:
@@ -61,13 +63,15 @@ def busy_and_total(stat_line: str) -> tuple[int, int]:
 
 
 def others_busy(window: float = 0.1, stat: str = "/proc/stat") -> float | None:
-    """How many CPUs the rest of the machine kept busy over the next ``window`` seconds, this process sleeping
-    meanwhile (so all of it is others'); the 1-minute load average where there is no /proc/stat; None where neither
-    can be read."""
+    """How many CPUs other processes kept busy over the next ``window`` seconds: the machine's busy time (/proc/stat)
+    less this process's own (its threads may run while it sleeps); where there is no /proc/stat, the 1-minute load
+    average (which counts this process too); None where neither can be read."""
     try:
         with open(stat) as f:
             b0, t0 = busy_and_total(f.readline())
+        own, start = time.process_time(), time.monotonic()
         time.sleep(window)
+        own, elapsed = time.process_time() - own, time.monotonic() - start
         with open(stat) as f:
             b1, t1 = busy_and_total(f.readline())
     except (OSError, ValueError):
@@ -75,7 +79,7 @@ def others_busy(window: float = 0.1, stat: str = "/proc/stat") -> float | None:
             return os.getloadavg()[0]
         except (AttributeError, OSError):
             return None
-    return cores() * (b1 - b0) / max(t1 - t0, 1)
+    return max(0.0, cores() * (b1 - b0) / max(t1 - t0, 1) - own / max(elapsed, 1e-9))
 
 
 def chosen_spin(busy: float | None) -> int:

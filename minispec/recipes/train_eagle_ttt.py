@@ -66,20 +66,21 @@ HELD_OUT = 20  # every 20th greedy generation is held out
 def data_folder(spec: str) -> tuple[Path, range | None]:
     """``--data``'s DIR, or DIR:N for the folder's shards 0 to N - 1 (a folder grown since a head was trained still
     gives that head's windows), or DIR:A-B for its shards A to B - 1 (the windows grown since: what a head trained
-    from an earlier one adds) -> (the folder, the shards' numbers or None for every finished shard)."""
+    from an earlier one adds) -> (the folder, the shards' numbers or None for every finished shard). A tail of digits
+    and '-' that is neither is refused."""
     head, sep, tail = spec.rpartition(":")
-    if sep and not tail:
-        raise ValueError(f"--data {spec}: a number of shards, N or A-B, must follow ':'")
+    if not sep or not set(tail) <= set("0123456789-"):
+        return Path(spec), None  # a folder whose name holds ':' (no shard numbers after it)
     first, dash, last = tail.partition("-")
-    if sep and tail.isdigit():
+    if tail.isdigit():
         if int(tail) < 1:
             raise ValueError(f"--data {spec}: the number of shards after ':' must be 1 or more")
         return Path(head), range(int(tail))
-    if sep and dash and first.isdigit() and last.isdigit():
+    if dash and first.isdigit() and last.isdigit():
         if int(last) <= int(first):
             raise ValueError(f"--data {spec}: shards A-B need B above A")
         return Path(head), range(int(first), int(last))
-    return Path(spec), None
+    raise ValueError(f"--data {spec}: a number of shards, N or A-B, must follow ':'")
 
 
 def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: bool = False,
@@ -97,8 +98,8 @@ def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: 
         by_number = {int(rec.stem.removeprefix("shard-")): rec for rec in records}
         missing = [i for i in shards if i not in by_number]
         if missing:
-            raise FileNotFoundError(f"{folder}: shards {shards.start}-{shards.stop - 1} asked for, {len(missing)} of "
-                                    f"them not finished (the first: {missing[0]})")
+            raise FileNotFoundError(f"{folder}: shards {shards.start} to {shards.stop - 1} asked for, {len(missing)} "
+                                    f"of them not finished (the first: {missing[0]})")
         records = [by_number[i] for i in shards]
     for rec in records:
         r = json.loads(rec.read_text())
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
         return 2
     folders = [folder for folder, _ in specs]
     named = [str(f) if n is None else f"{f}:{n.stop}" if n.start == 0 else f"{f}:{n.start}-{n.stop}"
-             for f, n in specs]  # as given: a resumed run must name the same
+             for f, n in specs]  # normalized (DIR:0-N is DIR:N): a resumed run must name the same
     lower_layers = None  # the two layers whose outputs the shards' low and mid are (eagle_data.py's settings.json)
     if args.lower_layers:
         found = {(s.get("low"), s.get("mid")) for s in (read_settings(f) for f in folders)}
