@@ -4,7 +4,6 @@ and after the runs it is compared with, the weight-streaming floor and peak memo
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import time
@@ -12,18 +11,11 @@ import time
 import numpy as np
 
 from ..model import backend
+from ..model.threads import load_average  # noqa: F401 (the lab's callers read it here)
 
 SETTINGS = {"greedy": 0.0, "T=1": 1.0}  # setting -> temperature
 BUSY_LOAD = 0.5  # other runnable processes, on average, above which a speed figure is called unreliable
 _START = (time.perf_counter(), time.process_time())  # when this process began measuring, and its CPU seconds then
-
-
-def load_average() -> float | None:
-    """The 1-minute load average; None where the platform has none."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
 
 
 def others_load() -> float | None:

@@ -62,6 +62,14 @@ def busy_and_total(stat_line: str) -> tuple[int, int]:
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
+def load_average() -> float | None:
+    """The 1-minute load average; None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def others_busy(window: float = 0.1, stat: str = "/proc/stat") -> float | None:
     """How many CPUs other processes kept busy over the next ``window`` seconds: the machine's busy time (/proc/stat)
     less this process's own (its threads may run while it sleeps); where there is no /proc/stat, the 1-minute load
@@ -75,10 +83,7 @@ def others_busy(window: float = 0.1, stat: str = "/proc/stat") -> float | None:
         with open(stat) as f:
             b1, t1 = busy_and_total(f.readline())
     except (OSError, ValueError):
-        try:
-            return os.getloadavg()[0]
-        except (AttributeError, OSError):
-            return None
+        return load_average()
     return max(0.0, cores() * (b1 - b0) / max(t1 - t0, 1) - own / max(elapsed, 1e-9))
 
 

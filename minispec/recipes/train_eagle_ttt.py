@@ -85,9 +85,9 @@ def data_folder(spec: str) -> tuple[Path, range | None]:
 
 def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: bool = False,
                 shards: range | None = None) -> dict:
-    """Every finished shard (its .json written), or the shards numbered in ``shards`` (each must be finished): tokens and top features per window,
-    the shard each came from, its kind, and where its answer starts (``answer_starts`` with ``marker``: -1 where not
-    known); ``with_lower``: also the two lower layers' outputs side by side (``lm``: [len, 2D] float16 per window,
+    """Every finished shard (its .json written), or the shards numbered in ``shards`` (each must be finished): tokens
+    and top features per window, the shard each came from, its kind, and where its answer starts (``answer_starts``
+    with ``marker``: -1 where not known); ``with_lower``: also the two lower layers' outputs side by side (``lm``: [len, 2D] float16 per window,
     the shards' low and mid); ``minutes``: the shards' generation and feature minutes."""
     toks, feats, shard, kinds, lms = [], [], [], [], []
     minutes = dict(generation=0.0, features=0.0)
