@@ -151,6 +151,7 @@ def twin_kernel(old: str, new: str):
     src = Path(numba_kernel.__file__).read_text()
     assert src.count(old) == 1, old
     mod = types.ModuleType("numba_kernel_twin")
+    mod.__package__ = numba_kernel.__package__  # so that its relative imports (``from .threads import ...``) resolve
     exec(compile(src.replace(old, new).replace("cache=True", "cache=False"), "numba_kernel_twin", "exec"), mod.__dict__)
     return mod
 
