@@ -24,6 +24,9 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
     # target's next), and the d-th guess of the last d - 1 of them lies past the end
     assert res["greedy"] == [1.0, 1.0, 1.0] and res["positions"] == [2 * 10, 2 * 9, 2 * 8]
     assert res["in_reduced_vocab"] == 1.0  # every token is in this "reduced" head
+    tenths = res["first_by_confidence"]
+    assert [b["tenth"] for b in tenths] == list(range(10)) and sum(b["positions"] for b in tenths) == 20
+    assert all(b["kept"] == 1.0 for b in tenths if b["positions"])  # the oracle's guesses are all right
     res = eagle_answers.answer_acceptance(None, E, ids[: V // 2], prompts, seqs, feats, 3, None, torch)
     want = np.array([(E.numpy() @ f.T).argmax(0) for f in feats], dtype=object)  # the target's greedy tokens
     inside = sum(int((w[len(p): len(s)] < V // 2).sum()) for w, p, s in zip(want, prompts, seqs))  # f_{j+1}, j >= P - 1
@@ -36,6 +39,9 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
     monkeypatch.setattr(train_eagle_ttt, "unrolled", late)
     res = eagle_answers.answer_acceptance(None, E, ids, prompts, seqs, feats, 3, None, torch)
     assert res["greedy"][0] < 0.5 and res["positions"][0] == 20 and res["positions"][1] < 20
+    tenths = res["first_by_confidence"]  # the confidence table counts the same first guesses, kept or not
+    assert sum(b["positions"] for b in tenths) == 20
+    assert sum(b["kept"] * b["positions"] for b in tenths if b["positions"]) == pytest.approx(20 * res["greedy"][0])
 
 
 @pytest.mark.parametrize("argv, says", [(["{dir}"], "not an EAGLE head directory"),

@@ -10,7 +10,7 @@ per kind (as vLLM's
     factory.py         ``make_drafter`` (the CLI's spec), ``register_drafter`` (a new kind for it),
                        ``as_drafter`` and the tokenizer checks
     protocol.py        the protocol every drafter implements (``Drafter``) and the optional capabilities the
-                       rest of minispec asks for with ``has``: ``HasRoom``, ``ProposesTrees``,
+                       rest of minispec asks for with ``has``: ``ClaimsAcceptance``, ``HasRoom``, ``ProposesTrees``,
                        ``ReadsFeatures``, ``HasModel``, ``HasFirstGuessRows``, ``HasOwnTokenizer``,
                        ``DraftsText``, ``ReportsMemory``, and the cost hooks ``TimesItself`` and ``TimesItsTreeLevels``
 
@@ -28,6 +28,7 @@ from .factory import as_drafter, make_drafter, other_algorithm, register_drafter
 from .prompt_lookup import PromptLookup
 from .protocol import (
     CAPABILITIES,
+    ClaimsAcceptance,
     Drafter,
     DraftsText,
     GrowsTrees,
@@ -45,7 +46,8 @@ from .protocol import (
 from .slem import SLEM
 from .tli import TLI
 
-__all__ = ["CAPABILITIES", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "DynamicTree", "Eagle", "GrowsTrees", "HasFirstGuessRows", "HasModel",
+__all__ = ["CAPABILITIES", "ClaimsAcceptance", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "DynamicTree", "Eagle",
+           "GrowsTrees", "HasFirstGuessRows", "HasModel",
            "HasOwnTokenizer", "HasRoom", "LayerSkip", "OtherTokenizerDraft", "PromptLookup", "ProposesTrees",
            "ReadsFeatures", "ReportsMemory", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself", "as_drafter", "has",
            "load_eagle", "make_drafter", "other_algorithm", "register_drafter", "same_tokenizer", "unregister_drafter"]

@@ -71,6 +71,8 @@ from ..sampling import Stream, Warp, is_integer, top_probability
 from ..tree import Tree, add_children, tree_mask_rows
 from .dynamic_tree import DynamicTree, grow
 
+TENTHS = 10  # ``context`` labels the head's confidence in tenths: 0..9
+
 
 def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
     """The head's arrays as eagle.safetensors stores them: already in the layout ``x @ w`` wants ([in, out]) and
@@ -132,6 +134,7 @@ class Eagle:
         self.ftokens: list[int] = []  # x_0..x_{n-1}: the tokens those features belong to
         self.htokens: list[int] = []  # x_0..x_{m}: the tokens the head's m cached entries have read
         self.f_next, self.f_at = None, -1  # f^_n: the head's output at entry f_at = n - 1, its last true entry
+        self.first_row, self.first_for = None, None  # [V] the logits of f_next (``first_logits``), and that f_next
 
     @property
     def weight_bytes(self) -> int:
@@ -147,7 +150,19 @@ class Eagle:
 
     # -- the drafter protocol ------------------------------------------------------------------------
     def context(self, tokens) -> int:
-        return 0
+        """The head's confidence in its first guess after ``tokens``, in tenths (0..9): its top probability over the
+        frequent tokens at T = 1 (0 before the target has given features). EAGLE-2 (arXiv 2406.16858)
+        found that a head's confidence tracks the acceptance of its guess, and minispec's does (docs/eagle.md).
+        Finding it is the round's catch-up and the first guess's logits, which drafting then reuses
+        (``first_logits``); a plain round pays them too."""
+        f = self.catch_up(tokens)
+        if f is None:
+            return 0
+        return min(TENTHS - 1, int(TENTHS * top_probability(self.first_logits(f))))
+
+    def claimed_acceptance(self, context: int) -> float:
+        """What a label claims (drafters/protocol.py's ``ClaimsAcceptance``): the middle of its tenth."""
+        return (context + 0.5) / TENTHS
 
     def room(self, tokens) -> int:
         return self.cfg.max_position_embeddings - len(tokens)
@@ -180,7 +195,7 @@ class Eagle:
         n = len(tokens) - 1
         self.ensure_room(n + k)
         for i in range(k):
-            logits = self.logits(f[None])[0]  # [V]
+            logits = self.first_logits(f) if i == 0 else self.logits(f[None])[0]  # [V]
             if keep is not None:
                 reach *= top_probability(logits)
                 if not keep(i + 1, reach):
@@ -207,7 +222,7 @@ class Eagle:
             return tree
         base = len(tokens) - 1  # the head's true entries: the root's is slot base - 1
         width = min(width, len(self.tokens_r))  # the top W at T = 0 must be frequent tokens, never a -inf logit
-        level = add_children(tree, 0, self.logits(f[None])[0], width, warp, draws, prefix=tokens)
+        level = add_children(tree, 0, self.first_logits(f), width, warp, draws, prefix=tokens)
         parent_f = np.repeat(f[None], len(level), axis=0)  # [W, D] the feature each level node reads
         for d in range(1, depth):  # below level 1 each node has one child, so a level's node ids are contiguous
             ids = [tree.tokens[node] for node in level]
@@ -245,7 +260,7 @@ class Eagle:
             out.update((n, h[i]) for i, n in enumerate(frontier))
             return self.logits(h)
 
-        tree, _ = grow(tokens, self.logits(f[None])[0], run_level, shape, warp, draws)
+        tree, _ = grow(tokens, self.first_logits(f), run_level, shape, warp, draws)
         self.cache.crop(base)
         return tree
 
@@ -290,6 +305,13 @@ class Eagle:
         out = np.full((len(reduced), self.vocab), -np.inf, dtype=np.float32)  # [T, V]
         out[:, self.tokens_r] = reduced
         return out
+
+    def first_logits(self, f) -> np.ndarray:  # f^_n [D] -> [V]: the first guess's logits, once per f^_n
+        """The logits the first guess after the caught-up sequence is drawn from: computed once for ``f`` (the array
+        ``catch_up`` returned; a new one whenever it runs the head again). Read only: a warp works on its own copy."""
+        if self.first_for is not f:
+            self.first_row, self.first_for = self.logits(f[None])[0], f
+        return self.first_row
 
     def catch_up(self, tokens):
         """Feed the entries (f_j, x_{j+1}) the head has not read -> f^_n [D], or None when the target has not

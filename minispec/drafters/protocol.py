@@ -45,6 +45,16 @@ class Drafter(Protocol):
 
 
 @runtime_checkable
+class ClaimsAcceptance(Protocol):
+    """A drafter whose ``context`` label is its own confidence in the round's first guess:
+    ``claimed_acceptance(label)`` is the acceptance that label claims, from which an automatic policy starts its
+    estimate for the label (policy/acceptance.py's ``PerContext``) instead of the low prior. The EAGLE head's labels
+    are its top probability in tenths (drafters/eagle.py)."""
+
+    def claimed_acceptance(self, context: int) -> float: ...
+
+
+@runtime_checkable
 class HasRoom(Protocol):
     """A drafter with a context of its own: ``room(tokens)`` guesses still fit (at 0 the run goes on with plain rounds)."""
 
@@ -186,8 +196,8 @@ class ReportsMemory(Protocol):
     kv_bytes_per_token: int
 
 
-CAPABILITIES = (Drafter, HasRoom, ProposesTrees, GrowsTrees, ReadsFeatures, ReadsLowerLayers, HasModel, TimesItself, TimesItsTreeLevels,
-                HasFirstGuessRows, HasOwnTokenizer, DraftsText, ReportsMemory)
+CAPABILITIES = (Drafter, ClaimsAcceptance, HasRoom, ProposesTrees, GrowsTrees, ReadsFeatures, ReadsLowerLayers, HasModel,
+                TimesItself, TimesItsTreeLevels, HasFirstGuessRows, HasOwnTokenizer, DraftsText, ReportsMemory)
 
 
 def has(drafter, capability) -> bool:

@@ -13,7 +13,10 @@ drafter has more reason to be right.
 
 Every estimate starts from PRIOR = 0.3, for chains and trees alike: below the acceptance at which even one
 guess pays (at K = 1, a > c + r(2) - 1; docs/speed.md gives the study's figure), so that a policy drafts only
-once rounds or probes have measured that drafting pays, not on the prior's word.
+once rounds or probes have measured that drafting pays, not on the prior's word. The exception is a drafter whose
+label is its own confidence (drafters/protocol.py's ``ClaimsAcceptance``: the EAGLE head's top probability, in
+tenths): each label's estimate starts from what it claims, which the head's measured calibration backs
+(docs/eagle.md), and rounds and probes correct it from there.
 """
 
 from __future__ import annotations
@@ -77,16 +80,20 @@ class Acceptance:
 
 class PerContext(dict):
     """context -> Acceptance. A context not seen before starts from ``prior``, raised to the best
-    first-guess estimate of a lower context already observed (labels are ordered: module docstring)."""
+    first-guess estimate of a lower context already observed (labels are ordered: module docstring); or, given
+    ``claims`` (a drafter's ``claimed_acceptance``: its label is its own confidence), from what the label claims."""
 
-    def __init__(self, prior: Acceptance):
+    def __init__(self, prior: Acceptance, claims=None):
         super().__init__()
-        self.prior = prior
+        self.prior, self.claims = prior, claims
 
     def __missing__(self, context: int) -> Acceptance:
         estimate = self.prior.fresh_copy()
-        lower = [e.first for c, e in self.items() if c < context and e.counts[0].sum() > 0]
-        estimate.prior = max([estimate.prior] + lower)
+        if self.claims is not None:
+            estimate.prior = float(self.claims(context))
+        else:
+            lower = [e.first for c, e in self.items() if c < context and e.counts[0].sum() > 0]
+            estimate.prior = max([estimate.prior] + lower)
         self[context] = estimate
         return estimate
 

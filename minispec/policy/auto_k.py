@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..drafters.protocol import ClaimsAcceptance, has
 from .acceptance import Acceptance, PerContext, expected_tokens
 from .costs import drafter_calibration, verify_calibration
 
@@ -67,6 +68,7 @@ class FixedK:
     """The textbook policy: always K."""
 
     keep = None  # every guess is verified: no early stop
+    reads_context = False  # the loop need not ask the drafter for its label (protocol.py)
 
     def __init__(self, k: int):
         self.k = k
@@ -121,10 +123,11 @@ class AutoK:
 
     def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
                  acceptance: Acceptance | None = None, probe_share: float = 0.01, learn: bool = True,
-                 margin: float = MARGIN):
+                 margin: float = MARGIN, claims=None):
+        """``claims``: the drafter's ``claimed_acceptance``, where its labels are its confidence (acceptance.py)."""
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
-        self.acc = PerContext(acceptance or Acceptance())  # context -> its estimate
+        self.acc = PerContext(acceptance or Acceptance(), claims)  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
         self.learn = learn
@@ -238,6 +241,11 @@ class StoppedK(AutoK):
         return self.k
 
 
+def claims_of(drafter):
+    """The drafter's ``claimed_acceptance`` where its context labels are its confidence, else None."""
+    return drafter.claimed_acceptance if has(drafter, ClaimsAcceptance) else None
+
+
 def calibrated_costs(target, drafter, n_max: int) -> tuple[list, dict, float, float]:
     """(the calibrations read, t(n) for n = 1..n_max, seconds per guess, seconds per token caught up): what a chain
     policy is built from (``drafter_costs``' zeros for a drafter with no cost to measure)."""
@@ -251,7 +259,7 @@ def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
     seeded run), else it refines them with each round's timings. K stays below the target's context."""
     k_max = max(1, min(k_max, target.cfg.max_position_embeddings - 1))
     calibrations, verify, guess, fed = calibrated_costs(target, drafter, k_max + 1)
-    policy = AutoK(verify, guess, k_max, fed, learn=learn)
+    policy = AutoK(verify, guess, k_max, fed, learn=learn, claims=claims_of(drafter))
     policy.calibrations = calibrations
     return policy
 
@@ -259,6 +267,6 @@ def auto_k(target, drafter, k_max: int = 8, learn: bool = True) -> AutoK:
 def stopped_k(target, drafter, k: int) -> StoppedK:
     """A StoppedK calibrated for this target and drafter."""
     calibrations, verify, guess, fed = calibrated_costs(target, drafter, max(k, 8) + 1)
-    policy = StoppedK(k, verify, guess, feed_time=fed)
+    policy = StoppedK(k, verify, guess, feed_time=fed, claims=claims_of(drafter))
     policy.calibrations = calibrations
     return policy

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, run_length
-from .auto_k import MARGIN, RECENT, ProbeBudget, best, low_quantile, probe_cost
+from .auto_k import MARGIN, RECENT, ProbeBudget, best, claims_of, low_quantile, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
@@ -35,11 +35,12 @@ class TreePolicy:
     A fixed shape is ``TreePolicy.fixed(width, depth)``; ``max_nodes`` bounds width * depth."""
 
     def __init__(self, verify_time: dict, level_time: dict, max_nodes: int = 16, auto: bool = True,
-                 shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.01):
+                 shape: tuple = (2, 4), learn: bool = True, feed_time: float = 0.0, probe_share: float = 0.01,
+                 claims=None):
         """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` {w: one tree level of
-        w nodes}, ``feed_time`` per token the drafter must catch up on."""
+        w nodes}, ``feed_time`` per token the drafter must catch up on; ``claims``: as AutoK's."""
         self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
-        self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance()), ProbeBudget(probe_share)
+        self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance(), claims), ProbeBudget(probe_share)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
         self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
         self.slowdown = 1.0  # it does not learn how much slower its rounds ran than predicted (AutoK does)
@@ -110,6 +111,8 @@ class TreePolicy:
 
 class DynamicTreePolicy:
     """EAGLE-2's dynamic tree (drafters/dynamic_tree.py) of one shape every round: its growth is the drafter's."""
+
+    reads_context = False  # the loop need not ask the drafter for its label (protocol.py); nor does AutoDynamicTree
 
     def __init__(self, shape):
         self.shape, self.max_room, self.calibrations, self.slowdown = shape, shape.nodes, [], 1.0
@@ -310,6 +313,6 @@ def auto_tree_policy(target, drafter, max_nodes: int = MAX_NODES, learn: bool = 
     guess, fed = drafter_costs(drafter)  # zeros for a drafter without any cost hook (prompt lookup)
     level_time = ({int(w): float(t) for w, t in levels.times.items()} if levels
                   else {w: w * guess for w in range(1, 5)})  # else a level of w nodes costs w guesses
-    policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=fed, learn=learn)
+    policy = TreePolicy(dict(verify.times), level_time, max_nodes, feed_time=fed, learn=learn, claims=claims_of(drafter))
     policy.calibrations = [verify, levels, drafter_calibration(drafter)]
     return policy

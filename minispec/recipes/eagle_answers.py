@@ -13,8 +13,10 @@ target's own, from the prompt's pass), as drafting sees them.
 
 This is the held-out figure's twin on prompts written by other hands: the same rule, so the two compare directly.
 Also reported: how often the target's greedy token is one the reduced head can propose at all (``in_reduced_vocab``,
-at the chains' first guesses). ``--vocab N`` re-cuts the reduced head to the N most frequent tokens of the head's
-training data (its token_frequency_order.json) instead of the shipped list, to see what a larger one would keep.
+at the chains' first guesses), and the first guesses by the head's confidence (``first_by_confidence``: its top
+probability over the reduced head, in tenths, as eagle.py's ``context`` labels a round: how many, and the share
+kept). ``--vocab N`` re-cuts the reduced head to the N most frequent tokens of the head's training data (its
+token_frequency_order.json) instead of the shipped list, to see what a larger one would keep.
 
 It is not the loop's acceptance (``minispec bench eagle --acceptance-only``), where a round starts only after a
 rejection or a full chain, so its first guesses fall on other positions.
@@ -50,6 +52,7 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
     for a head that reads them."""
     from .train_eagle_ttt import unrolled
     hit, alive, covered = np.zeros(depths), np.zeros(depths), 0
+    tenth_kept, tenth_all = np.zeros(10), np.zeros(10)  # first guesses by the head's confidence, in tenths
     tensor = lambda a: torch.from_numpy(np.asarray(a, np.float32))[None]  # noqa: E731  [1, len, ...]
     for w, (p, s, f) in enumerate(zip(prompts, seqs, feats)):
         if f is None:
@@ -62,15 +65,22 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
         for i, (pred, true, valid) in enumerate(outs):
             looked = (valid > 0) if chain is None else chain & (valid > 0)
             want = (true @ E.T).argmax(-1)  # [1, L-1]: the target's greedy token x_{j+2+i}
-            right = looked & (ids[(pred @ E[ids].T).argmax(-1)] == want)
+            logits = pred @ E[ids].T  # [1, L-1, V_r]
+            right = looked & (ids[logits.argmax(-1)] == want)
             answer = j >= len(p) - 1  # chains whose first guess, x_{j+2}, is past the answer's first token
             hit[i] += int((right & answer).sum())
             alive[i] += int((looked & answer).sum())
             if i == 0:
                 covered += int(torch.isin(want[looked & answer], ids).sum())
+                tenth = (10 * torch.softmax(logits, -1).max(-1).values).long().clamp(max=9)  # [1, L-1]: eagle.py's context
+                for t in range(10):
+                    tenth_all[t] += int((looked & answer & (tenth == t)).sum())
+                    tenth_kept[t] += int((right & answer & (tenth == t)).sum())
             chain = right
     return dict(greedy=[float(h / a) if a else None for h, a in zip(hit, alive)], positions=[int(a) for a in alive],
-                in_reduced_vocab=float(covered / alive[0]) if alive[0] else None)
+                in_reduced_vocab=float(covered / alive[0]) if alive[0] else None,
+                first_by_confidence=[dict(tenth=t, positions=int(n), kept=float(k / n) if n else None)
+                                     for t, (k, n) in enumerate(zip(tenth_kept, tenth_all))])
 
 
 def lower_layers(head_dir) -> list | None:
@@ -155,7 +165,9 @@ def main(argv=None) -> int:
         for name, r in out["heads"][h].items():
             print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
                   + f" ({r['positions'][0]} chains; the target's token in the reduced head at "
-                  + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + ")")
+                  + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + "); by confidence "
+                  + " ".join(f"{b['tenth'] / 10:.1f}+: {b['kept']:.2f} of {b['positions']}"
+                             for b in r["first_by_confidence"] if b["positions"]))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
