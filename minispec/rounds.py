@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from .drafters.dynamic_tree import DynamicTree
-from .drafters.protocol import GrowsTrees, HasOwnTokenizer, HasRoom, ProposesTrees, ReadsFeatures, as_drafter, feature_tap, has
+from .drafters.protocol import ClaimsAcceptance, GrowsTrees, HasOwnTokenizer, HasRoom, ProposesTrees, ReadsFeatures, as_drafter, feature_tap, has
 from .keyed import KeyedNoise, keyed_noise
 from .model import Model, backend
 from .rejection import guess_acceptance, is_keyed, overlap
@@ -172,8 +172,15 @@ class Run:
         return self.policy.next_k(len(self.tokens) - self.seen, self.context())
 
     def context(self) -> int:
-        """The drafter's label of this round, if the policy reads it (policy/protocol.py: ``reads_context``)."""
-        return self.drafter.context(self.tokens) if getattr(self.policy, "reads_context", True) else 0
+        """The drafter's label of this round, if the policy reads it (policy/protocol.py: ``reads_context``). A label
+        that claims an acceptance is the first guess's work (drafters/protocol.py: ``ClaimsAcceptance``), so the
+        drafter has then seen every token."""
+        if not getattr(self.policy, "reads_context", True):
+            return 0
+        label = self.drafter.context(self.tokens)
+        if has(self.drafter, ClaimsAcceptance):
+            self.seen = len(self.tokens)
+        return label
 
     def drafted_now(self, asked: int, drafted: int, t0: float, nodes: int | None = None) -> None:
         """A policy's round, after proposing: ``asked`` guesses were asked for (0: a plain round), ``drafted`` made (a

@@ -25,8 +25,14 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
     assert res["greedy"] == [1.0, 1.0, 1.0] and res["positions"] == [2 * 10, 2 * 9, 2 * 8]
     assert res["in_reduced_vocab"] == 1.0  # every token is in this "reduced" head
     tenths = res["first_by_confidence"]
-    assert [b["tenth"] for b in tenths] == list(range(10)) and sum(b["positions"] for b in tenths) == 20
-    assert all(b["kept"] == 1.0 for b in tenths if b["positions"])  # the oracle's guesses are all right
+    want = np.zeros(10, int)  # the first guesses' tenths, from the oracle's row: the next true feature's
+    for p, s, f in zip(prompts, seqs, feats):
+        for j in range(len(p) - 1, len(s) - 1):
+            row = torch.softmax(torch.from_numpy(f[j + 1]) @ E[ids].T, -1)
+            want[min(9, int(10 * float(row.max())))] += 1
+    assert [b["tenth"] for b in tenths] == list(range(10)) and [b["positions"] for b in tenths] == want.tolist()
+    assert len(np.flatnonzero(want)) >= 2  # (more than one tenth: a table, not a count)
+    assert all(b["greedy"] == 1.0 for b in tenths if b["positions"])  # the oracle's guesses are all right
     res = eagle_answers.answer_acceptance(None, E, ids[: V // 2], prompts, seqs, feats, 3, None, torch)
     want = np.array([(E.numpy() @ f.T).argmax(0) for f in feats], dtype=object)  # the target's greedy tokens
     inside = sum(int((w[len(p): len(s)] < V // 2).sum()) for w, p, s in zip(want, prompts, seqs))  # f_{j+1}, j >= P - 1
@@ -41,7 +47,7 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
     assert res["greedy"][0] < 0.5 and res["positions"][0] == 20 and res["positions"][1] < 20
     tenths = res["first_by_confidence"]  # the confidence table counts the same first guesses, kept or not
     assert sum(b["positions"] for b in tenths) == 20
-    assert sum(b["kept"] * b["positions"] for b in tenths if b["positions"]) == pytest.approx(20 * res["greedy"][0])
+    assert sum(b["greedy"] * b["positions"] for b in tenths if b["positions"]) == pytest.approx(20 * res["greedy"][0])
 
 
 @pytest.mark.parametrize("argv, says", [(["{dir}"], "not an EAGLE head directory"),

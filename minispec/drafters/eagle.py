@@ -151,18 +151,19 @@ class Eagle:
     # -- the drafter protocol ------------------------------------------------------------------------
     def context(self, tokens) -> int:
         """The head's confidence in its first guess after ``tokens``, in tenths (0..9): its top probability over the
-        frequent tokens at T = 1 (0 before the target has given features). EAGLE-2 (arXiv 2406.16858)
-        found that a head's confidence tracks the acceptance of its guess, and minispec's does (docs/eagle.md).
-        Finding it is the round's catch-up and the first guess's logits, which drafting then reuses
+        frequent tokens at T = 1, whatever the run's warp (0 also before the target has given features: nothing to
+        say). EAGLE-2 (arXiv 2406.16858) found that a head's confidence tracks the acceptance of its guess, and
+        minispec's does (docs/eagle.md, "Its confidence"); a policy learns each label's acceptance under the run's own
+        warp from there. Finding it is the round's catch-up and the first guess's logits, which drafting then reuses
         (``first_logits``); a plain round pays them too."""
         f = self.catch_up(tokens)
         if f is None:
             return 0
         return min(TENTHS - 1, int(TENTHS * top_probability(self.first_logits(f))))
 
-    def claimed_acceptance(self, context: int) -> float:
+    def claimed_acceptance(self, label: int) -> float:
         """What a label claims (drafters/protocol.py's ``ClaimsAcceptance``): the middle of its tenth."""
-        return (context + 0.5) / TENTHS
+        return (label + 0.5) / TENTHS
 
     def room(self, tokens) -> int:
         return self.cfg.max_position_embeddings - len(tokens)
@@ -311,6 +312,7 @@ class Eagle:
         ``catch_up`` returned; a new one whenever it runs the head again). Read only: a warp works on its own copy."""
         if self.first_for is not f:
             self.first_row, self.first_for = self.logits(f[None])[0], f
+            self.first_row.flags.writeable = False
         return self.first_row
 
     def catch_up(self, tokens):

@@ -48,10 +48,11 @@ class Drafter(Protocol):
 class ClaimsAcceptance(Protocol):
     """A drafter whose ``context`` label is its own confidence in the round's first guess:
     ``claimed_acceptance(label)`` is the acceptance that label claims, from which an automatic policy starts its
-    estimate for the label (policy/acceptance.py's ``PerContext``) instead of the low prior. The EAGLE head's labels
-    are its top probability in tenths (drafters/eagle.py)."""
+    estimate for the label (policy/acceptance.py's ``PerContext``) instead of the low prior. Finding the label is
+    the first guess's work: it catches the drafter up on the whole sequence, and costs a plain round about one guess
+    (policy/auto_k.py prices it). The EAGLE head's labels are its top probability in tenths (drafters/eagle.py)."""
 
-    def claimed_acceptance(self, context: int) -> float: ...
+    def claimed_acceptance(self, label: int) -> float: ...
 
 
 @runtime_checkable

@@ -7,8 +7,9 @@
 
 Guesses are not independent: a prompt-lookup guess that is right usually starts a copied run, so
 its b is far above its a. Each estimate decays (recent rounds weigh more), and one is kept per
-*context*: a label the drafter gives cheaply before drafting (``drafter.context(tokens)``; for
-prompt lookup, the length of the n-gram it matched). Labels are ordered: a higher one says the
+*context*: a label the drafter gives before drafting (``drafter.context(tokens)``; for
+prompt lookup, the length of the n-gram it matched, found cheaply; for the EAGLE head, its confidence in its first
+guess, found by the first guess's work). Labels are ordered: a higher one says the
 drafter has more reason to be right.
 
 Every estimate starts from PRIOR = 0.3, for chains and trees alike: below the acceptance at which even one
@@ -81,7 +82,8 @@ class Acceptance:
 class PerContext(dict):
     """context -> Acceptance. A context not seen before starts from ``prior``, raised to the best
     first-guess estimate of a lower context already observed (labels are ordered: module docstring); or, given
-    ``claims`` (a drafter's ``claimed_acceptance``: its label is its own confidence), from what the label claims."""
+    ``claims`` (a drafter's ``claimed_acceptance``: its label is its own confidence), from what the label claims,
+    in place of ``prior``'s first-guess rate (its weight, decay and later-guess rule are kept: b starts at a)."""
 
     def __init__(self, prior: Acceptance, claims=None):
         super().__init__()

@@ -124,9 +124,12 @@ class AutoK:
     def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
                  acceptance: Acceptance | None = None, probe_share: float = 0.01, learn: bool = True,
                  margin: float = MARGIN, claims=None):
-        """``claims``: the drafter's ``claimed_acceptance``, where its labels are its confidence (acceptance.py)."""
+        """``claims``: the drafter's ``claimed_acceptance``, where its labels are its confidence (acceptance.py). Its
+        label is its first guess's work: a drafting round has paid it within K guesses, a plain round pays it on top
+        (``label_time``, one guess), so that plain decoding is priced as it runs."""
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
+        self.label_time = draft_time if claims is not None else 0.0  # seconds a plain round spends on the label
         self.acc = PerContext(acceptance or Acceptance(), claims)  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
@@ -148,11 +151,13 @@ class AutoK:
         return self.acc[self.context]
 
     def round_time(self, k: int) -> float:
-        """Predicted seconds of a round with K guesses, once the drafter is caught up (K = 0: a plain step)."""
-        return k * self.draft_time + self.verify_time[k + 1]
+        """Predicted seconds of a round with K guesses, once the drafter is caught up (K = 0: a plain step, and the
+        label where finding it costs a guess: ``label_time``)."""
+        return k * self.draft_time + self.verify_time[k + 1] + (0.0 if k else self.label_time)
 
     def rate(self, k: int) -> float:
-        """Expected tokens per second at K, once the drafter is caught up; a drafting K pays the run's slowdown."""
+        """Expected tokens per second at K, once the drafter is caught up; a drafting K pays the run's slowdown.
+        rate(0) is the plain round's, label included."""
         e = self.estimate
         return expected_tokens(e.first, k, e.next) / (self.round_time(k) * (self.slowdown if k else 1.0))
 
@@ -163,7 +168,7 @@ class AutoK:
     def hopeless(self) -> bool:
         """True when no K could beat plain decoding even if every guess were accepted."""
         best = max(float(k + 1) / (k * self.draft_time + self.verify_time[k + 1]) for k in range(1, self.k_max + 1))
-        return best <= 1.0 / self.verify_time[1]
+        return best <= 1.0 / self.round_time(0)
 
     def probe_cost(self, unseen: int) -> float:
         return probe_cost(unseen, self.feed_time, self.draft_time)
@@ -173,7 +178,7 @@ class AutoK:
         ``context``: the drafter's label for this round."""
         self.unseen, self.context = unseen, context
         k = self.choose()
-        self.planned = max(self.rate(k), 1.0 / self.verify_time[1])  # at least plain decoding's rate
+        self.planned = max(self.rate(k), self.rate(0))  # at least plain decoding's rate
         self.history.append(k)
         return k
 

@@ -42,6 +42,7 @@ class TreePolicy:
         self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance(), claims), ProbeBudget(probe_share)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
+        self.reads_context = auto  # a fixed shape never reads the drafter's label (protocol.py)
         self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
         self.slowdown = 1.0  # it does not learn how much slower its rounds ran than predicted (AutoK does)
         self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)

@@ -14,9 +14,10 @@ target's own, from the prompt's pass), as drafting sees them.
 This is the held-out figure's twin on prompts written by other hands: the same rule, so the two compare directly.
 Also reported: how often the target's greedy token is one the reduced head can propose at all (``in_reduced_vocab``,
 at the chains' first guesses), and the first guesses by the head's confidence (``first_by_confidence``: its top
-probability over the reduced head, in tenths, as eagle.py's ``context`` labels a round: how many, and the share
-kept). ``--vocab N`` re-cuts the reduced head to the N most frequent tokens of the head's training data (its
-token_frequency_order.json) instead of the shipped list, to see what a larger one would keep.
+probability over the reduced head, in tenths, as eagle.py's ``context`` labels a round: how many first guesses fell
+in each tenth, and the share equal to the target's greedy token). ``--vocab N`` re-cuts the reduced head to the N
+most frequent tokens of the head's training data (its token_frequency_order.json) instead of the shipped list, to
+see what a larger one would keep.
 
 It is not the loop's acceptance (``minispec bench eagle --acceptance-only``), where a round starts only after a
 rejection or a full chain, so its first guesses fall on other positions.
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..drafters.eagle import TENTHS
 from ..harness.provenance import provenance
 from .eagle_data import LOW, MID
 from .eval_overlap import MINISPEC_DATA
@@ -47,12 +49,13 @@ def data_prompts(name: str, tok, limit: int | None) -> list[list[int]]:
 
 
 def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch, lm=None) -> dict:
-    """{greedy: [d = 1..depths], positions: [...], in_reduced_vocab} over the answers in ``seqs`` (prompt + answer)
-    with their top features ``feats`` [len, D] (None: skipped); ``lm``: their lower layers' outputs l, m [len, 2D],
-    for a head that reads them."""
+    """{greedy: [d = 1..depths], positions: [...], in_reduced_vocab, first_by_confidence: [{tenth, positions, greedy}
+    for each tenth of the head's confidence in its first guess]} over the answers in ``seqs`` (prompt + answer) with
+    their top features ``feats`` [len, D] (None: skipped); ``lm``: their lower layers' outputs l, m [len, 2D], for a
+    head that reads them."""
     from .train_eagle_ttt import unrolled
     hit, alive, covered = np.zeros(depths), np.zeros(depths), 0
-    tenth_kept, tenth_all = np.zeros(10), np.zeros(10)  # first guesses by the head's confidence, in tenths
+    tenth_kept, tenth_all = np.zeros(TENTHS), np.zeros(TENTHS)  # first guesses by the head's confidence, in tenths
     tensor = lambda a: torch.from_numpy(np.asarray(a, np.float32))[None]  # noqa: E731  [1, len, ...]
     for w, (p, s, f) in enumerate(zip(prompts, seqs, feats)):
         if f is None:
@@ -72,14 +75,14 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
             alive[i] += int((looked & answer).sum())
             if i == 0:
                 covered += int(torch.isin(want[looked & answer], ids).sum())
-                tenth = (10 * torch.softmax(logits, -1).max(-1).values).long().clamp(max=9)  # [1, L-1]: eagle.py's context
-                for t in range(10):
+                tenth = (TENTHS * torch.softmax(logits, -1).max(-1).values).long().clamp(max=TENTHS - 1)  # [1, L-1]: the label
+                for t in range(TENTHS):
                     tenth_all[t] += int((looked & answer & (tenth == t)).sum())
                     tenth_kept[t] += int((right & answer & (tenth == t)).sum())
             chain = right
     return dict(greedy=[float(h / a) if a else None for h, a in zip(hit, alive)], positions=[int(a) for a in alive],
                 in_reduced_vocab=float(covered / alive[0]) if alive[0] else None,
-                first_by_confidence=[dict(tenth=t, positions=int(n), kept=float(k / n) if n else None)
+                first_by_confidence=[dict(tenth=t, positions=int(n), greedy=float(k / n) if n else None)
                                      for t, (k, n) in enumerate(zip(tenth_kept, tenth_all))])
 
 
@@ -166,7 +169,7 @@ def main(argv=None) -> int:
             print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
                   + f" ({r['positions'][0]} chains; the target's token in the reduced head at "
                   + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + "); by confidence "
-                  + " ".join(f"{b['tenth'] / 10:.1f}+: {b['kept']:.2f} of {b['positions']}"
+                  + " ".join(f"[{b['tenth'] / TENTHS:.1f}, {(b['tenth'] + 1) / TENTHS:.1f}) {b['greedy']:.2f} of {b['positions']}"
                              for b in r["first_by_confidence"] if b["positions"]))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
