@@ -245,6 +245,35 @@ def eagle_values(root: Path) -> dict[str, str]:
             "eagle.gpu.chat": f"{predicted_speedup(a['chat'], c, 1.0, 2, b):.2f}x"}
 
 
+def head_name(path: str) -> str:
+    """A head directory as docs name it: the shipped head by its folder, a cached one by the folder it sits in."""
+    parts = Path(path).parts
+    return parts[-1] if parts[-1] != "head" or len(parts) < 2 else parts[-2]
+
+
+def eagle_confidence(root: Path) -> str:
+    """docs/eagle.md's "Its confidence": each head's first guesses on the target's greedy answers by the head's
+    confidence in tenths (the label of eagle.py's ``context``), and the share of each tenth equal to the target's
+    greedy token (docs/eagle/answers_s15.json, recipes/eagle_answers.py)."""
+    a = load(root, "docs/eagle/answers_s15.json")
+    cols = [(h, s) for h in a["heads"] for s in a["heads"][h]]
+    lines = [f"Teacher-forced on the target's greedy answers ({a['tokens']} tokens) to every prompt of each set "
+             f"({run_line(a)}): for each tenth of the head's top probability, the share of its first guesses that "
+             "fall there, and of those the share equal to the target's greedy token.", "",
+             "| confidence | " + " | ".join(f"{head_name(h)}, {s}" for h, s in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for t in range(10):
+        cells = []
+        for h, s in cols:
+            bins = a["heads"][h][s]["first_by_confidence"]
+            n = sum(b["positions"] for b in bins)
+            b = bins[t]
+            cells.append(f"{b['positions'] / n:.3f}: {b['greedy']:.2f}" if b["positions"] else "-")
+        lines.append(f"| [{t / 10:.1f}, {(t + 1) / 10:.1f}) | " + " | ".join(cells) + " |")
+    lines.append("| all | " + " | ".join(f"{a['heads'][h][s]['greedy'][0]:.3f}" for h, s in cols) + " |")
+    return "\n".join(lines)
+
+
 def bf16_values(root: Path) -> dict[str, str]:
     """The EAGLE head stored in bfloat16 against the float32 head it was trained as (docs/eagle/bf16.json)."""
     b = load(root, "docs/eagle/bf16.json")
@@ -650,7 +679,8 @@ def draft_card_acceptance(root: Path) -> str:
 
 SECTIONS = {"level4": level4_table, "draft_card_acceptance": draft_card_acceptance,
             "study": study_table, "speed_model": speed_model, "power": power_table,
-            "eagle_speed": eagle_speed, "eagle_targets": eagle_targets, "mutation": mutation_table,
+            "eagle_speed": eagle_speed, "eagle_targets": eagle_targets, "eagle_confidence": eagle_confidence,
+            "mutation": mutation_table,
             "mutation_classes": mutation_classes,
             "vocab_greedy": lambda root: crossvocab_table(root, "greedy", [(1, TLI), (1, SLEM), (1, DRAFT), (4, TLI),
                                                                            (4, DRAFT)]),

@@ -3,12 +3,15 @@
 The model (Leviathan et al. 2022, section 3, with measured costs and two acceptance rates):
 
     E(K) = 1 + a (1 - b^K) / (1 - b)          expected tokens of a round (acceptance.py)
-    T(K) = K t_draft + t_verify(K + 1)        seconds of a round (costs.py: t_verify(n) = t_verify(1) r(n))
+    T(K) = K t_draft + t_verify(K + 1)        seconds of a round (costs.py: t_verify(n) = t_verify(1) r(n)); a plain
+                                              round, T(0), also pays t_label: one guess for a drafter whose label is
+                                              its first guess's work (the EAGLE head), else 0
     K*   = argmax_{0 <= K <= k_max} E(K) / T(K)
 
 K = 0 is a plain decoding step, so the chosen K never plans to be slower than plain decoding. Two
 guards keep noisy estimates from costing time: a drafter starts from a low acceptance (acceptance.PRIOR;
-probes and rounds raise it), and a drafting K is chosen only when it expects to beat plain decoding by
+probes and rounds raise it; a drafter whose label is its own confidence, the EAGLE head, starts each label from
+what it claims: acceptance.py), and a drafting K is chosen only when it expects to beat plain decoding by
 MARGIN = 5% (``minispec bench auto`` measures both: docs/policy.md).
 Dividing by t_verify(1), E(K) / T(K) is the papers' speedup E(K) / (K c + r(K + 1)).
 
