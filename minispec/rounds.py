@@ -172,13 +172,14 @@ class Run:
         return self.policy.next_k(len(self.tokens) - self.seen, self.context())
 
     def context(self) -> int:
-        """The drafter's label of this round, if the policy reads it (policy/protocol.py: ``reads_context``). A label
-        that claims an acceptance is the first guess's work (drafters/protocol.py: ``ClaimsAcceptance``), so the
-        drafter has then seen every token."""
+        """The drafter's label of this round, if the policy reads it (policy/protocol.py: ``reads_context``; a policy
+        without the attribute reads it), else 0. A label that claims an acceptance is the first guess's work
+        (drafters/protocol.py: ``ClaimsAcceptance``), so after it the drafter has seen every token, except in the first
+        round, which has nothing to catch up from (the prompt rides on its pass)."""
         if not getattr(self.policy, "reads_context", True):
             return 0
         label = self.drafter.context(self.tokens)
-        if has(self.drafter, ClaimsAcceptance):
+        if has(self.drafter, ClaimsAcceptance) and self.cache.length > 0:
             self.seen = len(self.tokens)
         return label
 

@@ -15,6 +15,7 @@ from functools import lru_cache
 from math import prod
 from pathlib import Path
 
+from ..drafters.eagle import TENTHS
 from ..model.safetensors_io import read_header
 from ..policy.acceptance import expected_tokens, predicted_speedup
 from .check import TREE_TWINS
@@ -259,17 +260,19 @@ def eagle_confidence(root: Path) -> str:
     cols = [(h, s) for h in a["heads"] for s in a["heads"][h]]
     lines = [f"Teacher-forced on the target's greedy answers ({a['tokens']} tokens) to every prompt of each set "
              f"({run_line(a)}): for each tenth of the head's top probability, the share of its first guesses that "
-             "fall there, and of those the share equal to the target's greedy token.", "",
+             "fall there, then (after the colon) the share of those equal to the target's greedy token; the last row, "
+             "every first guess's. Heads are named by their folder: eagle-smollm2-135m is the shipped head-s11, "
+             "eagle-s15 head-s15.", "",
              "| confidence | " + " | ".join(f"{head_name(h)}, {s}" for h, s in cols) + " |",
              "|---|" + "---|" * len(cols)]
-    for t in range(10):
+    for t in range(TENTHS):
         cells = []
         for h, s in cols:
             bins = a["heads"][h][s]["first_by_confidence"]
             n = sum(b["positions"] for b in bins)
             b = bins[t]
             cells.append(f"{b['positions'] / n:.3f}: {b['greedy']:.2f}" if b["positions"] else "-")
-        lines.append(f"| [{t / 10:.1f}, {(t + 1) / 10:.1f}) | " + " | ".join(cells) + " |")
+        lines.append(f"| [{t / TENTHS:.1f}, {(t + 1) / TENTHS:.1f}) | " + " | ".join(cells) + " |")
     lines.append("| all | " + " | ".join(f"{a['heads'][h][s]['greedy'][0]:.3f}" for h, s in cols) + " |")
     return "\n".join(lines)
 

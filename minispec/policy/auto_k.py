@@ -49,6 +49,8 @@ rule, so the output distribution is unchanged. Measurements: docs/policy.md.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..drafters.protocol import ClaimsAcceptance, has
@@ -126,13 +128,14 @@ class AutoK:
 
     def __init__(self, verify_time: dict[int, float], draft_time: float = 0.0, k_max: int = 8, feed_time: float = 0.0,
                  acceptance: Acceptance | None = None, probe_share: float = 0.01, learn: bool = True,
-                 margin: float = MARGIN, claims=None):
+                 margin: float = MARGIN, claims: Callable[[int], float] | None = None):
         """``claims``: the drafter's ``claimed_acceptance``, where its labels are its confidence (acceptance.py). Its
         label is its first guess's work: a drafting round has paid it within K guesses, a plain round pays it on top
         (``label_time``, one guess), so that plain decoding is priced as it runs."""
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
-        self.label_time = draft_time if claims is not None else 0.0  # seconds a plain round spends on the label
+        self.label_time = draft_time if claims is not None else 0.0  # seconds a plain round spends on the label: a
+        # drafter that claims an acceptance finds its label by its first guess's work (drafters/protocol.py)
         self.acc = PerContext(acceptance or Acceptance(), claims)  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
@@ -231,7 +234,7 @@ class AutoK:
         if drafted:
             self.estimate.update(drafted, accepted)
             return
-        self.budget.earn(self.verify_time[1])  # the modelled plain round: refined by timings when learning
+        self.budget.earn(self.round_time(0))  # the modelled plain round (t(1) refined by timings when learning)
         if probed is not None:
             self.estimate.update_probe(*probed)
 

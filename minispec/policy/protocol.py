@@ -7,8 +7,9 @@ Every shipped policy (FixedK, AutoK, StoppedK: auto_k.py; TreePolicy, fixed or a
 ``ChoosesK`` or ``ChoosesTrees``.
 
 ``context``, the drafter's label of the round, costs the drafter some work (the EAGLE head's catch-up and first
-guess: drafters/eagle.py), so a policy that never reads it says so with ``reads_context = False`` (FixedK, the
-dynamic trees), and the loop does not ask for it; without the attribute, it asks.
+guess: drafters/eagle.py), so a policy that never reads it says so with ``reads_context = False`` (FixedK,
+``TreePolicy.fixed``, the dynamic trees), and the loop does not ask for it; without the attribute, it asks. "Context"
+and "label" name the same thing.
 """
 
 from __future__ import annotations
