@@ -169,7 +169,8 @@ class Run:
 
     def adaptive_k(self) -> int:
         """The policy's K for this round, from what the drafter has not seen and its label of the context."""
-        return self.policy.next_k(len(self.tokens) - self.seen, self.context())
+        unseen = len(self.tokens) - self.seen  # before the label, which may catch the drafter up (``context``)
+        return self.policy.next_k(unseen, self.context())
 
     def context(self) -> int:
         """The drafter's label of this round, if the policy reads it (policy/protocol.py: ``reads_context``; a policy
@@ -225,7 +226,8 @@ class Run:
     def draft_tree(self) -> Tree:
         """This round's token tree (tree.py), of the shape the policy chose and that fits the cache."""
         t0 = time.perf_counter()
-        shape = self.policy.next_shape(len(self.tokens) - self.seen, self.context())
+        unseen = len(self.tokens) - self.seen  # before the label, as in ``adaptive_k``
+        shape = self.policy.next_shape(unseen, self.context())
         room = min(self.cache.max_len - self.cache.length - len(self.unread), self.drafter_room())
         remaining = self.max_new_tokens - len(self.out)
         if isinstance(shape, DynamicTree):  # EAGLE-2's tree, grown by the drafter's confidence (dynamic_tree.py)
