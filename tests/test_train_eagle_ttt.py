@@ -342,3 +342,20 @@ def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path)
         with pytest.raises(ValueError, match="N or A-B"):
             t.data_folder(f"{tmp_path}:{bad}")
     assert t.data_folder(f"{tmp_path}:abc") == (Path(f"{tmp_path}:abc"), None)  # a folder named so
+
+
+def test_the_cross_entropy_weight_is_w_ce_in_the_loss():
+    """``--ce-weight``: the loss is sum_i 0.8^i (reg_i + w_ce CE_i) / sum_i 0.8^i, from the per-step parts that
+    step_losses reports, for EAGLE-1's 0.1 (the default), 1 and 0 (regression alone); and a negative or infinite
+    weight is refused by name before any data is read."""
+    from minispec.recipes.train_eagle_ttt import main, step_losses
+
+    outs, W_r = random_outs(3)
+    w = np.array([0.8 ** i for i in range(3)])
+    for ce_weight in (0.1, 1.0, 0.0):
+        loss, parts = step_losses(outs, W_r, ce_weight=ce_weight) if ce_weight != 0.1 else step_losses(outs, W_r)
+        reg, ce = np.array(parts).T
+        assert abs(float(loss) - float((w * (reg + ce_weight * ce)).sum() / w.sum())) < 1e-5
+    for bad in ("-1", "inf", "nan"):
+        with pytest.raises(SystemExit):
+            main(["--out", "/nonexistent/never-written", "--ce-weight", bad])

@@ -15,9 +15,10 @@ The training-time test (Li et al. 2025, EAGLE-3, arXiv 2503.01840), paper -> cod
                 x_0..x_{j+1}. Its query (RoPE position j + i) attends to the step-0 keys of positions 0..j (made
                 from true features: the head's cache at drafting time) and to the keys of steps 1..i at position
                 j (the guesses drafted before it in the same chain): ``attend``
-    loss        sum_i 0.8^i (smooth-L1(f^, f) + 0.1 CE(softmax(f W_r), softmax(f^ W_r))) / sum_i 0.8^i, over the
+    loss        sum_i 0.8^i (smooth-L1(f^, f) + w_ce CE(softmax(f W_r), softmax(f^ W_r))) / sum_i 0.8^i, over the
                 positions whose target x_{j+1+i} exists; the tokens fed are the true ones (a guess is only
-                looked at when the guesses before it were kept)
+                looked at when the guesses before it were kept); w_ce = 0.1 is EAGLE-1's weight (``--ce-weight``;
+                EAGLE-3 keeps the cross-entropy alone)
 
 ``--precision bfloat16`` runs the head's products (and the reduced head's) in bfloat16 under torch's autocast (EAGLE
 trains in bfloat16 on GPUs); the weights, the optimizer's state, the softmaxes and the losses stay float32, and
@@ -179,8 +180,9 @@ def unrolled(head, E, toks, feats, lens, steps: int, dims, noise_scale: float = 
     return out
 
 
-def step_losses(outs, W_r, weight_decay_base: float = 0.8):
-    """The module docstring's loss over ``outs`` as ``unrolled`` returns them -> (loss, [(regression, CE) per step]).
+def step_losses(outs, W_r, weight_decay_base: float = 0.8, ce_weight: float = 0.1):
+    """The module docstring's loss over ``outs`` as ``unrolled`` returns them -> (loss, [(regression, CE) per step]);
+    ``ce_weight`` is w_ce.
 
     The target's reduced distribution softmax(f W_r) is computed once, at step 0: in ``unrolled``'s output, step i's
     true features are step 0's moved i positions on (``shifted``), so its distribution at position j is step 0's at
@@ -197,7 +199,7 @@ def step_losses(outs, W_r, weight_decay_base: float = 0.8):
         logq = torch.log_softmax((pred[:, :m] @ W_r.T).float(), -1)  # [B, m, V_r], float32 as p_r0
         ce = (-(p_r0[:, i:] * logq).sum(-1) * valid[:, :m]).sum() / n
         w = weight_decay_base ** i
-        total, wsum = total + w * (reg + 0.1 * ce), wsum + w
+        total, wsum = total + w * (reg + ce_weight * ce), wsum + w
         parts.append((float(reg.detach()), float(ce.detach())))
     return total / wsum, parts
 
@@ -311,6 +313,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--ce-weight", type=float, default=0.1,
+                   help="the cross-entropy's weight beside the feature regression, w_ce (default 0.1, EAGLE-1's)")
     p.add_argument("--noise", type=float, default=0.2, help="uniform input-feature noise, times the feature RMS")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
@@ -331,6 +335,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.unroll < 1 or args.epochs <= 0 or args.batch < 1 or args.seq < 8:
         p.error("--unroll and --batch must be at least 1, --epochs positive and --seq at least 8")
+    if not (0 <= args.ce_weight < float("inf")):
+        p.error(f"--ce-weight must be a finite number >= 0, got {args.ce_weight}")
     from .training import begin
     started = begin(args)
     if started is None:
@@ -451,7 +457,7 @@ def main(argv=None) -> int:
         torch.manual_seed(args.seed * 1_000_003 + s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bfloat16"):
             outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms, lm)
-            loss, parts = step_losses(outs, W_r)
+            loss, parts = step_losses(outs, W_r, ce_weight=args.ce_weight)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
