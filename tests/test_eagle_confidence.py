@@ -206,3 +206,33 @@ def test_a_label_catches_the_head_up(big_pair, head_dir):
     assert len(plain) >= 3, plain  # plain rounds among them, or the test sees nothing
     assert policy.asked_unseen[1] >= 4, policy.asked_unseen  # the prompt, still unread by the head
     assert all(u <= len(r.emitted) for u, r in zip(policy.asked_unseen[2:], res.stats.log[1:])), policy.asked_unseen
+
+
+def test_a_guess_is_timed_as_a_round_of_the_loop_spends_it(big_pair, head_dir):
+    """The head's cost hook times its guesses as the loop's rounds run them: with a clock that counts head passes, a
+    guess costs one pass (the label's catch-up is the first guess's pass, then one per later guess), and a drafting
+    round of the loop after the first, K = 3 guesses with the label read and the early stop asked, runs 3 passes.
+    Timed alone, after the catch-up and without the label (the hook before), a guess cost 3/4 of a pass."""
+    target = big_pair[0]
+    eagle = load_eagle(head_dir, target)
+    guess, per_fed = eagle.measure_costs(lambda: float(eagle.forwards), repeats=2, n=16)
+    assert guess == 1.0 and per_fed == 1 / 16
+
+    class Three(AutoK):
+        def choose(self):
+            return 3
+
+    policy = Three({n: 1.0 for n in range(1, 6)}, draft_time=0.1, k_max=4, learn=False, claims=eagle.claimed_acceptance)
+    policy.keep = lambda j, reach: True  # asked, and keeps every guess
+    passes, drafted, observe = [], [], policy.observe
+
+    def counted(k, *args, **kw):
+        passes.append(eagle.forwards)
+        drafted.append(k)
+        return observe(k, *args, **kw)
+
+    policy.observe = counted
+    speculative_generate(target, eagle, [3, 4, 5, 6, 7], 24, k=policy)  # greedy
+    per_round = np.diff(passes)  # [i]: the head passes of round i + 2, drafting side (its label and its guesses)
+    assert drafted[0] == 0 and len(per_round) >= 3  # the first round has no features to draft from
+    assert [p for p, k in zip(per_round, drafted[1:]) if k == 3] == [3] * drafted[1:].count(3) and 3 in drafted[1:]

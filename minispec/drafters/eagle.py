@@ -135,6 +135,7 @@ class Eagle:
         self.htokens: list[int] = []  # x_0..x_{m}: the tokens the head's m cached entries have read
         self.f_next, self.f_at = None, -1  # f^_n: the head's output at entry f_at = n - 1, its last true entry
         self.first_row, self.first_for = None, None  # [V] the logits of f_next (``first_logits``), and that f_next
+        self.first_confidence = 0.0  # their top probability (``confidence``)
 
     @property
     def weight_bytes(self) -> int:
@@ -159,7 +160,8 @@ class Eagle:
         f = self.catch_up(tokens)
         if f is None:
             return 0
-        return min(TENTHS - 1, int(TENTHS * top_probability(self.first_logits(f))))
+        self.first_logits(f)
+        return min(TENTHS - 1, int(TENTHS * self.first_confidence))
 
     def claimed_acceptance(self, label: int) -> float:
         """What a label claims (drafters/protocol.py's ``ClaimsAcceptance``): the middle of its tenth."""
@@ -198,7 +200,7 @@ class Eagle:
         for i in range(k):
             logits = self.first_logits(f) if i == 0 else self.logits(f[None])[0]  # [V]
             if keep is not None:
-                reach *= top_probability(logits)
+                reach *= self.first_confidence if i == 0 else self.confidence(logits)
                 if not keep(i + 1, reach):
                     break
             probs = warp(logits, list(tokens) + draft_tokens)  # [V], zero outside the frequent tokens
@@ -309,11 +311,18 @@ class Eagle:
 
     def first_logits(self, f) -> np.ndarray:  # f^_n [D] -> [V]: the first guess's logits, once per f^_n
         """The logits the first guess after the caught-up sequence is drawn from: computed once for ``f`` (the array
-        ``catch_up`` returned; a new one whenever it runs the head again). Read only: a warp works on its own copy."""
+        ``catch_up`` returned; a new one whenever it runs the head again), with their ``confidence``,
+        ``first_confidence``, which the label and the early stop both read. Read only: a warp works on its own copy."""
         if self.first_for is not f:
             self.first_row, self.first_for = self.logits(f[None])[0], f
             self.first_row.flags.writeable = False
+            self.first_confidence = self.confidence(self.first_row)
         return self.first_row
+
+    def confidence(self, logits) -> float:  # [V] -> the top probability at T = 1
+        """The head's top probability, ``sampling.top_probability``, over the frequent tokens alone: the others' logits
+        are -inf and add nothing to the softmax, and the frequent ones are an eighth of the row."""
+        return top_probability(logits[self.tokens_r])
 
     def catch_up(self, tokens):
         """Feed the entries (f_j, x_{j+1}) the head has not read -> f^_n [D], or None when the target has not
@@ -363,19 +372,25 @@ class Eagle:
         self.cache.crop(0)
 
     def measure_costs(self, clock, repeats: int = 5, n: int = 64) -> tuple[float, float]:
-        """(seconds per guess, seconds per entry caught up: ``see_features`` and ``catch_up`` over n random tokens and
-        features), greedy."""
+        """(seconds per guess, seconds per entry caught up), greedy, on random tokens and features. Per entry: ``see_features``
+        and ``catch_up`` over n of them. Per guess: a round as the loop runs one after a drafting round, over 4
+        guesses: the target hands on one more token's features, the label (``context``) runs the head on its entry and
+        reads the first guess's confidence, and ``propose`` drafts with an early stop that is asked each time and keeps
+        every guess. The label is the first guess's work, so a plain round that reads it pays about one guess
+        (policy/auto_k.py: ``label_time``)."""
         rng = Stream(np.random.PCG64(0))  # default_rng(0), a drafter's draws too
-        tokens = [int(t) for t in rng.integers(0, self.vocab, n + 1)]
-        feats = rng.standard_normal((n, self.cfg.hidden_size * (1 + len(self.lower_layers)))).astype(np.float32)
+        tokens = [int(t) for t in rng.integers(0, self.vocab, n + 2)]
+        feats = rng.standard_normal((n + 1, self.cfg.hidden_size * (1 + len(self.lower_layers)))).astype(np.float32)
         per_guess, per_fed = [], []
         for _ in range(repeats + 1):  # the first is a warm-up
             self.forget()
             t0 = clock()
-            self.see_features(tokens[:n], feats)  # a copy of the rows; with lower layers, g's product too
-            self.catch_up(tokens)
+            self.see_features(tokens[:n], feats[:n])  # a copy of the rows; with lower layers, g's product too
+            self.catch_up(tokens[:n + 1])
             t1 = clock()
-            self.propose(tokens, 4, Warp(0.0), rng)
+            self.see_features(tokens[:n + 1], feats[n:])  # the round: one more token's features, its label, 4 guesses
+            self.context(tokens)
+            self.propose(tokens, 4, Warp(0.0), rng, keep=lambda j, reach: True)
             t2 = clock()
             per_fed.append((t1 - t0) / n)
             per_guess.append((t2 - t1) / 4)

@@ -34,7 +34,10 @@ lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the rou
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
 Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose
-output does not depend on K) refines t_verify(1) from its plain rounds (the same low quantile), and keeps ``slowdown``: how much
+output does not depend on K) refines t_verify(1) from its plain rounds, t_draft from its drafting rounds (their
+drafting side over their guesses, less the catch-up the model prices) and t_label from its plain rounds that read
+a label and did not probe (their drafting side), each the same low quantile of its last rounds: a calibration
+times the drafter warm, on its own, and a round of the loop runs it after a target pass. It also keeps ``slowdown``: how much
 slower its drafting rounds ran than the calibrated cost model predicted for them (the 0.25 quantile of measured /
 predicted seconds over its last 16 drafting rounds: load only ever slows a round, so a burst does not move it, and a
 lasting slowdown does). It covers what no calibration sees: re-reading the text in a
@@ -49,7 +52,7 @@ rule, so the output distribution is unchanged. Measurements: docs/policy.md.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -64,6 +67,17 @@ QUANTILE = 0.25  # of those rounds' figures: load only ever slows a round, so a 
 def low_quantile(figures: list[float], before: float) -> float:
     """The QUANTILE of the last rounds' figures, once there are 3; ``before`` until then."""
     return float(np.quantile(figures, QUANTILE)) if len(figures) >= 3 else before
+
+
+class TimedRound(NamedTuple):
+    """A timed round: its K, and the cost model's predicted seconds beside the measured ones, in all and for its
+    drafting side alone (guesses, the label, catching up; the rest is the target's pass and the rule)."""
+
+    k: int
+    predicted: float
+    measured: float
+    predicted_draft: float
+    measured_draft: float
 
 
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
@@ -147,8 +161,10 @@ class AutoK:
         self.slowdown = 1.0  # measured / predicted seconds of this run's drafting rounds (learning only)
         self.slowdowns: list[float] = []  # the last RECENT of them
         self.plain_steps: list[float] = []  # seconds of the last RECENT plain steps (learning only)
+        self.guesses: list[float] = []  # seconds per guess of the last RECENT drafting rounds (learning only)
+        self.labels: list[float] = []  # seconds of the label in the last RECENT plain rounds (learning only)
         self.margin = margin
-        self.timed: list[tuple[int, float, float]] = []  # (K, predicted, measured seconds) of every timed round
+        self.timed: list[TimedRound] = []  # every timed round's predicted and measured seconds
         self.calibrations: list = []  # the Calibration records its costs came from (calibration.py), if any
 
     @property
@@ -221,16 +237,25 @@ class AutoK:
         whether it stands for a later guess: see ``rounds.Run.measure_probe``); ``nodes``: for trees only."""
         if t_verify is not None:  # (None: the pass also carried the prompt)
             catch_up = max(self.unseen - 1, 0) * self.feed_time if drafted or probed is not None else 0.0
-            predicted = self.round_time(drafted) + catch_up + (self.draft_time if probed is not None else 0.0)
+            predicted_draft = (catch_up + drafted * self.draft_time + (self.draft_time if probed is not None else 0.0)
+                               + (0.0 if drafted else self.label_time))
+            predicted = predicted_draft + self.verify_time[drafted + 1]  # round_time(drafted), catch-up, a probe
             if self.learn and probed is not None:  # a probe is paid what it really cost, not what was modelled
                 self.budget.saved -= max(0.0, t_draft - self.probe_cost(self.unseen))
-            self.timed.append((drafted, predicted, t_draft + t_verify))  # (`minispec bench auto` shows them)
+            self.timed.append(TimedRound(drafted, predicted, t_draft + t_verify, predicted_draft, t_draft))  # (`minispec
+            # bench auto` shows them)
             if self.learn and drafted:  # measured against what the cost model predicted for this round
                 self.slowdowns = (self.slowdowns + [(t_draft + t_verify) / predicted])[-RECENT:]
                 self.slowdown = low_quantile(self.slowdowns, self.slowdown)
             elif self.learn:  # a plain step: the rate every K is compared with
                 self.plain_steps = (self.plain_steps + [t_verify])[-RECENT:]
                 self.verify_time[1] = low_quantile(self.plain_steps, self.verify_time[1])
+            if self.learn and drafted:  # its guesses as the loop runs them (the label is the first one's work)
+                self.guesses = (self.guesses + [max(t_draft - catch_up, 0.0) / drafted])[-RECENT:]
+                self.draft_time = low_quantile(self.guesses, self.draft_time)
+            elif self.learn and self.label_time > 0 and probed is None:  # the label alone (a probe drafts beside it)
+                self.labels = (self.labels + [t_draft])[-RECENT:]
+                self.label_time = low_quantile(self.labels, self.label_time)
         if drafted:
             self.estimate.update(drafted, accepted)
             return

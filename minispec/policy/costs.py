@@ -20,6 +20,10 @@ from ..drafters.protocol import HasModel, TimesItsTreeLevels, has
 from .calibration import REPEATS, Calibration, calibrated, calibration_key, check_drafter, check_verify
 from .timing import forward_times, guess_time, self_timed_costs, tree_level_times
 
+SELF_TIMED = ("guess", "fed", "in a round")  # the key of a drafter's own timings (TimesItself); "in a round": its
+# guesses are timed as a round of the loop runs them, label and early stop included (drafters/eagle.py), so figures
+# stored before, which timed its guesses alone, are not reused
+
 __all__ = ["drafter_calibration", "drafter_costs", "level_calibration", "verify_calibration"]
 
 
@@ -38,7 +42,7 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
     costs microseconds: its rounds measure it)."""
     timed = self_timed_costs(drafter)  # an EAGLE head, a draft with its own tokenizer: timed on their own inputs
     if timed is not None:
-        return calibrated(calibration_key(drafter, ("guess", "fed")), f"guesses of {drafter.name}",
+        return calibrated(calibration_key(drafter, SELF_TIMED), f"guesses of {drafter.name}",
                           lambda: dict(zip(("guess", "fed"), timed(REPEATS))), check_drafter,
                           lambda: dict(zip(("guess", "fed"), timed(1))), fresh)
     model = drafter.model if has(drafter, HasModel) else None
