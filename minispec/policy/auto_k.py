@@ -26,6 +26,13 @@ happen with probability p(x), and leave the same sequence), so the next probe st
 guess (b). Probes are paid from a budget that earns 1% of the time of plain rounds; a drafter that
 could not beat plain decoding even if every guess were accepted is never probed.
 
+Whether the label pays (``reads_context``). A label that is the first guess's work (the EAGLE head's confidence)
+costs about a guess in every round, plain ones too. Reading it every round pays only when what it lets the policy
+choose is worth that: over the labels read lately (their decayed counts), each label's chosen K makes the labelled
+rate sum E(K_l) / sum T(K_l), its plain rounds paying t_label. When that falls below plain decoding's 1 / t_verify(1),
+the policy stops reading labels and runs plain rounds with no drafter work, and reads one again whenever the probe
+budget affords a label, to see whether the text has changed. It first judges after LABELS_FIRST labels.
+
 Early stop (``AutoK.keep``). K is an upper bound: before guess j >= 2 a draft model asks whether
 the guess is worth its row in the verification pass. Its belief that guesses 1..j are all right
 is the product of its top probabilities, read from each guess's distribution *before* drawing
@@ -81,6 +88,8 @@ class TimedRound(NamedTuple):
 
 
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
+LABELS_FIRST = 8  # labels read before the policy judges whether reading them pays
+LABEL_DECAY = 0.95  # each label read weighs the counts of the ones before this much less
 
 
 class FixedK:
@@ -150,6 +159,9 @@ class AutoK:
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
         self.label_time = draft_time if claims is not None else 0.0  # seconds a plain round spends on the label: a
         # drafter that claims an acceptance finds its label by its first guess's work (drafters/protocol.py)
+        self.reads_context = True  # read the next round's label (module docstring: whether the label pays)
+        self.label_counts: dict[int, float] = {}  # label -> how often it was read lately (decayed)
+        self.labels_read = 0  # labels that cost the drafter work, read in this run
         self.acc = PerContext(acceptance or Acceptance(), claims)  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
@@ -172,20 +184,21 @@ class AutoK:
         """The estimate for the current context."""
         return self.acc[self.context]
 
-    def round_time(self, k: int) -> float:
+    def round_time(self, k: int, labelled: bool | None = None) -> float:
         """Predicted seconds of a round with K guesses, once the drafter is caught up (K = 0: a plain step, and the
-        label where finding it costs a guess: ``label_time``)."""
-        return k * self.draft_time + self.verify_time[k + 1] + (0.0 if k else self.label_time)
+        label where finding it costs a guess, ``label_time``, if it is read: ``labelled``, default this round's)."""
+        labelled = self.reads_context if labelled is None else labelled
+        return k * self.draft_time + self.verify_time[k + 1] + (self.label_time if labelled and not k else 0.0)
 
-    def rate(self, k: int) -> float:
-        """Expected tokens per second at K, once the drafter is caught up; a drafting K pays the run's slowdown.
-        rate(0) is the plain round's, label included."""
-        e = self.estimate
-        return expected_tokens(e.first, k, e.next) / (self.round_time(k) * (self.slowdown if k else 1.0))
+    def rate(self, k: int, estimate: Acceptance | None = None, labelled: bool | None = None) -> float:
+        """Expected tokens per second at K, once the drafter is caught up, under ``estimate`` (default: this round's
+        label's); a drafting K pays the run's slowdown. rate(0) is the plain round's, its label included if read."""
+        e = self.estimate if estimate is None else estimate
+        return expected_tokens(e.first, k, e.next) / (self.round_time(k, labelled) * (self.slowdown if k else 1.0))
 
-    def best_drafting(self) -> tuple[int, float]:
-        """(K >= 1, its expected tokens per second) with the best rate under the current estimates."""
-        return best(range(1, self.k_max + 1), self.rate)
+    def best_drafting(self, estimate: Acceptance | None = None) -> tuple[int, float]:
+        """(K >= 1, its expected tokens per second) with the best rate under ``estimate`` (default: this round's)."""
+        return best(range(1, self.k_max + 1), lambda k: self.rate(k, estimate))
 
     def hopeless(self) -> bool:
         """True when no K could beat plain decoding even if every guess were accepted."""
@@ -199,16 +212,35 @@ class AutoK:
         """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first);
         ``context``: the drafter's label for this round."""
         self.unseen, self.context = unseen, context
-        k = self.choose()
+        if self.reads_context and self.label_time > 0:  # a label that cost the drafter work: counted
+            self.label_counts = {label: LABEL_DECAY * n for label, n in self.label_counts.items()}
+            self.label_counts[context] = self.label_counts.get(context, 0.0) + 1.0
+            self.labels_read += 1
+        k = self.choose() if self.reads_context else 0  # no label read: a plain round, with no drafter work
         self.planned = max(self.rate(k), self.rate(0))  # at least plain decoding's rate
         self.history.append(k)
         return k
 
-    def choose(self) -> int:
-        """The K with the highest expected rate (K = 0 is plain decoding, so ``planned`` is never below it); a
-        drafting K only when it expects to beat plain decoding by ``margin``."""
-        k, rate = self.best_drafting()
-        return k if rate > (1 + self.margin) * self.rate(0) else 0
+    def choose(self, estimate: Acceptance | None = None, labelled: bool | None = None) -> int:
+        """The K with the highest expected rate under ``estimate`` (default: this round's label's; K = 0 is plain
+        decoding, so ``planned`` is never below it); a drafting K only when it expects to beat plain decoding (its
+        label paid if ``labelled``, default this round's) by ``margin``."""
+        k, rate = self.best_drafting(estimate)
+        return k if rate > (1 + self.margin) * self.rate(0, estimate, labelled) else 0
+
+    def labels_pay(self) -> bool:
+        """Whether reading the label every round beats plain decoding (module docstring): each label counted, at the K
+        its estimate chooses, its plain rounds paying the label. True for a drafter whose label costs nothing, and
+        until LABELS_FIRST labels were read."""
+        if self.label_time <= 0 or self.labels_read < LABELS_FIRST:
+            return True
+        tokens = seconds = 0.0
+        for label, n in self.label_counts.items():
+            e = self.acc[label]
+            k = self.choose(e, labelled=True)
+            tokens += n * expected_tokens(e.first, k, e.next)
+            seconds += n * self.round_time(k, labelled=True) * (self.slowdown if k else 1.0)
+        return tokens / seconds > 1.0 / self.round_time(0, labelled=False)
 
     def keep(self, j: int, reach: float) -> bool:
         """Early stop: is guess j (2 <= j <= K) worth its row in the verification pass? It adds a token only
@@ -224,8 +256,9 @@ class AutoK:
         return reach >= (self.verify_time[j + 1] - self.verify_time[j]) * self.planned
 
     def probe(self) -> bool:
-        """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it?"""
-        if self.hopeless() or not self.budget.afford(self.probe_cost(self.unseen)):
+        """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it? Not
+        while labels go unread: its guess would be counted under a label nobody read."""
+        if not self.reads_context or self.hopeless() or not self.budget.afford(self.probe_cost(self.unseen)):
             return False
         self.probes += 1
         return True
@@ -253,15 +286,18 @@ class AutoK:
             if self.learn and drafted:  # its guesses as the loop runs them (the label is the first one's work)
                 self.guesses = (self.guesses + [max(t_draft - catch_up, 0.0) / drafted])[-RECENT:]
                 self.draft_time = low_quantile(self.guesses, self.draft_time)
-            elif self.learn and self.label_time > 0 and probed is None:  # the label alone (a probe drafts beside it)
+            elif self.learn and self.label_time > 0 and self.reads_context and probed is None:  # the label alone (a
+                # probe drafts beside it)
                 self.labels = (self.labels + [t_draft])[-RECENT:]
                 self.label_time = low_quantile(self.labels, self.label_time)
         if drafted:
             self.estimate.update(drafted, accepted)
-            return
-        self.budget.earn(self.round_time(0))  # the modelled plain round (t(1) refined by timings when learning)
-        if probed is not None:
-            self.estimate.update_probe(*probed)
+        else:
+            self.budget.earn(self.round_time(0))  # the modelled plain round (t(1) refined by timings when learning)
+            if probed is not None:
+                self.estimate.update_probe(*probed)
+        if self.label_time > 0:  # the next round's label: read while labels pay, else when the budget affords one
+            self.reads_context = self.labels_pay() or self.budget.afford(self.label_time)
 
 
 class StoppedK(AutoK):
@@ -273,8 +309,11 @@ class StoppedK(AutoK):
         super().__init__(verify_time, draft_time, k_max=max(k, 1), probe_share=0.0, **kw)
         self.k = k
 
-    def choose(self) -> int:
+    def choose(self, estimate: Acceptance | None = None, labelled: bool | None = None) -> int:
         return self.k
+
+    def labels_pay(self) -> bool:
+        return True  # the textbook K every round, whatever its labels say
 
 
 def claims_of(drafter):
