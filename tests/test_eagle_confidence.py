@@ -193,9 +193,6 @@ class UnseenK(AutoK):
         self.asked_unseen = getattr(self, "asked_unseen", []) + [unseen]
         return super().next_k(unseen, context)
 
-    def labels_pay(self) -> bool:
-        return True  # every round's label read, whether or not it pays
-
 
 def test_a_label_catches_the_head_up(big_pair, head_dir):
     """After a label the head has seen every token, so the next round's ``unseen`` counts only the tokens emitted
@@ -222,11 +219,8 @@ def test_a_guess_is_timed_as_a_round_of_the_loop_spends_it(big_pair, head_dir):
     assert guess == 1.0 and per_fed == 1 / 16
 
     class Three(AutoK):
-        def choose(self, estimate=None, labelled=None):
+        def choose(self):
             return 3
-
-        def labels_pay(self):
-            return True
 
     policy = Three({n: 1.0 for n in range(1, 6)}, draft_time=0.1, k_max=4, learn=False, claims=eagle.claimed_acceptance)
     policy.keep = lambda j, reach: True  # asked, and keeps every guess
@@ -243,44 +237,3 @@ def test_a_guess_is_timed_as_a_round_of_the_loop_spends_it(big_pair, head_dir):
     assert drafted[0] == 0 and len(per_round) >= 3  # the first round has no features to draft from
     assert [p for p, k in zip(per_round, drafted[1:]) if k == 3] == [3] * drafted[1:].count(3) and 3 in drafted[1:]
 
-
-def test_labels_that_do_not_pay_for_themselves_go_unread():
-    """A label costs a guess in every round. Labels whose claims never make drafting pay are read LABELS_FIRST
-    times, then no more: plain rounds with no drafter work, and no probes, except a label whenever the probe budget
-    affords one (1% of plain rounds' time: here about one round in ten). Labels that make drafting pay are read
-    every round. (Bugs: labels read forever at a loss; a round without a label still drafting or probing.)"""
-    from minispec.policy.auto_k import LABELS_FIRST
-
-    verify = {n: 0.010 * (1 + 0.2 * (n - 1)) for n in range(1, 6)}
-    for claim, pays in ((0.05, False), (0.95, True)):
-        policy = AutoK(verify, draft_time=0.001, k_max=4, learn=False, claims=lambda label, claim=claim: claim)
-        read = []
-        for _ in range(100):
-            read.append(policy.reads_context)
-            k = policy.next_k(1, 3)
-            assert k == 0 or read[-1], "a round without a label drafted"
-            probed = policy.probe() if k == 0 else False
-            assert read[-1] or not probed, "a round without a label probed"
-            policy.observe(k, k, 0.001, verify[k + 1], (claim, False) if probed else None)
-        assert all(read[:LABELS_FIRST])
-        if pays:
-            assert all(read) and policy.history.count(0) == 0
-        else:
-            assert 5 <= sum(read[LABELS_FIRST:]) <= 15, sum(read[LABELS_FIRST:])
-            assert policy.history[LABELS_FIRST:].count(0) == 100 - LABELS_FIRST
-
-
-def test_the_loop_asks_for_no_label_while_labels_go_unread(big_pair, head_dir, monkeypatch):
-    """In the loop, a round whose policy reads no label asks the head for none (its ``context`` is not called) and
-    drafts nothing; the output stays the target's greedy one."""
-    target = big_pair[0]
-    eagle = load_eagle(head_dir, target)
-    calls = []
-    context = eagle.context
-    monkeypatch.setattr(eagle, "context", lambda tokens: calls.append(len(tokens)) or context(tokens))
-    policy = AutoK({n: 1.0 + 0.5 * (n - 1) for n in range(1, 6)}, draft_time=0.05, k_max=4, learn=False,
-                   claims=lambda label: 0.01)
-    res = speculative_generate(target, eagle, [3, 17, 5, 9], 40, k=policy)
-    assert res.tokens == generate(target, [3, 17, 5, 9], 40)
-    assert policy.labels_read == len(calls) and 8 <= len(calls) < len(res.stats.log) - 10
-    assert all(r.drafted == 0 for r in res.stats.log)

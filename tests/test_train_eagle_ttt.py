@@ -82,6 +82,9 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     other = common + ["--out", str(tmp_path / "x"), "--run-dir", str(tmp_path / "run1")]
     other[other.index("--epochs") + 1] = "3"
     assert train_eagle_ttt.main(other) == 2  # another schedule is refused, not resumed into
+    other = common + ["--out", str(tmp_path / "x"), "--run-dir", str(tmp_path / "run1"), "--ce-weight", "1.0"]
+    assert train_eagle_ttt.main(other) == 2  # another loss too
+    assert "at --ce-weight 0.1, this one would be" in (tmp_path / "run1" / "log.txt").read_text()
 
 
 def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0, lm=None):
@@ -346,9 +349,8 @@ def test_a_folder_read_in_part_gives_the_windows_it_had_before_it_grew(tmp_path)
 
 def test_the_cross_entropy_weight_is_w_ce_in_the_loss():
     """``--ce-weight``: the loss is sum_i 0.8^i (reg_i + w_ce CE_i) / sum_i 0.8^i, from the per-step parts that
-    step_losses reports, for EAGLE-1's 0.1 (the default), 1 and 0 (regression alone); and a negative or infinite
-    weight is refused by name before any data is read."""
-    from minispec.recipes.train_eagle_ttt import main, step_losses
+    step_losses reports, for EAGLE-1's 0.1 (the default), 1 and 0 (regression alone)."""
+    from minispec.recipes.train_eagle_ttt import step_losses
 
     outs, W_r = random_outs(3)
     w = np.array([0.8 ** i for i in range(3)])
@@ -356,6 +358,13 @@ def test_the_cross_entropy_weight_is_w_ce_in_the_loss():
         loss, parts = step_losses(outs, W_r, ce_weight=ce_weight) if ce_weight != 0.1 else step_losses(outs, W_r)
         reg, ce = np.array(parts).T
         assert abs(float(loss) - float((w * (reg + ce_weight * ce)).sum() / w.sum())) < 1e-5
+
+def test_a_cross_entropy_weight_that_is_not_a_weight_is_refused_by_name(tmp_path, capsys):
+    """A negative or infinite ``--ce-weight`` is refused by name, before any data is read."""
+    from minispec.recipes.train_eagle_ttt import main
+
     for bad in ("-1", "inf", "nan"):
         with pytest.raises(SystemExit):
-            main(["--out", "/nonexistent/never-written", "--ce-weight", bad])
+            main(["--out", str(tmp_path / "never"), "--ce-weight", bad, "--data", str(tmp_path / "no-such-folder")])
+        assert f"--ce-weight must be a finite number >= 0, got {float(bad)}" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()

@@ -321,7 +321,7 @@ class Eagle:
 
     def confidence(self, logits) -> float:  # [V] -> the top probability at T = 1
         """The head's top probability, ``sampling.top_probability``, over the frequent tokens alone: the others' logits
-        are -inf and add nothing to the softmax, and the frequent ones are an eighth of the row."""
+        are -inf and add nothing to the softmax, and the frequent ones are a small part of the row."""
         return top_probability(logits[self.tokens_r])
 
     def catch_up(self, tokens):
@@ -374,10 +374,10 @@ class Eagle:
     def measure_costs(self, clock, repeats: int = 5, n: int = 64) -> tuple[float, float]:
         """(seconds per guess, seconds per entry caught up), greedy, on random tokens and features. Per entry: ``see_features``
         and ``catch_up`` over n of them. Per guess: a round as the loop runs one after a drafting round, over 4
-        guesses: the target hands on one more token's features, the label (``context``) runs the head on its entry and
-        reads the first guess's confidence, and ``propose`` drafts with an early stop that is asked each time and keeps
-        every guess. The label is the first guess's work, so a plain round that reads it pays about one guess
-        (policy/auto_k.py: ``label_time``)."""
+        guesses, once the target has handed on one more token's features (untimed, as in the loop): the label
+        (``context``) runs the head on that entry and reads the first guess's confidence, and ``propose`` drafts with an
+        early stop that is asked each time and keeps every guess. The label is the first guess's work, so a plain round
+        that reads it pays about one guess (policy/auto_k.py: ``label_time``)."""
         rng = Stream(np.random.PCG64(0))  # default_rng(0), a drafter's draws too
         tokens = [int(t) for t in rng.integers(0, self.vocab, n + 2)]
         feats = rng.standard_normal((n + 1, self.cfg.hidden_size * (1 + len(self.lower_layers)))).astype(np.float32)
@@ -388,12 +388,13 @@ class Eagle:
             self.see_features(tokens[:n], feats[:n])  # a copy of the rows; with lower layers, g's product too
             self.catch_up(tokens[:n + 1])
             t1 = clock()
-            self.see_features(tokens[:n + 1], feats[n:])  # the round: one more token's features, its label, 4 guesses
-            self.context(tokens)
-            self.propose(tokens, 4, Warp(0.0), rng, keep=lambda j, reach: True)
+            self.see_features(tokens[:n + 1], feats[n:])  # one more token's features: untimed, as in the loop
             t2 = clock()
+            self.context(tokens)  # the round: its label, then 4 guesses
+            self.propose(tokens, 4, Warp(0.0), rng, keep=lambda j, reach: True)
+            t3 = clock()
             per_fed.append((t1 - t0) / n)
-            per_guess.append((t2 - t1) / 4)
+            per_guess.append((t3 - t2) / 4)
         self.forget()
         return float(np.median(per_guess[1:])), float(np.median(per_fed[1:]))
 

@@ -70,15 +70,17 @@ def corrupt_calibration(target, drafters) -> None:
 
 def round_ratios(timed) -> dict:
     """Mean measured / predicted seconds of drafting and of plain rounds, and the share that drafted; for drafting
-    rounds also of their two sides apart: drafting (guesses, label, catching up) and the target's pass with the rule."""
+    rounds also of their two sides apart: the drafting side (guesses, label, catching up) and the target pass (with
+    the rule)."""
     mean = lambda xs: float(np.mean(xs)) if xs else None  # noqa: E731
-    drafting = [t for t in timed if t.k and t.predicted > 0]
-    plain = [t.measured / t.predicted for t in timed if not t.k and t.predicted > 0]
+    drafting = [t for t in timed if t.drafted and t.predicted > 0]
+    plain = [t.measured / t.predicted for t in timed if not t.drafted and t.predicted > 0]
     return dict(drafting=mean([t.measured / t.predicted for t in drafting]), plain=mean(plain),
                 drafted_share=len(drafting) / max(1, len(drafting) + len(plain)),
-                draft_side=mean([t.measured_draft / t.predicted_draft for t in drafting if t.predicted_draft > 0]),
-                verify_side=mean([(t.measured - t.measured_draft) / (t.predicted - t.predicted_draft) for t in drafting
-                                  if t.predicted > t.predicted_draft]))
+                drafting_side=mean([t.measured_drafting / t.predicted_drafting for t in drafting
+                                    if t.predicted_drafting > 0]),
+                target_pass=mean([(t.measured - t.measured_drafting) / (t.predicted - t.predicted_drafting)
+                                  for t in drafting if t.predicted > t.predicted_drafting]))
 
 
 def run(a) -> dict:
@@ -119,12 +121,12 @@ def run(a) -> dict:
 def report(res: dict) -> str:
     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     rows = [[name, *(f"{d['speedup'][s]:.2f}x" for s in PROMPT_SETS), fmt(d["rounds"]["drafting"]), fmt(d["rounds"]["plain"]),
-             fmt(d["rounds"].get("draft_side")), fmt(d["rounds"].get("verify_side")),
+             fmt(d["rounds"].get("drafting_side")), fmt(d["rounds"].get("target_pass")),
              f"{d['rounds']['drafted_share']:.2f}"] for name, d in res["drafters"].items()]
     lines = markdown_table(f"k=auto against plain decoding, greedy, {res['tokens']} tokens, each side's fastest of {res['repeats']} "
                            f"alternating runs, calibration {res['calibration']}: speedup (median over prompts), and the cost "
                            "model's rounds (mean measured / predicted seconds)",
-                           ["drafter", *PROMPT_SETS, "drafting rounds", "plain rounds", "drafting rounds: drafts",
+                           ["drafter", *PROMPT_SETS, "drafting rounds", "plain rounds", "drafting rounds: drafting side",
                             "drafting rounds: target pass", "rounds that drafted"], rows)
     notes = sorted({n for d in res["drafters"].values() for n in d["notes"]})
     loads = ", ".join(f"{k.replace('_', ' ')} {res[k]:.2f}" for k in ("load_before", "load_after") if res.get(k) is not None)

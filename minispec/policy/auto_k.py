@@ -26,13 +26,6 @@ happen with probability p(x), and leave the same sequence), so the next probe st
 guess (b). Probes are paid from a budget that earns 1% of the time of plain rounds; a drafter that
 could not beat plain decoding even if every guess were accepted is never probed.
 
-Whether the label pays (``reads_context``). A label that is the first guess's work (the EAGLE head's confidence)
-costs about a guess in every round, plain ones too. Reading it every round pays only when what it lets the policy
-choose is worth that: over the labels read lately (their decayed counts), each label's chosen K makes the labelled
-rate sum E(K_l) / sum T(K_l), its plain rounds paying t_label. When that falls below plain decoding's 1 / t_verify(1),
-the policy stops reading labels and runs plain rounds with no drafter work, and reads one again whenever the probe
-budget affords a label, to see whether the text has changed. It first judges after LABELS_FIRST labels.
-
 Early stop (``AutoK.keep``). K is an upper bound: before guess j >= 2 a draft model asks whether
 the guess is worth its row in the verification pass. Its belief that guesses 1..j are all right
 is the product of its top probabilities, read from each guess's distribution *before* drawing
@@ -41,10 +34,7 @@ lossless). The row costs t_verify(j + 1) - t_verify(j) seconds, which at the rou
 would have bought that many tokens: that is the threshold, so it follows the cost curve r(n).
 
 Runs that notice (``learn``). A run that may follow its own clock (unseeded, or greedy or keyed, whose
-output does not depend on K) refines t_verify(1) from its plain rounds, t_draft from its drafting rounds (their
-drafting side over their guesses, less the catch-up the model prices) and t_label from its plain rounds that read
-a label and did not probe (their drafting side), each the same low quantile of its last rounds: a calibration
-times the drafter warm, on its own, and a round of the loop runs it after a target pass. It also keeps ``slowdown``: how much
+output does not depend on K) refines t_verify(1) from its plain rounds (the same low quantile), and keeps ``slowdown``: how much
 slower its drafting rounds ran than the calibrated cost model predicted for them (the 0.25 quantile of measured /
 predicted seconds over its last 16 drafting rounds: load only ever slows a round, so a burst does not move it, and a
 lasting slowdown does). It covers what no calibration sees: re-reading the text in a
@@ -77,19 +67,18 @@ def low_quantile(figures: list[float], before: float) -> float:
 
 
 class TimedRound(NamedTuple):
-    """A timed round: its K, and the cost model's predicted seconds beside the measured ones, in all and for its
-    drafting side alone (guesses, the label, catching up; the rest is the target's pass and the rule)."""
+    """A timed round: the guesses it drafted, and the cost model's predicted seconds beside the measured ones, in all
+    and for its drafting side alone (guesses, the label, a probe, catching up; the rest is the target's pass and the
+    rule)."""
 
-    k: int
+    drafted: int
     predicted: float
     measured: float
-    predicted_draft: float
-    measured_draft: float
+    predicted_drafting: float
+    measured_drafting: float
 
 
 MARGIN = 0.05  # a drafting K must expect to beat plain decoding by this much: estimates of a few rounds are noisy
-LABELS_FIRST = 8  # labels read before the policy judges whether reading them pays
-LABEL_DECAY = 0.95  # each label read weighs the counts of the ones before this much less
 
 
 class FixedK:
@@ -159,9 +148,6 @@ class AutoK:
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
         self.label_time = draft_time if claims is not None else 0.0  # seconds a plain round spends on the label: a
         # drafter that claims an acceptance finds its label by its first guess's work (drafters/protocol.py)
-        self.reads_context = True  # read the next round's label (module docstring: whether the label pays)
-        self.label_counts: dict[int, float] = {}  # label -> how often it was read lately (decayed)
-        self.labels_read = 0  # labels that cost the drafter work, read in this run
         self.acc = PerContext(acceptance or Acceptance(), claims)  # context -> its estimate
         self.context = 0
         self.budget = ProbeBudget(probe_share)
@@ -173,8 +159,6 @@ class AutoK:
         self.slowdown = 1.0  # measured / predicted seconds of this run's drafting rounds (learning only)
         self.slowdowns: list[float] = []  # the last RECENT of them
         self.plain_steps: list[float] = []  # seconds of the last RECENT plain steps (learning only)
-        self.guesses: list[float] = []  # seconds per guess of the last RECENT drafting rounds (learning only)
-        self.labels: list[float] = []  # seconds of the label in the last RECENT plain rounds (learning only)
         self.margin = margin
         self.timed: list[TimedRound] = []  # every timed round's predicted and measured seconds
         self.calibrations: list = []  # the Calibration records its costs came from (calibration.py), if any
@@ -184,21 +168,20 @@ class AutoK:
         """The estimate for the current context."""
         return self.acc[self.context]
 
-    def round_time(self, k: int, labelled: bool | None = None) -> float:
+    def round_time(self, k: int) -> float:
         """Predicted seconds of a round with K guesses, once the drafter is caught up (K = 0: a plain step, and the
-        label where finding it costs a guess, ``label_time``, if it is read: ``labelled``, default this round's)."""
-        labelled = self.reads_context if labelled is None else labelled
-        return k * self.draft_time + self.verify_time[k + 1] + (self.label_time if labelled and not k else 0.0)
+        label where finding it costs a guess: ``label_time``)."""
+        return k * self.draft_time + self.verify_time[k + 1] + (0.0 if k else self.label_time)
 
-    def rate(self, k: int, estimate: Acceptance | None = None, labelled: bool | None = None) -> float:
-        """Expected tokens per second at K, once the drafter is caught up, under ``estimate`` (default: this round's
-        label's); a drafting K pays the run's slowdown. rate(0) is the plain round's, its label included if read."""
-        e = self.estimate if estimate is None else estimate
-        return expected_tokens(e.first, k, e.next) / (self.round_time(k, labelled) * (self.slowdown if k else 1.0))
+    def rate(self, k: int) -> float:
+        """Expected tokens per second at K, once the drafter is caught up; a drafting K pays the run's slowdown.
+        rate(0) is the plain round's, label included."""
+        e = self.estimate
+        return expected_tokens(e.first, k, e.next) / (self.round_time(k) * (self.slowdown if k else 1.0))
 
-    def best_drafting(self, estimate: Acceptance | None = None) -> tuple[int, float]:
-        """(K >= 1, its expected tokens per second) with the best rate under ``estimate`` (default: this round's)."""
-        return best(range(1, self.k_max + 1), lambda k: self.rate(k, estimate))
+    def best_drafting(self) -> tuple[int, float]:
+        """(K >= 1, its expected tokens per second) with the best rate under the current estimates."""
+        return best(range(1, self.k_max + 1), self.rate)
 
     def hopeless(self) -> bool:
         """True when no K could beat plain decoding even if every guess were accepted."""
@@ -212,35 +195,16 @@ class AutoK:
         """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first);
         ``context``: the drafter's label for this round."""
         self.unseen, self.context = unseen, context
-        if self.reads_context and self.label_time > 0:  # a label that cost the drafter work: counted
-            self.label_counts = {label: LABEL_DECAY * n for label, n in self.label_counts.items()}
-            self.label_counts[context] = self.label_counts.get(context, 0.0) + 1.0
-            self.labels_read += 1
-        k = self.choose() if self.reads_context else 0  # no label read: a plain round, with no drafter work
+        k = self.choose()
         self.planned = max(self.rate(k), self.rate(0))  # at least plain decoding's rate
         self.history.append(k)
         return k
 
-    def choose(self, estimate: Acceptance | None = None, labelled: bool | None = None) -> int:
-        """The K with the highest expected rate under ``estimate`` (default: this round's label's; K = 0 is plain
-        decoding, so ``planned`` is never below it); a drafting K only when it expects to beat plain decoding (its
-        label paid if ``labelled``, default this round's) by ``margin``."""
-        k, rate = self.best_drafting(estimate)
-        return k if rate > (1 + self.margin) * self.rate(0, estimate, labelled) else 0
-
-    def labels_pay(self) -> bool:
-        """Whether reading the label every round beats plain decoding (module docstring): each label counted, at the K
-        its estimate chooses, its plain rounds paying the label. True for a drafter whose label costs nothing, and
-        until LABELS_FIRST labels were read."""
-        if self.label_time <= 0 or self.labels_read < LABELS_FIRST:
-            return True
-        tokens = seconds = 0.0
-        for label, n in self.label_counts.items():
-            e = self.acc[label]
-            k = self.choose(e, labelled=True)
-            tokens += n * expected_tokens(e.first, k, e.next)
-            seconds += n * self.round_time(k, labelled=True) * (self.slowdown if k else 1.0)
-        return tokens / seconds > 1.0 / self.round_time(0, labelled=False)
+    def choose(self) -> int:
+        """The K with the highest expected rate (K = 0 is plain decoding, so ``planned`` is never below it); a
+        drafting K only when it expects to beat plain decoding by ``margin``."""
+        k, rate = self.best_drafting()
+        return k if rate > (1 + self.margin) * self.rate(0) else 0
 
     def keep(self, j: int, reach: float) -> bool:
         """Early stop: is guess j (2 <= j <= K) worth its row in the verification pass? It adds a token only
@@ -256,9 +220,8 @@ class AutoK:
         return reach >= (self.verify_time[j + 1] - self.verify_time[j]) * self.planned
 
     def probe(self) -> bool:
-        """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it? Not
-        while labels go unread: its guess would be counted under a label nobody read."""
-        if not self.reads_context or self.hopeless() or not self.budget.afford(self.probe_cost(self.unseen)):
+        """Asked when ``next_k`` said 0: should this plain round still draft one guess, only to measure it?"""
+        if self.hopeless() or not self.budget.afford(self.probe_cost(self.unseen)):
             return False
         self.probes += 1
         return True
@@ -269,13 +232,16 @@ class AutoK:
         for a plain round that probed, (the probability that the rule would have accepted the guess,
         whether it stands for a later guess: see ``rounds.Run.measure_probe``); ``nodes``: for trees only."""
         if t_verify is not None:  # (None: the pass also carried the prompt)
-            catch_up = max(self.unseen - 1, 0) * self.feed_time if drafted or probed is not None else 0.0
-            predicted_draft = (catch_up + drafted * self.draft_time + (self.draft_time if probed is not None else 0.0)
-                               + (0.0 if drafted else self.label_time))
-            predicted = predicted_draft + self.verify_time[drafted + 1]  # round_time(drafted), catch-up, a probe
+            label = 0.0 if drafted else self.label_time  # a plain round's label
+            worked = drafted or probed is not None or label > 0  # the drafter caught up this round
+            catch_up = max(self.unseen - 1, 0) * self.feed_time if worked else 0.0
+            probe = self.draft_time if probed is not None and not label else 0.0  # after a label, a probe's guess is
+            # drawn from the logits the label read (the label is the first guess's work)
+            predicted_drafting = catch_up + drafted * self.draft_time + probe + label
+            predicted = predicted_drafting + self.verify_time[drafted + 1]  # round_time(drafted), catch-up, a probe
             if self.learn and probed is not None:  # a probe is paid what it really cost, not what was modelled
                 self.budget.saved -= max(0.0, t_draft - self.probe_cost(self.unseen))
-            self.timed.append(TimedRound(drafted, predicted, t_draft + t_verify, predicted_draft, t_draft))  # (`minispec
+            self.timed.append(TimedRound(drafted, predicted, t_draft + t_verify, predicted_drafting, t_draft))  # (`minispec
             # bench auto` shows them)
             if self.learn and drafted:  # measured against what the cost model predicted for this round
                 self.slowdowns = (self.slowdowns + [(t_draft + t_verify) / predicted])[-RECENT:]
@@ -283,21 +249,12 @@ class AutoK:
             elif self.learn:  # a plain step: the rate every K is compared with
                 self.plain_steps = (self.plain_steps + [t_verify])[-RECENT:]
                 self.verify_time[1] = low_quantile(self.plain_steps, self.verify_time[1])
-            if self.learn and drafted:  # its guesses as the loop runs them (the label is the first one's work)
-                self.guesses = (self.guesses + [max(t_draft - catch_up, 0.0) / drafted])[-RECENT:]
-                self.draft_time = low_quantile(self.guesses, self.draft_time)
-            elif self.learn and self.label_time > 0 and self.reads_context and probed is None:  # the label alone (a
-                # probe drafts beside it)
-                self.labels = (self.labels + [t_draft])[-RECENT:]
-                self.label_time = low_quantile(self.labels, self.label_time)
         if drafted:
             self.estimate.update(drafted, accepted)
-        else:
-            self.budget.earn(self.round_time(0))  # the modelled plain round (t(1) refined by timings when learning)
-            if probed is not None:
-                self.estimate.update_probe(*probed)
-        if self.label_time > 0:  # the next round's label: read while labels pay, else when the budget affords one
-            self.reads_context = self.labels_pay() or self.budget.afford(self.label_time)
+            return
+        self.budget.earn(self.round_time(0))  # the modelled plain round (t(1) refined by timings when learning)
+        if probed is not None:
+            self.estimate.update_probe(*probed)
 
 
 class StoppedK(AutoK):
@@ -309,11 +266,8 @@ class StoppedK(AutoK):
         super().__init__(verify_time, draft_time, k_max=max(k, 1), probe_share=0.0, **kw)
         self.k = k
 
-    def choose(self, estimate: Acceptance | None = None, labelled: bool | None = None) -> int:
+    def choose(self) -> int:
         return self.k
-
-    def labels_pay(self) -> bool:
-        return True  # the textbook K every round, whatever its labels say
 
 
 def claims_of(drafter):

@@ -20,9 +20,10 @@ from ..drafters.protocol import HasModel, TimesItsTreeLevels, has
 from .calibration import REPEATS, Calibration, calibrated, calibration_key, check_drafter, check_verify
 from .timing import forward_times, guess_time, self_timed_costs, tree_level_times
 
-SELF_TIMED = ("guess", "fed", "in a round")  # the key of a drafter's own timings (TimesItself); "in a round": its
-# guesses are timed as a round of the loop runs them, label and early stop included (drafters/eagle.py), so figures
-# stored before, which timed its guesses alone, are not reused
+SELF_TIMED = ("guess", "fed", "in a round")  # the key of a drafter's own timings (TimesItself); "in a round": named
+# when the EAGLE head's hook began to time its guesses as a round of the loop runs them, label and early stop included
+# (drafters/eagle.py), so that figures stored before, timed the old way, are not reused (every drafter that times
+# itself is timed afresh once)
 
 __all__ = ["drafter_calibration", "drafter_costs", "level_calibration", "verify_calibration"]
 

@@ -8,9 +8,8 @@ Every shipped policy (FixedK, AutoK, StoppedK: auto_k.py; TreePolicy, fixed or a
 
 ``context``, the drafter's label of the round, costs the drafter some work (the EAGLE head's catch-up and first
 guess: drafters/eagle.py), so a policy that never reads it says so with ``reads_context = False`` (FixedK,
-``TreePolicy.fixed``, the dynamic trees), and the loop does not ask for it; without the attribute, it asks. The loop
-reads the attribute before every round: AutoK sets it round by round, to read a costly label only while it pays
-(auto_k.py). "Context" and "label" name the same thing.
+``TreePolicy.fixed``, the dynamic trees), and the loop does not ask for it; without the attribute, it asks. "Context"
+and "label" name the same thing.
 """
 
 from __future__ import annotations

@@ -412,25 +412,28 @@ def main(argv=None) -> int:
                       with_lower=args.lower_layers)
     run_dir = Path(args.run_dir) if args.run_dir else cache_dir() / (
         f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}"
-        + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else ""))
+        + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else "")
+        + (f"-ce{args.ce_weight:g}" if args.ce_weight != 0.1 else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     ckpt = run_dir / "checkpoint.pt"
     state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=named,
-                 precision=args.precision, lower_layers=args.lower_layers)
+                 precision=args.precision, lower_layers=args.lower_layers, ce_weight=args.ce_weight)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         state = saved["state"]
         if state.get("steps") != steps or state.get("data_tokens") != n_tokens or \
                 state.get("folders", named) != named or \
-                state.get("precision", "float32") != args.precision or state.get("lower_layers", False) != args.lower_layers:
+                state.get("precision", "float32") != args.precision or state.get("lower_layers", False) != args.lower_layers \
+                or state.get("ce_weight", 0.1) != args.ce_weight:
             log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens of "
                 f"{state.get('folders')} in {state.get('precision', 'float32')}"
-                f"{' with --lower-layers' if state.get('lower_layers') else ''}, this one would be {steps} over "
-                f"{n_tokens} of {named} in {args.precision}"
-                f"{' with --lower-layers' if args.lower_layers else ''}: pass another --run-dir, or the same "
+                f"{' with --lower-layers' if state.get('lower_layers') else ''} at --ce-weight {state.get('ce_weight', 0.1):g}, "
+                f"this one would be {steps} over {n_tokens} of {named} in {args.precision}"
+                f"{' with --lower-layers' if args.lower_layers else ''} at --ce-weight {args.ce_weight:g}: pass another "
+                "--run-dir, or the same "
                 "settings and data (folders in the same order) to resume")
             return 2
         head.load_state_dict(saved["head"])  # after the check: another run's head may not even have the same arrays
