@@ -84,7 +84,7 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     assert train_eagle_ttt.main(other) == 2  # another schedule is refused, not resumed into
     other = common + ["--out", str(tmp_path / "x"), "--run-dir", str(tmp_path / "run1"), "--ce-weight", "1.0"]
     assert train_eagle_ttt.main(other) == 2  # another loss too
-    assert "at --ce-weight 0.1, this one would be" in (tmp_path / "run1" / "log.txt").read_text()
+    assert "at --ce-weight 0.1, this one would be" in (tmp_path / "x" / "train_log.txt").read_text()
 
 
 def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0, lm=None):

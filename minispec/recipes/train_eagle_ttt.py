@@ -33,8 +33,9 @@ starts exactly where that head is. g_j replaces f_j at step 0; steps 1.. read f^
 own output there), and the regression loss still aims f^ at the top feature.
 
 The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>``): ``checkpoint.pt`` (the head, the
-optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end) and ``log.txt``. Run the
-same command again after an interruption and it resumes at the last checkpoint.
+optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end); its log is ``--out``'s
+``train_log.txt``. Run the same command again after an interruption and it resumes at the last checkpoint (a run of
+other settings, ``--ce-weight`` among them, is refused, not resumed into).
 
 Held out: every 20th greedy generation (code and chat), in the order the shards made them; every other chat window
 whose prompt (its tokens up to the answer's ``<|im_start|>assistant``) is a held-out window's is left out of training
