@@ -160,7 +160,7 @@ class Eagle:
         f = self.catch_up(tokens)
         if f is None:
             return 0
-        self.first_logits(f)
+        self.first_logits(f)  # the first guess's row, once, and with it its confidence
         return min(TENTHS - 1, int(TENTHS * self.first_confidence))
 
     def claimed_acceptance(self, label: int) -> float:
