@@ -91,14 +91,15 @@ def spec_two_token_counts(target, make_drafter, prompt, runs, k=2, tree_shape=No
 
 
 def write_random_eagle(path, cfg: ModelConfig, frequent_tokens, seed: int = 0, scale: float = 1.0,
-                       lower_layers=None) -> Path:
+                       lower_layers=None, extra_layers: int = 0, extra_intermediate: int | None = None) -> Path:
     """An EAGLE head directory (eagle.py) with random weights for a target of config ``cfg``; ``lower_layers``: a
-    head that also reads those two layers (``w_lower``)."""
+    head that also reads those two layers (``w_lower``); ``extra_layers``: one with that many layers after its first,
+    of MLP width ``extra_intermediate``."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     D = cfg.hidden_size
-    shapes = head_shapes(cfg) | ({"w_lower": (2 * D, D)} if lower_layers else {})
+    shapes = head_shapes(cfg, extra_layers, extra_intermediate) | ({"w_lower": (2 * D, D)} if lower_layers else {})
     tensors = {name: ((1.0 + 0.1 * rng.standard_normal(shape)) if name.endswith("norm")
                       else scale * rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
                for name, shape in shapes.items()}
@@ -110,6 +111,8 @@ def write_random_eagle(path, cfg: ModelConfig, frequent_tokens, seed: int = 0, s
                 target_vocab_size=cfg.vocab_size, reduced_vocab_size=len(tokens))
     if lower_layers:
         conf["lower_layers"] = list(lower_layers)
+    if extra_layers:
+        conf |= dict(extra_layers=extra_layers, extra_intermediate_size=extra_intermediate or cfg.intermediate_size)
     (path / "config.json").write_text(json.dumps(conf, indent=2))
     return path
 

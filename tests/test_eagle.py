@@ -385,7 +385,7 @@ def test_eagle_inputs_are_checked_one_by_one(big_pair, big_eagle_dir, tmp_path):
         with pytest.raises(ModelFormatError, match="distinct token ids"):
             Eagle(target, tensors, ids)
     head = Eagle(target, tensors, range(40))
-    assert head.name == "eagle" and all(a.dtype == np.float32 for a in (head.w_fc, head.b_fc, head.layer.w_qkv))
+    assert head.name == "eagle" and all(a.dtype == np.float32 for a in (head.w_fc, head.b_fc, head.layers[0].w_qkv))
     prompt = [3, 4, 5, 6, 7]
     target.forward(prompt[:-1], target.new_cache(8), on_features=lambda f: head.see_features(prompt[:-1], f))
     assert head.catch_up(prompt).dtype == np.float32 and head.feats.dtype == np.float32

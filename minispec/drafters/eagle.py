@@ -8,7 +8,8 @@ Paper -> code:
                    computes it anyway; the loop hands the rows its cache keeps to ``see_features``
     e_{j+1}        the target's embedding of token x_{j+1} (shared, not copied)
     f^_{j+1}       = Head(e_{j+1}, f_j) = Block(fc([e_{j+1}; f_j])): one Llama decoder layer of the
-                   target's widths, with its own small KV cache (``head``)
+                   target's widths, with its own small KV cache (``head``). Departure: a head file may add
+                   layers after it (``layers.{i}.``, MLP width ``extra_intermediate_size``): Block_n(..Block(..))
     q(x_{j+2})     = softmax(f^_{j+1} W_r) over the frequent tokens only; W_r [D, V_r] are the
                    target's LM-head columns of those tokens (``logits``). Every other token has q = 0
 
@@ -74,13 +75,19 @@ from .dynamic_tree import DynamicTree, grow
 TENTHS = 10  # ``context`` labels the head's confidence in tenths: 0..9
 
 
-def head_shapes(cfg) -> dict[str, tuple[int, ...]]:
+def head_shapes(cfg, extra_layers: int = 0, extra_intermediate: int | None = None) -> dict[str, tuple[int, ...]]:
     """The head's arrays as eagle.safetensors stores them: already in the layout ``x @ w`` wants ([in, out]) and
     fused like the target's layers (transformer.LayerWeights), so that loading copies nothing (with the numba kernel,
-    each matrix is copied once into its rows: model/kernel.py's ``pack``)."""
+    each matrix is copied once into its rows: model/kernel.py's ``pack``). A head with layers after the first has
+    theirs under ``layers.{i}.`` (i = 1..extra_layers), of MLP width ``extra_intermediate``."""
     D, F, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return {"w_fc": (2 * D, D), "b_fc": (D,), "attn_norm": (D,), "w_qkv": (D, q + 2 * kv), "w_o": (q, D),
-            "mlp_norm": (D,), "w_gate_up": (D, 2 * F), "w_down": (F, D)}
+
+    def layer(F):  # one decoder layer's arrays
+        return {"attn_norm": (D,), "w_qkv": (D, q + 2 * kv), "w_o": (q, D), "mlp_norm": (D,), "w_gate_up": (D, 2 * F),
+                "w_down": (F, D)}
+    extra = {f"layers.{i}.{k}": shape for i in range(1, extra_layers + 1)
+             for k, shape in layer(extra_intermediate or F).items()}
+    return {"w_fc": (2 * D, D), "b_fc": (D,)} | layer(F) | extra
 
 
 class Eagle:
@@ -88,13 +95,22 @@ class Eagle:
     ``lower_layers`` (the target layers it reads beside the top; () for none)."""
 
     def __init__(self, target: Model, tensors: dict[str, np.ndarray], frequent_tokens, name: str = "eagle",
-                 lower_layers=()):
+                 lower_layers=(), extra_intermediate: int | None = None):
         """``tensors``: the head's arrays named and shaped as ``head_shapes`` says; ``frequent_tokens``: the ids
         the head may propose (FR-Spec); ``lower_layers``: the two target layers whose outputs ``w_lower`` reads
-        (given exactly when ``tensors`` has it)."""
-        cfg = replace(target.cfg, num_layers=1)
+        (given exactly when ``tensors`` has it); ``extra_intermediate``: the MLP width of the layers after the first,
+        where ``tensors`` has them (default: the target's)."""
+        extra = sorted({k.split(".")[1] for k in tensors if k.startswith("layers.")})
+        if extra != [str(i) for i in range(1, len(extra) + 1)]:
+            raise ModelFormatError(f"{name}: the layers after the first must be numbered layers.1.., layers.2.., ... "
+                                   f"without a gap; got {extra}")
+        cfg = replace(target.cfg, num_layers=1 + len(extra))
         D = cfg.hidden_size
-        shapes = head_shapes(cfg) | ({"w_lower": (2 * D, D)} if "w_lower" in tensors else {})
+        shapes = head_shapes(cfg, len(extra), extra_intermediate) | ({"w_lower": (2 * D, D)} if "w_lower" in tensors
+                                                                     else {})
+        unknown = sorted(set(tensors) - set(shapes))
+        if unknown:
+            raise ModelFormatError(f"{name}: unexpected tensors {unknown}")
         for t, shape in shapes.items():
             if t not in tensors:
                 raise ModelFormatError(f"{name}: missing tensor {t!r}")
@@ -123,12 +139,14 @@ class Eagle:
         self.w_fc, self.b_fc = mat(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
         self.lower_layers = tuple(int(i) for i in lower_layers)  # a, b: l and m are their outputs; () for none
         self.w_lower = mat(tensors["w_lower"]) if lower_layers else None  # [2D, D]: W_lower
-        self.layer = LayerWeights(attn_norm=dev(tensors["attn_norm"]), w_qkv=mat(tensors["w_qkv"]), b_qkv=None,
-                                  w_o=mat(tensors["w_o"]), mlp_norm=dev(tensors["mlp_norm"]),
-                                  w_gate_up=mat(tensors["w_gate_up"]), w_down=mat(tensors["w_down"]))
+        self.layers = [LayerWeights(attn_norm=dev(tensors[p + "attn_norm"]), w_qkv=mat(tensors[p + "w_qkv"]), b_qkv=None,
+                                    w_o=mat(tensors[p + "w_o"]), mlp_norm=dev(tensors[p + "mlp_norm"]),
+                                    w_gate_up=mat(tensors[p + "w_gate_up"]), w_down=mat(tensors[p + "w_down"]))
+                       for p in ["", *(f"layers.{i}." for i in range(1, cfg.num_layers))]]  # EAGLE's one layer,
+        # then any after it (a departure: the paper's head has one)
         self.tokens_r = np.sort(ids).astype(np.int64)  # [V_r] the frequent tokens
         self.w_r = mat(backend.xp.take(backend.xp.asarray(target.lm_head), backend.asarray(self.tokens_r), axis=1))  # [D, V_r]: W_r, a copy
-        self.cache = KVCache(1, cfg.num_kv_heads, 256, cfg.head_dim)  # entries j = (f_j, x_{j+1}); grows
+        self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, 256, cfg.head_dim)  # entries j = (f_j, x_{j+1}); grows
         self.feats = backend.xp.zeros((256, cfg.hidden_size), np.float32)  # [capacity, D] the target's f_0..f_{n-1},
         # kept where the target computed them (on a GPU: never downloaded)
         self.ftokens: list[int] = []  # x_0..x_{n-1}: the tokens those features belong to
@@ -139,15 +157,15 @@ class Eagle:
 
     @property
     def weight_bytes(self) -> int:
-        """What the head adds to the target's memory: its layer, fc and the reduced head."""
-        arrays = [self.w_fc, self.b_fc, self.w_r] + [a for a in vars(self.layer).values() if a is not None] + \
+        """What the head adds to the target's memory: its layers, fc and the reduced head."""
+        arrays = [self.w_fc, self.b_fc, self.w_r] + [a for w in self.layers for a in vars(w).values() if a is not None] + \
             ([] if self.w_lower is None else [self.w_lower])
         return int(sum(a.nbytes for a in arrays))
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Memory per token of context: its one layer's K and V, and the target's feature it keeps (float32)."""
-        return 2 * self.cfg.num_kv_heads * self.cfg.head_dim * 4 + self.cfg.hidden_size * 4
+        """Memory per token of context: its layers' K and V, and the target's feature it keeps (float32)."""
+        return self.cfg.num_layers * 2 * self.cfg.num_kv_heads * self.cfg.head_dim * 4 + self.cfg.hidden_size * 4
 
     # -- the drafter protocol ------------------------------------------------------------------------
     def context(self, tokens) -> int:
@@ -282,8 +300,9 @@ class Eagle:
         x = backend.xp.concatenate([self.target.embed[backend.asarray(np.asarray(ids, np.int64))],
                                     backend.asarray(feats).astype(np.float32, copy=False)], axis=1)  # [T, 2D]: [e; f]
         x = linear(x, self.w_fc) + self.b_fc  # [T, D]
-        x = transformer_block(x, self.layer, self.cfg, self.cache.k[0], self.cache.v[0], pos0,
-                              self.target.cos[pos], self.target.sin[pos], mask, self.target.ops)  # [T, D]
+        for i, layer in enumerate(self.layers):
+            x = transformer_block(x, layer, self.cfg, self.cache.k[i], self.cache.v[i], pos0,
+                                  self.target.cos[pos], self.target.sin[pos], mask, self.target.ops)  # [T, D]
         self.cache.length = pos0 + T
         self.forwards += 1
         return backend.to_host(x)
@@ -355,7 +374,8 @@ class Eagle:
         first[0, self.tokens_r] = 0.0
         logits = first
         if len(tokens) >= 2:
-            own, self.cache = self.cache, KVCache(1, self.cfg.num_kv_heads, len(tokens) - 1, self.cfg.head_dim)
+            own, self.cache = self.cache, KVCache(self.cfg.num_layers, self.cfg.num_kv_heads, len(tokens) - 1,
+                                                  self.cfg.head_dim)
             try:
                 out = self.head(tokens[1:], features[: len(tokens) - 1], 0)  # [n-1, D]: f^_1 .. f^_{n-1}
             finally:
@@ -423,7 +443,8 @@ def is_eagle_dir(path) -> bool:
 
 def load_eagle(path, target: Model) -> Eagle:
     """An EAGLE head directory: config.json ("minispec_drafter": "eagle" and the target's widths; "lower_layers" for
-    a head that reads them), eagle.safetensors (``head_shapes``, and ``w_lower``) and frequent_tokens.json (a list of
+    a head that reads them; "extra_layers" and "extra_intermediate_size" for one with layers after the first),
+    eagle.safetensors (``head_shapes``, and ``w_lower``) and frequent_tokens.json (a list of
     token ids)."""
     path = Path(path)
     cfg = read_json(path / "config.json")
@@ -446,4 +467,11 @@ def load_eagle(path, target: Model) -> Eagle:
     lower = cfg.get("lower_layers", [])
     if not isinstance(lower, list):
         raise ModelFormatError(f"{path / 'config.json'}: lower_layers must be a list of two layer indices, got {lower!r}")
-    return Eagle(target, tensors, tokens, name=f"eagle:{path.name}", lower_layers=lower)
+    extra, width = cfg.get("extra_layers", 0), cfg.get("extra_intermediate_size")
+    stored = len({t.split(".")[1] for t in tensors if t.startswith("layers.")})
+    if not is_integer(extra) or extra != stored or (extra and not (is_integer(width) and width >= 1)):
+        raise ModelFormatError(f"{path / 'config.json'}: extra_layers is {extra!r} and extra_intermediate_size "
+                               f"{width!r}, but eagle.safetensors has {stored} layers after the first (each needs a "
+                               "positive integer width)")
+    return Eagle(target, tensors, tokens, name=f"eagle:{path.name}", lower_layers=lower,
+                 extra_intermediate=width if extra else None)

@@ -158,9 +158,11 @@ def main(argv=None) -> int:
             else json.loads((Path(h) / "frequent_tokens.json").read_text())
         ids = torch.tensor(frequent, dtype=torch.long)
         reads_lower = lower_layers(h) is not None
+        hconf = json.loads((Path(h) / "config.json").read_text()) if (Path(h) / "config.json").is_file() else {}
         head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
                           max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths,
-                          with_lower=reads_lower)
+                          with_lower=reads_lower, extra_layers=hconf.get("extra_layers", 0),
+                          extra_intermediate=hconf.get("extra_intermediate_size"))
         load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
         head.eval()
         out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch,

@@ -130,24 +130,41 @@ def frequent_tokens(tokens, vocab: int, eos, V: int) -> np.ndarray:
     return np.sort(frequency_order(tokens, eos, V)[:vocab])
 
 
-def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, with_lower: bool = False):
+def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, with_lower: bool = False, extra_layers: int = 0,
+               extra_intermediate: int | None = None):
     """The head; ``with_lower``: it also reads the outputs l, m of two lower layers of the target (``w_lower``, zero at
-    first: at the start it is the head without them; eagle.py's module docstring)."""
+    first: at the start it is the head without them; eagle.py's module docstring). ``extra_layers``: decoder layers
+    after the first (``head.extra``), of MLP width ``extra_intermediate`` (default F); each adds to the residual stream
+    through its ``o`` and ``down``, which start at zero, so at the start it is the head without them."""
     import torch
     from torch import nn
 
+    def layer_params(m, width):  # one decoder layer's parameters, set on the module m
+        m.attn_norm = nn.Parameter(torch.ones(D))
+        m.q, m.k = nn.Linear(D, H * HD, bias=False), nn.Linear(D, KVH * HD, bias=False)
+        m.v, m.o = nn.Linear(D, KVH * HD, bias=False), nn.Linear(H * HD, D, bias=False)
+        m.mlp_norm = nn.Parameter(torch.ones(D))
+        m.gate, m.up = nn.Linear(D, width, bias=False), nn.Linear(D, width, bias=False)
+        m.down = nn.Linear(width, D, bias=False)
+
+    class Extra(nn.Module):
+        """A decoder layer after the first: its outputs start at zero."""
+
+        def __init__(self):
+            super().__init__()
+            layer_params(self, extra_intermediate or F)
+            nn.init.zeros_(self.o.weight)
+            nn.init.zeros_(self.down.weight)
+
     class Head(nn.Module):
-        """The same computation as eagle.py's NumPy head (tests/test_eagle.py checks the two agree)."""
+        """The same computation as eagle.py's NumPy head (tests/test_eagle.py checks the two agree). Its first layer's
+        parameters are its own (the files of one-layer heads name them so); ``extra`` holds the layers after it."""
 
         def __init__(self):
             super().__init__()
             self.fc = nn.Linear(2 * D, D, bias=True)
-            self.attn_norm = nn.Parameter(torch.ones(D))
-            self.q, self.k = nn.Linear(D, H * HD, bias=False), nn.Linear(D, KVH * HD, bias=False)
-            self.v, self.o = nn.Linear(D, KVH * HD, bias=False), nn.Linear(H * HD, D, bias=False)
-            self.mlp_norm = nn.Parameter(torch.ones(D))
-            self.gate, self.up = nn.Linear(D, F, bias=False), nn.Linear(D, F, bias=False)
-            self.down = nn.Linear(F, D, bias=False)
+            layer_params(self, F)
+            self.extra = nn.ModuleList(Extra() for _ in range(extra_layers))
             if with_lower:
                 self.w_lower = nn.Linear(2 * D, D, bias=False)  # [rms(l); rms(m)] -> D
                 nn.init.zeros_(self.w_lower.weight)
@@ -168,30 +185,41 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, with_lower: bo
             x1, x2 = x[..., : HD // 2], x[..., HD // 2:]
             return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
 
+        def layers(self):  # the decoder layers in order: this module (the first), then the extra ones
+            return [self, *self.extra]
+
         def forward(self, emb, feat):  # [B, L, D] each -> [B, L, D]
             B, L, _ = emb.shape
             x = self.fc(torch.cat([emb, feat], -1))
-            h = self.norm(x, self.attn_norm)
-            q = self.rope(self.q(h).view(B, L, H, HD).transpose(1, 2), L)
-            k = self.rope(self.k(h).view(B, L, KVH, HD).transpose(1, 2), L)
-            v = self.v(h).view(B, L, KVH, HD).transpose(1, 2)
-            k, v = k.repeat_interleave(H // KVH, 1), v.repeat_interleave(H // KVH, 1)
-            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.o(a.transpose(1, 2).reshape(B, L, H * HD))
-            h = self.norm(x, self.mlp_norm)
-            return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+            for p in self.layers():
+                h = self.norm(x, p.attn_norm)
+                q = self.rope(p.q(h).view(B, L, H, HD).transpose(1, 2), L)
+                k = self.rope(p.k(h).view(B, L, KVH, HD).transpose(1, 2), L)
+                v = p.v(h).view(B, L, KVH, HD).transpose(1, 2)
+                k, v = k.repeat_interleave(H // KVH, 1), v.repeat_interleave(H // KVH, 1)
+                a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + p.o(a.transpose(1, 2).reshape(B, L, H * HD))
+                h = self.norm(x, p.mlp_norm)
+                x = x + p.down(torch.nn.functional.silu(p.gate(h)) * p.up(h))
+            return x
 
     return Head()
 
 
 def head_tensors(head) -> dict:
-    """The head's arrays as eagle.py stores them (``eagle.head_shapes``): [in, out], Q/K/V and gate/up fused."""
+    """The head's arrays as eagle.py stores them (``eagle.head_shapes``): [in, out], Q/K/V and gate/up fused; an extra
+    layer's under ``layers.{i}.`` (i = 1, 2, ...)."""
     import torch
     s = {k: v.detach().float() for k, v in head.state_dict().items()}
-    return {"w_fc": s["fc.weight"].T, "b_fc": s["fc.bias"], "attn_norm": s["attn_norm"],
-            "w_qkv": torch.cat([s["q.weight"], s["k.weight"], s["v.weight"]]).T, "w_o": s["o.weight"].T,
-            "mlp_norm": s["mlp_norm"], "w_gate_up": torch.cat([s["gate.weight"], s["up.weight"]]).T,
-            "w_down": s["down.weight"].T} | ({"w_lower": s["w_lower.weight"].T} if "w_lower.weight" in s else {})
+
+    def layer(p):  # the state dict's prefix of one decoder layer -> its arrays
+        return {"attn_norm": s[p + "attn_norm"],
+                "w_qkv": torch.cat([s[p + "q.weight"], s[p + "k.weight"], s[p + "v.weight"]]).T, "w_o": s[p + "o.weight"].T,
+                "mlp_norm": s[p + "mlp_norm"], "w_gate_up": torch.cat([s[p + "gate.weight"], s[p + "up.weight"]]).T,
+                "w_down": s[p + "down.weight"].T}
+    extra = {f"layers.{i}.{k}": v for i in range(1, 1 + len(head.extra)) for k, v in layer(f"extra.{i - 1}.").items()}
+    return {"w_fc": s["fc.weight"].T, "b_fc": s["fc.bias"]} | layer("") | extra \
+        | ({"w_lower": s["w_lower.weight"].T} if "w_lower.weight" in s else {})
 
 
 def batches(data, rows, batch, seq, rng):
@@ -264,10 +292,12 @@ def _rows(data, rows, seq):
     return toks, feats, lens
 
 
-def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readme=None, lower_layers=None) -> None:
+def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readme=None, lower_layers=None,
+                   extra_layers: int = 0, extra_intermediate: int | None = None) -> None:
     """Everything but the weights: the shipped frequent tokens (the top ``--ship-vocab`` of ``order``), the order
     (``minispec bench eagle`` tries other sizes from it; ``trimmed_order``), config.json (with ``lower_layers``, the
-    layers a head with ``w_lower`` reads), training.json, SHA256SUMS, README."""
+    layers a head with ``w_lower`` reads, and ``extra_layers`` and ``extra_intermediate_size`` for a head with layers
+    after the first), training.json, SHA256SUMS, README."""
     ship = sorted(int(t) for t in order[: summary["reduced_vocab"]])
     (out / "frequent_tokens.json").write_text(json.dumps(ship))
     (out / "token_frequency_order.json").write_text(json.dumps([int(t) for t in trimmed_order(order)]))
@@ -277,6 +307,9 @@ def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readm
                  target_vocab_size=cfg.vocab_size, reduced_vocab_size=len(ship))
     if lower_layers:
         econf["lower_layers"] = [int(i) for i in lower_layers]
+    if extra_layers:
+        econf["extra_layers"] = int(extra_layers)
+        econf["extra_intermediate_size"] = int(extra_intermediate or cfg.intermediate_size)
     (out / "config.json").write_text(json.dumps(econf, indent=2))
     (out / "training.json").write_text(json.dumps(summary, indent=2))
     write_sums(out, ("config.json", "eagle.safetensors", "frequent_tokens.json", "token_frequency_order.json"))

@@ -131,17 +131,25 @@ def rope(x, cos, sin, HD):  # [B, n, L, HD] with cos, sin [L, HD/2]
 
 
 def attend(head, emb, feat, step: int, cache: dict, dims):  # [B, L, D] each -> [B, L, D]
-    """One unrolled step of the head over every position at once (module docstring); ``cache`` keeps the step-0
-    keys and values, and the diagonal keys and values of the steps so far."""
+    """One unrolled step of the head over every position at once (module docstring); ``cache`` keeps, for each of the
+    head's layers, the step-0 keys and values, and the diagonal keys and values of the steps so far."""
+    import torch
+    x = head.fc(torch.cat([emb, feat], -1))  # [B, L, D]
+    for i, p in enumerate(head.layers()):
+        x = attend_layer(head, p, x, step, cache.setdefault(i, {}), dims)
+    return x
+
+
+def attend_layer(head, p, x, step: int, cache: dict, dims):  # [B, L, D] -> [B, L, D]
+    """``attend`` through one decoder layer ``p`` of the head (the head itself for the first, then ``head.extra``'s)."""
     import torch
     H, KVH, HD = dims
-    B, L, _ = emb.shape
-    x = head.fc(torch.cat([emb, feat], -1))  # [B, L, D]
-    h = head.norm(x, head.attn_norm)
+    B, L, _ = x.shape
+    h = head.norm(x, p.attn_norm)
     cos, sin = head.cos[step: step + L], head.sin[step: step + L]  # RoPE position j + step
-    q = rope(head.q(h).view(B, L, H, HD).transpose(1, 2), cos, sin, HD)  # [B, H, L, HD]
-    k = rope(head.k(h).view(B, L, KVH, HD).transpose(1, 2), cos, sin, HD).repeat_interleave(H // KVH, 1)
-    v = head.v(h).view(B, L, KVH, HD).transpose(1, 2).repeat_interleave(H // KVH, 1)
+    q = rope(p.q(h).view(B, L, H, HD).transpose(1, 2), cos, sin, HD)  # [B, H, L, HD]
+    k = rope(p.k(h).view(B, L, KVH, HD).transpose(1, 2), cos, sin, HD).repeat_interleave(H // KVH, 1)
+    v = p.v(h).view(B, L, KVH, HD).transpose(1, 2).repeat_interleave(H // KVH, 1)
     if step == 0:
         cache.update(k0=k, v0=v, diag=[])
         a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -153,9 +161,9 @@ def attend(head, emb, feat, step: int, cache: dict, dims):  # [B, L, D] each -> 
         sd = torch.stack([(q * kd).sum(-1) * scale for kd, _ in cache["diag"]], -1)  # [B, H, L, step]
         w = torch.softmax(torch.cat([s0, sd], -1), -1)
         a = w[..., :L] @ cache["v0"] + sum(w[..., L + m, None] * vd for m, (_, vd) in enumerate(cache["diag"]))
-    x = x + head.o(a.transpose(1, 2).reshape(B, L, H * HD))
-    h = head.norm(x, head.mlp_norm)
-    return x + head.down(torch.nn.functional.silu(head.gate(h)) * head.up(h))
+    x = x + p.o(a.transpose(1, 2).reshape(B, L, H * HD))
+    h = head.norm(x, p.mlp_norm)
+    return x + p.down(torch.nn.functional.silu(p.gate(h)) * p.up(h))
 
 
 def shifted(a, i: int):  # [B, L, ...] -> [B, L-1, ...]: row j holds a[:, j+1+i], zeros past the end
@@ -328,6 +336,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the head also reads the outputs of two lower layers of the target, EAGLE-3's fused features "
                         "(the shards' low and mid; eagle.py's module docstring): w_lower starts at zero, so that "
                         "--init from a head without it starts where that head is")
+    p.add_argument("--extra-layers", type=int, default=0,
+                   help="decoder layers after the head's first (default 0: EAGLE's one layer); their outputs start at "
+                        "zero, so that --init from a head without them starts where that head is")
+    p.add_argument("--extra-intermediate", type=int, default=None,
+                   help="the MLP width of the extra layers (default: the target's)")
     return p
 
 
@@ -338,6 +351,11 @@ def main(argv=None) -> int:
         p.error("--unroll and --batch must be at least 1, --epochs positive and --seq at least 8")
     if not (0 <= args.ce_weight < float("inf")):
         p.error(f"--ce-weight must be a finite number >= 0, got {args.ce_weight}")
+    if args.extra_layers < 0 or (args.extra_intermediate is not None and args.extra_intermediate < 1):
+        p.error(f"--extra-layers must be 0 or more and --extra-intermediate at least 1, got {args.extra_layers} and "
+                f"{args.extra_intermediate}")
+    if args.extra_intermediate is not None and not args.extra_layers:
+        p.error("--extra-intermediate sets the width of --extra-layers: give both")
     from .training import begin
     started = begin(args)
     if started is None:
@@ -360,6 +378,7 @@ def main(argv=None) -> int:
     folders = [folder for folder, _ in specs]
     named = [str(f) if n is None else f"{f}:{n.stop}" if n.start == 0 else f"{f}:{n.start}-{n.stop}"
              for f, n in specs]  # normalized (DIR:0-N is DIR:N): a resumed run must name the same
+    extra_width = (args.extra_intermediate or cfg.intermediate_size) if args.extra_layers else None
     lower_layers = None  # the two layers whose outputs the shards' low and mid are (eagle_data.py's settings.json)
     if args.lower_layers:
         found = {(s.get("low"), s.get("mid")) for s in (read_settings(f) for f in folders)}
@@ -375,10 +394,16 @@ def main(argv=None) -> int:
             return 2
     if args.init:
         init_conf = Path(args.init) / "config.json"
-        init_layers = json.loads(init_conf.read_text()).get("lower_layers") if init_conf.is_file() else None
+        init_cfg = json.loads(init_conf.read_text()) if init_conf.is_file() else {}
+        init_layers = init_cfg.get("lower_layers")
         if init_layers and init_layers != lower_layers:
             log(f"error: --init {args.init} reads layers {init_layers}; this run "
                 + (f"trains on layers {lower_layers}" if lower_layers else "has no --lower-layers"))
+            return 2
+        init_extra = (init_cfg.get("extra_layers", 0), init_cfg.get("extra_intermediate_size"))
+        if init_extra[0] > args.extra_layers or (init_extra[0] and init_extra[1] != extra_width):
+            log(f"error: --init {args.init} has {init_extra[0]} extra layers of width {init_extra[1]}; this run would "
+                f"train {args.extra_layers} of width {extra_width}")
             return 2
     try:
         marker = chat_marker(target_dir)
@@ -410,30 +435,35 @@ def main(argv=None) -> int:
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     depths = max(args.unroll, 4)  # steps trained, and depths evaluated (at least 4)
     head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + depths,
-                      with_lower=args.lower_layers)
+                      with_lower=args.lower_layers, extra_layers=args.extra_layers, extra_intermediate=extra_width)
     run_dir = Path(args.run_dir) if args.run_dir else cache_dir() / (
         f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}"
         + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else "")
-        + (f"-ce{args.ce_weight:g}" if args.ce_weight != 0.1 else ""))
+        + (f"-ce{args.ce_weight:g}" if args.ce_weight != 0.1 else "")
+        + (f"-x{args.extra_layers}w{extra_width}" if args.extra_layers else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     ckpt = run_dir / "checkpoint.pt"
     state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=named,
-                 precision=args.precision, lower_layers=args.lower_layers, ce_weight=args.ce_weight)
+                 precision=args.precision, lower_layers=args.lower_layers, ce_weight=args.ce_weight,
+                 extra=[args.extra_layers, extra_width])
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         state = saved["state"]
         if state.get("steps") != steps or state.get("data_tokens") != n_tokens or \
                 state.get("folders", named) != named or \
                 state.get("precision", "float32") != args.precision or state.get("lower_layers", False) != args.lower_layers \
-                or state.get("ce_weight", 0.1) != args.ce_weight:
+                or state.get("ce_weight", 0.1) != args.ce_weight or state.get("extra", [0, None]) != [args.extra_layers, extra_width]:
+            was_extra, extra = state.get("extra", [0, None]), [args.extra_layers, extra_width]
             log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens of "
                 f"{state.get('folders')} in {state.get('precision', 'float32')}"
-                f"{' with --lower-layers' if state.get('lower_layers') else ''} at --ce-weight {state.get('ce_weight', 0.1):g}, "
+                f"{' with --lower-layers' if state.get('lower_layers') else ''} at --ce-weight {state.get('ce_weight', 0.1):g}"
+                f"{f', {was_extra[0]} extra layers of width {was_extra[1]}' if was_extra[0] else ''}, "
                 f"this one would be {steps} over {n_tokens} of {named} in {args.precision}"
-                f"{' with --lower-layers' if args.lower_layers else ''} at --ce-weight {args.ce_weight:g}: pass another "
+                f"{' with --lower-layers' if args.lower_layers else ''} at --ce-weight {args.ce_weight:g}"
+                f"{f', {extra[0]} extra layers of width {extra[1]}' if extra[0] else ''}: pass another "
                 "--run-dir, or the same "
                 "settings and data (folders in the same order) to resume")
             return 2
@@ -497,6 +527,7 @@ def main(argv=None) -> int:
                    reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
                    generated_sequences=int(sum(k != "text" for k in data["kind"])), sequences=len(data["tokens"]),
                    training_tokens=n_tokens, steps=steps, unroll=args.unroll, lower_layers=lower_layers,
+                   extra_layers=args.extra_layers, extra_intermediate_size=extra_width,
                    data_folders=named,
                    generation_minutes=minutes["generation"], feature_minutes=minutes["features"],
                    training_minutes=state["seconds"] / 60, total_minutes_this_run=(time.perf_counter() - t_start) / 60,
@@ -505,7 +536,8 @@ def main(argv=None) -> int:
                    loss_curve={st: [[float(x) for x in row] for row in np.mean(state["curve"][max(0, st - 25): st + 1], axis=0)]
                                for st in range(0, steps, 50)},
                    args=vars(args), torch=torch.__version__, provenance=provenance(argv, p.prog))
-    write_head_dir(out, Path(target_dir).name, cfg, order, summary, readme=write_readme, lower_layers=lower_layers)
+    write_head_dir(out, Path(target_dir).name, cfg, order, summary, readme=write_readme, lower_layers=lower_layers,
+                   extra_layers=args.extra_layers, extra_intermediate=extra_width)
     log(f"done: {summary['total_minutes_this_run']:.1f} min this run, {state['seconds'] / 60:.1f} min of training")
     return 0
 
@@ -516,13 +548,19 @@ def lower_text(summary: dict) -> str:
             " rms an RMS norm without weights)" if low else "")
 
 
+def layers_text(summary: dict) -> str:
+    n, width = summary.get("extra_layers", 0), summary.get("extra_intermediate_size")
+    return "one Llama decoder layer of the target's widths" + (
+        f", then {n} more of MLP width {width}, whose outputs started at zero" if n else "")
+
+
 def write_readme(out: Path, summary: dict, freq) -> None:
     a, d = summary["args"], summary["held_out"]["by_depth"]
     g = "g_j" if summary.get("lower_layers") else "f_j"  # the feature the head reads
     (out / "README.md").write_text(f"""# {out.name}: an EAGLE feature head for SmolLM2-135M-Instruct
 
 Drafts for the target from the target's own top-layer features (``minispec/drafters/eagle.py``){lower_text(summary)}:
-fc([e(x_{{j+1}}); {g}]) then one Llama decoder layer of the target's widths, {summary['parameters'] / 1e6:.2f}M
+fc([e(x_{{j+1}}); {g}]) then {layers_text(summary)}, {summary['parameters'] / 1e6:.2f}M
 parameters (float32), and a reduced LM head: the target's own head restricted to the {len(freq)} most frequent
 tokens of the training data (``frequent_tokens.json``; trained with a cross-entropy over the top
 {summary['trained_reduced_vocab']}).
@@ -555,26 +593,34 @@ increasing order). `SHA256SUMS` lists the checksums of the four files.
 
 def load_into(head, tensors: dict, torch) -> None:
     """The inverse of train_eagle.head_tensors: eagle.safetensors' arrays into the torch head. A head that reads the
-    lower layers keeps its ``w_lower`` at zero where the file has none (it starts as the file's head); a file that
-    has one needs such a head."""
+    lower layers keeps its ``w_lower`` at zero where the file has none (it starts as the file's head), and so does a
+    head with extra layers keep those the file lacks as built (their outputs zero); a file that has either needs such
+    a head."""
     D = head.fc.weight.shape[0]
-    qkv = torch.from_numpy(np.asarray(tensors["w_qkv"], np.float32)).T
-    nq, nk = head.q.weight.shape[0], head.k.weight.shape[0]
-    gu = torch.from_numpy(np.asarray(tensors["w_gate_up"], np.float32)).T
-    F = head.gate.weight.shape[0]
     t = lambda name: torch.from_numpy(np.asarray(tensors[name], np.float32))  # noqa: E731
+    stored = sorted({int(k.split(".")[1]) for k in tensors if k.startswith("layers.")})
+    if stored and stored[-1] > len(head.extra):
+        raise ValueError(f"the head file has layers up to layers.{stored[-1]}: build the head with that many extra_layers")
+
+    def layer(p, prefix):  # one decoder layer's arrays into the module p
+        qkv, gu = t(prefix + "w_qkv").T, t(prefix + "w_gate_up").T
+        nq, nk, F = p.q.weight.shape[0], p.k.weight.shape[0], p.gate.weight.shape[0]
+        p.attn_norm.copy_(t(prefix + "attn_norm"))
+        p.q.weight.copy_(qkv[:nq])
+        p.k.weight.copy_(qkv[nq: nq + nk])
+        p.v.weight.copy_(qkv[nq + nk:])
+        p.o.weight.copy_(t(prefix + "w_o").T)
+        p.mlp_norm.copy_(t(prefix + "mlp_norm"))
+        p.gate.weight.copy_(gu[:F])
+        p.up.weight.copy_(gu[F:])
+        p.down.weight.copy_(t(prefix + "w_down").T)
+
     with torch.no_grad():
         head.fc.weight.copy_(t("w_fc").T)
         head.fc.bias.copy_(t("b_fc"))
-        head.attn_norm.copy_(t("attn_norm"))
-        head.q.weight.copy_(qkv[:nq])
-        head.k.weight.copy_(qkv[nq: nq + nk])
-        head.v.weight.copy_(qkv[nq + nk:])
-        head.o.weight.copy_(t("w_o").T)
-        head.mlp_norm.copy_(t("mlp_norm"))
-        head.gate.weight.copy_(gu[:F])
-        head.up.weight.copy_(gu[F:])
-        head.down.weight.copy_(t("w_down").T)
+        layer(head, "")
+        for i in stored:
+            layer(head.extra[i - 1], f"layers.{i}.")
         if "w_lower" in tensors:
             if not hasattr(head, "w_lower"):
                 raise ValueError("the head file reads the target's lower layers (w_lower): build the head with_lower")
