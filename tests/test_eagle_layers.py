@@ -93,13 +93,19 @@ def test_a_head_started_from_a_one_layer_head_is_that_head():
     assert all(torch.equal(x, y) for x, y in zip(back.state_dict().values(), two.state_dict().values()))
     with pytest.raises(ValueError, match="layers.1"):
         load_into(one, {k: v.numpy() for k, v in head_tensors(two).items()}, torch)
+    wider = build_head(*dims, max_len=16, extra_layers=1, extra_intermediate=12)
+    with pytest.raises(ValueError, match="layers.1.w_gate_up has MLP width 8; the head was built with 12"):
+        load_into(wider, {k: v.numpy() for k, v in head_tensors(two).items()}, torch)
+    gap = {k.replace("layers.1.", "layers.2."): v.numpy() for k, v in head_tensors(two).items()}
+    with pytest.raises(ValueError, match="without a gap"):
+        load_into(build_head(*dims, max_len=16, extra_layers=2, extra_intermediate=8), gap, torch)
 
 
 @pytest.mark.parametrize("run", ["chain", "tree", "dynamic"])
 def test_the_loop_keeps_and_rolls_back_every_layers_cache(target, two_layer_dir, run):
     """Greedy output is the target's, and in every round the feature the head drafts from equals a fresh head's given
-    the whole text's features at once: each layer's entries made from predicted features are rolled back (bugs: only
-    the first layer's cache cropped, or one cache for all layers)."""
+    the whole text's features at once: each layer's entries made from predicted features are rolled back in every layer
+    (the bug: one cache for all layers)."""
     eagle, checked, first = load_eagle(two_layer_dir, target), [], {"run": True}
     real = eagle.catch_up
 
@@ -147,18 +153,23 @@ def test_malformed_extra_layer_heads_are_refused(target, two_layer_dir, tmp_path
         load_eagle(variant("count", dict(extra_layers=1)), target)
     with pytest.raises(ModelFormatError, match="extra_intermediate_size 0"):
         load_eagle(variant("width0", dict(extra_intermediate_size=0)), target)
+    one = write_random_eagle(tmp_path / "one", target.cfg, range(40), extra_layers=0)
+    conf = json.loads((one / "config.json").read_text())
+    (one / "config.json").write_text(json.dumps(conf | dict(extra_intermediate_size=20)))
+    with pytest.raises(ModelFormatError, match="extra_layers is 0 and extra_intermediate_size 20"):
+        load_eagle(one, target)
     with pytest.raises(ModelFormatError, match="without a gap"):
         load_eagle(variant("gap", dict(extra_layers=1), drop=("layers.1.",)), target)
     with pytest.raises(ModelFormatError, match="unexpected tensors"):
         load_eagle(variant("stray", add={"w_extra": np.zeros(3, np.float32)}), target)
-    with pytest.raises(ModelFormatError, match="layers.1.w_gate_up"):
+    with pytest.raises(ModelFormatError, match="layers.1.w_gate_up.*the MLP width extra_intermediate_size"):
         load_eagle(variant("width", dict(extra_intermediate_size=24)), target)
 
 
 def test_extra_layers_train_a_head_the_drafter_loads(tmp_path, capsys):
     """--extra-layers: the head file gets the layers, config.json their number and width, the README says so, and the
-    drafter loads it; a bad count or a width without layers is refused by name, and a run of another shape is not
-    resumed into."""
+    drafter loads it; a bad count or a width without layers is refused by name, a run of another shape is not resumed
+    into, and an --init head with more layers than the run, or of another width, is refused."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from minispec.recipes import train_eagle_ttt
@@ -186,3 +197,9 @@ def test_extra_layers_train_a_head_the_drafter_loads(tmp_path, capsys):
     capsys.readouterr()
     assert train_eagle_ttt.main(common + ["--extra-layers", "1", "--extra-intermediate", "12"]) == 2  # same run dir
     assert "1 extra layers of width 8" in capsys.readouterr().err
+    again = common[:-4] + ["--out", str(tmp_path / "again"), "--run-dir", str(tmp_path / "run2"), "--init",
+                           str(tmp_path / "first")]
+    assert train_eagle_ttt.main(again) == 2
+    assert "has 1 extra layers of width 8; this run has none" in capsys.readouterr().err
+    assert train_eagle_ttt.main(again + ["--extra-layers", "1", "--extra-intermediate", "12"]) == 2
+    assert "this run has --extra-layers 1 of width 12" in capsys.readouterr().err

@@ -9,7 +9,8 @@ Paper -> code:
     e_{j+1}        the target's embedding of token x_{j+1} (shared, not copied)
     f^_{j+1}       = Head(e_{j+1}, f_j) = Block(fc([e_{j+1}; f_j])): one Llama decoder layer of the
                    target's widths, with its own small KV cache (``head``). Departure: a head file may add
-                   layers after it (``layers.{i}.``, MLP width ``extra_intermediate_size``): Block_n(..Block(..))
+                   N layers after it (``layers.{i}.``, MLP width ``extra_intermediate_size``), each with its
+                   own cache: f^_{j+1} = Block_N(... Block_1(Block(fc([e_{j+1}; f_j]))))
     q(x_{j+2})     = softmax(f^_{j+1} W_r) over the frequent tokens only; W_r [D, V_r] are the
                    target's LM-head columns of those tokens (``logits``). Every other token has q = 0
 
@@ -50,7 +51,7 @@ Lower layers (EAGLE-3, Li et al. 2025, arXiv 2503.01840). Paper -> code, for a h
 The loop asks the target pass for those layers (drafters/protocol.py's ``feature_tap``), and ``see_features`` gets
 [n, 3D] rows, f, l and m side by side, and keeps g.
 
-Cheap: one layer and a D x V_r head against the target's L layers and D x V head. The features cost
+Cheap: one layer (more only with ``layers.{i}.``) and a D x V_r head against the target's L layers and D x V head. The features cost
 nothing extra; the catch-up is one small pass per round. Measurements: docs/eagle.md.
 """
 
@@ -100,10 +101,10 @@ class Eagle:
         the head may propose (FR-Spec); ``lower_layers``: the two target layers whose outputs ``w_lower`` reads
         (given exactly when ``tensors`` has it); ``extra_intermediate``: the MLP width of the layers after the first,
         where ``tensors`` has them (default: the target's)."""
-        extra = sorted({k.split(".")[1] for k in tensors if k.startswith("layers.")})
-        if extra != [str(i) for i in range(1, len(extra) + 1)]:
+        extra = {k.split(".")[1] for k in tensors if k.startswith("layers.")}
+        if extra != {str(i) for i in range(1, len(extra) + 1)}:
             raise ModelFormatError(f"{name}: the layers after the first must be numbered layers.1.., layers.2.., ... "
-                                   f"without a gap; got {extra}")
+                                   f"without a gap; got {sorted(extra)}")
         cfg = replace(target.cfg, num_layers=1 + len(extra))
         D = cfg.hidden_size
         shapes = head_shapes(cfg, len(extra), extra_intermediate) | ({"w_lower": (2 * D, D)} if "w_lower" in tensors
@@ -116,7 +117,7 @@ class Eagle:
                 raise ModelFormatError(f"{name}: missing tensor {t!r}")
             if tuple(tensors[t].shape) != shape:
                 raise ModelFormatError(f"{name}: tensor {t!r} has shape {tuple(tensors[t].shape)}, expected {shape} "
-                                       f"(the target's widths)")
+                                       f"(the target's widths{'; the MLP width extra_intermediate_size' if t.startswith('layers.') else ''})")
         lower_layers = tuple(lower_layers)
         if ("w_lower" in tensors) != bool(lower_layers):
             raise ModelFormatError(f"{name}: a head with w_lower needs the two layers it reads (lower_layers), and "
@@ -300,7 +301,7 @@ class Eagle:
         x = backend.xp.concatenate([self.target.embed[backend.asarray(np.asarray(ids, np.int64))],
                                     backend.asarray(feats).astype(np.float32, copy=False)], axis=1)  # [T, 2D]: [e; f]
         x = linear(x, self.w_fc) + self.b_fc  # [T, D]
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers):  # EAGLE's one layer, then any after it (a departure: extra_layers)
             x = transformer_block(x, layer, self.cfg, self.cache.k[i], self.cache.v[i], pos0,
                                   self.target.cos[pos], self.target.sin[pos], mask, self.target.ops)  # [T, D]
         self.cache.length = pos0 + T
@@ -469,7 +470,7 @@ def load_eagle(path, target: Model) -> Eagle:
         raise ModelFormatError(f"{path / 'config.json'}: lower_layers must be a list of two layer indices, got {lower!r}")
     extra, width = cfg.get("extra_layers", 0), cfg.get("extra_intermediate_size")
     stored = len({t.split(".")[1] for t in tensors if t.startswith("layers.")})
-    if not is_integer(extra) or extra != stored or (extra and not (is_integer(width) and width >= 1)):
+    if not is_integer(extra) or extra != stored or (is_integer(width) and width >= 1) != bool(extra):
         raise ModelFormatError(f"{path / 'config.json'}: extra_layers is {extra!r} and extra_intermediate_size "
                                f"{width!r}, but eagle.safetensors has {stored} layers after the first (each needs a "
                                "positive integer width)")

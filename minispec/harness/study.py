@@ -236,7 +236,7 @@ def best_rows(rows: list[dict], settings, drafters) -> list[dict]:
 
 def memory_rows(target, drafters: dict, used_ctx: int) -> list[dict]:
     """Weights and KV cache per model (the target and each drafter with a model of its own) at the used context;
-    a feature head (eagle.py): its weights, one layer's cache and the features it keeps."""
+    a feature head (eagle.py): its weights, its layers' caches and the features it keeps."""
     models = {"target": (target, target.weight_bytes)}
     models.update({n: (d.model, 0 if runs_the_target(d, target) else d.model.weight_bytes) for n, d in drafters.items()
                    if has(d, HasModel) and d.model is not target})

@@ -157,8 +157,8 @@ def main(argv=None) -> int:
         frequent = sorted(json.loads((Path(h) / "token_frequency_order.json").read_text())[: args.vocab]) if args.vocab \
             else json.loads((Path(h) / "frequent_tokens.json").read_text())
         ids = torch.tensor(frequent, dtype=torch.long)
-        reads_lower = lower_layers(h) is not None
         hconf = json.loads((Path(h) / "config.json").read_text()) if (Path(h) / "config.json").is_file() else {}
+        reads_lower = hconf.get("lower_layers") is not None
         head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
                           max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths,
                           with_lower=reads_lower, extra_layers=hconf.get("extra_layers", 0),

@@ -135,7 +135,8 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, with_lower: bo
     """The head; ``with_lower``: it also reads the outputs l, m of two lower layers of the target (``w_lower``, zero at
     first: at the start it is the head without them; eagle.py's module docstring). ``extra_layers``: decoder layers
     after the first (``head.extra``), of MLP width ``extra_intermediate`` (default F); each adds to the residual stream
-    through its ``o`` and ``down``, which start at zero, so at the start it is the head without them."""
+    through its ``o`` and ``down``, which start at zero, so at the start it is the head without them (a zero-initialised
+    residual branch: its other weights get gradients once ``o`` and ``down`` have moved off zero)."""
     import torch
     from torch import nn
 
@@ -157,8 +158,9 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, with_lower: bo
             nn.init.zeros_(self.down.weight)
 
     class Head(nn.Module):
-        """The same computation as eagle.py's NumPy head (tests/test_eagle.py checks the two agree). Its first layer's
-        parameters are its own (the files of one-layer heads name them so); ``extra`` holds the layers after it."""
+        """The same computation as eagle.py's NumPy head (tests/test_eagle.py and test_eagle_layers.py check the two
+        agree). Its first layer's parameters are its own (the files of one-layer heads name them so); ``extra`` holds
+        the layers after it: the file's ``layers.{i}.`` is ``extra[i - 1]``."""
 
         def __init__(self):
             super().__init__()
@@ -185,7 +187,8 @@ def build_head(D, H, KVH, HD, F, theta, eps, max_len: int = 4096, with_lower: bo
             x1, x2 = x[..., : HD // 2], x[..., HD // 2:]
             return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
 
-        def layers(self):  # the decoder layers in order: this module (the first), then the extra ones
+        def layers(self):  # the decoder layers in order: this module (the first), then the extra ones (a method
+            # here; eagle.py's Eagle.layers is a list of their arrays)
             return [self, *self.extra]
 
         def forward(self, emb, feat):  # [B, L, D] each -> [B, L, D]

@@ -5,7 +5,8 @@
     bash scripts/eagle_recipe.sh                                             # the shipped head, every setting given
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy, and the
-head has train_eagle.py's shape (plus ``w_lower`` with ``--lower-layers``), so ``minispec/drafters/eagle.py`` loads it.
+head has train_eagle.py's shape (plus ``w_lower`` with ``--lower-layers``, and ``layers.{i}.`` with
+``--extra-layers``), so ``minispec/drafters/eagle.py`` loads it.
 
 The training-time test (Li et al. 2025, EAGLE-3, arXiv 2503.01840), paper -> code:
 
@@ -30,7 +31,10 @@ as a correction to the top feature, not in its place: g_j = f_j + [rms(l_j); rms
 outputs of layers LOW and MID (the shards' ``low`` and ``mid``), rms an RMS norm without weights (the middle layers
 carry outliers in the thousands), and W_lower [2D, D] starting at zero, so that ``--init`` from a head without it
 starts exactly where that head is. g_j replaces f_j at step 0; steps 1.. read f^ as before (EAGLE-3 also feeds its
-own output there), and the regression loss still aims f^ at the top feature.
+own output there), and the regression loss still aims f^ at the top feature. ``--extra-layers N`` adds N decoder
+layers after the first (EAGLE's head has one; ``--extra-intermediate`` sets their MLP width), each with its own cache
+in the unrolled steps; their output projections (o, down) start at zero, so that ``--init`` from a one-layer head
+starts exactly where that head is.
 
 The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>``): ``checkpoint.pt`` (the head, the
 optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end); its log is ``--out``'s
@@ -135,13 +139,14 @@ def attend(head, emb, feat, step: int, cache: dict, dims):  # [B, L, D] each -> 
     head's layers, the step-0 keys and values, and the diagonal keys and values of the steps so far."""
     import torch
     x = head.fc(torch.cat([emb, feat], -1))  # [B, L, D]
-    for i, p in enumerate(head.layers()):
+    for i, p in enumerate(head.layers()):  # cache: {layer i: {k0, v0 [B, H, L, HD], diag: [(k, v) per step]}}
         x = attend_layer(head, p, x, step, cache.setdefault(i, {}), dims)
     return x
 
 
 def attend_layer(head, p, x, step: int, cache: dict, dims):  # [B, L, D] -> [B, L, D]
-    """``attend`` through one decoder layer ``p`` of the head (the head itself for the first, then ``head.extra``'s)."""
+    """``attend`` through one decoder layer ``p`` of the head (the head itself for the first, then ``head.extra``'s),
+    with that layer's ``cache``."""
     import torch
     H, KVH, HD = dims
     B, L, _ = x.shape
@@ -402,8 +407,8 @@ def main(argv=None) -> int:
             return 2
         init_extra = (init_cfg.get("extra_layers", 0), init_cfg.get("extra_intermediate_size"))
         if init_extra[0] > args.extra_layers or (init_extra[0] and init_extra[1] != extra_width):
-            log(f"error: --init {args.init} has {init_extra[0]} extra layers of width {init_extra[1]}; this run would "
-                f"train {args.extra_layers} of width {extra_width}")
+            log(f"error: --init {args.init} has {init_extra[0]} extra layers of width {init_extra[1]}; this run has "
+                + (f"--extra-layers {args.extra_layers} of width {extra_width}" if args.extra_layers else "none"))
             return 2
     try:
         marker = chat_marker(target_dir)
@@ -593,18 +598,22 @@ increasing order). `SHA256SUMS` lists the checksums of the four files.
 
 def load_into(head, tensors: dict, torch) -> None:
     """The inverse of train_eagle.head_tensors: eagle.safetensors' arrays into the torch head. A head that reads the
-    lower layers keeps its ``w_lower`` at zero where the file has none (it starts as the file's head), and so does a
-    head with extra layers keep those the file lacks as built (their outputs zero); a file that has either needs such
-    a head."""
+    lower layers keeps its ``w_lower`` at zero where the file has none (it starts as the file's head); extra layers
+    the file lacks stay as built (their outputs zero). A file that has either needs such a head."""
     D = head.fc.weight.shape[0]
     t = lambda name: torch.from_numpy(np.asarray(tensors[name], np.float32))  # noqa: E731
-    stored = sorted({int(k.split(".")[1]) for k in tensors if k.startswith("layers.")})
-    if stored and stored[-1] > len(head.extra):
-        raise ValueError(f"the head file has layers up to layers.{stored[-1]}: build the head with that many extra_layers")
+    names = {k.split(".")[1] for k in tensors if k.startswith("layers.")}
+    if names != {str(i) for i in range(1, len(names) + 1)}:
+        raise ValueError(f"the head file's layers after the first must be numbered layers.1.., layers.2.., ... without "
+                         f"a gap; got {sorted(names)}")
+    if len(names) > len(head.extra):
+        raise ValueError(f"the head file has layers up to layers.{len(names)}: build the head with that many extra_layers")
 
     def layer(p, prefix):  # one decoder layer's arrays into the module p
         qkv, gu = t(prefix + "w_qkv").T, t(prefix + "w_gate_up").T
         nq, nk, F = p.q.weight.shape[0], p.k.weight.shape[0], p.gate.weight.shape[0]
+        if tuple(gu.shape) != (2 * F, D):
+            raise ValueError(f"{prefix}w_gate_up has MLP width {gu.shape[0] // 2}; the head was built with {F}")
         p.attn_norm.copy_(t(prefix + "attn_norm"))
         p.q.weight.copy_(qkv[:nq])
         p.k.weight.copy_(qkv[nq: nq + nk])
@@ -619,8 +628,9 @@ def load_into(head, tensors: dict, torch) -> None:
         head.fc.weight.copy_(t("w_fc").T)
         head.fc.bias.copy_(t("b_fc"))
         layer(head, "")
-        for i in stored:
-            layer(head.extra[i - 1], f"layers.{i}.")
+        for i in range(1, len(names) + 1):
+            layer(head.extra[i - 1], f"layers.{i}.")  # the file's layers.i is the torch head's extra[i - 1]: its first
+            # layer's parameters are the Head's own
         if "w_lower" in tensors:
             if not hasattr(head, "w_lower"):
                 raise ValueError("the head file reads the target's lower layers (w_lower): build the head with_lower")
