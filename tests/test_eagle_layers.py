@@ -203,3 +203,20 @@ def test_extra_layers_train_a_head_the_drafter_loads(tmp_path, capsys):
     assert "has 1 extra layers of width 8; this run has none" in capsys.readouterr().err
     assert train_eagle_ttt.main(again + ["--extra-layers", "1", "--extra-intermediate", "12"]) == 2
     assert "this run has --extra-layers 1 of width 12" in capsys.readouterr().err
+
+
+def test_bench_eagle_re_cuts_an_extra_layer_head_with_its_layers(tmp_path):
+    """``minispec bench eagle --acceptance-only`` re-cuts the reduced head to each size and keeps the layers after the
+    first, of their own width (bug: the re-cut head read their width from the target's and refused its own file)."""
+    from minispec.harness import eagle_eval
+    from minispec.model.config import ModelConfig
+
+    from .helpers import chat_model_dir
+
+    target_dir = chat_model_dir(tmp_path / "t", hidden_size=32, num_hidden_layers=2)
+    head = write_random_eagle(tmp_path / "h", ModelConfig.from_dir(target_dir), range(3, 400), seed=3, scale=3.0,
+                              extra_layers=1, extra_intermediate=20)
+    out = tmp_path / "acc.json"
+    assert eagle_eval.main(["--model", str(target_dir), "--eagle", str(head), "--sizes", "100,200", "--prompts-per-set",
+                            "1", "--max-new-tokens", "8", "--acceptance-only", "--json", str(out)]) == 0
+    assert set(json.loads(out.read_text())["sizes"]) == {"100", "200"}

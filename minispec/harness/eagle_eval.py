@@ -240,7 +240,8 @@ def main(argv=None) -> int:
     bar = Progress(runs_per_prompt * 2 * sum(len(v) for v in sets.values()), "bench eagle")
     first = None  # the first size's head: the trees' drafter
     for size in sizes:
-        head = Eagle(target, tensors, order[:size], name=f"eagle-{size}", lower_layers=shipped.lower_layers)
+        head = Eagle(target, tensors, order[:size], name=f"eagle-{size}", lower_layers=shipped.lower_layers,
+                     extra_intermediate=shipped.extra_intermediate)
         first = head if first is None else first
         res["sizes"][size] = size_row(target, head, sets, a.k, a.max_new_tokens, tok.eos_ids, bar,
                                       timing=not a.acceptance_only)
