@@ -368,3 +368,21 @@ def test_a_cross_entropy_weight_that_is_not_a_weight_is_refused_by_name(tmp_path
             main(["--out", str(tmp_path / "never"), "--ce-weight", bad, "--data", str(tmp_path / "no-such-folder")])
         assert f"--ce-weight must be a finite number >= 0, got {float(bad)}" in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
+
+
+def test_answer_tokens_cut_chat_windows_after_their_answers_first_tokens(tmp_path, capsys):
+    """``--answer-tokens N``: a chat window (its answer's start known) is trained on its prompt and the first N tokens
+    of its answer; a window whose answer's start is not known (code, text) stays whole; N < 1 is refused by name."""
+    from minispec.recipes.train_eagle_ttt import answer_cut, main, rows_of
+
+    data = dict(tokens=[np.arange(20), np.arange(20), np.arange(6)], feats=[np.ones((20, 4)), np.ones((20, 4)),
+                                                                          np.ones((6, 4))],
+                answer_start=np.array([5, -1, 2]))
+    assert answer_cut(data, None) is None
+    cut = answer_cut(data, 3)
+    assert cut.tolist() == [8, 20, 5]
+    toks, feats, lens, lm = rows_of(data, np.array([0, 1, 2]), 16, cut)
+    assert lens.tolist() == [8, 16, 5] and toks[0, 8:].sum() == 0 and feats[0, 8:].sum() == 0 and lm is None
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "never"), "--answer-tokens", "0", "--data", str(tmp_path / "none")])
+    assert "--answer-tokens must be at least 1, got 0" in capsys.readouterr().err

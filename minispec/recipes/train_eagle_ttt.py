@@ -262,20 +262,29 @@ def chat_marker(target_dir) -> list[int] | None:
     return tok.encode("<|im_start|>assistant\n") if tok.token_to_id("<|im_start|>") is not None else None
 
 
-def rows_of(data, rows, seq):
+def rows_of(data, rows, seq, cut=None):
     """Right-padded: tokens [B, seq] int64, top features [B, seq, D] float32, lengths [B], and the lower layers'
-    outputs l, m [B, seq, 2D] float32 (None where ``data`` has none)."""
+    outputs l, m [B, seq, 2D] float32 (None where ``data`` has none). ``cut``: each window's length at most, by its
+    index (``answer_cut``)."""
     D = data["feats"][0].shape[1]
     toks = np.zeros((len(rows), seq), np.int64)
     feats = np.zeros((len(rows), seq, D), np.float32)
     lens = np.zeros(len(rows), np.int64)
     lm = None if data.get("lm") is None else np.zeros((len(rows), seq, 2 * D), np.float32)
     for b, r in enumerate(rows):
-        t = data["tokens"][r][:seq]
+        t = data["tokens"][r][: seq if cut is None else min(seq, cut[r])]
         toks[b, : len(t)], feats[b, : len(t)], lens[b] = t, data["feats"][r][: len(t)], len(t)
         if lm is not None:
             lm[b, : len(t)] = data["lm"][r][: len(t)]
     return toks, feats, lens, lm
+
+
+def answer_cut(data, answer_tokens: int | None) -> np.ndarray | None:
+    """``--answer-tokens``: each window's length at most, its prompt and the first ``answer_tokens`` of its answer
+    where the answer's start is known (chat), else the whole window; None without it."""
+    if not answer_tokens:
+        return None
+    return np.array([s + answer_tokens if s >= 0 else len(t) for s, t in zip(data["answer_start"], data["tokens"])])
 
 
 def evaluate(head, E, ids, data, rows, seq, steps, dims, torch) -> dict:
@@ -346,6 +355,9 @@ def parser() -> argparse.ArgumentParser:
                         "zero, so that --init from a head without them starts where that head is")
     p.add_argument("--extra-intermediate", type=int, default=None,
                    help="the MLP width of the extra layers (default: the target's)")
+    p.add_argument("--answer-tokens", type=int, default=None,
+                   help="train on each chat window's prompt and the first N tokens of its answer only (default: the "
+                        "whole window); the held-out windows are evaluated whole")
     return p
 
 
@@ -359,6 +371,8 @@ def main(argv=None) -> int:
     if args.extra_layers < 0 or (args.extra_intermediate is not None and args.extra_intermediate < 1):
         p.error(f"--extra-layers must be 0 or more and --extra-intermediate at least 1, got {args.extra_layers} and "
                 f"{args.extra_intermediate}")
+    if args.answer_tokens is not None and args.answer_tokens < 1:
+        p.error(f"--answer-tokens must be at least 1, got {args.answer_tokens}")
     if args.extra_intermediate is not None and not args.extra_layers:
         p.error("--extra-intermediate sets the width of --extra-layers: give both")
     from .training import begin
@@ -425,8 +439,10 @@ def main(argv=None) -> int:
     greedy = np.flatnonzero([k.endswith("greedy") for k in data["kind"]])
     if same_prompt:
         log(f"{len(same_prompt)} windows left out of training: their prompt is a held-out window's")
+    cut = answer_cut(data, args.answer_tokens)  # training windows cut after their answer's first tokens, or None
+    length = lambda r: len(data["tokens"][r]) if cut is None else min(len(data["tokens"][r]), int(cut[r]))  # noqa: E731
     if args.max_tokens:
-        cum = np.cumsum([len(data["tokens"][r]) for r in rows])
+        cum = np.cumsum([length(r) for r in rows])
         rows = rows[: int(np.searchsorted(cum, args.max_tokens)) + 1]
     V, D = cfg.vocab_size, cfg.hidden_size
     eos = [0, 2]  # <|endoftext|> and <|im_end|>: always proposable
@@ -435,7 +451,7 @@ def main(argv=None) -> int:
     E = torch.from_numpy(np.asarray(embed, np.float32))  # [V, D]: the tied LM head
     W_r = E[torch.from_numpy(freq)]
     rms = float(np.sqrt(np.mean(np.concatenate([np.asarray(data["feats"][r], np.float32) for r in rows[:200]]) ** 2)))
-    n_tokens = int(sum(len(data["tokens"][r]) for r in rows))
+    n_tokens = int(sum(length(r) for r in rows))
     steps = int(args.epochs * n_tokens / (args.batch * args.seq * 0.85))
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     depths = max(args.unroll, 4)  # steps trained, and depths evaluated (at least 4)
@@ -445,7 +461,8 @@ def main(argv=None) -> int:
         f"eagle-train-s{args.seed}-u{args.unroll}-e{args.epochs:g}-t{n_tokens}-v{args.vocab}-b{args.batch}x{args.seq}"
         + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else "")
         + (f"-ce{args.ce_weight:g}" if args.ce_weight != 0.1 else "")
-        + (f"-x{args.extra_layers}w{extra_width}" if args.extra_layers else ""))
+        + (f"-x{args.extra_layers}w{extra_width}" if args.extra_layers else "")
+        + (f"-a{args.answer_tokens}" if args.answer_tokens else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -453,24 +470,23 @@ def main(argv=None) -> int:
     ckpt = run_dir / "checkpoint.pt"
     state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=named,
                  precision=args.precision, lower_layers=args.lower_layers, ce_weight=args.ce_weight,
-                 extra=[args.extra_layers, extra_width])
+                 extra=[args.extra_layers, extra_width], answer_tokens=args.answer_tokens)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         state = saved["state"]
-        if state.get("steps") != steps or state.get("data_tokens") != n_tokens or \
-                state.get("folders", named) != named or \
-                state.get("precision", "float32") != args.precision or state.get("lower_layers", False) != args.lower_layers \
-                or state.get("ce_weight", 0.1) != args.ce_weight or state.get("extra", [0, None]) != [args.extra_layers, extra_width]:
-            was_extra, extra = state.get("extra", [0, None]), [args.extra_layers, extra_width]
-            log(f"error: {ckpt} is a run of {state.get('steps')} steps over {state.get('data_tokens')} tokens of "
-                f"{state.get('folders')} in {state.get('precision', 'float32')}"
-                f"{' with --lower-layers' if state.get('lower_layers') else ''} at --ce-weight {state.get('ce_weight', 0.1):g}"
-                f"{f', {was_extra[0]} extra layers of width {was_extra[1]}' if was_extra[0] else ''}, "
-                f"this one would be {steps} over {n_tokens} of {named} in {args.precision}"
-                f"{' with --lower-layers' if args.lower_layers else ''} at --ce-weight {args.ce_weight:g}"
-                f"{f', {extra[0]} extra layers of width {extra[1]}' if extra[0] else ''}: pass another "
-                "--run-dir, or the same "
-                "settings and data (folders in the same order) to resume")
+        was = dict(steps=state.get("steps"), tokens=state.get("data_tokens"), folders=state.get("folders", named),
+                   precision=state.get("precision", "float32"), lower=state.get("lower_layers", False),
+                   ce=state.get("ce_weight", 0.1), extra=state.get("extra", [0, None]), cut=state.get("answer_tokens"))
+        now = dict(steps=steps, tokens=n_tokens, folders=named, precision=args.precision, lower=args.lower_layers,
+                   ce=args.ce_weight, extra=[args.extra_layers, extra_width], cut=args.answer_tokens)
+        if was != now:
+            def settings(r):  # -> the run's settings in words
+                return (f"{r['steps']} steps over {r['tokens']} tokens of {r['folders']} in {r['precision']}"
+                        f"{' with --lower-layers' if r['lower'] else ''} at --ce-weight {r['ce']:g}"
+                        + (f", {r['extra'][0]} extra layers of width {r['extra'][1]}" if r["extra"][0] else "")
+                        + (f", chat answers cut after {r['cut']} tokens" if r["cut"] else ""))
+            log(f"error: {ckpt} is a run of {settings(was)}, this one would be {settings(now)}: pass another --run-dir, "
+                "or the same settings and data (folders in the same order) to resume")
             return 2
         head.load_state_dict(saved["head"])  # after the check: another run's head may not even have the same arrays
         opt.load_state_dict(saved["opt"])
@@ -492,7 +508,7 @@ def main(argv=None) -> int:
         s = state["step"]
         rng = np.random.default_rng((args.seed, s))  # keyed by the step: a resumed run draws the same batches
         batch = rows[rng.integers(0, len(rows), args.batch)]
-        toks, feats, lens, lm = (x if x is None else torch.from_numpy(x) for x in rows_of(data, batch, args.seq))
+        toks, feats, lens, lm = (x if x is None else torch.from_numpy(x) for x in rows_of(data, batch, args.seq, cut))
         torch.manual_seed(args.seed * 1_000_003 + s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bfloat16"):
             outs = unrolled(head, E, toks, feats, lens, args.unroll, dims, args.noise * rms, lm)
