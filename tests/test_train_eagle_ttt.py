@@ -386,3 +386,16 @@ def test_answer_tokens_cut_chat_windows_after_their_answers_first_tokens(tmp_pat
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "never"), "--answer-tokens", "0", "--data", str(tmp_path / "none")])
     assert "--answer-tokens must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_answer_tokens_are_refused_where_no_answer_start_is_known(tmp_path, capsys):
+    """A target whose tokenizer has no chat marker gives no window an answer start: --answer-tokens would cut nothing,
+    so it is refused by name before training."""
+    from minispec.recipes import train_eagle_ttt
+
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    write_shards(tmp_path / "a", load_model(target_dir), n_shards=2)
+    assert train_eagle_ttt.main(["--target", str(target_dir), "--data", str(tmp_path / "a"), "--out", str(tmp_path / "h"),
+                                 "--run-dir", str(tmp_path / "run"), "--answer-tokens", "8", "--threads", "1"]) == 2
+    assert "no window here has a known answer start" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()

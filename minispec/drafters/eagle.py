@@ -139,7 +139,8 @@ class Eagle:
         self.kernel = target.kernel  # its matrices are packed for the target's kernel, and run on it
         self.w_fc, self.b_fc = mat(tensors["w_fc"]), dev(tensors["b_fc"])  # [2D, D], [D]
         self.lower_layers = tuple(int(i) for i in lower_layers)  # a, b: l and m are their outputs; () for none
-        self.extra_intermediate = extra_intermediate if len(extra) else None  # the MLP width of layers.{i}.
+        self.extra_intermediate = extra_intermediate if len(extra) else None  # the MLP width of layers.{i}. (None:
+        # the target's, or no such layers)
         self.w_lower = mat(tensors["w_lower"]) if lower_layers else None  # [2D, D]: W_lower
         self.layers = [LayerWeights(attn_norm=dev(tensors[p + "attn_norm"]), w_qkv=mat(tensors[p + "w_qkv"]), b_qkv=None,
                                     w_o=mat(tensors[p + "w_o"]), mlp_norm=dev(tensors[p + "mlp_norm"]),
