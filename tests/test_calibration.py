@@ -87,14 +87,30 @@ def fresh_process(monkeypatch):
     monkeypatch.setattr(calibration, "_MEMORY", {})
 
 
+@pytest.mark.parametrize("busy, says", [(2.0, "(t(1) stored 10.00 ms, a probe now 20.00 ms): the machine is busy now;"),
+                                        (0.1, "(t(1) stored 10.00 ms, a probe now 20.00 ms), not from load (other "
+                                              "processes kept 0.10 CPUs busy);"),
+                                        (None, "(t(1) stored 10.00 ms, a probe now 20.00 ms); the stored figures stand")])
+def test_a_slower_probe_is_put_down_to_load_only_where_other_processes_keep_the_machine_busy(monkeypatch, busy, says):
+    """A probe slower than the stored figures leaves them as they are; its note blames load only where other processes
+    keep more than calibration.BUSY CPUs busy, says so where they do not, and names no cause where it cannot be read."""
+    monkeypatch.setattr(calibration.threads, "others_busy", lambda *a, **k: busy)
+    stored = calibration.Calibration("t(n) of m", {1: 0.010, 2: 0.012})
+    cal = calibration.reconcile(stored, {1: 0.020})
+    assert cal.times == stored.times
+    assert len(cal.notes) == 1 and says in cal.notes[0], cal.notes
+
+
 @pytest.mark.parametrize("stored", ["honest", "corrupted"])
 def test_a_corrupted_calibration_does_not_make_auto_draft_where_drafting_cannot_pay(machine, monkeypatch, stored):
     """t(1) inflated, so that verification looks nearly free (r(9) = 1.8), and a guess that looks three times
     cheaper than it is: physically plausible, so only the probe can tell. Drafting would pay on those figures;
     it cannot on this machine. The probe runs faster than the stored t(n): they are scaled down to it. It runs slower
     than the stored guess: load only ever slows a pass, so the stored guess stands, and the note says the machine
-    looks busy. The control: the honest calibration gives the same choice, K = 0, with no note."""
+    looks busy (other processes keep it busy here). The control: the honest calibration gives the same choice, K = 0,
+    with no note."""
     target, draft, clock, store = machine
+    monkeypatch.setattr(calibration.threads, "others_busy", lambda *a, **k: 2.0)
     drafter = DraftModel(draft)
     auto_k(target, drafter)  # measured and stored
     measured = clock.calls["target"]

@@ -14,7 +14,8 @@ ever slows a pass: interference is one-sided. So a calibration is:
     reused     once per process, after the physics checks and one cheap probe (a few passes of 1 and of n_max
                tokens; one proposal of the drafter): ``reconcile``. A probe faster than the stored figures by more
                than TOLERANCE says they were measured on a busy machine: they are scaled down to it. A slower probe
-               says the machine is busy now: the stored figures stand, and a run that may follow its clock corrects
+               leaves the stored figures as they are (its note says whether other processes keep the machine
+               busy now, or not: then something else slowed it), and a run that may follow its clock corrects
                them from its own rounds (auto_k.py). Nothing is measured at length again unless the stored figures
                break physics, or ``minispec calibrate`` asks (``fresh``)
 
@@ -42,6 +43,7 @@ REPEATS = 7  # interleaved repeats of a calibration: the median of 7 moves only 
 TRIES = 2  # measurements of a calibration that fails a physical check before the last one is repaired
 NOISE = 0.15  # the slack of a physical check: t(n+1) >= (1 - NOISE) t(n) and r(n) <= (1 + NOISE) n
 TOLERANCE = 0.30  # a probe faster than a stored figure by more than this, relatively, scales it down (reconcile)
+BUSY = 0.5  # CPUs other processes keep busy, above which a slower probe is put down to load (reconcile)
 
 __all__ = ["Calibration", "Store", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory",
            "is_key_of", "notes_of", "reconcile", "attached_store", "use_store"]
@@ -185,8 +187,11 @@ def reconcile(stored: Calibration, probed: dict) -> Calibration:
         cal = Calibration(stored.what, dict(stored.times), stored.measured_at, stored.load, list(stored.notes), "stored")
         slow = [k for k, r in ratios.items() if r > 1 + TOLERANCE]
         if slow:
-            cal.notes.append(f"a probe ran slower ({said(slow[0], stored.times[slow[0]], probed[slow[0]])}): the "
-                             "machine is busy now; the stored figures stand")
+            busy = threads.others_busy()  # CPUs other processes keep busy now: is load the cause?
+            why = ("" if busy is None else ": the machine is busy now" if busy > BUSY else
+                   f", not from load (other processes kept {busy:.2f} CPUs busy)")
+            cal.notes.append(f"a probe ran slower ({said(slow[0], stored.times[slow[0]], probed[slow[0]])}){why}; the "
+                             "stored figures stand")
         return cal
     ns = sorted(k for k in ratios if isinstance(k, int))
     low = min(ratios.values())
