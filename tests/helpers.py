@@ -192,3 +192,14 @@ class ToyTokenizer:
 
     def apply_chat_template(self, messages):
         return "U:" + messages[0]["content"]
+
+
+def assert_chain_is_unrolled(eagle, ids, true_feats, outs, steps: int, atol: float) -> None:
+    """The NumPy head's chain after the context x_0..x_{j+1} (its true entries 0..j from ``true_feats``, then its own
+    predicted features) equals train_eagle_ttt's ``unrolled`` step i at position j (``outs``), for a few j."""
+    for j in (0, 4, 7):
+        f = eagle.head(ids[1: j + 2], true_feats[: j + 1], 0)[-1:]  # f^_{j+1}, from the true context
+        for i in range(steps):
+            if i:
+                f = eagle.head(ids[j + 1 + i: j + 2 + i], f, j + i)  # the chain: its own last prediction in
+            assert np.allclose(f[0], outs[i][0][0, j].numpy(), atol=atol), (j, i)

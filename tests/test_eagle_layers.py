@@ -16,7 +16,7 @@ from minispec.model.safetensors_io import read_safetensors, write_safetensors
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
-from .helpers import write_random_eagle
+from .helpers import assert_chain_is_unrolled, write_random_eagle
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +57,7 @@ def test_the_numpy_head_with_extra_layers_computes_the_training_time_test(target
                         (c.num_heads, c.num_kv_heads, c.head_dim))
         one = head(torch.from_numpy(np.asarray(target.embed)[ids[1:]][None]), torch.from_numpy(feats[None, :-1]))[0]
     np.testing.assert_allclose(one.numpy(), outs[0][0][0].numpy(), atol=1e-4)  # step 0 is the head's forward
-    for j in (0, 4, 7):
-        f = eagle.head(ids[1: j + 2], feats[: j + 1], 0)[-1:]  # f^_{j+1}, from the true context
-        for i in range(steps):
-            if i:
-                f = eagle.head(ids[j + 1 + i: j + 2 + i], f, j + i)  # the chain: its own last prediction in
-            assert np.allclose(f[0], outs[i][0][0, j].numpy(), atol=1e-4), (j, i)
+    assert_chain_is_unrolled(eagle, ids, feats, outs, steps, atol=1e-4)
 
 
 def test_a_head_started_from_a_one_layer_head_is_that_head():

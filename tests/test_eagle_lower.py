@@ -18,7 +18,7 @@ from minispec.model.tiny import tiny_config, write_random_model
 from minispec.model.transformer import Model, rms_norm
 from minispec.speculative import speculative_generate, tree_speculative_generate
 
-from .helpers import write_random_eagle
+from .helpers import assert_chain_is_unrolled, write_random_eagle
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +100,7 @@ def test_the_numpy_head_with_lower_layers_computes_the_training_time_test(target
                          steps, dims)
     assert not np.allclose(outs[0][0].numpy(), plain[0][0].numpy(), atol=1e-2)  # the lower layers matter here
     eagle.see_features(ids[: L - 1].tolist(), rows[: L - 1])
-    for j in (0, 4, 7):
-        f = eagle.head(ids[1: j + 2], eagle.feats[: j + 1], 0)[-1:]  # f^_{j+1}, from the true context (g rows)
-        for i in range(steps):
-            if i:
-                f = eagle.head(ids[j + 1 + i: j + 2 + i], f, j + i)  # the chain: its own last prediction in
-            assert np.allclose(f[0], outs[i][0][0, j].numpy(), atol=1e-3), (j, i)
+    assert_chain_is_unrolled(eagle, ids, eagle.feats, outs, steps, atol=1e-3)  # true context: g rows
 
 
 def test_a_head_started_from_one_without_lower_layers_is_that_head():
