@@ -1,7 +1,7 @@
 """Acceptance by depth of EAGLE heads on the target's own greedy answers to ``minispec/data``'s prompts, teacher-forced.
 
     python -m minispec.recipes.eagle_answers weights/eagle-smollm2-135m ~/.cache/minispec/my-head [--json F]
-        [--sets code,chat] [--prompts N] [--tokens 96] [--vocab N]
+        [--sets code,chat] [--prompts N] [--tokens 96] [--vocab N] [--windows DIR[:N]]
 
 The target (transformers, float32) answers each prompt of the ``--sets`` greedily (the first ``--prompts`` of each;
 chat and grounded prompts in the chat template), ``--tokens`` new tokens, and its top features are read from those
@@ -15,9 +15,17 @@ This is the held-out figure's twin on prompts written by other hands: the same r
 Also reported: how often the target's greedy token is one the reduced head can propose at all (``in_reduced_vocab``,
 at the chains' first guesses), and the first guesses by the head's confidence (``first_by_confidence``: its top
 probability over the reduced head, in tenths, as eagle.py's ``context`` labels a round: how many first guesses fell
-in each tenth, and the share equal to the target's greedy token). ``--vocab N`` re-cuts the reduced head to the N
+in each tenth, and the share equal to the target's greedy token), and by where in the answer they fall
+(``first_by_position``: spans of the answer position of the guessed token, 2-8, 9-16, 17-32, ...). ``--vocab N`` re-cuts the reduced head to the N
 most frequent tokens of the head's training data (its token_frequency_order.json) instead of the shipped list, to
 see what a larger one would keep.
+
+``--windows DIR`` adds the same figures on stored windows, the greedy chat windows of a shard folder of
+``eagle_data.py`` (DIR:N its shards 0 to N - 1, DIR:A-B its shards A to B - 1), teacher-forced on the features the
+folder stores, apart by where each window's request came from (``eagle_data.request_source``: a template, a
+standard-library function, or the target's own, ``asked``). A folder no head here was trained on is held out for
+them all: beside ``minispec/data``'s answers, it tells prompts unlike the training data's from answers that are hard
+anywhere.
 
 It is not the loop's acceptance (``minispec bench eagle --acceptance-only``), where a round starts only after a
 rejection or a full chain, so its first guesses fall on other positions.
@@ -38,6 +46,7 @@ from .eagle_data import LOW, MID
 from .eval_overlap import MINISPEC_DATA
 
 SETS = ("code", "chat", "grounded")
+POSITION_EDGES = (2, 9, 17, 33, 65, 97, 129, 193, 257, None)  # first_by_position's spans: [2, 8], ..., [257, end]
 
 
 def data_prompts(name: str, tok, limit: int | None) -> list[list[int]]:
@@ -55,6 +64,9 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
     head that reads them."""
     from .train_eagle_ttt import unrolled
     hit, alive, covered = np.zeros(depths), np.zeros(depths), 0
+    longest = max((len(s) for s in seqs), default=0)
+    spans = [(a, b or longest + 2) for a, b in zip(POSITION_EDGES, POSITION_EDGES[1:]) if a < longest]  # [lo, hi)
+    span_kept, span_all = np.zeros(len(spans)), np.zeros(len(spans))  # first guesses by their answer position
     tenth_kept, tenth_all = np.zeros(TENTHS), np.zeros(TENTHS)  # first guesses by the head's confidence, in tenths
     tensor = lambda a: torch.from_numpy(np.asarray(a, np.float32))[None]  # noqa: E731  [1, len, ...]
     for w, (p, s, f) in enumerate(zip(prompts, seqs, feats)):
@@ -75,6 +87,11 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
             alive[i] += int((looked & answer).sum())
             if i == 0:
                 covered += int(torch.isin(want[looked & answer], ids).sum())
+                k = j - len(p) + 3  # [1, L-1]: the answer position (1 = its first token) of the first guess x_{j+2}
+                for b, (lo, hi) in enumerate(spans):
+                    inside = looked & answer & (k >= lo) & (k < hi)
+                    span_all[b] += int(inside.sum())
+                    span_kept[b] += int((right & inside).sum())
                 tenth = (TENTHS * torch.softmax(logits, -1).max(-1).values).long().clamp(max=TENTHS - 1)  # [1, L-1]: the label
                 for t in range(TENTHS):
                     tenth_all[t] += int((looked & answer & (tenth == t)).sum())
@@ -83,7 +100,23 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
     return dict(greedy=[float(h / a) if a else None for h, a in zip(hit, alive)], positions=[int(a) for a in alive],
                 in_reduced_vocab=float(covered / alive[0]) if alive[0] else None,
                 first_by_confidence=[dict(tenth=t, positions=int(n), greedy=float(k / n) if n else None)
-                                     for t, (k, n) in enumerate(zip(tenth_kept, tenth_all))])
+                                     for t, (k, n) in enumerate(zip(tenth_kept, tenth_all))],
+                first_by_position=[dict(answer_positions=[lo, None if lo == POSITION_EDGES[-2] else hi - 1], positions=int(n),
+                                        greedy=float(k / n) if n else None)
+                                   for (lo, hi), k, n in zip(spans, span_kept, span_all)])
+
+
+def stored_windows(data, tok) -> dict[str, list[int]]:
+    """The greedy chat windows of ``load_shards``' ``data`` (those with an answer start), by where their request came
+    from (``eagle_data.request_source``) -> {source: window numbers}, sources in a fixed order, empty ones left out."""
+    from .eagle_data import request_source
+    out = {"template": [], "stdlib": [], "asked": []}
+    for w, (kind, start) in enumerate(zip(data["kind"], data["answer_start"])):
+        if kind == "chat-greedy" and start > 0:
+            text = tok.decode(data["tokens"][w][:start].tolist())  # the prompt in its chat template
+            request = text.rsplit("<|im_start|>user\n", 1)[-1].rsplit("<|im_end|>", 1)[0].strip()
+            out[request_source(request)].append(w)
+    return {k: v for k, v in out.items() if v}
 
 
 def lower_layers(head_dir) -> list | None:
@@ -105,6 +138,10 @@ def main(argv=None) -> int:
                    help="re-cut each reduced head to the N most frequent tokens of its training data")
     p.add_argument("--depths", type=int, default=4, help="guesses in a chain (default 4)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--windows", default=None, metavar="DIR[:N]",
+                   help="also the greedy chat windows of this shard folder (eagle_data.py), on their stored features, "
+                        "apart by where each request came from; DIR:N its shards 0 to N - 1, DIR:A-B shards A to B - 1 "
+                        "(held out only where no head here was trained on them)")
     p.add_argument("--json", default=None, help="also write the figures, with their provenance, to this file")
     args = p.parse_args(argv)
     if args.tokens < 2 or args.depths < 1 or (args.prompts is not None and args.prompts < 1) or \
@@ -121,6 +158,14 @@ def main(argv=None) -> int:
         if lower_layers(h) not in (None, [LOW, MID]):
             p.error(f"{h}: reads layers {lower_layers(h)}; the target's passes here give layers {LOW} and {MID} "
                     "(eagle_data.py's LOW and MID)")
+    if args.windows:
+        from .train_eagle_ttt import data_folder
+        try:
+            folder, shards = data_folder(args.windows)
+        except ValueError as e:
+            p.error(str(e).replace("--data", "--windows"))
+        if not folder.is_dir():
+            p.error(f"--windows {args.windows}: {folder} is not a folder of shards")
     from .training import import_torch
     torch = import_torch()
     if torch is None:
@@ -149,9 +194,23 @@ def main(argv=None) -> int:
         answers[name] = (prompts, seqs, [f and f["top"] for f in feats])
         lms[name] = [f and np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
         print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
+    if args.windows:
+        from .train_eagle_ttt import chat_marker, load_shards
+        data = load_shards(folder, lambda m: print(m, file=sys.stderr), chat_marker(target_dir), with_lower=True,
+                           shards=shards)
+        groups = stored_windows(data, tok)
+        if not groups:
+            print(f"--windows {args.windows}: no greedy chat window with a known answer start", file=sys.stderr)
+            return 2
+        for source, rows in groups.items():
+            name = f"windows:{source}"
+            answers[name] = ([data["tokens"][w][: data["answer_start"][w]].tolist() for w in rows],
+                             [data["tokens"][w].tolist() for w in rows], [data["feats"][w] for w in rows])
+            lms[name] = [data["lm"][w] for w in rows]
     out = dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
                     "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
-               tokens=args.tokens, prompts={name: len(a[0]) for name, a in answers.items()}, vocab=args.vocab, heads={},
+               tokens=args.tokens, prompts={name: len(a[0]) for name, a in answers.items()}, vocab=args.vocab,
+               windows=args.windows, heads={},
                provenance=provenance(argv, p.prog))
     for h in args.heads:
         frequent = sorted(json.loads((Path(h) / "token_frequency_order.json").read_text())[: args.vocab]) if args.vocab \
@@ -166,13 +225,16 @@ def main(argv=None) -> int:
         load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
         head.eval()
         out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch,
-                                                   lm=lms[name] if reads_lower else None) for name in sets}
+                                                   lm=lms[name] if reads_lower else None) for name in answers}
         for name, r in out["heads"][h].items():
             print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
                   + f" ({r['positions'][0]} chains; the target's token in the reduced head at "
                   + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + "); by confidence "
                   + " ".join(f"[{b['tenth'] / TENTHS:.1f}, {(b['tenth'] + 1) / TENTHS:.1f}) {b['greedy']:.2f} of {b['positions']}"
-                             for b in r["first_by_confidence"] if b["positions"]))
+                             for b in r["first_by_confidence"] if b["positions"])
+                  + "; by answer position " + " ".join(f"{b['answer_positions'][0]}-{b['answer_positions'][1] or ''} "
+                                                      f"{b['greedy']:.2f} of {b['positions']}"
+                                                      for b in r["first_by_position"] if b["positions"]))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -166,6 +166,24 @@ def functions(files, rng, tries: int = 50):
     return None
 
 
+STDLIB_REQUESTS = ("Write a Python function `", "Explain what this Python function does:")  # chat_instruction's
+STAND_IN = "Write a Python function that adds two numbers."  # chat_instruction's, where it finds no function
+
+
+def request_source(request: str) -> str:
+    """Where a chat window's request came from: "stdlib" (built from a standard-library function,
+    ``chat_instruction``), "template" (a template of ``all_templates`` filled with any words), or "asked" (the
+    target's own, ``--asked``; or anything else)."""
+    import re
+    if request.startswith(STDLIB_REQUESTS) or request == STAND_IN:
+        return "stdlib"
+    for t in all_templates():
+        before, _, after = t.partition("{t}")
+        if re.fullmatch(re.escape(before) + ".+" + re.escape(after), request, flags=re.DOTALL):
+            return "template"
+    return "asked"
+
+
 def chat_instruction(files, rng) -> str:
     """One instruction: template x topic (half the time), or a request built from a standard-library function."""
     if rng.random() < 0.5:
@@ -173,11 +191,11 @@ def chat_instruction(files, rng) -> str:
         return templates[rng.integers(len(templates))].format(t=topics[rng.integers(len(topics))])
     f = functions(files, rng)
     if f is None:
-        return "Write a Python function that adds two numbers."
+        return STAND_IN
     body, head, doc = f
     if rng.random() < 0.5:
-        return f"Write a Python function `{head.removeprefix('def ')}` that does this: {doc}"
-    return "Explain what this Python function does:\n```python\n" + "\n".join(body[:15]) + "\n```"
+        return f"{STDLIB_REQUESTS[0]}{head.removeprefix('def ')}` that does this: {doc}"
+    return f"{STDLIB_REQUESTS[1]}\n```python\n" + "\n".join(body[:15]) + "\n```"
 
 
 def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot") -> list[str | None]:
