@@ -256,6 +256,41 @@ def test_the_ask_wording_reaches_the_target_and_the_settings(tmp_path, monkeypat
     assert json.loads((out / "settings.json").read_text())["ask_wording"] == "person"
 
 
+def test_own_subjects_are_named_by_the_target_and_reach_its_requests(tmp_path, monkeypatch):
+    """--ask-subjects own: the target first names a thing of each listed subject, and the request is asked about
+    what it named; a name of more than 8 words leaves the listed subject; the folder records it; without --asked it
+    is refused."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    named, asked = [], []
+    names = iter(['"Sourdough starters."', "a " + "very " * 8 + "long name"])
+
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
+        if temperature == 1.0 and top_p == 0.9:  # naming a thing
+            named.extend(tok.decode(p) for p in prompts)
+            return [p + tok.encode(next(names)) for p in prompts], None
+        if temperature != 1.0:  # writing a request
+            asked.extend(tok.decode(p) for p in prompts)
+            return [p + tok.encode('"How do I keep basil alive on a windowsill in winter?"') for p in prompts], None
+        return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
+
+    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    out = tmp_path / "data"
+    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
+           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    assert eagle_data.main([*run, "--ask-subjects", "own"]) == 2  # no --asked
+    assert eagle_data.main([*run, "--asked", "0.5", "--ask-subjects", "own"]) == 0
+    assert len(named) == 2 and all("Name one specific" in n for n in named)
+    assert len(asked) == 2 and "about Sourdough starters that a user" in asked[0]  # quotes and full stop dropped
+    subjects = eagle_data.all_topics() + eagle_data.SUBJECTS  # the second name is too long: a listed subject stays
+    assert "very very" not in asked[1] and any(f" about {t} that a user" in asked[1] for t in subjects)
+    assert json.loads((out / "settings.json").read_text())["ask_subjects"] == "own"
+    assert eagle_data.main([*run, "--asked", "0.5"]) == 2  # the folder's settings are refused to a run without it
+
+
 @pytest.mark.parametrize("reply, body, head", [
     ('Sure:\n```python\ndef area(w, h):\n    """\n    The area of a rectangle.\n\n    Args: w, h\n    """\n    return w * h\n'
      '    # done\n```\nExample: area(2, 3)', 1, 'def area(w, h):\n    """The area of a rectangle."""\n    return w * h\n'),

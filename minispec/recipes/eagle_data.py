@@ -36,7 +36,9 @@ counts the heads kept; the manifest's ``asked_requests`` adds up chat requests a
 each chat shard's prompts the target is asked to write the request itself (self-instruct, Wang et al. 2023, arXiv
 2212.10560): asked for a request of some style about some subject, it writes one (``--ask-wording`` chooses how it
 is asked: ``chatbot``, "... that a user could ask a chatbot", the first folders' wording, led about one chat prompt in
-seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"). What it writes is replaced by a
+seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"; ``--ask-subjects own``
+first asks it to name one specific thing of a listed subject, and asks for the request about what it named, so that
+the requests are about more things than the lists hold). What it writes is replaced by a
 template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
 ``asked``: how many are). Template x topic prompts repeat
 their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
@@ -113,6 +115,11 @@ ASK_WORDINGS = {  # --ask-wording: what the target is asked, to write a chat req
     "person": "Write one {style} about {subject}, as a person would ask it. Only write the request itself, in one "
               "sentence.",
 }
+THING_KINDS = [  # --ask-subjects own: what the target is asked to name, of a listed subject
+    "thing", "place", "activity", "skill", "problem", "tool", "event", "idea", "food", "object", "question",
+    "person's job", "habit", "machine", "material", "animal or plant", "game", "custom", "mistake", "plan",
+]
+NAME_WORDING = "Name one specific {kind} to do with {subject}. Only write its name, in a few words."
 SUBJECTS = [
     "cooking", "travel", "health", "history", "science", "money", "friendship", "pets", "sports", "music", "movies",
     "the weather", "cars", "home repair", "school", "work", "programming", "mathematics", "geography", "art", "books",
@@ -198,19 +205,43 @@ def chat_instruction(files, rng) -> str:
     return f"{STDLIB_REQUESTS[1]}\n```python\n" + "\n".join(body[:15]) + "\n```"
 
 
-def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot") -> list[str | None]:
+def first_text(reply: str) -> str:
+    """What a reply names or writes: the text between its first pair of double quotes (it answers 'A user might ask:
+    "..."'), else its first line, stripped."""
+    quoted = reply.split('"')
+    return (quoted[1] if len(quoted) >= 3 else reply.strip().split("\n")[0]).strip()
+
+
+def own_subjects(target, tok, subjects: list[str], rng, seed: int, overlap) -> list[str]:
+    """``--ask-subjects own``: for each listed subject, one specific thing of it that the target names
+    (``NAME_WORDING``, a kind from ``THING_KINDS``, at T = 1 and top-p 0.9), its trailing full stop dropped; the
+    listed subject stays where the name is not 1 to 8 words or holds a short evaluation prompt."""
+    metas = [NAME_WORDING.format(kind=THING_KINDS[rng.integers(len(THING_KINDS))], subject=s) for s in subjects]
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": m}])) for m in metas]
+    out = []
+    for s, p, seq in zip(subjects, prompts, generate(target, tok, prompts, 16, False, seed, top_p=0.9)[0]):
+        name = first_text(tok.decode([t for t in seq[len(p):] if t not in tok.eos_ids])).rstrip(".")
+        out.append(name if 1 <= len(name.split()) <= 8 and not overlap.holds_short(name) else s)
+    return out
+
+
+def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot",
+                       own: bool = False) -> list[str | None]:
     """n requests the target writes itself (the module docstring's ``--asked``), asked in ``ASK_WORDINGS[wording]``
-    at T = 0.6 and top-p 0.9: the text between its first pair of double quotes (it answers 'A user might ask:
-    "..."'), else its first line; None where that is not 3 to 40 words, or holds a short evaluation prompt."""
+    at T = 0.6 and top-p 0.9 about a listed subject (``own``: about one the target names first, ``own_subjects``):
+    ``first_text`` of its reply; None where that is not 3 to 40 words, or holds a short evaluation prompt."""
     subjects = all_topics() + SUBJECTS
-    metas = [ASK_WORDINGS[wording].format(style=ASK_STYLES[rng.integers(len(ASK_STYLES))],
-                                          subject=subjects[rng.integers(len(subjects))]) for _ in range(n)]
+    styles, chosen = [], []
+    for _ in range(n):  # (drawn in this order, style then subject, as before --ask-subjects: the same requests)
+        styles.append(ASK_STYLES[rng.integers(len(ASK_STYLES))])
+        chosen.append(subjects[rng.integers(len(subjects))])
+    if own:
+        chosen = own_subjects(target, tok, chosen, rng, seed + 25_000, overlap)
+    metas = [ASK_WORDINGS[wording].format(style=style, subject=subject) for style, subject in zip(styles, chosen)]
     prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": m}])) for m in metas]
     out = []
     for p, s in zip(prompts, generate(target, tok, prompts, 48, False, seed, temperature=0.6, top_p=0.9)[0]):
-        text = tok.decode([t for t in s[len(p):] if t not in tok.eos_ids]).strip()
-        quoted = text.split('"')
-        text = (quoted[1] if len(quoted) >= 3 else text.split("\n")[0]).strip()
+        text = first_text(tok.decode([t for t in s[len(p):] if t not in tok.eos_ids]))
         ok = 3 <= len(text.split()) <= 40 and not overlap.holds_short(text)
         out.append(text if ok else None)
     return out
@@ -431,7 +462,8 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
         m = int(round((args.asked if kind.startswith("chat") else args.asked_code) * args.gen_batch))
         if m > 0:
             seed = args.seed * 100_000 + 50_000 + i
-            requests = asked_instructions(target, tok, m, rng, seed, overlap, args.ask_wording) \
+            requests = asked_instructions(target, tok, m, rng, seed, overlap, args.ask_wording,
+                                          args.ask_subjects == "own") \
                 if kind.startswith("chat") else asked_code_heads(target, tok, m, rng, seed, overlap)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         n_asked = sum(r is not None and 8 <= len(tok.encode(r)) <= 160 for r in requests or []) \
@@ -552,6 +584,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ask-wording", choices=sorted(ASK_WORDINGS), default="chatbot",
                    help="with --asked, how the target is asked to write a request (ASK_WORDINGS; default chatbot, "
                         "the first folders')")
+    p.add_argument("--ask-subjects", choices=("lists", "own"), default="lists",
+                   help="with --asked, what a request is about: a subject of the lists (default), or one specific thing "
+                        "of it that the target names first (own)")
     p.add_argument("--asked-code", type=float, default=0.0, metavar="F",
                    help="share of code prompts whose function the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
@@ -589,6 +624,10 @@ def main(argv=None) -> int:
         return 2
     if args.ask_wording != "chatbot" and not args.asked:
         print(f"error: --ask-wording {args.ask_wording} words the requests of --asked, which is 0", file=sys.stderr)
+        return 2
+    if args.ask_subjects != "lists" and not args.asked:
+        print(f"error: --ask-subjects {args.ask_subjects} chooses what the requests of --asked are about, which is 0",
+              file=sys.stderr)
         return 2
     if args.asked and not any(k.startswith("chat") for k in args.kinds):
         print(f"error: --asked {args.asked} needs a chat kind in --kinds ({','.join(args.kinds)})", file=sys.stderr)
@@ -633,6 +672,8 @@ def main(argv=None) -> int:
         shaping["asked_code"] = args.asked_code
     if args.ask_wording != "chatbot":  # (likewise)
         shaping["ask_wording"] = args.ask_wording
+    if args.ask_subjects != "lists":  # (likewise)
+        shaping["ask_subjects"] = args.ask_subjects
     settings = out / "settings.json"
     if settings.exists() and json.loads(settings.read_text()) != shaping:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
