@@ -256,23 +256,24 @@ def test_the_ask_wording_reaches_the_target_and_the_settings(tmp_path, monkeypat
     assert json.loads((out / "settings.json").read_text())["ask_wording"] == "person"
 
 
-def test_own_subjects_are_named_by_the_target_and_reach_its_requests(tmp_path, monkeypatch):
-    """--ask-subjects own: the target first names a thing of each listed subject, and the request is asked about
-    what it named; a name of more than 8 words leaves the listed subject; the folder records it; without --asked it
-    is refused."""
+def test_own_subjects_are_topics_the_target_lists_and_reach_its_requests(tmp_path, monkeypatch):
+    """--ask-subjects own: the target first lists topics of a listed subject, and each request is asked about one of
+    them; where it lists none, the listed subjects stay; the folder records it; without --asked it is refused."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from .helpers import chat_model_dir
 
     target = chat_model_dir(tmp_path / "t")
-    named, asked = [], []
-    names = iter(['"Sourdough starters."', "a " + "very " * 8 + "long name"])
+    listing, asked = [], []
+    replies = iter(["Sure!\n1. **Sourdough starters**: how to feed them\n2) Rye bread\n3. Sourdough starters",
+                    "I like bread."])  # the second shard's list: none
 
     def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
-        if temperature == 1.0 and top_p == 0.9:  # naming a thing
-            named.extend(tok.decode(p) for p in prompts)
-            return [p + tok.encode(next(names)) for p in prompts], None
-        if temperature != 1.0:  # writing a request
+        if temperature == 0.7:  # listing topics
+            listing.extend(tok.decode(p) for p in prompts)
+            reply = next(replies)
+            return [p + tok.encode(reply) for p in prompts], None
+        if temperature == 0.6:  # writing a request
             asked.extend(tok.decode(p) for p in prompts)
             return [p + tok.encode('"How do I keep basil alive on a windowsill in winter?"') for p in prompts], None
         return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
@@ -283,12 +284,16 @@ def test_own_subjects_are_named_by_the_target_and_reach_its_requests(tmp_path, m
            "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
     assert eagle_data.main([*run, "--ask-subjects", "own"]) == 2  # no --asked
     assert eagle_data.main([*run, "--asked", "0.5", "--ask-subjects", "own"]) == 0
-    assert len(named) == 2 and all("Name one specific" in n for n in named)
-    assert len(asked) == 2 and "about Sourdough starters that a user" in asked[0]  # quotes and full stop dropped
-    subjects = eagle_data.all_topics() + eagle_data.SUBJECTS  # the second name is too long: a listed subject stays
-    assert "very very" not in asked[1] and any(f" about {t} that a user" in asked[1] for t in subjects)
+    assert len(listing) == 1 and "List ten specific topics about" in listing[0]  # a quarter of 2 requests: one list
+    assert len(asked) == 2 and all(" about Sourdough starters that a user" in a or " about Rye bread that a user" in a
+                                   for a in asked)
     assert json.loads((out / "settings.json").read_text())["ask_subjects"] == "own"
     assert eagle_data.main([*run, "--asked", "0.5"]) == 2  # the folder's settings are refused to a run without it
+    subjects = eagle_data.all_topics() + eagle_data.SUBJECTS
+    more = str(json.loads((out / "shard-00000.json").read_text())["tokens"] + 1)  # a second shard
+    assert eagle_data.main([*run[:-1], more, "--asked", "0.5", "--ask-subjects", "own"]) == 0
+    assert len(listing) == 2 and len(asked) == 4
+    assert all(any(f" about {t} that a user" in a for t in subjects) for a in asked[2:])  # no list: listed subjects
 
 
 @pytest.mark.parametrize("reply, body, head", [

@@ -37,8 +37,8 @@ each chat shard's prompts the target is asked to write the request itself (self-
 2212.10560): asked for a request of some style about some subject, it writes one (``--ask-wording`` chooses how it
 is asked: ``chatbot``, "... that a user could ask a chatbot", the first folders' wording, led about one chat prompt in
 seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"; ``--ask-subjects own``
-first asks it to name one specific thing of a listed subject, and asks for the request about what it named, so that
-the requests are about more things than the lists hold). What it writes is replaced by a
+first asks it to list topics of a few listed subjects, and asks for each request about one of the topics it listed,
+so that the requests are about more things than the lists here hold). What it writes is replaced by a
 template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
 ``asked``: how many are). Template x topic prompts repeat
 their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
@@ -115,11 +115,7 @@ ASK_WORDINGS = {  # --ask-wording: what the target is asked, to write a chat req
     "person": "Write one {style} about {subject}, as a person would ask it. Only write the request itself, in one "
               "sentence.",
 }
-THING_KINDS = [  # --ask-subjects own: what the target is asked to name, of a listed subject
-    "thing", "place", "activity", "skill", "problem", "tool", "event", "idea", "food", "object", "question",
-    "person's job", "habit", "machine", "material", "animal or plant", "game", "custom", "mistake", "plan",
-]
-NAME_WORDING = "Name one specific {kind} to do with {subject}. Only write its name, in a few words."
+TOPICS_WORDING = "List ten specific topics about {subject}, one per line, a few words each."  # --ask-subjects own
 SUBJECTS = [
     "cooking", "travel", "health", "history", "science", "money", "friendship", "pets", "sports", "music", "movies",
     "the weather", "cars", "home repair", "school", "work", "programming", "mathematics", "geography", "art", "books",
@@ -212,17 +208,31 @@ def first_text(reply: str) -> str:
     return (quoted[1] if len(quoted) >= 3 else reply.strip().split("\n")[0]).strip()
 
 
+def listed_topics(reply: str) -> list[str]:
+    """The items of a numbered list in ``reply`` ("1. Birdsong", "2) **Migration**: ..."), each up to a colon or a
+    dash, of 1 to 6 words, without repeats."""
+    import re
+    items = []
+    for line in reply.splitlines():
+        m = re.match(r"\s*\d+[.)]\s*(.*)", line)
+        item = re.split(r"[:\u2013\u2014]| - ", m.group(1))[0].strip(" *_") if m else ""
+        if 1 <= len(item.split()) <= 6 and item not in items:
+            items.append(item)
+    return items
+
+
 def own_subjects(target, tok, subjects: list[str], rng, seed: int, overlap) -> list[str]:
-    """``--ask-subjects own``: for each listed subject, one specific thing of it that the target names
-    (``NAME_WORDING``, a kind from ``THING_KINDS``, at T = 1 and top-p 0.9), its trailing full stop dropped; the
-    listed subject stays where the name is not 1 to 8 words or holds a short evaluation prompt."""
-    metas = [NAME_WORDING.format(kind=THING_KINDS[rng.integers(len(THING_KINDS))], subject=s) for s in subjects]
-    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": m}])) for m in metas]
-    out = []
-    for s, p, seq in zip(subjects, prompts, generate(target, tok, prompts, 16, False, seed, top_p=0.9)[0]):
-        name = first_text(tok.decode([t for t in seq[len(p):] if t not in tok.eos_ids])).rstrip(".")
-        out.append(name if 1 <= len(name.split()) <= 8 and not overlap.holds_short(name) else s)
-    return out
+    """``--ask-subjects own``: a topic in place of each listed subject, drawn from the topics the target lists
+    (``TOPICS_WORDING``, at T = 0.7 and top-p 0.9) for a quarter of them (at least one), without those that hold a
+    short evaluation prompt; the listed subjects stay where it lists none."""
+    asked = subjects[: max(1, len(subjects) // 4)]
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": TOPICS_WORDING.format(subject=s)}]))
+               for s in asked]
+    pool = []
+    for p, seq in zip(prompts, generate(target, tok, prompts, 100, False, seed, temperature=0.7, top_p=0.9)[0]):
+        pool += [t for t in listed_topics(tok.decode([x for x in seq[len(p):] if x not in tok.eos_ids]))
+                 if t not in pool and not overlap.holds_short(t)]
+    return [pool[rng.integers(len(pool))] for _ in subjects] if pool else list(subjects)
 
 
 def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot",
@@ -585,8 +595,8 @@ def parser() -> argparse.ArgumentParser:
                    help="with --asked, how the target is asked to write a request (ASK_WORDINGS; default chatbot, "
                         "the first folders')")
     p.add_argument("--ask-subjects", choices=("lists", "own"), default="lists",
-                   help="with --asked, what a request is about: a subject of the lists (default), or one specific thing "
-                        "of it that the target names first (own)")
+                   help="with --asked, what a request is about: a subject of the lists here (default), or a topic the "
+                        "target lists first for a few of them (own)")
     p.add_argument("--asked-code", type=float, default=0.0, metavar="F",
                    help="share of code prompts whose function the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
