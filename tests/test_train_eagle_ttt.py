@@ -399,3 +399,39 @@ def test_answer_tokens_are_refused_where_no_answer_start_is_known(tmp_path, caps
                                  "--run-dir", str(tmp_path / "run"), "--answer-tokens", "8", "--threads", "1"]) == 2
     assert "no window here has a known answer start" in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_vocab_from_keeps_another_heads_reduced_vocabulary(tmp_path, capsys):
+    """--vocab-from DIR: the reduced head's tokens are DIR's most frequent (its token_frequency_order.json, the end ids
+    first), not this run's data's: trained (--vocab) and shipped (--ship-vocab) alike, and its order is written on;
+    an order that is not the target's distinct ids, or too short, is refused by name; a checkpoint of another
+    vocabulary is not resumed into."""
+    from minispec.recipes import train_eagle_ttt
+
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    target = load_model(target_dir)
+    V = target.cfg.vocab_size
+    write_shards(tmp_path / "data", target, n_shards=1)
+    src = tmp_path / "src"
+    src.mkdir()
+    order = list(range(V - 1, 2, -1))[:40]  # not the data's order: the highest ids first (the end ids 0, 2 absent)
+    (src / "token_frequency_order.json").write_text(json.dumps(order))
+    common = ["--target", str(target_dir), "--data", str(tmp_path / "data"), "--epochs", "1", "--batch", "2",
+              "--seq", "32", "--threads", "1", "--unroll", "2", "--vocab", "40", "--ship-vocab", "32",
+              "--out", str(tmp_path / "head"), "--run-dir", str(tmp_path / "run")]
+    assert train_eagle_ttt.main(common + ["--vocab-from", str(src)]) == 0
+    want = [0, 2] + order
+    assert json.loads((tmp_path / "head" / "frequent_tokens.json").read_text()) == sorted(want[:32])
+    assert json.loads((tmp_path / "head" / "token_frequency_order.json").read_text())[:42] == want
+    summary = json.loads((tmp_path / "head" / "training.json").read_text())
+    assert summary["held_out"]["trained_vocab"] == 40 and summary["args"]["vocab_from"] == str(src)
+    assert train_eagle_ttt.main(common) == 2  # the same run folder without it: another vocabulary, not resumed
+    assert "another reduced head's tokens" in (tmp_path / "head" / "train_log.txt").read_text()
+    for bad in (order[:10], order[:39] + [order[0]], order[:39] + [V]):  # too short; a repeat; not an id of the target
+        (src / "token_frequency_order.json").write_text(json.dumps(bad))
+        again = common[:-4] + ["--out", str(tmp_path / "bad"), "--run-dir", str(tmp_path / "run-bad")]
+        assert train_eagle_ttt.main(again + ["--vocab-from", str(src)]) == 2
+        assert "must list at least --vocab 40 distinct token ids" in (tmp_path / "bad" / "train_log.txt").read_text()
+    (src / "token_frequency_order.json").unlink()
+    assert train_eagle_ttt.main(common[:-4] + ["--out", str(tmp_path / "bad2"), "--run-dir", str(tmp_path / "r"),
+                                               "--vocab-from", str(src)]) == 2

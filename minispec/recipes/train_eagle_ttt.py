@@ -347,6 +347,10 @@ def parser() -> argparse.ArgumentParser:
                         "natively, AMX or AVX512-BF16)")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--init", default=None, help="start from this head directory's eagle.safetensors")
+    p.add_argument("--vocab-from", default=None, metavar="DIR",
+                   help="take the reduced head's tokens from this head directory's token_frequency_order.json (for "
+                        "example --init's) instead of this run's data: a fine-tune on a narrow folder then keeps the "
+                        "vocabulary its init was trained with")
     p.add_argument("--lower-layers", action="store_true",
                    help="the head also reads the outputs of two lower layers of the target, EAGLE-3's fused features "
                         "(the shards' low and mid; eagle.py's module docstring): w_lower starts at zero, so that "
@@ -413,6 +417,22 @@ def main(argv=None) -> int:
             log(f"error: --lower-layers: the shards' low and mid layers {list(next(iter(found)))} are layers "
                 f"{lower_layers} of this {cfg.num_layers}-layer target: two distinct layers below the last are needed")
             return 2
+    given_order = None  # --vocab-from's token order, complete: its unseen tail appended in id order
+    if args.vocab_from:
+        f = Path(args.vocab_from) / "token_frequency_order.json"
+        try:
+            given = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            log(f"error: --vocab-from {args.vocab_from}: cannot read {f.name} ({e})")
+            return 2
+        if not (isinstance(given, list) and all(isinstance(t, int) and 0 <= t < cfg.vocab_size for t in given)
+                and len(set(given)) == len(given) and len(given) >= args.vocab):
+            log(f"error: --vocab-from {args.vocab_from}: {f.name} must list at least --vocab {args.vocab} distinct token "
+                f"ids of the target (0 to {cfg.vocab_size - 1})")
+            return 2
+        given = [0, 2] + [t for t in given if t not in (0, 2)]  # the end ids first, as frequency_order puts them
+        seen = set(given)
+        given_order = np.array(given + [t for t in range(cfg.vocab_size) if t not in seen], np.int64)
     if args.init:
         init_conf = Path(args.init) / "config.json"
         init_cfg = json.loads(init_conf.read_text()) if init_conf.is_file() else {}
@@ -452,7 +472,8 @@ def main(argv=None) -> int:
         rows = rows[: int(np.searchsorted(cum, args.max_tokens)) + 1]
     V, D = cfg.vocab_size, cfg.hidden_size
     eos = [0, 2]  # <|endoftext|> and <|im_end|>: always proposable
-    freq = frequent_tokens([data["tokens"][r] for r in rows], args.vocab, eos, V)
+    freq = frequent_tokens([data["tokens"][r] for r in rows], args.vocab, eos, V) if given_order is None \
+        else np.sort(given_order[: args.vocab])
     embed = read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"]
     E = torch.from_numpy(np.asarray(embed, np.float32))  # [V, D]: the tied LM head
     W_r = E[torch.from_numpy(freq)]
@@ -468,7 +489,7 @@ def main(argv=None) -> int:
         + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else "")
         + (f"-ce{args.ce_weight:g}" if args.ce_weight != 0.1 else "")
         + (f"-x{args.extra_layers}w{extra_width}" if args.extra_layers else "")
-        + (f"-a{args.answer_tokens}" if args.answer_tokens else ""))
+        + (f"-a{args.answer_tokens}" if args.answer_tokens else "") + ("-vf" if args.vocab_from else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -476,21 +497,25 @@ def main(argv=None) -> int:
     ckpt = run_dir / "checkpoint.pt"
     state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=named,
                  precision=args.precision, lower_layers=args.lower_layers, ce_weight=args.ce_weight,
-                 extra=[args.extra_layers, extra_width], answer_tokens=args.answer_tokens)
+                 extra=[args.extra_layers, extra_width], answer_tokens=args.answer_tokens,
+                 vocab=[int(t) for t in freq])
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         state = saved["state"]
         was = dict(steps=state.get("steps"), tokens=state.get("data_tokens"), folders=state.get("folders", named),
                    precision=state.get("precision", "float32"), lower=state.get("lower_layers", False),
-                   ce=state.get("ce_weight", 0.1), extra=state.get("extra", [0, None]), cut=state.get("answer_tokens"))
+                   ce=state.get("ce_weight", 0.1), extra=state.get("extra", [0, None]), cut=state.get("answer_tokens"),
+                   vocab=state.get("vocab", [int(t) for t in freq]))
         now = dict(steps=steps, tokens=n_tokens, folders=named, precision=args.precision, lower=args.lower_layers,
-                   ce=args.ce_weight, extra=[args.extra_layers, extra_width], cut=args.answer_tokens)
+                   ce=args.ce_weight, extra=[args.extra_layers, extra_width], cut=args.answer_tokens,
+                   vocab=[int(t) for t in freq])
         if was != now:
             def settings(r):  # -> the run's settings in words
                 return (f"{r['steps']} steps over {r['tokens']} tokens of {r['folders']} in {r['precision']}"
                         f"{' with --lower-layers' if r['lower'] else ''} at --ce-weight {r['ce']:g}"
                         + (f", {r['extra'][0]} extra layers of width {r['extra'][1]}" if r["extra"][0] else "")
-                        + (f", chat answers cut after {r['cut']} tokens" if r["cut"] else ""))
+                        + (f", chat answers cut after {r['cut']} tokens" if r["cut"] else "")
+                        + ("" if r["vocab"] == now["vocab"] else ", another reduced head's tokens"))
             log(f"error: {ckpt} is a run of {settings(was)}, this one would be {settings(now)}: pass another --run-dir, "
                 "or the same settings and data (folders in the same order) to resume")
             return 2
@@ -548,7 +573,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_safetensors(out / "eagle.safetensors", {k: v.contiguous().numpy() for k, v in head_tensors(head).items()},
                       "F32", metadata={"recipe": "minispec.recipes.train_eagle_ttt"})
-    order = frequency_order([data["tokens"][r] for r in rows], eos, V)
+    order = frequency_order([data["tokens"][r] for r in rows], eos, V) if given_order is None else given_order
     n_params = sum(x.numel() for x in head.parameters())
     summary = dict(recipe="minispec.recipes.train_eagle_ttt", parameters=n_params, trained_reduced_vocab=len(freq),
                    reduced_vocab=args.ship_vocab, loss=f"training-time test, {args.unroll} steps, weights 0.8^i",
