@@ -34,7 +34,7 @@ def test_only_the_answers_guesses_past_its_first_token_are_counted(monkeypatch):
     assert len(np.flatnonzero(want)) >= 2  # (more than one tenth: a table, not a count)
     assert all(b["greedy"] == 1.0 for b in tenths if b["positions"])  # the oracle's guesses are all right
     spans = res["first_by_position"]  # answer positions 2..11 (11: the target's next): 7 in 2-8, 3 in 9-16, twice
-    assert [(b["answer_positions"], b["positions"], b["greedy"]) for b in spans] == [([2, 8], 14, 1.0), ([9, 16], 6, 1.0)]
+    assert [(b["span"], b["positions"], b["greedy"]) for b in spans] == [([2, 8], 14, 1.0), ([9, 16], 6, 1.0)]
     res = eagle_answers.answer_acceptance(None, E, ids[: V // 2], prompts, seqs, feats, 3, None, torch)
     want = np.array([(E.numpy() @ f.T).argmax(0) for f in feats], dtype=object)  # the target's greedy tokens
     inside = sum(int((w[len(p): len(s)] < V // 2).sum()) for w, p, s in zip(want, prompts, seqs))  # f_{j+1}, j >= P - 1
@@ -94,7 +94,7 @@ def test_a_windows_request_is_told_by_where_it_came_from():
     """request_source tells the requests chat_instruction builds (templates, standard-library functions) from the
     target's own, and stored_windows sorts a folder's greedy chat windows by it, leaving out the others."""
     from minispec.recipes.eagle_answers import stored_windows
-    from minispec.recipes.eagle_data import STAND_IN, STDLIB_REQUESTS, all_templates, chat_instruction, request_source
+    from minispec.recipes.eagle_data import STAND_IN, STDLIB_REQUESTS, all_templates, all_topics, chat_instruction, request_source
 
     rng = np.random.default_rng(0)
     import argparse
@@ -102,10 +102,11 @@ def test_a_windows_request_is_told_by_where_it_came_from():
     from pathlib import Path
     made = [chat_instruction([Path(json.__file__), Path(argparse.__file__)], rng) for _ in range(40)]
     assert {request_source(r) for r in made} == {"template", "stdlib"}
-    assert all(request_source(t.format(t="the tides of the moon")) == "template" for t in all_templates())
+    assert all(request_source(t.format(t=all_topics()[-1])) == "template" for t in all_templates())
     for own in ["How do I repair a bicycle chain?", "Tell me about the sea", "Why?", ""]:
         assert request_source(own) == "asked"
-    assert request_source(all_templates()[0].format(t="x") + " and more") == "asked"  # a template's text must be whole
+    assert request_source(all_templates()[0].format(t=all_topics()[0]) + " And more.") == "asked"  # whole, or not one
+    assert request_source(all_templates()[0].format(t="the tides of the moon")) == "asked"  # a topic of the lists only
     assert request_source(STDLIB_REQUESTS[1] + "\n```python\ndef f(): pass\n```") == "stdlib"
     assert request_source(STAND_IN) == "stdlib"  # where chat_instruction finds no function
 
@@ -117,4 +118,4 @@ def test_a_windows_request_is_told_by_where_it_came_from():
                 answer_start=np.array([3, 3, 3, -1, 3]),
                 tokens=[np.array([0, 9, 9, 5]), np.array([1, 9, 9, 5]), np.array([2, 9, 9, 5]), np.array([3, 5]),
                         np.array([1, 9, 9, 6])])
-    assert stored_windows(data, Tok()) == {"template": [1, 4], "asked": [0]}  # T = 1 and code windows left out
+    assert list(stored_windows(data, Tok()).items()) == [("template", [1, 4]), ("asked", [0])]  # no T = 1, no code

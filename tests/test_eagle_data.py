@@ -477,3 +477,46 @@ def test_the_recipe_reads_the_windows_the_shipped_head_was_trained_on():
     kept = [int((read_windows(root / "weights" / "eagle-data" / f)[2] < n).sum())
             for f, n in (("generations-asked-s3.npz", asked), ("generations-code-asked-s3.npz", code))]
     assert sum(kept) + v2 == trained["sequences"]
+
+
+def test_listed_topics_reads_a_list_and_drops_a_cut_off_last_line():
+    reply = "Sure!\n1. **Birdsong**: how birds sing\n2) Migration - why\n- Flight\n* Nests\n4. Birdsong\n5. The history of"
+    assert eagle_data.listed_topics(reply) == ["Birdsong", "Migration", "Flight", "Nests", "The history of"]
+    assert eagle_data.listed_topics(reply, complete=False) == ["Birdsong", "Migration", "Flight", "Nests"]
+    assert eagle_data.listed_topics("No list here.\n10. " + "word " * 7) == []  # more than 6 words: not a topic
+
+
+def test_asked_requests_draw_their_styles_and_subjects_as_before():
+    """Without --ask-subjects own, the requests asked for are the ones the code before it asked for: for each request
+    a style, then a subject, from the same generator (a resumed folder gets the same requests)."""
+    seen = []
+
+    def fake_generate(target, tok, prompts, *a, **k):
+        seen.extend(prompts)
+        return [p + [5] for p in prompts], None
+
+    class Tok:
+        eos_ids = ()
+
+        def apply_chat_template(self, messages):
+            return messages[0]["content"]
+
+        def encode(self, text):
+            return [text]
+
+        def decode(self, ids):
+            return ""
+
+    class Never:
+        def holds_short(self, text):
+            return False
+
+    from unittest import mock
+
+    import numpy as np
+    with mock.patch.object(eagle_data, "generate", fake_generate):
+        eagle_data.asked_instructions(None, Tok(), 6, np.random.default_rng(3), 0, Never(), "person")
+    rng, subjects = np.random.default_rng(3), eagle_data.all_topics() + eagle_data.SUBJECTS
+    before = [eagle_data.ASK_WORDINGS["person"].format(style=eagle_data.ASK_STYLES[rng.integers(len(eagle_data.ASK_STYLES))],
+                                                       subject=subjects[rng.integers(len(subjects))]) for _ in range(6)]
+    assert [p[0] for p in seen] == before

@@ -427,11 +427,14 @@ def test_vocab_from_keeps_another_heads_reduced_vocabulary(tmp_path, capsys):
     assert summary["held_out"]["trained_vocab"] == 40 and summary["args"]["vocab_from"] == str(src)
     assert train_eagle_ttt.main(common) == 2  # the same run folder without it: another vocabulary, not resumed
     assert "another reduced head's tokens" in (tmp_path / "head" / "train_log.txt").read_text()
-    for bad in (order[:10], order[:39] + [order[0]], order[:39] + [V]):  # too short; a repeat; not an id of the target
-        (src / "token_frequency_order.json").write_text(json.dumps(bad))
-        again = common[:-4] + ["--out", str(tmp_path / "bad"), "--run-dir", str(tmp_path / "run-bad")]
+    for i, (bad, says) in enumerate([(order[:10], "lists 10 ids, fewer than --vocab 40"),
+                                     (order[:39] + [order[0]], "lists an id twice"),
+                                     (order[:39] + [V], f"holds ids outside the target's 0 to {V - 1}"),
+                                     ({"0": 1}, "is not a list of token ids"), (None, "cannot read")]):
+        f = src / "token_frequency_order.json"
+        f.unlink(missing_ok=True)
+        if bad is not None:
+            f.write_text(json.dumps(bad))
+        again = common[:-4] + ["--out", str(tmp_path / f"bad{i}"), "--run-dir", str(tmp_path / f"run-bad{i}")]
         assert train_eagle_ttt.main(again + ["--vocab-from", str(src)]) == 2
-        assert "must list at least --vocab 40 distinct token ids" in (tmp_path / "bad" / "train_log.txt").read_text()
-    (src / "token_frequency_order.json").unlink()
-    assert train_eagle_ttt.main(common[:-4] + ["--out", str(tmp_path / "bad2"), "--run-dir", str(tmp_path / "r"),
-                                               "--vocab-from", str(src)]) == 2
+        assert says in (tmp_path / f"bad{i}" / "train_log.txt").read_text()

@@ -59,13 +59,15 @@ def data_prompts(name: str, tok, limit: int | None) -> list[list[int]]:
 
 def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, torch, lm=None) -> dict:
     """{greedy: [d = 1..depths], positions: [...], in_reduced_vocab, first_by_confidence: [{tenth, positions, greedy}
-    for each tenth of the head's confidence in its first guess]} over the answers in ``seqs`` (prompt + answer) with
-    their top features ``feats`` [len, D] (None: skipped); ``lm``: their lower layers' outputs l, m [len, 2D], for a
-    head that reads them."""
+    for each tenth of the head's confidence in its first guess], first_by_position: [{span: [first, last], positions,
+    greedy} for each span of POSITION_EDGES that some answer reaches]} over the answers in ``seqs`` (prompt + answer)
+    with their top features ``feats`` [len, D] (None: skipped); ``lm``: their lower layers' outputs l, m [len, 2D], for
+    a head that reads them. An answer position is its token's place in the answer, 1 for the first; the chain after an
+    answer's last token guesses the target's next token, one position past it, and is counted there too."""
     from .train_eagle_ttt import unrolled
     hit, alive, covered = np.zeros(depths), np.zeros(depths), 0
-    longest = max((len(s) for s in seqs), default=0)
-    spans = [(a, b or longest + 2) for a, b in zip(POSITION_EDGES, POSITION_EDGES[1:]) if a < longest]  # [lo, hi)
+    last = max((len(s) - len(p) for p, s in zip(prompts, seqs)), default=0) + 1  # the furthest position guessed
+    spans = [(a, b or last + 1) for a, b in zip(POSITION_EDGES, POSITION_EDGES[1:]) if a <= last]  # [lo, hi)
     span_kept, span_all = np.zeros(len(spans)), np.zeros(len(spans))  # first guesses by their answer position
     tenth_kept, tenth_all = np.zeros(TENTHS), np.zeros(TENTHS)  # first guesses by the head's confidence, in tenths
     tensor = lambda a: torch.from_numpy(np.asarray(a, np.float32))[None]  # noqa: E731  [1, len, ...]
@@ -101,7 +103,7 @@ def answer_acceptance(head, E, ids, prompts, seqs, feats, depths: int, dims, tor
                 in_reduced_vocab=float(covered / alive[0]) if alive[0] else None,
                 first_by_confidence=[dict(tenth=t, positions=int(n), greedy=float(k / n) if n else None)
                                      for t, (k, n) in enumerate(zip(tenth_kept, tenth_all))],
-                first_by_position=[dict(answer_positions=[lo, None if lo == POSITION_EDGES[-2] else hi - 1], positions=int(n),
+                first_by_position=[dict(span=[lo, None if lo == POSITION_EDGES[-2] else hi - 1], positions=int(n),
                                         greedy=float(k / n) if n else None)
                                    for (lo, hi), k, n in zip(spans, span_kept, span_all)])
 
@@ -166,6 +168,7 @@ def main(argv=None) -> int:
             p.error(str(e).replace("--data", "--windows"))
         if not folder.is_dir():
             p.error(f"--windows {args.windows}: {folder} is not a folder of shards")
+    reads_lower = any(lower_layers(h) is not None for h in args.heads)
     from .training import import_torch
     torch = import_torch()
     if torch is None:
@@ -183,6 +186,16 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     target_dir = resolve_model(args.target)
     cfg, tok = ModelConfig.from_dir(target_dir), load_tokenizer(target_dir)
+    if args.windows:  # read before the target loads: a folder that cannot be read is refused at once
+        from .train_eagle_ttt import chat_marker, load_shards
+        try:
+            data = load_shards(folder, lambda m: print(m, file=sys.stderr), chat_marker(target_dir),
+                               with_lower=reads_lower, shards=shards)
+        except (OSError, KeyError, ValueError) as e:
+            p.error(f"--windows {args.windows}: cannot read its shards ({e})")
+        groups = stored_windows(data, tok)
+        if not groups:
+            p.error(f"--windows {args.windows}: no greedy chat window with a known answer start")
     target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
     E = torch.from_numpy(np.asarray(read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"],
                                     np.float32))  # [V, D]: the tied LM head
@@ -195,18 +208,11 @@ def main(argv=None) -> int:
         lms[name] = [f and np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
         print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
     if args.windows:
-        from .train_eagle_ttt import chat_marker, load_shards
-        data = load_shards(folder, lambda m: print(m, file=sys.stderr), chat_marker(target_dir), with_lower=True,
-                           shards=shards)
-        groups = stored_windows(data, tok)
-        if not groups:
-            print(f"--windows {args.windows}: no greedy chat window with a known answer start", file=sys.stderr)
-            return 2
         for source, rows in groups.items():
             name = f"windows:{source}"
             answers[name] = ([data["tokens"][w][: data["answer_start"][w]].tolist() for w in rows],
                              [data["tokens"][w].tolist() for w in rows], [data["feats"][w] for w in rows])
-            lms[name] = [data["lm"][w] for w in rows]
+            lms[name] = [data["lm"][w] for w in rows] if reads_lower else [None] * len(rows)
     out = dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
                     "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
                tokens=args.tokens, prompts={name: len(a[0]) for name, a in answers.items()}, vocab=args.vocab,
@@ -232,7 +238,7 @@ def main(argv=None) -> int:
                   + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + "); by confidence "
                   + " ".join(f"[{b['tenth'] / TENTHS:.1f}, {(b['tenth'] + 1) / TENTHS:.1f}) {b['greedy']:.2f} of {b['positions']}"
                              for b in r["first_by_confidence"] if b["positions"])
-                  + "; by answer position " + " ".join(f"{b['answer_positions'][0]}-{b['answer_positions'][1] or ''} "
+                  + "; by answer position " + " ".join(f"{b['span'][0]}-{b['span'][1] or ''} "
                                                       f"{b['greedy']:.2f} of {b['positions']}"
                                                       for b in r["first_by_position"] if b["positions"]))
     if args.json:

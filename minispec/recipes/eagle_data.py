@@ -115,7 +115,7 @@ ASK_WORDINGS = {  # --ask-wording: what the target is asked, to write a chat req
     "person": "Write one {style} about {subject}, as a person would ask it. Only write the request itself, in one "
               "sentence.",
 }
-TOPICS_WORDING = "List ten specific topics about {subject}, one per line, a few words each."  # --ask-subjects own
+TOPICS_WORDING = "List ten specific topics about {subject} as a numbered list, a few words each."  # --ask-subjects own
 SUBJECTS = [
     "cooking", "travel", "health", "history", "science", "money", "friendship", "pets", "sports", "music", "movies",
     "the weather", "cars", "home repair", "school", "work", "programming", "mathematics", "geography", "art", "books",
@@ -175,16 +175,22 @@ STAND_IN = "Write a Python function that adds two numbers."  # chat_instruction'
 
 def request_source(request: str) -> str:
     """Where a chat window's request came from: "stdlib" (built from a standard-library function,
-    ``chat_instruction``), "template" (a template of ``all_templates`` filled with any words), or "asked" (the
-    target's own, ``--asked``; or anything else)."""
-    import re
+    ``chat_instruction``), "template" (a template of ``all_templates`` filled with a topic of ``all_topics``), or
+    "asked" (the target's own, ``--asked``; or anything else). A request the target wrote that is word for word a
+    template's is counted a template's: nothing in a window tells the two apart."""
     if request.startswith(STDLIB_REQUESTS) or request == STAND_IN:
         return "stdlib"
-    for t in all_templates():
-        before, _, after = t.partition("{t}")
-        if re.fullmatch(re.escape(before) + ".+" + re.escape(after), request, flags=re.DOTALL):
-            return "template"
-    return "asked"
+    return "template" if request in template_requests() else "asked"
+
+
+def template_requests() -> frozenset:
+    """Every request ``chat_instruction`` can fill a template with: each template with each topic."""
+    if not _TEMPLATE_REQUESTS:
+        _TEMPLATE_REQUESTS.append(frozenset(t.format(t=topic) for t in all_templates() for topic in all_topics()))
+    return _TEMPLATE_REQUESTS[0]
+
+
+_TEMPLATE_REQUESTS: list = []  # template_requests', made once
 
 
 def chat_instruction(files, rng) -> str:
@@ -208,13 +214,14 @@ def first_text(reply: str) -> str:
     return (quoted[1] if len(quoted) >= 3 else reply.strip().split("\n")[0]).strip()
 
 
-def listed_topics(reply: str) -> list[str]:
-    """The items of a numbered list in ``reply`` ("1. Birdsong", "2) **Migration**: ..."), each up to a colon or a
-    dash, of 1 to 6 words, without repeats."""
+def listed_topics(reply: str, complete: bool = True) -> list[str]:
+    """The items of a list in ``reply`` ("1. Birdsong", "2) **Migration**: ...", "- Flight"), each up to a colon or a
+    dash, of 1 to 6 words, without repeats; ``complete=False`` (the reply was cut off): its last line is left out."""
     import re
     items = []
-    for line in reply.splitlines():
-        m = re.match(r"\s*\d+[.)]\s*(.*)", line)
+    lines = reply.splitlines()
+    for line in lines if complete else lines[:-1]:
+        m = re.match(r"\s*(?:\d+[.)]|[-*])\s+(.*)", line)
         item = re.split(r"[:\u2013\u2014]| - ", m.group(1))[0].strip(" *_") if m else ""
         if 1 <= len(item.split()) <= 6 and item not in items:
             items.append(item)
@@ -230,7 +237,8 @@ def own_subjects(target, tok, subjects: list[str], rng, seed: int, overlap) -> l
                for s in asked]
     pool = []
     for p, seq in zip(prompts, generate(target, tok, prompts, 100, False, seed, temperature=0.7, top_p=0.9)[0]):
-        pool += [t for t in listed_topics(tok.decode([x for x in seq[len(p):] if x not in tok.eos_ids]))
+        reply = tok.decode([x for x in seq[len(p):] if x not in tok.eos_ids])
+        pool += [t for t in listed_topics(reply, complete=seq[-1] in tok.eos_ids)
                  if t not in pool and not overlap.holds_short(t)]
     return [pool[rng.integers(len(pool))] for _ in subjects] if pool else list(subjects)
 
@@ -238,7 +246,7 @@ def own_subjects(target, tok, subjects: list[str], rng, seed: int, overlap) -> l
 def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot",
                        own: bool = False) -> list[str | None]:
     """n requests the target writes itself (the module docstring's ``--asked``), asked in ``ASK_WORDINGS[wording]``
-    at T = 0.6 and top-p 0.9 about a listed subject (``own``: about one the target names first, ``own_subjects``):
+    at T = 0.6 and top-p 0.9 about a listed subject (``own``: about a topic the target lists first, ``own_subjects``):
     ``first_text`` of its reply; None where that is not 3 to 40 words, or holds a short evaluation prompt."""
     subjects = all_topics() + SUBJECTS
     styles, chosen = [], []

@@ -35,7 +35,9 @@ own output there), and the regression loss still aims f^ at the top feature. ``-
 layers after the first (EAGLE's head has one; ``--extra-intermediate`` sets their MLP width), each with its own cache
 in the unrolled steps; their output projections (o, down) start at zero, so that ``--init`` from a one-layer head
 starts exactly where that head is. ``--answer-tokens N`` trains on each chat window's prompt and the first N tokens
-of its answer only (the head misses most at an answer's opening: docs/eagle/scaling.md).
+of its answer only (the goals are measured on an answer's first 64-96 tokens: docs/eagle/scaling.md).
+``--vocab-from DIR`` takes the reduced head's tokens from DIR's ``token_frequency_order.json`` (its ``--init``, say)
+instead of this run's data, so that a fine-tune on a narrow folder keeps the vocabulary its init was trained with.
 
 The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>``): ``checkpoint.pt`` (the head, the
 optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end); its log is ``--out``'s
@@ -68,6 +70,9 @@ from ..harness.provenance import provenance
 from .train_eagle import build_head, frequency_order, frequent_tokens, head_tensors, write_head_dir
 
 HELD_OUT = 20  # every 20th greedy generation is held out
+
+
+EOS = [0, 2]  # <|endoftext|> and <|im_end|>: always proposable (first in every reduced head)
 
 
 def data_folder(spec: str) -> tuple[Path, range | None]:
@@ -425,12 +430,16 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as e:
             log(f"error: --vocab-from {args.vocab_from}: cannot read {f.name} ({e})")
             return 2
-        if not (isinstance(given, list) and all(isinstance(t, int) and 0 <= t < cfg.vocab_size for t in given)
-                and len(set(given)) == len(given) and len(given) >= args.vocab):
-            log(f"error: --vocab-from {args.vocab_from}: {f.name} must list at least --vocab {args.vocab} distinct token "
-                f"ids of the target (0 to {cfg.vocab_size - 1})")
+        wrong = ("is not a list of token ids" if not isinstance(given, list) or not all(
+                     isinstance(t, int) and not isinstance(t, bool) for t in given)
+                 else f"holds ids outside the target's 0 to {cfg.vocab_size - 1}" if not all(
+                     0 <= t < cfg.vocab_size for t in given)
+                 else "lists an id twice" if len(set(given)) != len(given)
+                 else f"lists {len(given)} ids, fewer than --vocab {args.vocab}" if len(given) < args.vocab else None)
+        if wrong:
+            log(f"error: --vocab-from {args.vocab_from}: its {f.name} {wrong}")
             return 2
-        given = [0, 2] + [t for t in given if t not in (0, 2)]  # the end ids first, as frequency_order puts them
+        given = EOS + [t for t in given if t not in EOS]  # the end ids first, as frequency_order puts them
         seen = set(given)
         given_order = np.array(given + [t for t in range(cfg.vocab_size) if t not in seen], np.int64)
     if args.init:
@@ -471,9 +480,9 @@ def main(argv=None) -> int:
         cum = np.cumsum([length(r) for r in rows])
         rows = rows[: int(np.searchsorted(cum, args.max_tokens)) + 1]
     V, D = cfg.vocab_size, cfg.hidden_size
-    eos = [0, 2]  # <|endoftext|> and <|im_end|>: always proposable
-    freq = frequent_tokens([data["tokens"][r] for r in rows], args.vocab, eos, V) if given_order is None \
-        else np.sort(given_order[: args.vocab])
+    eos = EOS
+    data_freq = frequent_tokens([data["tokens"][r] for r in rows], args.vocab, eos, V)
+    freq = data_freq if given_order is None else np.sort(given_order[: args.vocab])
     embed = read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"]
     E = torch.from_numpy(np.asarray(embed, np.float32))  # [V, D]: the tied LM head
     W_r = E[torch.from_numpy(freq)]
@@ -505,7 +514,7 @@ def main(argv=None) -> int:
         was = dict(steps=state.get("steps"), tokens=state.get("data_tokens"), folders=state.get("folders", named),
                    precision=state.get("precision", "float32"), lower=state.get("lower_layers", False),
                    ce=state.get("ce_weight", 0.1), extra=state.get("extra", [0, None]), cut=state.get("answer_tokens"),
-                   vocab=state.get("vocab", [int(t) for t in freq]))
+                   vocab=state.get("vocab", [int(t) for t in data_freq]))  # (a run from before --vocab-from: its data's)
         now = dict(steps=steps, tokens=n_tokens, folders=named, precision=args.precision, lower=args.lower_layers,
                    ce=args.ce_weight, extra=[args.extra_layers, extra_width], cut=args.answer_tokens,
                    vocab=[int(t) for t in freq])
