@@ -520,3 +520,41 @@ def test_asked_requests_draw_their_styles_and_subjects_as_before():
     before = [eagle_data.ASK_WORDINGS["person"].format(style=eagle_data.ASK_STYLES[rng.integers(len(eagle_data.ASK_STYLES))],
                                                        subject=subjects[rng.integers(len(subjects))]) for _ in range(6)]
     assert [p[0] for p in seen] == before
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("How do the human heart's beating mechanisms work?", True), ("Write a short poem about migratory birds.", True),
+    ("Explain the rules of chess, please.", True), ("I'm ready to help! What can I assist you with today?", False),
+    ("Please provide the task and the task description.", False), ("You're a helpful AI, provide a request.", False),
+    ("A request for a recipe about Priority Queues, as a person would ask it.", False),
+    ("Mirrors: Tools and supplies can be a great resource for your project.", False),
+    ("To be a helpful AI, I'd love to know how to make exercise fun.", False),
+])
+def test_a_request_is_kept_by_its_shape_only_where_it_reads_as_a_users(text, kept):
+    assert eagle_data.reads_as_request(text) is kept
+
+
+def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp_path, monkeypatch):
+    """--ask-filter shape: a 'request' in the assistant's voice is not kept (a template's request stands in, and the
+    shard's asked count says so), a user's question is; the folder records it; without --asked it is refused."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    replies = iter(['"I\'m ready to help! What can I assist you with today?"', '"How do bees find their way home?"'])
+
+    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
+        if temperature == 0.6:  # writing requests: one of each
+            return [p + tok.encode(next(replies)) for p in prompts], None
+        return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
+
+    monkeypatch.setattr(eagle_data, "generate", fake_generate)
+    out = tmp_path / "data"
+    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
+           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    assert eagle_data.main([*run, "--ask-filter", "shape"]) == 2  # no --asked
+    assert eagle_data.main([*run, "--asked", "0.5", "--ask-filter", "shape"]) == 0
+    rec = json.loads((out / "shard-00000.json").read_text())
+    assert rec["asked"] == 1  # of the two the target wrote, the user's question
+    assert json.loads((out / "settings.json").read_text())["ask_filter"] == "shape"

@@ -38,7 +38,8 @@ each chat shard's prompts the target is asked to write the request itself (self-
 is asked: ``chatbot``, "... that a user could ask a chatbot", the first folders' wording, led about one chat prompt in
 seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"; ``--ask-subjects own``
 first asks it to list topics of a few listed subjects, and asks for each request about one of the topics it listed,
-so that the requests are about more things than the lists here hold). What it writes is replaced by a
+so that the requests are about more things than the lists here hold; ``--ask-filter shape`` keeps only what reads as a
+user's question or instruction, ``reads_as_request``). What it writes is replaced by a
 template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
 ``asked``: how many are). Template x topic prompts repeat
 their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
@@ -243,11 +244,33 @@ def own_subjects(target, tok, subjects: list[str], rng, seed: int, overlap) -> l
     return [pool[rng.integers(len(pool))] for _ in subjects] if pool else list(subjects)
 
 
+REQUEST_VERBS = {  # --ask-filter shape: a request that does not end in a question mark starts with one of these
+    "write", "explain", "describe", "give", "list", "tell", "suggest", "create", "compare", "summarize", "recommend",
+    "share", "name", "design", "teach", "show", "help", "make", "plan", "find", "translate", "draft", "outline",
+    "imagine", "calculate", "convert", "define", "compose", "invent", "rewrite", "solve",
+}
+NOT_A_USER = {"i", "i'm", "i'd", "i've", "i'll", "you", "you're", "as", "to", "sure", "here"}  # first words: the assistant's
+
+
+def reads_as_request(text: str) -> bool:
+    """``--ask-filter shape``: whether the target's text reads as a user's request: a question, or an instruction
+    starting with one of ``REQUEST_VERBS``; not one that speaks as the assistant, or of the request itself (the 135M
+    target, asked for a request, often answers "I'm ready to help! What can I assist you with?" or "A request for a
+    recipe about ...")."""
+    low = text.lower()
+    words = low.replace(",", " ").replace("!", " ").split()
+    if not words or words[0] in NOT_A_USER or low.startswith("please provide") or "request" in low \
+            or "assist" in low or " ai" in f" {low}":
+        return False
+    return low.rstrip().endswith("?") or words[0] in REQUEST_VERBS
+
+
 def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot",
-                       own: bool = False) -> list[str | None]:
+                       own: bool = False, shape: bool = False) -> list[str | None]:
     """n requests the target writes itself (the module docstring's ``--asked``), asked in ``ASK_WORDINGS[wording]``
     at T = 0.6 and top-p 0.9 about a listed subject (``own``: about a topic the target lists first, ``own_subjects``):
-    ``first_text`` of its reply; None where that is not 3 to 40 words, or holds a short evaluation prompt."""
+    ``first_text`` of its reply; None where that is not 3 to 40 words, or holds a short evaluation prompt, or
+    (``shape``) does not read as a user's request (``reads_as_request``)."""
     subjects = all_topics() + SUBJECTS
     styles, chosen = [], []
     for _ in range(n):  # (drawn in this order, style then subject, as before --ask-subjects: the same requests)
@@ -260,7 +283,7 @@ def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: st
     out = []
     for p, s in zip(prompts, generate(target, tok, prompts, 48, False, seed, temperature=0.6, top_p=0.9)[0]):
         text = first_text(tok.decode([t for t in s[len(p):] if t not in tok.eos_ids]))
-        ok = 3 <= len(text.split()) <= 40 and not overlap.holds_short(text)
+        ok = 3 <= len(text.split()) <= 40 and not overlap.holds_short(text) and (not shape or reads_as_request(text))
         out.append(text if ok else None)
     return out
 
@@ -481,7 +504,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
         if m > 0:
             seed = args.seed * 100_000 + 50_000 + i
             requests = asked_instructions(target, tok, m, rng, seed, overlap, args.ask_wording,
-                                          args.ask_subjects == "own") \
+                                          args.ask_subjects == "own", args.ask_filter == "shape") \
                 if kind.startswith("chat") else asked_code_heads(target, tok, m, rng, seed, overlap)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         n_asked = sum(r is not None and 8 <= len(tok.encode(r)) <= 160 for r in requests or []) \
@@ -605,6 +628,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ask-subjects", choices=("lists", "own"), default="lists",
                    help="with --asked, what a request is about: a subject of the lists here (default), or a topic the "
                         "target lists first for a few of them (own)")
+    p.add_argument("--ask-filter", choices=("none", "shape"), default="none",
+                   help="with --asked, which of the target's requests are kept beside the length and evaluation "
+                        "rules: all (none, default), or those that read as a user's question or instruction (shape); "
+                        "the others get a template's request")
     p.add_argument("--asked-code", type=float, default=0.0, metavar="F",
                    help="share of code prompts whose function the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
@@ -642,6 +669,9 @@ def main(argv=None) -> int:
         return 2
     if args.ask_wording != "chatbot" and not args.asked:
         print(f"error: --ask-wording {args.ask_wording} words the requests of --asked, which is 0", file=sys.stderr)
+        return 2
+    if args.ask_filter != "none" and not args.asked:
+        print(f"error: --ask-filter {args.ask_filter} filters the requests of --asked, which is 0", file=sys.stderr)
         return 2
     if args.ask_subjects != "lists" and not args.asked:
         print(f"error: --ask-subjects {args.ask_subjects} chooses what the requests of --asked are about, which is 0",
@@ -692,6 +722,8 @@ def main(argv=None) -> int:
         shaping["ask_wording"] = args.ask_wording
     if args.ask_subjects != "lists":  # (likewise)
         shaping["ask_subjects"] = args.ask_subjects
+    if args.ask_filter != "none":  # (likewise)
+        shaping["ask_filter"] = args.ask_filter
     settings = out / "settings.json"
     if settings.exists() and json.loads(settings.read_text()) != shaping:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
