@@ -535,17 +535,19 @@ def test_a_request_is_kept_by_its_shape_only_where_it_reads_as_a_users(text, kep
 
 
 def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp_path, monkeypatch):
-    """--ask-filter shape: a 'request' in the assistant's voice is not kept (a template's request stands in, and the
-    shard's asked count says so), a user's question is; the folder records it; without --asked it is refused."""
+    """--ask-filter shape: twice as many requests are asked for; one in the assistant's voice is not kept, a user's
+    question is, and a template's request stands in for each one missing (the shard's asked count says so); the folder
+    records it; without --asked it is refused."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from .helpers import chat_model_dir
 
     target = chat_model_dir(tmp_path / "t")
-    replies = iter(['"I\'m ready to help! What can I assist you with today?"', '"How do bees find their way home?"'])
+    replies = iter(['"I\'m ready to help! What can I assist you with today?"', '"How do bees find their way home?"',
+                    '"Sure, here is a question: how do bees fly?"', '"You can ask me anything."'])
 
     def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
-        if temperature == 0.6:  # writing requests: one of each
+        if temperature == 0.6:  # writing 2 x 2 requests: one a user's
             return [p + tok.encode(next(replies)) for p in prompts], None
         return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
 
@@ -556,5 +558,6 @@ def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp
     assert eagle_data.main([*run, "--ask-filter", "shape"]) == 2  # no --asked
     assert eagle_data.main([*run, "--asked", "0.5", "--ask-filter", "shape"]) == 0
     rec = json.loads((out / "shard-00000.json").read_text())
-    assert rec["asked"] == 1  # of the two the target wrote, the user's question
+    assert rec["asked"] == 1  # of the four the target wrote, the user's question; a template's for the other
+    assert next(replies, None) is None  # four asked for, two needed
     assert json.loads((out / "settings.json").read_text())["ask_filter"] == "shape"

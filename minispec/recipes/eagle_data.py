@@ -503,9 +503,15 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
         m = int(round((args.asked if kind.startswith("chat") else args.asked_code) * args.gen_batch))
         if m > 0:
             seed = args.seed * 100_000 + 50_000 + i
-            requests = asked_instructions(target, tok, m, rng, seed, overlap, args.ask_wording,
-                                          args.ask_subjects == "own", args.ask_filter == "shape") \
-                if kind.startswith("chat") else asked_code_heads(target, tok, m, rng, seed, overlap)
+            if kind.startswith("chat"):
+                ask = 2 * m if args.ask_filter == "shape" else m  # shape: twice as many asked for, the first m kept
+                requests = asked_instructions(target, tok, ask, rng, seed, overlap, args.ask_wording,
+                                              args.ask_subjects == "own", args.ask_filter == "shape")
+                if ask > m:
+                    kept = [r for r in requests if r is not None][:m]
+                    requests = kept + [None] * (m - len(kept))
+            else:
+                requests = asked_code_heads(target, tok, m, rng, seed, overlap)
         prompts = shard_prompts(kind, files, tok, args.gen_batch, rng, requests)
         n_asked = sum(r is not None and 8 <= len(tok.encode(r)) <= 160 for r in requests or []) \
             if kind.startswith("code") else sum(r is not None for r in requests or [])
@@ -630,8 +636,9 @@ def parser() -> argparse.ArgumentParser:
                         "target lists first for a few of them (own)")
     p.add_argument("--ask-filter", choices=("none", "shape"), default="none",
                    help="with --asked, which of the target's requests are kept beside the length and evaluation "
-                        "rules: all (none, default), or those that read as a user's question or instruction (shape); "
-                        "the others get a template's request")
+                        "rules: all (none, default), or those that read as a user's question or instruction (shape: "
+                        "twice as many are asked for, and the first that pass are kept); a template's request stands "
+                        "in for each one missing")
     p.add_argument("--asked-code", type=float, default=0.0, metavar="F",
                    help="share of code prompts whose function the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
