@@ -202,6 +202,12 @@ def asking_target(replies: list[str], made: list[str]):
     return fake_generate
 
 
+def chat_run(out, target) -> list[str]:
+    """eagle_data's arguments for one chat-greedy shard of 4 windows from ``target`` into ``out`` (the requests' tests)."""
+    return ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
+            "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+
+
 def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_them_is_replaced(tmp_path, monkeypatch):
     """--asked: the target writes the chat requests; the quoted request is kept, one that holds a whole short
     evaluation prompt is replaced by a template's, and the settings record the share (the folder is then refused to
@@ -218,8 +224,7 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     made = []  # the requests: one good, one that holds an evaluation prompt
     monkeypatch.setattr(eagle_data, "generate", asking_target([f'A user might ask: "{good}"', f'A user might ask: "{short}"'], made))
     out = tmp_path / "data"
-    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
-           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    run = chat_run(out, target)
     assert eagle_data.main([*run, "--asked", "0.5"]) == 0
     rec = json.loads((out / "shard-00000.json").read_text())
     assert rec["asked"] == 1 and rec["kind"] == "chat-greedy"
@@ -248,8 +253,7 @@ def test_the_ask_wording_reaches_the_target_and_the_settings(tmp_path, monkeypat
 
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
     out = tmp_path / "data"
-    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
-           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    run = chat_run(out, target)
     assert eagle_data.main([*run, "--ask-wording", "person"]) == 2  # no --asked
     assert eagle_data.main([*run, "--asked", "0.5", "--ask-wording", "person"]) == 0
     assert len(asked) == 2 and all("as a person would ask it" in a and "chatbot" not in a for a in asked)
@@ -280,8 +284,7 @@ def test_own_subjects_are_topics_the_target_lists_and_reach_its_requests(tmp_pat
 
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
     out = tmp_path / "data"
-    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
-           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    run = chat_run(out, target)
     assert eagle_data.main([*run, "--ask-subjects", "own"]) == 2  # no --asked
     assert eagle_data.main([*run, "--asked", "0.5", "--ask-subjects", "own"]) == 0
     assert len(listing) == 1 and "List ten specific topics about" in listing[0]  # a quarter of 2 requests: one list
@@ -553,8 +556,7 @@ def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp
 
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
     out = tmp_path / "data"
-    run = ["--out", str(out), "--target", str(target), "--threads", "1", "--gen-batch", "4", "--seq", "256",
-           "--external-prompts", "none", "--kinds", "chat-greedy", "--tokens", "1"]
+    run = chat_run(out, target)
     assert eagle_data.main([*run, "--ask-filter", "shape"]) == 2  # no --asked
     assert eagle_data.main([*run, "--asked", "0.5", "--ask-filter", "shape"]) == 0
     rec = json.loads((out / "shard-00000.json").read_text())
