@@ -532,6 +532,8 @@ def test_asked_requests_draw_their_styles_and_subjects_as_before():
     ("A request for a recipe about Priority Queues, as a person would ask it.", False),
     ("Mirrors: Tools and supplies can be a great resource for your project.", False),
     ("To be a helpful AI, I'd love to know how to make exercise fun.", False),
+    ("How does air pressure change with height?", True), ("How do I assist an elderly neighbour with shopping?", True),
+    ("What can I help you with today?", False), ("How can AI help farmers?", False),
 ])
 def test_a_request_is_kept_by_its_shape_only_where_it_reads_as_a_users(text, kept):
     assert eagle_data.reads_as_request(text) is kept

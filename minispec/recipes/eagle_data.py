@@ -257,10 +257,11 @@ def reads_as_request(text: str) -> bool:
     starting with one of ``REQUEST_VERBS``; not one that speaks as the assistant, or of the request itself (the 135M
     target, asked for a request, often answers "I'm ready to help! What can I assist you with?" or "A request for a
     recipe about ...")."""
+    import re
     low = text.lower()
-    words = low.replace(",", " ").replace("!", " ").split()
+    words = re.findall(r"[a-z']+", low)
     if not words or words[0] in NOT_A_USER or low.startswith("please provide") or "request" in low \
-            or "assist" in low or " ai" in f" {low}":
+            or re.search(r"\b(ai|assistant|chatbot)\b|\b(assist|help) you\b", low):
         return False
     return low.rstrip().endswith("?") or words[0] in REQUEST_VERBS
 
