@@ -534,26 +534,32 @@ def test_asked_requests_draw_their_styles_and_subjects_as_before():
     ("To be a helpful AI, I'd love to know how to make exercise fun.", False),
     ("How does air pressure change with height?", True), ("How do I assist an elderly neighbour with shopping?", True),
     ("What can I help you with today?", False), ("How can AI help farmers?", False),
+    ("What is a pull request in Git?", True), ("My request: how do plants grow?", False),
+    ("Please provide an example of recursion?", False), ("Please explain photosynthesis.", True),
+    ("Can you give me three tips for sleeping better.", True), ("Please ...", False),
+    ("I'm planning a trip to Japan; what should I pack?", True), ("Great question! What is a heap?", False),
 ])
 def test_a_request_is_kept_by_its_shape_only_where_it_reads_as_a_users(text, kept):
     assert eagle_data.reads_as_request(text) is kept
 
 
 def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp_path, monkeypatch):
-    """--ask-filter shape: twice as many requests are asked for; one in the assistant's voice is not kept, a user's
-    question is, and a template's request stands in for each one missing (the shard's asked count says so); the folder
-    records it; without --asked it is refused."""
+    """--ask-filter shape: twice as many requests are asked for; one in the assistant's voice is not kept, and the
+    first that pass are (the shard's asked count says how many); the folder records it; without --asked it is
+    refused."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from .helpers import chat_model_dir
 
     target = chat_model_dir(tmp_path / "t")
     replies = iter(['"I\'m ready to help! What can I assist you with today?"', '"How do bees find their way home?"',
-                    '"Sure, here is a question: how do bees fly?"', '"You can ask me anything."'])
+                    '"Why is the sea blue?"', '"Describe a lighthouse."'])
+    answered = []
 
     def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
-        if temperature == 0.6:  # writing 2 x 2 requests: one a user's
+        if temperature == 0.6:  # writing 2 x 2 requests: three a user's
             return [p + tok.encode(next(replies)) for p in prompts], None
+        answered.extend(tok.decode(p) for p in prompts)
         return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
 
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
@@ -562,6 +568,7 @@ def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp
     assert eagle_data.main([*run, "--ask-filter", "shape"]) == 2  # no --asked
     assert eagle_data.main([*run, "--asked", "0.5", "--ask-filter", "shape"]) == 0
     rec = json.loads((out / "shard-00000.json").read_text())
-    assert rec["asked"] == 1  # of the four the target wrote, the user's question; a template's for the other
-    assert next(replies, None) is None  # four asked for, two needed
+    assert rec["asked"] == 2 and next(replies, None) is None  # four asked for; the first two of three that pass kept
+    assert sum("bees find their way" in a for a in answered) == sum("sea blue" in a for a in answered) == 1
+    assert not any("lighthouse" in a or "assist you" in a for a in answered)
     assert json.loads((out / "settings.json").read_text())["ask_filter"] == "shape"

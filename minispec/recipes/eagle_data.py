@@ -39,7 +39,7 @@ is asked: ``chatbot``, "... that a user could ask a chatbot", the first folders'
 seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"; ``--ask-subjects own``
 first asks it to list topics of a few listed subjects, and asks for each request about one of the topics it listed,
 so that the requests are about more things than the lists here hold; ``--ask-filter shape`` keeps only what reads as a
-user's question or instruction, ``reads_as_request``). What it writes is replaced by a
+user's question or instruction, ``reads_as_request``, of twice as many asked for). What it writes is replaced by a
 template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
 ``asked``: how many are). Template x topic prompts repeat
 their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
@@ -249,21 +249,28 @@ REQUEST_VERBS = {  # --ask-filter shape: a request that does not end in a questi
     "share", "name", "design", "teach", "show", "help", "make", "plan", "find", "translate", "draft", "outline",
     "imagine", "calculate", "convert", "define", "compose", "invent", "rewrite", "solve",
 }
-NOT_A_USER = {"i", "i'm", "i'd", "i've", "i'll", "you", "you're", "as", "to", "sure", "here"}  # first words: the assistant's
+NOT_A_USER = {"you", "you're", "sure", "here", "here's", "great", "certainly"}  # first words in the assistant's voice
+ASSISTANT_VOICE = (r"\b(ai|assistant|chatbot)\b|\b(assist|help) you\b|\bi'm (ready|here|happy|sorry|not sure)\b"
+                   r"|\bi'd be (happy|glad)\b|\bi'd love to help\b|\b(what|how) can i (help|do)\b|^i can\b")
+ABOUT_THE_REQUEST = r"\b(a|the|my|this|your|to) request\b|^please provide\b"  # text about the request, not one
+POLITE = ("please ", "can you ", "could you ", "would you ")  # before an instruction's verb
 
 
 def reads_as_request(text: str) -> bool:
     """``--ask-filter shape``: whether the target's text reads as a user's request: a question, or an instruction
-    starting with one of ``REQUEST_VERBS``; not one that speaks as the assistant, or of the request itself (the 135M
-    target, asked for a request, often answers "I'm ready to help! What can I assist you with?" or "A request for a
-    recipe about ...")."""
+    starting (after a polite "please", "can you" ...) with one of ``REQUEST_VERBS``; not one in the assistant's voice
+    (``NOT_A_USER``, ``ASSISTANT_VOICE``: any that names an AI, an assistant or a chatbot among them) or about the
+    request itself (``ABOUT_THE_REQUEST``): the 135M target, asked for a request, often answers "I'm ready to help!
+    What can I assist you with?" or "A request for a recipe about ..."."""
     import re
-    low = text.lower()
+    low = text.lower().strip()
     words = re.findall(r"[a-z']+", low)
-    if not words or words[0] in NOT_A_USER or low.startswith("please provide") or "request" in low \
-            or re.search(r"\b(ai|assistant|chatbot)\b|\b(assist|help) you\b", low):
+    if not words or words[0] in NOT_A_USER or re.search(ASSISTANT_VOICE, low) or re.search(ABOUT_THE_REQUEST, low):
         return False
-    return low.rstrip().endswith("?") or words[0] in REQUEST_VERBS
+    for polite in POLITE:
+        low = low.removeprefix(polite)
+    rest = re.findall(r"[a-z']+", low)
+    return low.endswith("?") or (bool(rest) and rest[0] in REQUEST_VERBS)
 
 
 def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot",
