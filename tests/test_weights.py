@@ -227,8 +227,9 @@ RECIPES = [("smoldraft-3l-192", "train_draft"), ("bpe8k-draft-4l-384", "train_bp
 
 
 # arguments added after some shipped weights were made: the value that every run before them had (train_eagle_ttt's
-# ``--ce-weight``: EAGLE-1's weight, fixed in the code until then; ``--extra-layers`` and ``--answer-tokens``: none)
-LATER = {"ce_weight": 0.1, "extra_layers": 0, "extra_intermediate": None, "answer_tokens": None}
+# ``--ce-weight``: EAGLE-1's weight, fixed in the code until then; ``--extra-layers``, ``--answer-tokens`` and
+# ``--vocab-from``: none)
+LATER = {"ce_weight": 0.1, "extra_layers": 0, "extra_intermediate": None, "answer_tokens": None, "vocab_from": None}
 
 
 def as_recorded(args: dict, recorded: dict | None = None) -> dict:

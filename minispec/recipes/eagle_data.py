@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -218,7 +219,6 @@ def first_text(reply: str) -> str:
 def listed_topics(reply: str, complete: bool = True) -> list[str]:
     """The items of a list in ``reply`` ("1. Birdsong", "2) **Migration**: ...", "- Flight"), each up to a colon or a
     dash, of 1 to 6 words, without repeats; ``complete=False`` (the reply was cut off): its last line is left out."""
-    import re
     items = []
     lines = reply.splitlines()
     for line in lines if complete else lines[:-1]:
@@ -262,7 +262,6 @@ def reads_as_request(text: str) -> bool:
     (``NOT_A_USER``, ``ASSISTANT_VOICE``: any that names an AI, an assistant or a chatbot among them) or about the
     request itself (``ABOUT_THE_REQUEST``): the 135M target, asked for a request, often answers "I'm ready to help!
     What can I assist you with?" or "A request for a recipe about ..."."""
-    import re
     low = text.lower().strip()
     words = re.findall(r"[a-z']+", low)
     if not words or words[0] in NOT_A_USER or re.search(ASSISTANT_VOICE, low) or re.search(ABOUT_THE_REQUEST, low):
