@@ -552,15 +552,10 @@ def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp
     from .helpers import chat_model_dir
 
     target = chat_model_dir(tmp_path / "t")
-    replies = iter(['"I\'m ready to help! What can I assist you with today?"', '"How do bees find their way home?"',
-                    '"Why is the sea blue?"', '"Describe a lighthouse."'])
+    replies = ['"I\'m ready to help! What can I assist you with today?"', '"How do bees find their way home?"',
+               '"Why is the sea blue?"', '"Describe a lighthouse."']  # 2 x 2 asked for: three a user's
     answered = []
-
-    def fake_generate(target, tok, prompts, new, greedy, seed, temperature=1.0, top_p=1.0, with_features=False):
-        if temperature == 0.6:  # writing 2 x 2 requests: three a user's
-            return [p + tok.encode(next(replies)) for p in prompts], None
-        answered.extend(tok.decode(p) for p in prompts)
-        return [p + [5, 6, 7] for p in prompts], [None] * len(prompts)
+    fake_generate = asking_target(replies, answered)
 
     monkeypatch.setattr(eagle_data, "generate", fake_generate)
     out = tmp_path / "data"
@@ -568,7 +563,7 @@ def test_ask_filter_shape_replaces_an_assistants_reply_by_a_template_request(tmp
     assert eagle_data.main([*run, "--ask-filter", "shape"]) == 2  # no --asked
     assert eagle_data.main([*run, "--asked", "0.5", "--ask-filter", "shape"]) == 0
     rec = json.loads((out / "shard-00000.json").read_text())
-    assert rec["asked"] == 2 and next(replies, None) is None  # four asked for; the first two of three that pass kept
+    assert rec["asked"] == 2  # four asked for (two would keep one); the first two of the three that pass kept
     assert sum("bees find their way" in a for a in answered) == sum("sea blue" in a for a in answered) == 1
     assert not any("lighthouse" in a or "assist you" in a for a in answered)
     assert json.loads((out / "settings.json").read_text())["ask_filter"] == "shape"
