@@ -61,6 +61,7 @@ last, so a shard without it is redone), and ``manifest.json`` (the totals, rewri
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -185,14 +186,10 @@ def request_source(request: str) -> str:
     return "template" if request in template_requests() else "asked"
 
 
+@functools.cache
 def template_requests() -> frozenset:
-    """Every request ``chat_instruction`` can fill a template with: each template with each topic."""
-    if not _TEMPLATE_REQUESTS:
-        _TEMPLATE_REQUESTS.append(frozenset(t.format(t=topic) for t in all_templates() for topic in all_topics()))
-    return _TEMPLATE_REQUESTS[0]
-
-
-_TEMPLATE_REQUESTS: list = []  # template_requests', made once
+    """Every request ``chat_instruction`` can fill a template with: each template with each topic (made once)."""
+    return frozenset(t.format(t=topic) for t in all_templates() for topic in all_topics())
 
 
 def chat_instruction(files, rng) -> str:
