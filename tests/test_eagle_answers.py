@@ -119,3 +119,60 @@ def test_a_windows_request_is_told_by_where_it_came_from():
                 tokens=[np.array([0, 9, 9, 5]), np.array([1, 9, 9, 5]), np.array([2, 9, 9, 5]), np.array([3, 5]),
                         np.array([1, 9, 9, 6])])
     assert list(stored_windows(data, Tok()).items()) == [("template", [1, 4]), ("asked", [0])]  # no T = 1, no code
+
+
+def test_windows_end_to_end_count_every_stored_answer_on_its_own_features(tmp_path, monkeypatch):
+    """eagle_answers --windows on a tiny chat target, a folder eagle_data made from it and a head train_eagle_ttt
+    trained on that folder: each greedy chat window is teacher-forced as its stored tokens, split at its answer's
+    start, on its stored features (not a generation's), grouped by where its request came from, and each answer token
+    after the first starts a chain; the T = 1 windows are left out."""
+    import json
+
+    pytest.importorskip("transformers")
+    from minispec.model.tokenizer import load_tokenizer
+    from minispec.recipes import eagle_answers, eagle_data, train_eagle_ttt
+    from minispec.recipes.eagle_data import request_source
+
+    from .helpers import chat_model_dir
+    from .test_eagle_data import chat_run
+
+    target = chat_model_dir(tmp_path / "t")
+    data = tmp_path / "data"
+    run = chat_run(data, target)
+    run[run.index("--kinds") + 1] = "chat-greedy,chat-t1"
+    assert eagle_data.main([*run, "--chat-tokens", "12"]) == 0  # one greedy shard
+    run[run.index("--tokens") + 1] = str(json.loads((data / "shard-00000.json").read_text())["tokens"] + 1)
+    assert eagle_data.main([*run, "--chat-tokens", "12"]) == 0  # and one at T = 1
+    assert (data / "shard-00001.json").is_file()
+    assert train_eagle_ttt.main(["--target", str(target), "--data", str(data), "--epochs", "1", "--batch", "2",
+                                 "--seq", "64", "--threads", "1", "--unroll", "2", "--vocab", "64", "--ship-vocab", "32",
+                                 "--out", str(tmp_path / "head"), "--run-dir", str(tmp_path / "run")]) == 0
+    seen = {}
+    real = eagle_answers.answer_acceptance
+
+    def recorded(head, E, ids, prompts, seqs, feats, *rest, **kw):
+        seen.setdefault(len(seen), (prompts, seqs, feats))
+        return real(head, E, ids, prompts, seqs, feats, *rest, **kw)
+    monkeypatch.setattr(eagle_answers, "answer_acceptance", recorded)
+    out = tmp_path / "answers.json"
+    assert eagle_answers.main([str(tmp_path / "head"), "--target", str(target), "--sets", "chat", "--prompts", "1",
+                               "--tokens", "4", "--threads", "1", "--windows", str(data), "--json", str(out)]) == 0
+
+    tok = load_tokenizer(target)
+    shard = np.load(data / "shard-00000.npz")
+    marker = tok.encode("<|im_start|>assistant\n")
+    want = {}  # source -> [(prompt, window, top features)], read here from the shard alone
+    for a, b in zip(shard["starts"][:-1], shard["starts"][1:]):
+        window = shard["tokens"][a:b].tolist()
+        start = max(j + len(marker) for j in range(len(window)) if window[j: j + len(marker)] == marker)
+        request = tok.decode(window[:start]).rsplit("<|im_start|>user\n", 1)[-1].rsplit("<|im_end|>", 1)[0].strip()
+        want.setdefault(request_source(request), []).append((window[:start], window, shard["top"][a:b]))
+    res = json.loads(out.read_text())
+    assert set(res["prompts"]) == {"chat"} | {f"windows:{s}" for s in want}
+    got = dict(zip(res["prompts"], seen.values()))  # the calls, in the order of the results' sets
+    for source, rows in want.items():
+        prompts, seqs, feats = got[f"windows:{source}"]
+        assert prompts == [r[0] for r in rows] and seqs == [r[1] for r in rows]
+        assert all(np.array_equal(f, r[2]) for f, r in zip(feats, rows))
+        chains = res["heads"][str(tmp_path / "head")][f"windows:{source}"]["positions"][0]
+        assert chains == sum(len(w) - len(p) for p, w, _ in rows)  # every answer token after the first, and the next

@@ -223,15 +223,15 @@ def main(argv=None) -> int:
             else json.loads((Path(h) / "frequent_tokens.json").read_text())
         ids = torch.tensor(frequent, dtype=torch.long)
         hconf = json.loads((Path(h) / "config.json").read_text()) if (Path(h) / "config.json").is_file() else {}
-        reads_lower = hconf.get("lower_layers") is not None
+        head_lower = hconf.get("lower_layers") is not None  # this head's (reads_lower: any of them)
         head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
                           max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths,
-                          with_lower=reads_lower, extra_layers=hconf.get("extra_layers", 0),
+                          with_lower=head_lower, extra_layers=hconf.get("extra_layers", 0),
                           extra_intermediate=hconf.get("extra_intermediate_size"))
         load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
         head.eval()
         out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch,
-                                                   lm=lms[name] if reads_lower else None) for name in answers}
+                                                   lm=lms[name] if head_lower else None) for name in answers}
         for name, r in out["heads"][h].items():
             print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
                   + f" ({r['positions'][0]} chains; the target's token in the reduced head at "
