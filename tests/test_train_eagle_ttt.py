@@ -84,7 +84,15 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     assert train_eagle_ttt.main(other) == 2  # another schedule is refused, not resumed into
     other = common + ["--out", str(tmp_path / "x"), "--run-dir", str(tmp_path / "run1"), "--ce-weight", "1.0"]
     assert train_eagle_ttt.main(other) == 2  # another loss too
-    assert "at --ce-weight 0.1, this one would be" in (tmp_path / "x" / "train_log.txt").read_text()
+    assert "at --ce-weight 0.1, --lr 0.002" in (tmp_path / "x" / "train_log.txt").read_text()
+    for flag, value, said in (("--lr", "1e-3", "--lr 0.001"), ("--seed", "1", "--seed 1"), ("--noise", "0", "--noise 0,"),
+                              ("--unroll", "2", "--unroll 2"), ("--init", str(tmp_path / "whole"), "from --init")):
+        # the optimizer's and the draws' settings too (bug: a changed --lr was resumed at the saved optimizer's rate,
+        # a changed --unroll crashed after training)
+        other = common + ["--out", str(tmp_path / "x"), "--run-dir", str(tmp_path / "run1"), flag, value]
+        assert train_eagle_ttt.main(other) == 2, flag
+        last = (tmp_path / "x" / "train_log.txt").read_text().splitlines()[-1]
+        assert "error:" in last and said in last.split("this one would be")[1], (flag, last)
 
 
 def oracle(head, E, toks, feats, lens, steps, dims, noise_scale=0.0, lm=None):
@@ -368,6 +376,41 @@ def test_a_cross_entropy_weight_that_is_not_a_weight_is_refused_by_name(tmp_path
             main(["--out", str(tmp_path / "never"), "--ce-weight", bad, "--data", str(tmp_path / "no-such-folder")])
         assert f"--ce-weight must be a finite number >= 0, got {float(bad)}" in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("bad, says", [(["--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
+                                       (["--ship-vocab", "0"], "--ship-vocab must be 1 to --vocab (8192)"),
+                                       (["--vocab", "100", "--ship-vocab", "200"], "--ship-vocab must be 1 to --vocab (100)"),
+                                       (["--max-tokens", "0"], "and --max-tokens at least 1")])
+def test_settings_that_cannot_train_are_refused_by_name(tmp_path, capsys, bad, says):
+    """Before any data is read (bug: --checkpoint-every 0 divided by zero after training)."""
+    from minispec.recipes.train_eagle_ttt import main
+
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "never"), "--data", str(tmp_path / "no-such-folder"), *bad])
+    assert says in capsys.readouterr().err and not (tmp_path / "never").exists()
+
+
+def test_a_folder_without_features_and_data_too_small_for_a_step_are_refused(tmp_path):
+    """Shards made with eagle_data --generate-only hold no features: refused by name (bug: a KeyError's traceback);
+    data that makes no step of the batch is refused (bug: a division by zero in the schedule)."""
+    from minispec.recipes import train_eagle_ttt
+
+    target_dir = write_random_model(tmp_path / "target", tiny_config(tie_word_embeddings=True), seed=1)
+    write_shards(tmp_path / "data", load_model(target_dir), n_shards=2, windows=2, length=12)
+    run = ["--target", str(target_dir), "--data", str(tmp_path / "data"), "--threads", "1", "--vocab", "40",
+           "--ship-vocab", "32", "--out", str(tmp_path / "head"), "--run-dir", str(tmp_path / "run")]
+    log = lambda: (tmp_path / "head" / "train_log.txt").read_text().splitlines()[-1]  # noqa: E731
+    assert train_eagle_ttt.main(run) == 2  # 48 tokens: no step of 16 x 256
+    assert "48 training tokens make no step of --batch 16 x --seq 256" in log()
+    assert train_eagle_ttt.main(run + ["--batch", "2", "--seq", "8"]) == 0  # smaller batches do
+    shard = tmp_path / "data" / "shard-00001"
+    record = json.loads(shard.with_suffix(".json").read_text())
+    (shard.with_suffix(".json")).write_text(json.dumps(dict(record, features=False)))
+    with np.load(shard.with_suffix(".npz")) as z:
+        np.savez(shard.with_suffix(".npz"), tokens=z["tokens"], starts=z["starts"])  # as --generate-only writes it
+    assert train_eagle_ttt.main(run + ["--batch", "2", "--seq", "8", "--run-dir", str(tmp_path / "run2")]) == 2
+    assert "shard-00001.json: its windows have no features (made with eagle_data --generate-only)" in log()
 
 
 def test_answer_tokens_cut_chat_windows_after_their_answers_first_tokens(tmp_path, capsys):

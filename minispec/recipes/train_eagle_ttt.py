@@ -41,8 +41,9 @@ instead of this run's data, so that a fine-tune on a narrow folder keeps the voc
 
 The run lives in ``--run-dir`` (default ``$MINISPEC_CACHE/eagle-train-<settings>``): ``checkpoint.pt`` (the head, the
 optimizer, the step, the curve, written every ``--checkpoint-every`` steps and at the end); its log is ``--out``'s
-``train_log.txt``. Run the same command again after an interruption and it resumes at the last checkpoint (a run of
-other settings, ``--ce-weight`` among them, is refused, not resumed into).
+``train_log.txt``, which each run adds to. Run the same command again after an interruption and it resumes at the
+last checkpoint (a run of other settings is refused, not resumed into: other data or schedule, ``--lr``, ``--seed``,
+``--noise``, ``--unroll``, ``--init``, ``--ce-weight``, the precision, the layers read, the reduced head's tokens).
 
 Held out: every 20th greedy generation (code and chat), in the order the shards made them; every other chat window
 whose prompt (its tokens up to the answer's ``<|im_start|>assistant``) is a held-out window's is left out of training
@@ -119,6 +120,9 @@ def load_shards(folder: Path, log, marker: list[int] | None = None, with_lower: 
         minutes["features"] += r["feature_minutes"]
         if not r["kept"]:
             continue
+        if not r.get("features", True):
+            raise ValueError(f"{rec}: its windows have no features (made with eagle_data --generate-only); build "
+                             "them first: the same eagle_data command without --generate-only")
         with np.load(rec.with_suffix(".npz")) as z:
             t, f, s = z["tokens"], z["top"], z["starts"]
             lm = np.concatenate([z["low"], z["mid"]], 1) if with_lower else None  # [n, 2D]
@@ -336,7 +340,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--unroll", type=int, default=4, help="steps of the training-time test (1: EAGLE-1's loss)")
     p.add_argument("--epochs", type=float, default=2.0)
-    p.add_argument("--max-tokens", type=int, default=None, help="use the first shards up to this many tokens")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="train on the first training windows up to this many tokens (the held-out windows taken out "
+                        "first; the window that crosses the limit included)")
     p.add_argument("--vocab", type=int, default=8192, help="reduced-head size trained (default 8192)")
     p.add_argument("--ship-vocab", type=int, default=6144, help="reduced-head size shipped (default 6144)")
     p.add_argument("--batch", type=int, default=16)
@@ -375,8 +381,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    if args.unroll < 1 or args.epochs <= 0 or args.batch < 1 or args.seq < 8:
-        p.error("--unroll and --batch must be at least 1, --epochs positive and --seq at least 8")
+    if args.unroll < 1 or args.epochs <= 0 or args.batch < 1 or args.seq < 8 or args.checkpoint_every < 1:
+        p.error("--unroll, --batch and --checkpoint-every must be at least 1, --epochs positive and --seq at least 8")
+    if not 1 <= args.ship_vocab <= args.vocab or (args.max_tokens is not None and args.max_tokens < 1):
+        p.error(f"--ship-vocab must be 1 to --vocab ({args.vocab}), and --max-tokens at least 1; got "
+                f"{args.ship_vocab} and {args.max_tokens}")
     if not (0 <= args.ce_weight < float("inf")):
         p.error(f"--ce-weight must be a finite number >= 0, got {args.ce_weight}")
     if args.extra_layers < 0 or (args.extra_intermediate is not None and args.extra_intermediate < 1):
@@ -458,7 +467,7 @@ def main(argv=None) -> int:
     try:
         marker = chat_marker(target_dir)
         parts = [load_shards(folder, log, marker, with_lower=args.lower_layers, shards=n) for folder, n in specs]
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         log(f"error: {e}")
         return 2
     minutes = {k: sum(d["minutes"][k] for d in parts) for k in ("generation", "features")}  # of the shards read
@@ -489,6 +498,10 @@ def main(argv=None) -> int:
     rms = float(np.sqrt(np.mean(np.concatenate([np.asarray(data["feats"][r], np.float32) for r in rows[:200]]) ** 2)))
     n_tokens = int(sum(length(r) for r in rows))
     steps = int(args.epochs * n_tokens / (args.batch * args.seq * 0.85))
+    if steps < 1:
+        log(f"error: {n_tokens} training tokens make no step of --batch {args.batch} x --seq {args.seq} at --epochs "
+            f"{args.epochs:g}: more data, more epochs, or smaller batches")
+        return 2
     dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     depths = max(args.unroll, 4)  # steps trained, and depths evaluated (at least 4)
     head = build_head(D, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps, max_len=args.seq + depths,
@@ -507,24 +520,30 @@ def main(argv=None) -> int:
     state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=named,
                  precision=args.precision, lower_layers=args.lower_layers, ce_weight=args.ce_weight,
                  extra=[args.extra_layers, extra_width], answer_tokens=args.answer_tokens,
-                 vocab=[int(t) for t in freq])
+                 vocab=[int(t) for t in freq], lr=args.lr, seed=args.seed, noise=args.noise, unroll=args.unroll,
+                 init=args.init)
+    drawn = dict(lr=args.lr, seed=args.seed, noise=args.noise, unroll=args.unroll, init=args.init)  # the optimizer's
+    # and the draws' settings: a resumed run with others would mix two runs (the saved optimizer keeps the old rate)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         state = saved["state"]
         was = dict(steps=state.get("steps"), tokens=state.get("data_tokens"), folders=state.get("folders", named),
                    precision=state.get("precision", "float32"), lower=state.get("lower_layers", False),
                    ce=state.get("ce_weight", 0.1), extra=state.get("extra", [0, None]), cut=state.get("answer_tokens"),
-                   vocab=state.get("vocab", [int(t) for t in data_freq]))  # (a run from before --vocab-from: its data's)
+                   vocab=state.get("vocab", [int(t) for t in data_freq]),  # (a run from before --vocab-from: its data's)
+                   **{k: state.get(k, v) for k, v in drawn.items()})  # (a run from before these were kept: this one's)
         now = dict(steps=steps, tokens=n_tokens, folders=named, precision=args.precision, lower=args.lower_layers,
                    ce=args.ce_weight, extra=[args.extra_layers, extra_width], cut=args.answer_tokens,
-                   vocab=[int(t) for t in freq])
+                   vocab=[int(t) for t in freq], **drawn)
         if was != now:
             def settings(r):  # -> the run's settings in words
                 return (f"{r['steps']} steps over {r['tokens']} tokens of {r['folders']} in {r['precision']}"
                         f"{' with --lower-layers' if r['lower'] else ''} at --ce-weight {r['ce']:g}"
                         + (f", {r['extra'][0]} extra layers of width {r['extra'][1]}" if r["extra"][0] else "")
                         + (f", chat answers cut after {r['cut']} tokens" if r["cut"] else "")
-                        + ("" if r["vocab"] == now["vocab"] else ", another reduced head's tokens"))
+                        + ("" if r["vocab"] == now["vocab"] else ", another reduced head's tokens")
+                        + f", --lr {r['lr']:g}, --seed {r['seed']}, --noise {r['noise']:g}, --unroll {r['unroll']}"
+                        + (f", from --init {r['init']}" if r["init"] else ""))
             log(f"error: {ckpt} is a run of {settings(was)}, this one would be {settings(now)}: pass another --run-dir, "
                 "or the same settings and data (folders in the same order) to resume")
             return 2

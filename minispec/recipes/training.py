@@ -45,7 +45,7 @@ def start(torch, out, seed: int, threads: int):
     torch.manual_seed(seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    logf = open(out / "train_log.txt", "w")
+    logf = open(out / "train_log.txt", "a")  # a resumed run adds to its log; every run starts with its args
 
     def log(msg: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
