@@ -143,7 +143,8 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
 @pytest.mark.slow
 def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_path, monkeypatch, capsys):
     """--generate-only --generations FILE copies the file's shards (no work) before it generates more: the pace and
-    the time to go come from the generated shards alone, not from copies made in no time."""
+    the time to go come from the generated shards alone, not from copies made in no time. The file's shards are
+    numbered with a gap where a text shard's number was skipped, as the committed ones are."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from .helpers import chat_model_dir
@@ -154,7 +155,8 @@ def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_pa
         [p[:5] + rng.integers(3, 49152, 10).tolist() for p in prompts], None))
     run = ["--target", str(target), "--threads", "1", "--gen-batch", "2", "--text-files", "1", "--seq", "64",
            "--external-prompts", "none", "--generate-only"]
-    assert eagle_data.main(["--out", str(tmp_path / "a"), *run, "--tokens", "60"]) == 0
+    assert eagle_data.main(["--out", str(tmp_path / "a"), *run, "--tokens", "100"]) == 0
+    assert sorted(int(f.stem[-5:]) for f in (tmp_path / "a").glob("shard-*.json")) == [0, 1, 2, 4]  # 3: text
     made = eagle_data.export_generations(tmp_path / "a", tmp_path / "gen.npz",
                                          json.loads((tmp_path / "a" / "settings.json").read_text()))
     first = json.loads((tmp_path / "a" / "manifest.json").read_text())
@@ -162,7 +164,7 @@ def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_pa
     (tmp_path / "m.json").write_text(json.dumps(first))
     grow = ["--out", str(tmp_path / "b"), *run, "--generations", str(tmp_path / "gen.npz"), "--tokens",
             str(made["tokens"] + 1)]
-    for bad, said in (([], "describes the shards of --generations"), (["--tokens", "5"], "lists 2 shards and 5 tokens")):
+    for bad, said in (([], "describes the shards of --generations"), (["--tokens", "5"], "lists 4 shards and 5 tokens")):
         wrong = dict(first, tokens=5) if bad else first
         (tmp_path / "w.json").write_text(json.dumps(wrong))
         argv = [a for a in grow if a != "--generate-only"] if not bad else grow
@@ -175,7 +177,11 @@ def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_pa
     # a folder whose first shards were generated there, not copied from the file, is refused, not crashed on
     other = ["--out", str(tmp_path / "a"), *grow[2:], "--generations-manifest", str(tmp_path / "m.json")]
     assert eagle_data.main(other) == 2
-    assert "are not the 2 shards" in capsys.readouterr().err
+    assert "are not the 4 shards" in capsys.readouterr().err
+    moved = dict(first, shard_minutes=[dict(s, shard=i) for i, s in enumerate(first["shard_minutes"])])  # 0-3
+    (tmp_path / "w.json").write_text(json.dumps(moved))
+    assert eagle_data.main([*grow, "--generations-manifest", str(tmp_path / "w.json")]) == 2
+    assert "it lists shards [0, 1, 2, 3], and" in capsys.readouterr().err
     assert eagle_data.main([*grow, "--generations-manifest", str(tmp_path / "m.json")]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "] shard " in line]
     assert len(lines) == made["shards"] + 1, lines  # the file's shards, copied, then at least one generated
@@ -183,7 +189,7 @@ def test_growing_from_the_windows_file_times_only_the_shards_it_generates(tmp_pa
     assert "tok/s this run" in lines[-1] and "h to go" in lines[-1], lines[-1]
     # the grown folder's manifest keeps the committed records of the copied shards, and adds the new shard's
     grown = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    new = json.loads((tmp_path / "b" / f"shard-{made['shards']:05d}.json").read_text())
+    new = json.loads((tmp_path / "b" / "shard-00005.json").read_text())  # after 0, 1, 2 and 4, copied
     assert grown["dropped"][0]["run"] == "planted" and grown["asked_requests"] == 7 + new["asked"]
     assert (grown["shards"], grown["tokens"]) == (made["shards"] + 1, made["tokens"] + new["tokens"])
     assert grown["shard_minutes"][:made["shards"]] == first["shard_minutes"]

@@ -552,7 +552,7 @@ def write_manifest(out: Path, overlap: EvalRuns, args, external, origin: dict | 
     build that generated the shards copied from ``--generations`` (``--generations-manifest``), whose records of them
     (the windows dropped, the requests the target wrote, the minutes) stand for theirs (``with_committed``)."""
     records = [json.loads(p.read_text()) for p in sorted(out.glob("shard-*.json"))]
-    if committed is not None and sum(r["shard"] < committed["shards"] for r in records) == committed["shards"]:
+    if committed is not None and committed_shards(committed) <= {r["shard"] for r in records}:
         return _write(out, with_committed(committed, records, args.generate_only, dict(origin or {})))
     manifest = dict(rule="a window is dropped when it shares a run of 8 lowercased whitespace-separated words with "
                          "any evaluation prompt (minispec/recipes/eval_overlap.py)",
@@ -588,6 +588,12 @@ def _write(out: Path, manifest: dict) -> dict:
     return manifest
 
 
+def committed_shards(committed: dict) -> set[int]:
+    """The shard numbers a committed manifest lists (its ``shard_minutes``): not 0..n-1, since ``--generate-only``
+    skips the text shards' numbers (bug: read as 0..n-1, a grown folder's manifest dropped the committed records)."""
+    return {int(s["shard"]) for s in committed["shard_minutes"]}
+
+
 def with_committed(committed: dict, records: list[dict], copied_only: bool, origin: dict) -> dict:
     """The manifest of a folder grown from committed windows: ``committed`` (the manifest of the build that generated
     them) for the shards it lists, each copied here by ``--generate-only`` (``copied_only``) and with its tokens, and
@@ -596,12 +602,12 @@ def with_committed(committed: dict, records: list[dict], copied_only: bool, orig
     if not copied_only:
         raise ValueError("--generations-manifest goes with --generate-only: a build with features makes its own records "
                          "of the committed windows")
-    n = committed["shards"]
-    first = [r for r in records if r["shard"] < n]
+    n, numbers = committed["shards"], committed_shards(committed)
+    first = [r for r in records if r["shard"] in numbers]
     if len(first) != n or not all(r.get("reused") for r in first) or sum(r["tokens"] for r in first) != committed["tokens"]:
-        raise ValueError(f"the folder's shards 0-{n - 1} are not the {n} shards ({committed['tokens']} tokens) the "
-                         "committed manifest lists, copied from --generations")
-    rest = [r for r in records if r["shard"] >= n]
+        raise ValueError(f"the folder's shards {sorted(numbers)} are not the {n} shards ({committed['tokens']} tokens) "
+                         "the committed manifest lists, copied from --generations")
+    rest = [r for r in records if r["shard"] not in numbers]
     kinds = sorted(set(committed["tokens_by_kind"]) | {r["kind"] for r in rest})
     return dict(committed, asked_requests=committed["asked_requests"] + sum(r.get("asked", 0) for r in rest),
                 shards=n + len(rest), tokens=committed["tokens"] + sum(r["tokens"] for r in rest),
@@ -769,6 +775,9 @@ def main(argv=None) -> int:
             missing += [f"minutes.{k}" for k in ("generation", "features") if k not in committed.get("minutes", {})]
             if missing:
                 raise ValueError(f"it has no {', '.join(missing)}")
+            if committed_shards(committed) != set(generations):
+                raise ValueError(f"it lists shards {sorted(committed_shards(committed))}, and {args.generations} holds "
+                                 f"shards {sorted(generations)}")
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"error: --generations-manifest {args.generations_manifest}: {e!r}", file=sys.stderr)
             return 2
