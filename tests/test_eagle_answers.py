@@ -154,6 +154,12 @@ def test_windows_end_to_end_count_every_stored_answer_on_its_own_features(tmp_pa
         seen.setdefault(len(seen), (prompts, seqs, feats))
         return real(head, E, ids, prompts, seqs, feats, *rest, **kw)
     monkeypatch.setattr(eagle_answers, "answer_acceptance", recorded)
+    generate = eagle_data.generate
+
+    def unread(*a, **k):  # as if the answer had ended on the generation's last step: no pass read its end
+        seqs, feats = generate(*a, **k)
+        return seqs, [None for _ in feats]
+    monkeypatch.setattr(eagle_data, "generate", unread)
     out = tmp_path / "answers.json"
     assert eagle_answers.main([str(tmp_path / "head"), "--target", str(target), "--sets", "chat", "--prompts", "1",
                                "--tokens", "4", "--threads", "1", "--windows", str(data), "--json", str(out)]) == 0
@@ -170,6 +176,10 @@ def test_windows_end_to_end_count_every_stored_answer_on_its_own_features(tmp_pa
     res = json.loads(out.read_text())
     assert set(res["prompts"]) == {"chat"} | {f"windows:{s}" for s in want}
     got = dict(zip(res["prompts"], seen.values()))  # the calls, in the order of the results' sets
+    prompts, seqs, feats = got["chat"]  # the answer's features from a pass of their own, where no generation read them
+    assert [f.shape[0] for f in feats] == [len(s) for s in seqs]
+    chains = res["heads"][str(tmp_path / "head")]["chat"]["positions"][0]
+    assert chains == sum(len(s) - len(p) for p, s in zip(prompts, seqs)) > 0
     for source, rows in want.items():
         prompts, seqs, feats = got[f"windows:{source}"]
         assert prompts == [r[0] for r in rows] and seqs == [r[1] for r in rows]

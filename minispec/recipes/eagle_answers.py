@@ -121,6 +121,16 @@ def stored_windows(data, tok) -> dict[str, list[int]]:
     return {k: v for k, v in out.items() if v}
 
 
+def read_answers(target, seqs, gen_features) -> list[dict]:
+    """Each answer's {top, low, mid} features: the generation's own (``eagle_data.generate``), and a teacher-forced
+    pass for an answer no pass read to its end (one that ended on the generation's last step: its entry is None; bug:
+    it was left out of the counts, though counted among the prompts)."""
+    from .eagle_data import features_of
+    arrays = features_of(target, seqs, gen_features)  # {top, low, mid}: [sum len, D]
+    ends = np.cumsum([len(s) for s in seqs])
+    return [{k: v[e - len(s): e] for k, v in arrays.items()} for s, e in zip(seqs, ends)]
+
+
 def lower_layers(head_dir) -> list | None:
     """The lower layers a head reads (its config.json's ``lower_layers``), None for a head that reads the top alone."""
     f = Path(head_dir) / "config.json"
@@ -204,8 +214,9 @@ def main(argv=None) -> int:
     for name in sets:
         prompts = data_prompts(name, tok, args.prompts)
         seqs, feats = generate(target, tok, prompts, args.tokens, True, 0, with_features=True)
-        answers[name] = (prompts, seqs, [f and f["top"] for f in feats])
-        lms[name] = [f and np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
+        feats = read_answers(target, seqs, feats)
+        answers[name] = (prompts, seqs, [f["top"] for f in feats])
+        lms[name] = [np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
         print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
     if args.windows:
         for source, rows in groups.items():
