@@ -4,6 +4,7 @@ whole builder and the features a generation computes."""
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -348,10 +349,28 @@ def test_asked_code_heads_are_the_targets_own_and_a_reply_without_one_gets_a_lib
 
 @pytest.mark.parametrize("bad", [["--kinds", "chat-greedy,poetry"], ["--asked", "1.5"], ["--kinds", ""],
                                  ["--kinds", "code-greedy", "--asked", "0.5"], ["--kinds", "text", "--generate-only"],
-                                 ["--asked-code", "-0.1"], ["--kinds", "chat-greedy", "--asked-code", "0.5"]])
+                                 ["--asked-code", "-0.1"], ["--kinds", "chat-greedy", "--asked-code", "0.5"],
+                                 ["--chat-tokens", "0"], ["--code-tokens", "-1"], ["--text-files", "0"]])
 def test_bad_kinds_or_share_are_refused_before_anything_loads(tmp_path, bad, capsys):
     assert eagle_data.main(["--out", str(tmp_path / "d"), *bad]) == 2
     assert "error: --" in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
+def test_text_shards_that_run_out_of_files_stop_the_build_by_name(tmp_path, monkeypatch, capsys):
+    """A text shard past the standard library's last file ends the build with an error that says so (bug: empty
+    shards were made for ever, the tokens asked for never reached)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    from minispec.recipes import train_draft
+    monkeypatch.setattr(train_draft, "stdlib_files", lambda: [Path(json.__file__)])  # one file: one text shard
+    run = ["--out", str(tmp_path / "d"), "--target", str(target), "--threads", "1", "--kinds", "text", "--text-files",
+           "1", "--seq", "64", "--external-prompts", "none", "--tokens", "1000000"]
+    assert eagle_data.main(run) == 2
+    assert "text shard 1 found no standard-library files left (1 files, --text-files 1 a shard)" in capsys.readouterr().err
+    assert [f.name for f in sorted((tmp_path / "d").glob("shard-*.json"))] == ["shard-00000.json"]
 
 
 def test_a_generation_reads_its_own_features_and_a_row_left_unread_gets_a_pass(tmp_path):

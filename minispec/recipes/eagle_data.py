@@ -672,8 +672,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    if args.tokens <= 0 or args.gen_batch <= 0 or args.seq < 16:
-        print("error: --tokens and --gen-batch must be positive and --seq at least 16", file=sys.stderr)
+    if min(args.tokens, args.gen_batch, args.chat_tokens, args.code_tokens, args.text_files) <= 0 or args.seq < 16:
+        print("error: --tokens, --gen-batch, --chat-tokens, --code-tokens and --text-files must be positive and --seq "
+              "at least 16", file=sys.stderr)
         return 2
     args.kinds = tuple(k.strip() for k in args.kinds.split(","))
     unknown = sorted(set(args.kinds) - set(KINDS))
@@ -836,6 +837,11 @@ def main(argv=None) -> int:
     i = 0
     while manifest["tokens"] < args.tokens:
         if not (out / f"shard-{i:05d}.json").exists() and not (args.generate_only and args.kinds[i % len(args.kinds)] == "text"):
+            if args.kinds[i % len(args.kinds)] == "text" and text_index(i, args.kinds) * args.text_files >= len(files):
+                log(f"error: text shard {i} found no standard-library files left ({len(files)} files, --text-files "
+                    f"{args.text_files} a shard): {manifest['tokens']} of --tokens {args.tokens} made; ask for fewer "
+                    "tokens or fewer text shards (--kinds)")  # (bug: it made empty shards for ever)
+                return 2
             write_shard(i)
         i += 1
     log(f"done: {manifest['tokens']} tokens in {manifest['shards']} shards")
