@@ -42,14 +42,19 @@ def test_nothing_to_export_is_an_error(tmp_path):
         eagle_data.export_generations(tmp_path / "data", tmp_path / "gen.npz", {})
 
 
-def test_every_kind_is_made_and_held_out_shards_meet_every_kind():
-    """The trainer holds out every 20th shard (train_eagle_ttt.HELD_OUT); over a few cycles those meet every kind."""
-    from minispec.recipes.train_eagle_ttt import HELD_OUT
+def test_every_kind_is_made_and_the_held_out_windows_meet_every_greedy_kind():
+    """The default cycle makes every kind, and the trainer's held-out windows (train_eagle_ttt.held_out_split: every
+    20th greedy window) of a folder made by it meet both greedy kinds, code and chat, and no other."""
+    from minispec.recipes.train_eagle_ttt import held_out_split
 
     kinds = eagle_data.KINDS
     assert {k.split("-")[0] for k in kinds} == {"code", "chat", "text"} and {"code-greedy", "chat-t1"} <= set(kinds)
-    held = {kinds[i % len(kinds)] for i in range(HELD_OUT - 1, HELD_OUT * len(kinds), HELD_OUT)}
-    assert held == set(kinds)
+    per_shard = 32  # --gen-batch's default: the windows of a generated shard
+    window_kinds = [kinds[i % len(kinds)] for i in range(3 * len(kinds)) for _ in range(per_shard)]
+    data = dict(kind=window_kinds, tokens=[np.arange(4)] * len(window_kinds), answer_start=np.full(len(window_kinds), -1))
+    held, same_prompt, rows = held_out_split(data)
+    assert {window_kinds[r] for r in held} == {"code-greedy", "chat-greedy"} and not same_prompt
+    assert len(held) + len(rows) == len(window_kinds)
 
 
 def test_every_text_shard_reads_its_own_files():
@@ -133,7 +138,7 @@ def test_generate_only_makes_windows_without_features_and_a_later_build_adds_the
     rec["dropped"] = [dict(window=9, run="planted", file="x")]
     (out / f"shard-{first:05d}.json").write_text(json.dumps(rec))
     n_calls = len(calls)
-    assert eagle_data.main([*run, "--tokens", str(max(records) * 0 + 1)]) == 0
+    assert eagle_data.main([*run, "--tokens", "1"]) == 0
     assert len(calls) == n_calls  # no generation: the windows were there
     again = json.loads((out / f"shard-{first:05d}.json").read_text())
     assert again["features"] and again["dropped"][0]["run"] == "planted"

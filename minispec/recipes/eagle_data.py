@@ -40,10 +40,11 @@ seven to name a chatbot, an AI or an assistant; ``person``, "... as a person wou
 first asks it to list topics of a few listed subjects, and asks for each request about one of the topics it listed,
 so that the requests are about more things than the lists here hold; ``--ask-filter shape`` keeps only what reads as a
 user's question or instruction, ``reads_as_request``, of twice as many asked for). What it writes is replaced by a
-template's request where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
+built request (``chat_instruction``: a template's, or one made from a standard-library function, half and half)
+where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
 ``asked``: how many are). Template x topic prompts repeat
 their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
-prompt (fewer than 8 words, which the window rule cannot see) is replaced by a template's (``EvalRuns.holds_short``).
+prompt (fewer than 8 words, which the window rule cannot see) is replaced so too (``EvalRuns.holds_short``).
 
 Every window (prompt + answer, or chunk) that shares a run of 8 lowercased words with an evaluation prompt
 (``eval_overlap.py``: minispec/data and the external prompt sets) is dropped before its features are computed, and
@@ -647,8 +648,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ask-filter", choices=("none", "shape"), default="none",
                    help="with --asked, which of the target's requests are kept beside the length and evaluation "
                         "rules: all (none, default), or those that read as a user's question or instruction (shape: "
-                        "twice as many are asked for, and the first that pass are kept); a template's request stands "
-                        "in for each one missing")
+                        "twice as many are asked for, and the first that pass are kept); a built request (a template's "
+                        "or a standard-library function's) stands in for each one missing")
     p.add_argument("--asked-code", type=float, default=0.0, metavar="F",
                    help="share of code prompts whose function the target writes itself (0 to 1; default 0)")
     p.add_argument("--threads", type=int, default=2)
