@@ -119,7 +119,7 @@ class Run:
         if not draft_tokens:
             self.plain_cause = why_plain(wanted, capped, k)
         if self.policy is not None:
-            self.drafted_now(k, len(draft_tokens), t0)
+            self.drafted_now(k, len(draft_tokens), t0, may_probe=wanted == 0)
         self.clock = (t0, time.perf_counter())
         return [int(t) for t in draft_tokens], draft_probs
 
@@ -184,15 +184,17 @@ class Run:
             self.seen = len(self.tokens)
         return label
 
-    def drafted_now(self, asked: int, drafted: int, t0: float, nodes: int | None = None) -> None:
+    def drafted_now(self, asked: int, drafted: int, t0: float, nodes: int | None = None, may_probe: bool = True) -> None:
         """A policy's round, after proposing: ``asked`` guesses were asked for (0: a plain round), ``drafted`` made (a
-        tree: its depth), ``nodes`` draft tokens go into the target pass. In a plain round the policy may ask for
-        one guess, never verified, only measured (a probe)."""
+        tree: its depth), ``nodes`` draft tokens go into the target pass. In a round the policy chose plain
+        (``may_probe``: not one cut to plain by the end of the output or the draft's room) it may ask for one guess,
+        never verified, only measured (a probe), where the drafter has room for it."""
         self.drafted, self.nodes = drafted, drafted if nodes is None else nodes
         if asked:
             self.seen = len(self.tokens)
         self.probe = None
-        if asked == 0 and self.policy.probe() and self.drafter_room() >= 1:
+        if asked == 0 and may_probe and self.drafter_room() >= 1 and self.policy.probe():  # (bug: asked first, the
+            # policy paid for a probe a full draft context then did not make)
             _, draft_probs = self.drafter.propose(self.tokens, 1, self.warp, self.rng)
             self.seen = len(self.tokens)
             self.probe = draft_probs[0] if len(draft_probs) else None
@@ -241,7 +243,7 @@ class Run:
             asked = width * depth > 0
         self.plain_cause = "" if len(tree) else "end" if remaining == 1 else "policy" if not asked else "nothing"
         self.prefill = self.cache.length == 0
-        self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, t0, nodes=len(tree))
+        self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, t0, nodes=len(tree), may_probe=not asked)
         self.clock = (t0, time.perf_counter())
         return tree
 

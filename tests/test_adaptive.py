@@ -462,6 +462,43 @@ def test_greedy_with_early_stop_equals_plain(big_pair):
         assert {d for d, _ in res.stats.rounds_log} >= {0, 1, 2, 3}  # K = 6 asked, chains cut to 0..3
 
 
+class AsksProbes(FixedK):
+    """K = ``k`` every round; counts the times the loop asks it whether to probe (and always says yes)."""
+
+    def __init__(self, k):
+        super().__init__(k)
+        self.asked = 0
+
+    def probe(self) -> bool:
+        self.asked += 1
+        return True
+
+
+def test_a_probe_is_asked_for_only_in_rounds_the_policy_chose_plain_and_where_the_drafter_has_room(big_pair):
+    """(bug: the loop asked the policy first, so a policy paid for probes a full draft context did not make, and was
+    asked in rounds it chose to draft but the end of the output cut to plain.)"""
+    target, _ = big_pair
+
+    class NoRoom(PromptLookup):  # a drafter whose context is full from the start (HasRoom)
+        def room(self, tokens) -> int:
+            return 0
+    plain = AsksProbes(0)
+    speculative_generate(target, PromptLookup(), [3, 4, 5, 3, 4], 6, k=plain)
+    assert plain.asked == 6  # every plain round of a drafter with room
+    full = AsksProbes(0)
+    speculative_generate(target, NoRoom(), [3, 4, 5, 3, 4], 6, k=full)
+    assert full.asked == 0
+    drafting = AsksProbes(3)
+    res = speculative_generate(target, PromptLookup(), [3, 4, 5, 3, 4], 1, k=drafting)  # one token: the round is cut
+    assert res.stats.rounds_log[0][0] == 0 and drafting.asked == 0
+
+
+def test_a_policy_without_a_probe_share_never_probes_even_where_a_probe_costs_nothing():
+    """StoppedK (probe share 0) with a drafter that costs nothing to ask (bug: 0 seconds saved afforded 0 seconds)."""
+    for p in (StoppedK(4, MEASURED, 0.0, learn=False), policy(MEASURED, 0.0, probe_share=0.0)):
+        assert not any(p.probe() for _ in range(3))
+
+
 def test_stopped_k_is_the_textbook_k_cut_by_the_stop():
     p = StoppedK(4, MEASURED, 0.001, learn=False, acceptance=Acceptance(0.2))
     assert [p.next_k() for _ in range(3)] == [4, 4, 4] and not p.probe()

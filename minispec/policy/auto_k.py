@@ -125,7 +125,7 @@ class ProbeBudget:
         self.saved += self.share * seconds
 
     def afford(self, cost: float) -> bool:
-        if self.saved < cost:
+        if self.share == 0 or self.saved < cost:  # no share, no probes: even one that costs nothing (StoppedK's)
             return False
         self.saved -= cost
         return True
