@@ -324,3 +324,22 @@ def test_keyed_children_stop_where_the_mass_left_is_below_the_floor():
     nodes = add_children(tree, 0, logits, 4, Warp(1.0), KeyedNoise(3))
     assert 1 <= len(nodes) <= 3 and all(tree.draft_probs[n] is not None for n in nodes)
     assert len(set(tree.tokens[1:])) == len(nodes)
+
+
+def test_a_tree_policy_learns_a_guess_s_rate_from_levels_of_several_guesses():
+    """A level of 4 first guesses, each kept with a = 0.5, keeps one 15 times in 16: the policy learns a = 0.5, the
+    rate its model raises to the width (bug: a learned the level's 0.94, and the policy expected 1 - 0.06^4 of a
+    level, so it chose wide trees), and a width-1 round counts as a chain's."""
+    from minispec.policy.acceptance import PerContext
+
+    p = TreePolicy.fixed(4, 2)
+    p.acc = PerContext(Acceptance(decay=1.0))  # no forgetting: the estimate settles where the rounds put it
+    for i in range(1600):
+        p.next_shape()
+        p.observe(2, 0 if i % 16 == 15 else 1, 0.0, None, nodes=8)
+    assert abs(p.acc[0].first - 0.5) < 0.02, p.acc[0].first
+    assert p.expected(4, 1) == pytest.approx(1 + 15 / 16, abs=0.01)
+    one, chain = Acceptance(), Acceptance()
+    one.update_tree(1, 3, 2)
+    chain.update(3, 2)
+    assert (one.counts == chain.counts).all()

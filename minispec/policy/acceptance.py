@@ -74,6 +74,20 @@ class Acceptance:
         if accepted >= 1 and drafted >= 2:
             self.counts[1] = self.decay * self.counts[1] + (accepted - 1, accepted < drafted)
 
+    def update_tree(self, width: int, depth: int, accepted: int) -> None:
+        """A tree round of ``width`` first guesses (tree_policy.py's model: tried independently, each followed by a
+        chain). A first level that kept none is ``width`` failed first guesses; one that kept a guess adds what that
+        says of each guess, the expected successes and failures of ``width`` guesses of which at least one was
+        accepted, under the current a (an EM step; bug: counted as one first-guess success, a learned the level's
+        rate 1 - (1 - a)^width, and the policy raised that to the width again). Later guesses as in ``update``."""
+        if width <= 1:
+            return self.update(depth, accepted)
+        a = min(max(self.first, 1e-6), 1.0 - 1e-6)
+        hits = width * a / (1.0 - (1.0 - a) ** width) if accepted >= 1 else 0.0  # E[successes | at least one]
+        self.counts[0] = self.decay * self.counts[0] + (hits, width - hits)
+        if accepted >= 1 and depth >= 2:
+            self.counts[1] = self.decay * self.counts[1] + (accepted - 1, accepted < depth)
+
     def fresh_copy(self) -> "Acceptance":
         """A new estimate with the same prior and no observations."""
         return Acceptance(self.prior, self.weight, self.decay, self.prior_next)

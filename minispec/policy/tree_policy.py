@@ -8,6 +8,8 @@ chain of ``depth - 1`` guesses, with first-guess acceptance a and later-guess ac
     E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b)
     T = depth tree levels of ``width`` nodes (costs.py: ``level_calibration``) + t_verify(width * depth + 1)
 
+a stays a guess's rate: a round's first level, of ``width`` guesses, tells it through ``Acceptance.update_tree``.
+
 A drafter whose levels have no timing of their own (neither ``TimesItsTreeLevels`` nor a model) pays ``width``
 of its guesses (``drafter_costs``) per level: zero only for a drafter without any cost hook.
 
@@ -46,6 +48,7 @@ class TreePolicy:
         self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
         self.slowdown = 1.0  # it does not learn how much slower its rounds ran than predicted (AutoK does)
         self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
+        self.width = shape[0]  # the width of the round being played (``observe`` learns a per guess from it)
 
     @classmethod
     def fixed(cls, width: int, depth: int) -> "TreePolicy":
@@ -86,6 +89,7 @@ class TreePolicy:
         self.unseen = unseen
         shape, _ = best(self.shapes(), self.rate)
         self.history.append(shape)
+        self.width = shape[0]
         return shape
 
     @property
@@ -103,7 +107,7 @@ class TreePolicy:
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its recent passes
             learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if depth:
-            self.acc[self.context].update(depth, accepted)
+            self.acc[self.context].update_tree(self.width, depth, accepted)
         elif self.auto:
             self.budget.earn(self.verify_time[1])
             if probed is not None:
