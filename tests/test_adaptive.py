@@ -45,12 +45,12 @@ def test_expected_tokens():
 def test_every_shipped_policy_declares_what_its_callers_read():
     """policy/protocol.py: the loops, a run's result and the CLI ask a policy for capabilities, never for a class."""
     chains = [FixedK(3), policy(CPU_LIKE, 0.001), StoppedK(2, CPU_LIKE, 0.001)]
-    trees = [TreePolicy.fixed(2, 3), TreePolicy(CPU_LIKE, {w: 0.001 for w in range(1, 5)})]
+    trees = [TreePolicy.fixed(2, 3), TreePolicy(CPU_LIKE, {w: 0.001 for w in range(1, 5)}, max_nodes=8)]
     assert all(isinstance(p, ChoosesK) and not isinstance(p, ChoosesTrees) for p in chains)
     assert all(isinstance(p, ChoosesTrees) and not isinstance(p, ChoosesK) for p in trees)
     assert all(isinstance(p, Calibrated) and p.slowdown == 1.0 and calibrations_of(p) == [] for p in chains + trees)
     assert [isinstance(p, ChoosesByCost) for p in chains + trees] == [False, True, True, True, True]
-    assert [p.max_room for p in trees] == [6, 16] and [p.auto for p in trees] == [False, True]
+    assert [p.max_room for p in trees] == [6, 8] and [p.auto for p in trees] == [False, True]
 
     class Bare:  # a caller's own chain policy: the loop's four members only
         keep = None
@@ -497,6 +497,19 @@ def test_a_policy_without_a_probe_share_never_probes_even_where_a_probe_costs_no
     """StoppedK (probe share 0) with a drafter that costs nothing to ask (bug: 0 seconds saved afforded 0 seconds)."""
     for p in (StoppedK(4, MEASURED, 0.0, learn=False), policy(MEASURED, 0.0, probe_share=0.0)):
         assert not any(p.probe() for _ in range(3))
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda: AutoK(CPU_LIKE, 0.001, k_max=0), "k_max must be an integer of at least 1, got 0"),
+    (lambda: AutoK(CPU_LIKE, 0.001, k_max=9), "it lacks n = [10]"),
+    (lambda: AutoK({**CPU_LIKE, 1: 0.0}, 0.001, k_max=3), "must hold positive seconds; got {1: 0.0}"),
+    (lambda: TreePolicy(CPU_LIKE, {w: 0.001 for w in range(1, 5)}), "it lacks n = [10, 11, 13, 15, 16, 17]"),
+])
+def test_a_cost_table_that_cannot_price_every_choice_is_refused_when_the_policy_is_made(make, says):
+    """(bug: a bare KeyError, an empty max() or a division by zero at the first round.)"""
+    with pytest.raises(ValueError) as e:
+        make()
+    assert says in str(e.value)
 
 
 def test_stopped_k_is_the_textbook_k_cut_by_the_stop():

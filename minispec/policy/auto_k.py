@@ -115,6 +115,16 @@ def probe_cost(unseen: int, feed_time: float, guess_time: float) -> float:
     return max(unseen - 1, 0) * feed_time + guess_time
 
 
+def check_costs(verify_time: dict, ns, what: str) -> None:
+    """Refuse a t(n) table that lacks a pass the policy may price, or holds one that is not a positive time."""
+    missing = [n for n in ns if n not in verify_time]
+    if missing:
+        raise ValueError(f"verify_time needs t(n) for every n a round of {what} may verify; it lacks n = {missing}")
+    bad = {n: t for n, t in verify_time.items() if not (isinstance(t, (int, float, np.floating)) and t > 0)}
+    if bad:
+        raise ValueError(f"verify_time must hold positive seconds; got {bad}")
+
+
 class ProbeBudget:
     """Exploration paid from what plain rounds earn: ``share`` of their time."""
 
@@ -144,6 +154,9 @@ class AutoK:
         """``claims``: the drafter's ``claimed_acceptance``, where its labels are its confidence (acceptance.py). Its
         label is its first guess's work: a drafting round has paid it within K guesses, a plain round pays it on top
         (``label_time``, one guess), so that plain decoding is priced as it runs."""
+        if not (isinstance(k_max, (int, np.integer)) and not isinstance(k_max, bool) and k_max >= 1):
+            raise ValueError(f"k_max must be an integer of at least 1, got {k_max!r}")
+        check_costs(verify_time, range(1, k_max + 2), f"K up to k_max = {k_max}")
         self.verify_time = dict(verify_time)
         self.draft_time, self.feed_time, self.k_max = draft_time, feed_time, k_max
         self.label_time = draft_time if claims is not None else 0.0  # seconds a plain round spends on the label: a

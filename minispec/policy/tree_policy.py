@@ -22,7 +22,7 @@ import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
 from .acceptance import Acceptance, PerContext, run_length
-from .auto_k import MARGIN, RECENT, ProbeBudget, best, claims_of, low_quantile, probe_cost
+from .auto_k import MARGIN, RECENT, ProbeBudget, best, check_costs, claims_of, low_quantile, probe_cost
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 
 
@@ -42,6 +42,8 @@ class TreePolicy:
         """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` {w: one tree level of
         w nodes}, ``feed_time`` per token the drafter must catch up on; ``claims``: as AutoK's."""
         self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
+        if auto:  # every shape it may choose is priced: refused here, not at the first round
+            check_costs(verify_time, sorted({w * d + 1 for w, d in self.shapes()}), f"at most max_nodes = {max_nodes} nodes")
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance(), claims), ProbeBudget(probe_share)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
         self.reads_context = auto  # a fixed shape never reads the drafter's label (protocol.py)
