@@ -188,12 +188,13 @@ class AutoDynamicTree(DynamicTreePolicy):
     it grows once more, to look again.
 
     t_grow, the time of a growth of the shape's full depth, starts as the head's calibrated levels (``depth`` of them).
-    In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth (a low
-    quantile of them once there are 3; the first growth is not counted: it catches the head up on the whole prompt):
+    In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth (the
+    lowest of them until there are 3, then a low quantile; the first growth is not counted: it catches the head up on
+    the whole prompt):
     a growth also picks children over the vocabulary and catches the head
     up on the tokens since the last, which the calibration does not time. Such a run learns t(n) from its passes too,
     as ``TreePolicy`` does. A seeded run at T > 0 (``learn=False``) keeps the calibrated costs, so that its choices,
-    and with them its draws, repeat."""
+    and with them its draws, repeat; it keeps ``trust`` at 1 too."""
 
     def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True):
         super().__init__(shape)
