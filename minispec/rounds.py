@@ -139,8 +139,9 @@ class Run:
         for observer in self.observers:
             observer.round_done(record)
         if self.policy is not None:
+            tree_only = {} if self.width is None else {"width": self.width}  # a tree's first level
             self.policy.observe(self.drafted, accepted, record.t_draft, None if self.prefill else t_verify, probed,
-                                nodes=self.nodes)
+                                nodes=self.nodes, **tree_only)
 
     def append(self, new_tokens: list[int]) -> list[int]:
         """Add ``new_tokens`` to the sequence, one by one, up to a stop token or ``max_new_tokens`` -> those added."""
@@ -184,12 +185,14 @@ class Run:
             self.seen = len(self.tokens)
         return label
 
-    def drafted_now(self, asked: int, drafted: int, t0: float, nodes: int | None = None, may_probe: bool = True) -> None:
+    def drafted_now(self, asked: int, drafted: int, t0: float, nodes: int | None = None, may_probe: bool = True,
+                    width: int | None = None) -> None:
         """A policy's round, after proposing: ``asked`` guesses were asked for (0: a plain round), ``drafted`` made (a
-        tree: its depth), ``nodes`` draft tokens go into the target pass. In a round the policy chose plain
+        tree: its depth), ``nodes`` draft tokens go into the target pass (a tree: ``width`` of them its first level,
+        which the tree policy is told). In a round the policy chose plain
         (``may_probe``: not one cut to plain by the end of the output or the draft's room) it may ask for one guess,
         never verified, only measured (a probe), where the drafter has room for it."""
-        self.drafted, self.nodes = drafted, drafted if nodes is None else nodes
+        self.drafted, self.nodes, self.width = drafted, drafted if nodes is None else nodes, width
         if asked:
             self.seen = len(self.tokens)
         self.probe = None
@@ -233,17 +236,18 @@ class Run:
         room = min(self.cache.max_len - self.cache.length - len(self.unread), self.drafter_room())
         remaining = self.max_new_tokens - len(self.out)
         if isinstance(shape, DynamicTree):  # EAGLE-2's tree, grown by the drafter's confidence (dynamic_tree.py)
+            asked = True  # the policy chose a tree (before the end of the output or the room cut it)
             shape = shape.within(remaining - 1, room)
             tree = self.tree = self.drafter.grow_tree(self.tokens, shape, self.warp, self.rng) if shape else Tree()
-            asked = shape is not None
         else:
             width, depth = shape
+            asked = width * depth > 0  # the policy chose a tree (before the end of the output or the room cut it)
             depth = min(depth, remaining - 1, room // width if width else 0)
             tree = self.tree = propose_tree(self.drafter, self.tokens, width, depth, self.warp, self.rng)
-            asked = width * depth > 0
         self.plain_cause = "" if len(tree) else "end" if remaining == 1 else "policy" if not asked else "nothing"
         self.prefill = self.cache.length == 0
-        self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, t0, nodes=len(tree), may_probe=not asked)
+        self.drafted_now(len(tree), int(tree.depths().max()) if len(tree) else 0, t0, nodes=len(tree), may_probe=not asked,
+                         width=len(tree.children(0)))
         self.clock = (t0, time.perf_counter())
         return tree
 

@@ -59,9 +59,15 @@ def test_a_resumed_run_gives_the_same_head(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         train_eagle_ttt.main(common + ["--out", str(tmp_path / "resumed"), "--run-dir", str(tmp_path / "run2")])
     monkeypatch.setattr(train_eagle_ttt, "step_losses", real)
+    ckpt = tmp_path / "run2" / "checkpoint.pt"
+    saved = torch.load(ckpt, weights_only=False)
+    for key in ("lr", "seed", "noise", "unroll", "init"):  # as a checkpoint from before they were kept
+        del saved["state"][key]
+    torch.save(saved, ckpt)
     assert train_eagle_ttt.main(common + ["--out", str(tmp_path / "resumed"), "--run-dir", str(tmp_path / "run2")]) == 0
+    assert torch.load(ckpt, weights_only=False)["state"]["lr"] == 0.002  # taken as this run's, and kept from now on
     log = (tmp_path / "resumed" / "train_log.txt").read_text()
-    assert "resumed at step 2 of" in log
+    assert "resumed at step 2 of" in log and log.count("] args {") == 2  # the interrupted run's lines kept
     whole = (tmp_path / "whole" / "eagle.safetensors").read_bytes()
     assert (tmp_path / "resumed" / "eagle.safetensors").read_bytes() == whole
 
@@ -379,9 +385,9 @@ def test_a_cross_entropy_weight_that_is_not_a_weight_is_refused_by_name(tmp_path
 
 
 @pytest.mark.parametrize("bad, says", [(["--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
-                                       (["--ship-vocab", "0"], "--ship-vocab must be 1 to --vocab (8192)"),
-                                       (["--vocab", "100", "--ship-vocab", "200"], "--ship-vocab must be 1 to --vocab (100)"),
-                                       (["--max-tokens", "0"], "and --max-tokens at least 1")])
+                                       (["--ship-vocab", "0"], "--ship-vocab and --max-tokens must be at least 1"),
+                                       (["--vocab", "0"], "got 0, 6144 and None"),
+                                       (["--max-tokens", "0"], "got 8192, 6144 and 0")])
 def test_settings_that_cannot_train_are_refused_by_name(tmp_path, capsys, bad, says):
     """Before any data is read (bug: --checkpoint-every 0 divided by zero after training)."""
     from minispec.recipes.train_eagle_ttt import main

@@ -261,7 +261,7 @@ def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
         def probe(self):
             return True
 
-        def observe(self, depth, accepted, t_draft, t_verify, probed=None, nodes=0):
+        def observe(self, depth, accepted, t_draft, t_verify, probed=None, nodes=0, width=0):
             self.probed.append(probed)
 
     pl, prompt, pol = PromptLookup(), [3, 4, 5, 6, 3, 4, 5, 6, 3, 4], ProbeEveryRound()
@@ -343,3 +343,36 @@ def test_a_tree_policy_learns_a_guess_s_rate_from_levels_of_several_guesses():
     one.update_tree(1, 3, 2)
     chain.update(3, 2)
     assert (one.counts == chain.counts).all()
+
+
+class TellsTrees:
+    """A tree policy (ChoosesTrees) asking for (2, 3) every round, recording each round's first-level width and
+    counting the times it is asked whether to probe."""
+
+    max_room = 6
+
+    def __init__(self):
+        self.widths, self.asked = [], 0
+
+    def next_shape(self, unseen=1, context=0):
+        return (2, 3)
+
+    def probe(self):
+        self.asked += 1
+        return True
+
+    def observe(self, depth, accepted, t_draft, t_verify, probed=None, nodes=0, width=0):
+        self.widths.append(width)
+
+
+def test_a_tree_round_tells_its_first_levels_width_and_one_cut_to_plain_asks_no_probe(big_pair):
+    """Prompt lookup's two continuations of "3 4" both start with 5: the trie's first level holds one node, not the
+    shape's two, and the policy is told 1 (bug: it learned from the width it chose). A tree the end of the output cuts
+    to nothing is not a plain round the policy chose: no probe is asked for (bug: it was)."""
+    target, _ = big_pair
+    pol = TellsTrees()
+    tree_speculative_generate(target, PromptLookup(), [3, 4, 5, 3, 4, 5, 3, 4], 4, shape=pol)
+    assert pol.widths[0] == 1
+    cut = TellsTrees()
+    tree_speculative_generate(target, PromptLookup(), [3, 4, 5, 3, 4, 5, 3, 4], 1, shape=cut)  # one token: no tree
+    assert cut.widths == [0] and cut.asked == 0

@@ -83,7 +83,8 @@ class Acceptance:
         if width <= 1:
             return self.update(depth, accepted)
         a = min(max(self.first, 1e-6), 1.0 - 1e-6)
-        hits = width * a / (1.0 - (1.0 - a) ** width) if accepted >= 1 else 0.0  # E[successes | at least one]
+        hits = width * a / (1.0 - (1.0 - a) ** width) if accepted >= 1 else 0.0  # E[successes | at least one]: more
+        # than 1 where a is high, since the model takes the guesses as independent (distinct greedy guesses are not)
         self.counts[0] = self.decay * self.counts[0] + (hits, width - hits)
         if accepted >= 1 and depth >= 2:
             self.counts[1] = self.decay * self.counts[1] + (accepted - 1, accepted < depth)

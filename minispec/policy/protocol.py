@@ -37,7 +37,8 @@ class ChoosesK(Protocol):
 @runtime_checkable
 class ChoosesTrees(Protocol):
     """A tree policy: ``next_shape(unseen, context) -> (width, depth)`` instead of ``next_k``, and no ``keep``;
-    ``max_room``: the most nodes one of its trees takes in the cache (``start_run`` sizes the cache by it)."""
+    ``max_room``: the most nodes one of its trees takes in the cache (``start_run`` sizes the cache by it). Its
+    ``observe`` is also told, in a tree round, the tree's ``nodes`` and its first level's ``width``."""
 
     max_room: int
 
@@ -46,7 +47,7 @@ class ChoosesTrees(Protocol):
     def probe(self) -> bool: ...
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
-                nodes: int = 0) -> None: ...
+                nodes: int = 0, width: int = 0) -> None: ...
 
 
 @runtime_checkable

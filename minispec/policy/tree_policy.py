@@ -104,12 +104,13 @@ class TreePolicy:
         return self.auto and self.budget.afford(probe_cost(self.unseen, self.feed_time, self.level_time.get(1, 0.0)))
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None,
-                probed: tuple[float, bool] | None = None, nodes: int = 0) -> None:
-        """As AutoK.observe; ``nodes``: the tree's size (its pass verified nodes + 1 tokens)."""
+                probed: tuple[float, bool] | None = None, nodes: int = 0, width: int = 0) -> None:
+        """As AutoK.observe; ``nodes``: the tree's size (its pass verified nodes + 1 tokens); ``width``: its first
+        level's nodes (fewer than the shape's where continuations share their first token; 0: the shape's)."""
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its recent passes
             learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if depth:
-            self.acc[self.context].update_tree(self.width, depth, accepted)
+            self.acc[self.context].update_tree(width or self.width, depth, accepted)
         elif self.auto:
             self.budget.earn(self.verify_time[1])
             if probed is not None:
@@ -131,7 +132,7 @@ class DynamicTreePolicy:
         return False
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
-                nodes: int = 0) -> None:
+                nodes: int = 0, width: int = 0) -> None:
         pass
 
 
@@ -263,7 +264,7 @@ class AutoDynamicTree(DynamicTreePolicy):
             self.wait, self.backoff = min(max(self.backoff, regrow), MAX_WAIT), min(2 * self.backoff, 32)
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None, probed=None,
-                nodes: int = 0) -> None:  # ``depth``: the round's path length (the loop's), not ``self.depth``
+                nodes: int = 0, width: int = 0) -> None:  # ``depth``: the round's path length (the loop's), not ``self.depth``
         if t_verify is not None and self.learn and nodes + 1 in self.verify_time:  # a low quantile of its passes
             learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if not (self.chose or (self.asked and nodes)):  # a plain round, or none grown (no room, no features yet)

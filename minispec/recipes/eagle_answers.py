@@ -5,7 +5,8 @@
 
 The target (transformers, float32) answers each prompt of the ``--sets`` greedily (the first ``--prompts`` of each;
 chat and grounded prompts in the chat template), ``--tokens`` new tokens, and its top features are read from those
-passes; then each head is unrolled over the answers exactly as
+passes (an answer no pass read to its end gets a teacher-forced pass: ``read_answers``); then each head is unrolled
+over the answers exactly as
 train_eagle_ttt.py's held-out figures are (``unrolled``, ``evaluate``'s rule): depth d counts the positions where
 guesses 1..d-1 equalled the target's greedy tokens, and reports the share where guess d does too. Only the chains
 that start in the answer are counted (their first guess is for the answer's second token or later: the first is the

@@ -383,9 +383,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.unroll < 1 or args.epochs <= 0 or args.batch < 1 or args.seq < 8 or args.checkpoint_every < 1:
         p.error("--unroll, --batch and --checkpoint-every must be at least 1, --epochs positive and --seq at least 8")
-    if not 1 <= args.ship_vocab <= args.vocab or (args.max_tokens is not None and args.max_tokens < 1):
-        p.error(f"--ship-vocab must be 1 to --vocab ({args.vocab}), and --max-tokens at least 1; got "
-                f"{args.ship_vocab} and {args.max_tokens}")
+    if min(args.vocab, args.ship_vocab) < 1 or (args.max_tokens is not None and args.max_tokens < 1):
+        p.error(f"--vocab, --ship-vocab and --max-tokens must be at least 1; got {args.vocab}, {args.ship_vocab} and "
+                f"{args.max_tokens}")
     if not (0 <= args.ce_weight < float("inf")):
         p.error(f"--ce-weight must be a finite number >= 0, got {args.ce_weight}")
     if args.extra_layers < 0 or (args.extra_intermediate is not None and args.extra_intermediate < 1):
@@ -396,7 +396,7 @@ def main(argv=None) -> int:
     if args.extra_intermediate is not None and not args.extra_layers:
         p.error("--extra-intermediate sets the width of --extra-layers: give both")
     from .training import begin
-    started = begin(args)
+    started = begin(args, append_log=True)  # a resumed run adds to its log
     if started is None:
         return 2
     torch, out, log, target_dir, t_start = started
@@ -511,7 +511,9 @@ def main(argv=None) -> int:
         + ("-bf16" if args.precision == "bfloat16" else "") + ("-lower" if args.lower_layers else "")
         + (f"-ce{args.ce_weight:g}" if args.ce_weight != 0.1 else "")
         + (f"-x{args.extra_layers}w{extra_width}" if args.extra_layers else "")
-        + (f"-a{args.answer_tokens}" if args.answer_tokens else "") + ("-vf" if args.vocab_from else ""))
+        + (f"-a{args.answer_tokens}" if args.answer_tokens else "") + ("-vf" if args.vocab_from else "")
+        + (f"-lr{args.lr:g}" if args.lr != 2e-3 else "") + (f"-n{args.noise:g}" if args.noise != 0.2 else "")
+        + (f"-init-{Path(args.init).name}" if args.init else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -547,6 +549,7 @@ def main(argv=None) -> int:
             log(f"error: {ckpt} is a run of {settings(was)}, this one would be {settings(now)}: pass another --run-dir, "
                 "or the same settings and data (folders in the same order) to resume")
             return 2
+        state.update({k: v for k, v in drawn.items() if k not in state})  # a run from before they were kept: kept now
         head.load_state_dict(saved["head"])  # after the check: another run's head may not even have the same arrays
         opt.load_state_dict(saved["opt"])
         sched.load_state_dict(saved["sched"])

@@ -22,7 +22,7 @@ def import_torch():
     return torch
 
 
-def begin(args):
+def begin(args, append_log: bool = False):
     """What every recipe does first, once its arguments are checked: torch (None, after printing how to install it:
     the recipe then exits with 2), seeded with ``args.seed`` on ``args.threads`` threads (``start``), the arguments
     logged, and the target's directory resolved (``args.target``, else the converted SmolLM2).
@@ -32,20 +32,21 @@ def begin(args):
         return None
     from .fetch import resolve_model
 
-    out, log = start(torch, args.out, args.seed, args.threads)
+    out, log = start(torch, args.out, args.seed, args.threads, append_log)
     started = time.perf_counter()
     log(f"args {vars(args)}")
     return torch, out, log, resolve_model(args.target), started
 
 
-def start(torch, out, seed: int, threads: int):
+def start(torch, out, seed: int, threads: int, append: bool = False):
     """Seed torch, use ``threads`` threads, create ``out`` -> (out as a Path, log): log(msg) prints a
-    time-stamped line to stderr and appends it to ``out/train_log.txt``."""
+    time-stamped line to stderr and writes it to ``out/train_log.txt``, which a run starts afresh (``append``: adds
+    to, for a recipe that resumes)."""
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    logf = open(out / "train_log.txt", "a")  # a resumed run adds to its log; every run starts with its args
+    logf = open(out / "train_log.txt", "a" if append else "w")
 
     def log(msg: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
