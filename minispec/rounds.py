@@ -139,9 +139,9 @@ class Run:
         for observer in self.observers:
             observer.round_done(record)
         if self.policy is not None:
-            tree_only = {} if self.width is None else {"width": self.width}  # a tree's first level
+            # (``width``, a tree's first level, goes to tree policies only)
             self.policy.observe(self.drafted, accepted, record.t_draft, None if self.prefill else t_verify, probed,
-                                nodes=self.nodes, **tree_only)
+                                nodes=self.nodes, **({} if self.width is None else {"width": self.width}))
 
     def append(self, new_tokens: list[int]) -> list[int]:
         """Add ``new_tokens`` to the sequence, one by one, up to a stop token or ``max_new_tokens`` -> those added."""
