@@ -147,11 +147,11 @@ def test_windows_end_to_end_count_every_stored_answer_on_its_own_features(tmp_pa
     assert train_eagle_ttt.main(["--target", str(target), "--data", str(data), "--epochs", "1", "--batch", "2",
                                  "--seq", "64", "--threads", "1", "--unroll", "2", "--vocab", "64", "--ship-vocab", "32",
                                  "--out", str(tmp_path / "head"), "--run-dir", str(tmp_path / "run")]) == 0
-    seen = {}
+    seen = []  # each call of answer_acceptance: (prompts, seqs, feats)
     real = eagle_answers.answer_acceptance
 
     def recorded(head, E, ids, prompts, seqs, feats, *rest, **kw):
-        seen.setdefault(len(seen), (prompts, seqs, feats))
+        seen.append((prompts, seqs, feats))
         return real(head, E, ids, prompts, seqs, feats, *rest, **kw)
     monkeypatch.setattr(eagle_answers, "answer_acceptance", recorded)
     generate = eagle_data.generate
@@ -175,7 +175,7 @@ def test_windows_end_to_end_count_every_stored_answer_on_its_own_features(tmp_pa
         want.setdefault(request_source(request), []).append((window[:start], window, shard["top"][a:b]))
     res = json.loads(out.read_text())
     assert set(res["prompts"]) == {"chat"} | {f"windows:{s}" for s in want}
-    got = dict(zip(res["prompts"], seen.values()))  # the calls, in the order of the results' sets
+    got = dict(zip(res["prompts"], seen))  # the calls, in the order of the results' sets
     prompts, seqs, feats = got["chat"]  # the answer's features from a pass of their own, where no generation read them
     assert [f.shape[0] for f in feats] == [len(s) for s in seqs]
     chains = res["heads"][str(tmp_path / "head")]["chat"]["positions"][0]

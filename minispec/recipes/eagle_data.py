@@ -837,8 +837,9 @@ def main(argv=None) -> int:
         write_shard(i)
     i = 0
     while manifest["tokens"] < args.tokens:
-        if not (out / f"shard-{i:05d}.json").exists() and not (args.generate_only and args.kinds[i % len(args.kinds)] == "text"):
-            if args.kinds[i % len(args.kinds)] == "text" and text_index(i, args.kinds) * args.text_files >= len(files):
+        text = args.kinds[i % len(args.kinds)] == "text"
+        if not (out / f"shard-{i:05d}.json").exists() and not (args.generate_only and text):
+            if text and text_index(i, args.kinds) * args.text_files >= len(files):
                 log(f"error: text shard {i} found no standard-library files left ({len(files)} files, --text-files "
                     f"{args.text_files} a shard): {manifest['tokens']} of --tokens {args.tokens} made; ask for fewer "
                     "tokens or fewer text shards (--kinds)")  # (bug: it made empty shards for ever)
