@@ -247,6 +247,29 @@ def test_asked_requests_are_the_targets_own_and_a_short_evaluation_prompt_among_
     assert "ask_wording" not in json.loads((out / "settings.json").read_text())  # the first wording, unrecorded
 
 
+def test_the_target_and_an_unfiltered_build_are_recorded_so_a_resume_cannot_mix_them(tmp_path, monkeypatch):
+    """A folder made from one --target, with --external-prompts none, is refused to a run with another target or with
+    the external sets' rule (each would add windows of another kind to it), and resumed by its own settings."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import shutil
+
+    from .helpers import chat_model_dir
+
+    target = chat_model_dir(tmp_path / "t")
+    monkeypatch.setattr(eagle_data, "generate", asking_target(["unused"], []))
+    out = tmp_path / "data"
+    run = chat_run(out, target)
+    assert eagle_data.main(run) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["target"] == str(target.resolve()) and settings["external_prompts"] == "none"
+    other = shutil.copytree(target, tmp_path / "t2")
+    assert eagle_data.main([a if a != str(target) else str(other) for a in run]) == 2  # another target: refused
+    (tmp_path / "ext").mkdir()
+    assert eagle_data.main([*run, "--external-prompts", str(tmp_path / "ext")]) == 2  # filtered now: refused
+    assert eagle_data.main([*run, "--tokens", "2"]) == 0  # its own settings: resumed
+
+
 def test_the_ask_wording_reaches_the_target_and_the_settings(tmp_path, monkeypatch):
     """--ask-wording person: the target is asked in that wording (and not the chatbot one), and the folder records it;
     without --asked it is refused."""

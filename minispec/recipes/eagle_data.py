@@ -743,6 +743,10 @@ def main(argv=None) -> int:
         shaping["ask_subjects"] = args.ask_subjects
     if args.ask_filter != "none":  # (likewise)
         shaping["ask_filter"] = args.ask_filter
+    if args.target:  # (likewise: another target writes other windows and features; bug: it was not recorded)
+        shaping["target"] = str(Path(args.target).resolve())
+    if external is None:  # (likewise: windows kept without the external sets' rule; bug: it was not recorded)
+        shaping["external_prompts"] = "none"
     settings = out / "settings.json"
     if settings.exists() and json.loads(settings.read_text()) != shaping:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
