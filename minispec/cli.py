@@ -72,7 +72,12 @@ def tree_arg(text: str):
         return text
     if text == "dynamic" or text.startswith("dynamic:"):
         try:
-            return DynamicTree(*(int(x) for x in text.split(":", 1)[1].lower().split("x"))) if ":" in text else DynamicTree()
+            if ":" not in text:
+                return DynamicTree()
+            parts = text.split(":", 1)[1].lower().split("x")
+            if len(parts) != 3:  # (bug: a fourth number became the tree's `choose`, called as a function mid-run)
+                raise ValueError(f"three numbers, got {len(parts)}")
+            return DynamicTree(*(int(x) for x in parts))
         except (ValueError, TypeError) as e:
             raise argparse.ArgumentTypeError(f"expected dynamic or dynamic:TOPKxDEPTHxNODES (e.g. dynamic:4x5x16), got "
                                              f"{text!r} ({e})") from None
@@ -184,16 +189,25 @@ class Generation:
     def __init__(self, args):
         if not args.prompt:  # refused before the model loads
             raise ValueError("--prompt is empty: give the text to continue (with --chat, the message to answer)")
+        if args.draft == "":  # (bug: an empty --draft, say from an unset shell variable, became the default drafter)
+            raise ValueError("--draft is empty: give a drafter (prompt-lookup, layer-skip, none or a directory), or "
+                             "leave --draft out for the default")
         if args.layers is not None and args.draft != "layer-skip":
             raise ValueError(f"--layers {args.layers} applies only to --draft layer-skip (got --draft {args.draft or DEFAULT_DRAFTER})")
         check_warp_args(args.temperature, args.top_k, args.top_p)
         settings = processor_settings(args)
         check_processor_settings(settings, args.no_stop)
+        self.trace_path = check_trace_path(args.trace) if args.trace else None  # (bug: these three were refused only
+        # after the model loaded)
+        if (args.show or args.trace) and args.draft == "none":
+            raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
+        if args.tree and args.rule == "block":
+            raise ValueError("--rule block applies to chains: a tree takes --rule token (the multi-candidate rule) or coupled")
         backend.use_device(args.device)
         model_dir = resolve_model(args.model)
         t0 = time.perf_counter()
         self.args, self.model, self.tok = args, load_model(model_dir), load_tokenizer(model_dir)
-        self.drafter = drafter = make_drafter(args.draft or DEFAULT_DRAFTER, self.model, args.layers)
+        self.drafter = drafter = make_drafter(DEFAULT_DRAFTER if args.draft is None else args.draft, self.model, args.layers)
         text = self.tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
         self.prompt_ids = self.tok.encode(text)
         stop = [] if args.no_stop else self.tok.eos_ids  # --no-stop wins, with or without --chat
@@ -205,17 +219,12 @@ class Generation:
         if self.sampling["processors"] and drafter is not None and has(drafter, HasOwnTokenizer):
             raise ValueError(f"logits processors need a drafter of the target's tokenizer: {drafter.name} drafts in "
                              "its own tokens; use another --draft, or drop the processor flags")
-        self.trace_path = check_trace_path(args.trace) if args.trace else None
-        if (args.show or args.trace) and drafter is None:
-            raise ValueError("--show and --trace picture speculative rounds: choose a drafter (not --draft none)")
         if args.tree and drafter is not None and not has(drafter, ProposesTrees):
             raise ValueError(f"drafter {drafter.name} drafts chains only, not trees (a draft with its own tokenizer): "
                              "drop --tree")
         if isinstance(args.tree, DynamicTree) and drafter is not None and not has(drafter, GrowsTrees):
             raise ValueError(f"drafter {drafter.name} does not grow dynamic trees (the EAGLE head does): give --tree "
                              "WIDTHxDEPTH")
-        if args.tree and args.rule == "block":
-            raise ValueError("--rule block applies to chains: a tree takes --rule token (the multi-candidate rule) or coupled")
         how = f"tree={tree_text(args.tree)}" if args.tree else f"k={args.k}"
         what = f"speculative, drafter {drafter.name}, {how}" if drafter else "plain autoregressive decoding"
         if drafter is not None and has(drafter, HasOwnTokenizer):  # slem.py, tli.py

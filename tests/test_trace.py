@@ -111,6 +111,18 @@ def test_json_rounds_add_up_and_a_bad_path_is_refused(big_pair, tmp_path):
         check_trace_path(tmp_path / "nowhere" / "t.html")
 
 
+def test_the_pages_data_cannot_end_its_script_and_its_title_is_escaped():
+    """Text from the run (a prompt, a token, a drafter's name) cannot break the page: its JSON holds no "<" (so neither
+    "</script>" nor "<!-- <script>" can end or hide the element) and reads back the same; the title is escaped."""
+    from minispec.trace.page import html_page
+
+    data = {"summary": {"prompt": "<!-- <script> </script> a & b"}, "rounds": []}
+    page = html_page(data, title="draft <b>")
+    body = page.split('id="trace-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in body and json.loads(body) == data
+    assert "<title>draft &lt;b&gt;</title>" in page and "<h1>draft &lt;b&gt;</h1>" in page
+
+
 class FakeRound:
     def __init__(self, emitted, kinds):
         self.emitted, self._kinds = emitted, kinds

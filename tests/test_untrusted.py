@@ -335,6 +335,21 @@ CLI_CASES = [
      ["--choices", "drop --no-stop"]),
     ("--choices too long", ["generate", "--model", "{model}", "--prompt", "a", "--choices", "one two three|four five six",
                             "--max-new-tokens", "2"], ["no choice fits in max_new_tokens = 2"]),
+    # pure argument checks, refused before the model loads ({dir}/nope is no model; bug: they came after the load)
+    ("--trace into a missing folder", ["generate", "--model", "{dir}/nope", "--prompt", "a", "--trace", "{dir}/no/t.json"],
+     ["trace file", "does not exist"]),
+    ("--trace a directory", ["generate", "--model", "{dir}/nope", "--prompt", "a", "--trace", "{dir}/adir.json"],
+     ["trace file", "is a directory"]),
+    ("--show --draft none", ["generate", "--model", "{dir}/nope", "--prompt", "a", "--show", "--draft", "none"],
+     ["--show and --trace", "not --draft none"]),
+    ("--tree --rule block", ["generate", "--model", "{dir}/nope", "--prompt", "a", "--tree", "2x2", "--rule", "block"],
+     ["--rule block applies to chains"]),
+    ("--draft empty", ["generate", "--model", "{dir}/nope", "--prompt", "a", "--draft", ""], ["--draft is empty"]),
+    ("--tree dynamic with 4 numbers", ["generate", "--model", "{dir}/nope", "--prompt", "a", "--tree", "dynamic:4x5x16x9"],
+     ["--tree", "three numbers, got 4"]),
+    ("check --runs 1", ["check", "--model", "{dir}/nope", "--runs", "1"], ["--runs 1", "at least 2"]),
+    ("check --json into a missing folder", ["check", "--model", "{dir}/nope", "--json", "{dir}/no/x.json"],
+     ["--json", "does not exist"]),
     ("check --repetition-penalty -1", ["check", "--model", "{dir}/nope", "--repetition-penalty", "-1"],
      ["repetition penalty must be > 0"]),
     ("check --tree without a head", ["check", "--model", "{model}", "--draft", "layer-skip", "--tree", "--quick"],
@@ -360,6 +375,7 @@ def cli_paths(tmp_path_factory):
     (emptytok / "tokenizer.json").write_text("")
     draft = write_random_model(d / "draft", tiny_config(vocab_size=49152, num_hidden_layers=1, tie_word_embeddings=True))
     (d / "afile").write_text("not a gguf")
+    (d / "adir.json").mkdir()
     return dict(model=model, listconfig=listconfig, emptytok=emptytok, draft=draft, file=d / "afile", dir=d)
 
 

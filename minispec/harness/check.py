@@ -47,6 +47,7 @@ import itertools
 import json
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -519,6 +520,13 @@ def main_check(args, processor_settings: dict | None = None) -> int:
                          "(for example docs/level4_{kind}.json)")
     if len(set(specs)) != len(specs):
         raise ValueError(f"--draft: {', '.join(specs)}: a drafter named twice")
+    if args.runs is not None and args.runs < 2:  # (bug: refused only after the target loaded)
+        raise ValueError(f"--runs {args.runs}: the permutation tests need at least 2 paired runs")
+    if args.json:  # (bug: a missing folder failed after tens of minutes of checking)
+        folder = Path(args.json).parent
+        if not folder.is_dir() or Path(args.json).is_dir():
+            raise ValueError(f"--json {args.json}: " + (f"{args.json} is a directory" if Path(args.json).is_dir() else
+                                                        f"directory {folder} does not exist"))
     target, tok = load_target(args.model)
     procs = build(**(processor_settings or {}), stop_ids=tok.eos_ids, max_new_tokens=48, encode=tok.encode)
     mains = [make_drafter(spec, target) for spec in specs]  # every spec checked before anything runs
@@ -536,8 +544,6 @@ def main_check(args, processor_settings: dict | None = None) -> int:
             raise ValueError(f"--tree: {', '.join(flat)} does not grow dynamic trees (the EAGLE head does)")
         if args.rule != "token":
             raise ValueError(f"--tree checks the multi-candidate rule (accept_tree), not --rule {args.rule}")
-    if args.runs is not None and args.runs < 2:
-        raise ValueError(f"--runs {args.runs}: the permutation tests need at least 2 paired runs")
     n_runs = args.runs if args.runs is not None else 24 if args.quick else 192
     quick = dict(n_runs=n_runs, greedy_prompts=3, greedy_tokens=32, calibration_seeds=0) if args.quick else \
         dict(n_runs=n_runs, calibration_seeds=0 if args.no_calibration else 20)

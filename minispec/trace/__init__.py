@@ -184,6 +184,8 @@ def check_trace_path(path) -> Path:
         raise ValueError(f"trace file {str(path)!r} must end in .json (the data) or .html (a page)")
     if not path.parent.is_dir():
         raise ValueError(f"trace file {str(path)!r}: directory {str(path.parent)!r} does not exist")
+    if path.is_dir():  # (bug: accepted, then the write failed after the whole run)
+        raise ValueError(f"trace file {str(path)!r} is a directory: name a file in it")
     return path
 
 

@@ -9,6 +9,7 @@ It reads at a laptop's width and prints. When it has drawn, ``<html data-rendere
 
 from __future__ import annotations
 
+import html
 import json
 
 STYLE = """
@@ -93,7 +94,9 @@ window.onerror = function (msg) { document.documentElement.dataset.scriptError =
 
 def html_page(data: dict, title: str = "minispec trace") -> str:
     """The page for ``data`` (``Trace.to_json``)."""
-    payload = json.dumps(data).replace("</", "<\\/")  # the JSON cannot close its script element
+    payload = json.dumps(data).replace("<", "\\u003c")  # no "<" at all, so the JSON can neither close its script
+    # element nor open a comment in it (bug: only "</" was escaped, and "<!-- <script>" in a prompt broke the page)
+    title = html.escape(title)  # (bug: inserted as it was; it names the drafter or a directory)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title><style>{STYLE}</style></head>
