@@ -34,7 +34,18 @@ from typing import Callable
 import numpy as np
 
 from .drafters.dynamic_tree import DynamicTree
-from .drafters.protocol import ClaimsAcceptance, GrowsTrees, HasOwnTokenizer, HasRoom, ProposesTrees, ReadsFeatures, as_drafter, feature_tap, has
+from .drafters.protocol import (
+    ClaimsAcceptance,
+    Forgets,
+    GrowsTrees,
+    HasOwnTokenizer,
+    HasRoom,
+    ProposesTrees,
+    ReadsFeatures,
+    as_drafter,
+    feature_tap,
+    has,
+)
 from .keyed import KeyedNoise, keyed_noise
 from .model import Model, backend
 from .rejection import guess_acceptance, is_keyed, overlap
@@ -284,6 +295,8 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
     drafter, stream = as_drafter(drafter, target), Stream(np.random.PCG64(seed))  # default_rng(seed), with draw()
+    if has(drafter, Forgets):  # a run starts from the drafter as loaded (bug: an EAGLE head reused the last run's
+        drafter.forget()  # features, drafted in round 1 and shifted a seeded run's draws)
     processors = check_processors(processors, drafter) if processors else ()
     fixed = shape is NOT_A_TREE and is_integer(k) and k >= 0  # the textbook's fixed K: no policy
     policy, room = (None, 0) if fixed else choose_policy(target, drafter, k, shape, seed, temperature, rule)

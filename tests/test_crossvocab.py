@@ -549,3 +549,32 @@ def test_level4_acceptance_statistic_reads_tlis_q(bigger_models, renumbered_draf
     other = per_token_values(target, make_drafter(f"tli:{draft_dir}", target), prompt, run)["acceptance"]
     assert same.shape == other.shape == (24,)
     assert same.mean() > 0.7 and other.mean() < same.mean(), (same, other)
+
+
+def test_slem_has_cache_room_for_every_step_of_a_long_proposal(tmp_path):
+    """SLEM may step its draft 2K + 1 times for K guesses (a draft whose tokens are finer than the target's): the
+    cache has room for them all (bug: 64 steps were made room for, and K = 32 overflowed it)."""
+    draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1, max_position_embeddings=4096),
+                                          seed=2))
+    letters = "ABCDEFGH"
+
+    class Pairs:  # target tokens: the 64 two-letter pairs; draft tokens: single letters (id % 8)
+        target_bytes = [(letters[i // 8] + letters[i % 8]).encode() for i in range(64)]
+        draft_bytes = [letters[i % 8].encode() for i in range(64)]
+        draft_blank, draft_specials = np.zeros(64, bool), set()
+
+        def text(self, ids):
+            return b"".join(self.target_bytes[int(i)] for i in ids).decode()
+
+        def draft_ids(self, s):
+            return [letters.index(c) for c in s]
+
+        def target_ids(self, s):
+            return [letters.index(s[j]) * 8 + letters.index(s[j + 1]) for j in range(0, len(s) - 1, 2)]
+
+    slem, rng = SLEM(draft, Pairs(), 64), Stream(np.random.PCG64(0))
+    slem.propose(list(range(5)), 32, Warp(1.0), rng)
+    tokens = [i % 64 for i in range(106)]
+    assert slem.room(tokens) >= 32
+    guesses, rows = slem.propose(tokens, 32, Warp(1.0), rng)
+    assert 1 <= len(guesses) <= 32 and rows.shape == (len(guesses), 64)

@@ -407,3 +407,13 @@ def test_minispec_check_tree_runs_the_dynamic_tree_and_its_twin(tmp_path):
     assert res["passed"]["tree_sampling"] and "tree_twin_caught" in res["passed"], stdout
     assert res[TREE_TWIN]["rule"] == "broken_accept_tree" and res["tree_sampling"]["rule"] == "accept_tree"
     assert "T=1, EAGLE-2's dynamic tree" in stdout and "the residual bug in the tree's walk" in stdout
+
+
+def test_greedy_dynamic_tree_runs_to_the_end_of_the_context(big_pair, big_eagle_dir):  # noqa: F811
+    """Near the end of the context the tree grows fewer levels: each level after the first writes up to top_k head
+    slots, which must fit in the head's cache (bug: they overflowed it, a broadcast error mid-run)."""
+    target = big_pair[0]
+    limit = target.cfg.max_position_embeddings
+    prompt = [int(x) for x in np.random.default_rng(0).integers(2, 40, limit - 56)]
+    res = tree_speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 56, shape=DynamicTree(4, 5, 16))
+    assert res.tokens == generate(target, prompt, 56) and res.stats.drafted > 0

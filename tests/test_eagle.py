@@ -459,3 +459,30 @@ def test_the_training_time_test_computes_what_the_drafter_computes():
     for j in (0, 4, 7):
         for i in range(steps):
             assert outs[i][2][0, j] == 1 and outs[i][2][0, L - 1 - i:].sum() == 0  # valid while x_{j+1+i} exists
+
+
+def test_a_head_used_for_a_second_run_runs_as_a_fresh_one(big_pair, big_eagle_dir):
+    """A run starts from the drafter as loaded (rounds.start_run: Forgets): a head that ran before drafts nothing in
+    round 1 and gives a seeded T = 1 run the fresh head's tokens (bug: it read the last run's features, drafted in
+    round 1 and shifted every later draw)."""
+    target, prompt = big_pair[0], [3, 5, 7, 9, 11, 13]
+    fresh = speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 20, k=3, temperature=1.0, seed=0)
+    head = load_eagle(big_eagle_dir, target)
+    runs = [speculative_generate(target, head, prompt, 20, k=3, temperature=1.0, seed=0) for _ in range(2)]
+    assert [r.tokens for r in runs] == [fresh.tokens] * 2
+    assert [r.stats.log[0].drafted for r in runs] == [0, 0]
+
+
+def test_a_draft_model_reads_the_whole_prompt_again_in_a_second_run(big_pair, monkeypatch):
+    """A draft model forgets its cache when a run starts, so a second run costs what its first did (bug: it reused
+    the cache of the last run's shared prefix, a head start no fresh drafter has)."""
+    from minispec.drafters import DraftModel
+
+    target, draft = big_pair
+    fed, forward = [], draft.forward
+    monkeypatch.setattr(draft, "forward", lambda ids, cache, **kw: fed.append(len(ids)) or forward(ids, cache, **kw))
+    d, prompt = DraftModel(draft), [3, 5, 7, 9, 11, 13]
+    for _ in range(2):
+        fed.clear()
+        speculative_generate(target, d, prompt, 10, k=3, temperature=0.0)
+        assert fed[0] == len(prompt)  # the draft's first pass of the run reads the whole prompt

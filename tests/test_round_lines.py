@@ -24,10 +24,11 @@ def test_a_function_counts_its_code_lines_and_not_its_docstring_comments_or_blan
 
 def test_the_engine_round_stays_within_its_files_and_its_ceiling():
     """The engine's round (speculative_generate, K = 4, the token rule, T = 1) enters at most 8 files, and at most
-    2.7x the textbook round's lines (2.65x when this ceiling was set; issue 44's goal is 1.5x). Model internals below
-    ``forward`` are not counted, so both rounds count the same model lines."""
+    2.75x the textbook round's lines (2.65x when a ceiling of 2.7x was set; raised by the 4 lines with which every run
+    starts from a drafter that forgets its earlier runs, a reproducibility fix; issue 44's goal is 1.5x). Model
+    internals below ``forward`` are not counted, so both rounds count the same model lines."""
     got = round_lines.measure(max_new_tokens=12)
     assert got["engine"]["files"] <= 8, got["engine"]["functions"]
-    assert got["ratio"] <= 2.7, (got["engine"]["lines"], got["textbook"]["lines"])
+    assert got["ratio"] <= 2.75, (got["engine"]["lines"], got["textbook"]["lines"])
     assert "minispec/textbook.py" in got["textbook"]["functions"] and "minispec/speculative.py" in got["engine"]["functions"]
     assert not any("policy" in f or "stats.py" in f for f in got["engine"]["functions"])  # a fixed K needs no policy

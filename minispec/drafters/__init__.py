@@ -10,7 +10,7 @@ per kind (as vLLM's
     factory.py         ``make_drafter`` (the CLI's spec), ``register_drafter`` (a new kind for it),
                        ``as_drafter`` and the tokenizer checks
     protocol.py        the protocol every drafter implements (``Drafter``) and the optional capabilities the
-                       rest of minispec asks for with ``has``: ``ClaimsAcceptance``, ``HasRoom``, ``ProposesTrees``,
+                       rest of minispec asks for with ``has``: ``ClaimsAcceptance``, ``Forgets``, ``HasRoom``, ``ProposesTrees``,
                        ``ReadsFeatures``, ``HasModel``, ``HasFirstGuessRows``, ``HasOwnTokenizer``,
                        ``DraftsText``, ``ReportsMemory``, and the cost hooks ``TimesItself`` and ``TimesItsTreeLevels``
 
@@ -31,6 +31,7 @@ from .protocol import (
     ClaimsAcceptance,
     Drafter,
     DraftsText,
+    Forgets,
     GrowsTrees,
     HasFirstGuessRows,
     HasModel,
@@ -47,7 +48,7 @@ from .slem import SLEM
 from .tli import TLI
 
 __all__ = ["CAPABILITIES", "ClaimsAcceptance", "CrossVocab", "DraftModel", "Drafter", "DraftsText", "DynamicTree", "Eagle",
-           "GrowsTrees", "HasFirstGuessRows", "HasModel",
+           "Forgets", "GrowsTrees", "HasFirstGuessRows", "HasModel",
            "HasOwnTokenizer", "HasRoom", "LayerSkip", "OtherTokenizerDraft", "PromptLookup", "ProposesTrees",
            "ReadsFeatures", "ReportsMemory", "SLEM", "TLI", "TimesItsTreeLevels", "TimesItself", "as_drafter", "has",
            "load_eagle", "make_drafter", "other_algorithm", "register_drafter", "same_tokenizer", "unregister_drafter"]

@@ -190,6 +190,11 @@ class OtherTokenizerDraft:
     def context(self, tokens) -> int:
         return 0
 
+    def forget(self) -> None:
+        """Forget what the cache holds (protocol.py: Forgets): the next ``feed`` shares no prefix with it, so it crops
+        the cache to nothing and reads every token; the cache keeps its room."""
+        self.fed = []
+
     def read(self, tokens) -> list[int] | None:
         """The target's tokens as the draft reads them: their text in draft ids (None: the text ends inside a
         character, so nothing can be drafted after it yet)."""
@@ -205,12 +210,14 @@ class OtherTokenizerDraft:
         ids = self.read(tokens)
         return 0 if ids is None else max(0, self.cfg.max_position_embeddings - len(ids) - 1)
 
-    def feed(self, draft_ids: list[int]) -> np.ndarray:
-        """Bring the cache to ``draft_ids`` (reusing the common prefix) -> the draft's logits [V_draft] for what follows."""
+    def feed(self, draft_ids: list[int], steps: int = 64) -> np.ndarray:
+        """Bring the cache to ``draft_ids`` (reusing the common prefix) -> the draft's logits [V_draft] for what follows;
+        the cache then has room for ``steps`` more (``step``) within the draft's context."""
         limit = self.cfg.max_position_embeddings
         if self.cache is None:
             self.cache, self.fed = self.draft_model.new_cache(min(limit, 2 * len(draft_ids) + 256)), []
-        self.cache = self.cache.with_room(min(limit, len(draft_ids) + 64), limit)  # grows keeping its entries
+        self.cache = self.cache.with_room(min(limit, len(draft_ids) + max(steps, 64)), limit)  # grows keeping its
+        # entries (bug: always 64 more, and SLEM steps 2k + 1 times: K >= 32 overflowed the cache)
         common = kept_prefix(self.fed, draft_ids, self.cache.length)
         self.cache.crop(common)
         self.fed = list(draft_ids)

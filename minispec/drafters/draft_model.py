@@ -46,6 +46,11 @@ class DraftModel:
     def context(self, tokens) -> int:
         return 0  # knowing more would cost a draft pass
 
+    def forget(self) -> None:
+        """Forget what the cache holds (protocol.py: Forgets): the next ``feed`` shares no prefix with it, so it crops
+        the cache to nothing and reads every token; the cache keeps its room."""
+        self.fed = []
+
     def room(self, tokens) -> int:
         """How many draft tokens fit after ``tokens`` in the draft's context (0: the draft is full; the run then
         goes on with plain rounds, rounds.Run.drafter_room)."""

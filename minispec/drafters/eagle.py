@@ -267,8 +267,10 @@ class Eagle:
         if f is None:
             return Tree()
         base = len(tokens) - 1  # the head's true entries are slots 0..base-1, the root's last
-        shape = DynamicTree(min(shape.top_k, len(self.tokens_r)), shape.depth, shape.nodes, shape.choose)  # top-k:
-        # frequent tokens only (never a -inf logit); ``choose``, the cost model's size, kept
+        top_k = min(shape.top_k, len(self.tokens_r))  # frequent tokens only (never a -inf logit)
+        depth = min(shape.depth, 1 + (self.cfg.max_position_embeddings - base) // top_k)  # each level after the first
+        # writes up to top_k head slots after base (bug: near the end of the context they overflowed the head's cache)
+        shape = DynamicTree(top_k, max(depth, 1), shape.nodes, shape.choose)  # ``choose``, the cost model's size, kept
         slot, out = {0: base - 1}, {0: f}  # node -> its head cache slot, and the head's output there
 
         def run_level(tree: Tree, frontier: list[int]) -> np.ndarray:  # -> [len(frontier), V]

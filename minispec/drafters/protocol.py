@@ -56,6 +56,15 @@ class ClaimsAcceptance(Protocol):
 
 
 @runtime_checkable
+class Forgets(Protocol):
+    """A drafter that keeps state between proposals (a KV cache, the target's features): ``forget()`` drops it all,
+    leaving the drafter as it was loaded. Every run starts so (rounds.start_run): what a drafter read in an earlier run
+    neither shifts a seeded run's draws nor makes a later run cheaper than its first."""
+
+    def forget(self) -> None: ...
+
+
+@runtime_checkable
 class HasRoom(Protocol):
     """A drafter with a context of its own: ``room(tokens)`` guesses still fit (at 0 the run goes on with plain rounds)."""
 
@@ -197,7 +206,7 @@ class ReportsMemory(Protocol):
     kv_bytes_per_token: int
 
 
-CAPABILITIES = (Drafter, ClaimsAcceptance, HasRoom, ProposesTrees, GrowsTrees, ReadsFeatures, ReadsLowerLayers, HasModel,
+CAPABILITIES = (Drafter, ClaimsAcceptance, Forgets, HasRoom, ProposesTrees, GrowsTrees, ReadsFeatures, ReadsLowerLayers, HasModel,
                 TimesItself, TimesItsTreeLevels, HasFirstGuessRows, HasOwnTokenizer, DraftsText, ReportsMemory)
 
 

@@ -124,7 +124,7 @@ class SLEM(OtherTokenizerDraft):
         draft_ids = self.read(tokens) if k > 0 else None
         if draft_ids is None:
             return [], np.zeros((0, self.vocab))
-        logits = self.feed(draft_ids)  # [V_draft]
+        logits = self.feed(draft_ids, 2 * k + 2)  # [V_draft]; room for every step below
         text, ended, guesses = b"", False, []
         for i in range(2 * k + 2):  # until the text holds k target tokens besides the boundary one (at most 2k + 2)
             logits[self.cross.draft_blank] = -np.inf  # padding rows of its vocabulary spell nothing
@@ -153,7 +153,7 @@ class BoundaryKeepingSLEM(SLEM):
         draft_ids = self.read(tokens) if k > 0 else None
         if draft_ids is None:
             return [], np.zeros((0, self.vocab))
-        logits, text, guesses = self.feed(draft_ids), b"", []
+        logits, text, guesses = self.feed(draft_ids, 2 * k + 2), b"", []
         for _ in range(2 * k + 2):
             logits[self.cross.draft_blank] = -np.inf
             d = sample(warp(logits), draws)

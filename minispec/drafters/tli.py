@@ -77,7 +77,7 @@ class TLI(OtherTokenizerDraft):
         draft_ids = self.read(tokens) if k > 0 else None
         if draft_ids is None or not len(self.cross.shared_draft):
             return [], np.zeros((0, self.vocab))
-        logits = self.feed(draft_ids)  # [V_draft]
+        logits = self.feed(draft_ids, k)  # [V_draft]
         guesses, rows = [], np.zeros((k, self.vocab))
         for i in range(k):
             q = self.restrict(logits, warp)  # [S]
