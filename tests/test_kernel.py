@@ -495,3 +495,17 @@ def generate_with(target, head):
     q = [x for r in trace.rounds for x in r.q]  # q_i(x_i) of every guess drafted
     assert len(q) >= 6
     return res.tokens, np.array(q)
+
+
+def test_a_runs_provenance_names_the_kernel_its_arguments_leave_out(monkeypatch):
+    """`minispec bench SUB --kernel numba` takes --kernel out before SUB parses its arguments: the stored command
+    still reruns the run on numba (bug: it read as a NumPy run), and names the kernel once where it is typed."""
+    from minispec.harness.provenance import provenance
+    from minispec.model import kernel
+
+    monkeypatch.setattr(kernel, "_chosen", "numba")
+    p = provenance(["q.jsonl", "--per-task", "1"], "minispec bench specbench")
+    assert p["command"] == "MINISPEC_KERNEL=numba minispec bench specbench q.jsonl --per-task 1" and p["kernel"] == "numba"
+    assert provenance(["--kernel", "numba"], "minispec bench forward")["command"] == "minispec bench forward --kernel numba"
+    monkeypatch.setattr(kernel, "_chosen", "numpy")
+    assert provenance(["x"], "minispec bench rules")["command"] == "minispec bench rules x"

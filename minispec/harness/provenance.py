@@ -15,6 +15,7 @@ import numpy as np
 
 from ..model import backend
 from ..model.cpu import cpu_fields, widest_simd
+from ..model.kernel import default_kernel
 
 
 def machine_info() -> dict:
@@ -55,12 +56,18 @@ def commit() -> str | None:
 
 
 def provenance(argv=None, prog: str | None = None) -> dict:
-    """-> {date (UTC), commit, command, machine} of the run now in progress. The command is ``argv`` (None: this
-    process's command line), after ``prog`` when given: a ``main(argv)`` called in-process passes its parser's prog
-    (``minispec bench draft``, ``python -m minispec.recipes.train_draft``) and the arguments it was given."""
+    """-> {date (UTC), commit, command, kernel, machine} of the run now in progress. The command is ``argv`` (None:
+    this process's command line), after ``prog`` when given: a ``main(argv)`` called in-process passes its parser's
+    prog (``minispec bench draft``, ``python -m minispec.recipes.train_draft``) and the arguments it was given; it
+    names the CPU kernel in use (``kernel``) where its arguments do not."""
     typed = None if argv is None else [*(prog.split() if prog else []), *argv]
-    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(), command=command(typed),
-                machine=machine_info())
+    kernel = default_kernel()
+    line = command(typed)
+    if kernel != "numpy" and "--kernel" not in line:  # (bug: `minispec bench`'s --kernel is taken out before a
+        # subcommand sees its arguments, so its runs recorded a command that reruns them on NumPy)
+        line = f"MINISPEC_KERNEL={kernel} {line}"
+    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(), command=line,
+                kernel=kernel, machine=machine_info())
 
 
 def command(argv=None) -> str:
