@@ -24,8 +24,9 @@ def gguf_name(hf: str) -> str:
     return HF_TO_GGUF[hf]
 
 
-def write_tiny_gguf(path, cfg_dict, qtype=None, arch="llama", seed=0):
-    """A GGUF as llama.cpp's converter writes it: Q and K rows permuted, dims innermost-first."""
+def write_tiny_gguf(path, cfg_dict, qtype=None, arch="llama", seed=0, meta=None):
+    """A GGUF as llama.cpp's converter writes it: Q and K rows permuted, dims innermost-first. ``meta``: metadata
+    keys changed, each to (value, GGUFValueType), or left out (None)."""
     cfg = ModelConfig.from_dict(cfg_dict)
     tensors = random_tensors(cfg, seed)
     w = gguf.GGUFWriter(str(path), arch)
@@ -45,6 +46,10 @@ def write_tiny_gguf(path, cfg_dict, qtype=None, arch="llama", seed=0):
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_chat_template("{{'<|im_start|>system\nYou are tiny<|im_end|>\n'}}")
+    for key, value in (meta or {}).items():
+        w.kv_data[0].pop(key, None)
+        if value is not None:
+            w.add_key_value(key, *value)
     for name, t in tensors.items():
         if name.endswith("q_proj.weight"):
             t = permute_qk(t, cfg.num_heads)
@@ -215,3 +220,78 @@ def test_a_float32_gguf_says_so_in_its_file_type(tmp_path):
     got = gguf.GGUFReader(str(write_float32_gguf(tmp_path / "typed.gguf", tmp_path / "f32.gguf", progress=False)))
     assert got.fields["general.file_type"].contents() == ALL_F32
     assert [t.tensor_type for t in got.tensors] == [gguf.GGMLQuantizationType.F32]
+
+
+STRING, UINT32, BOOL = gguf.GGUFValueType.STRING, gguf.GGUFValueType.UINT32, gguf.GGUFValueType.BOOL
+
+
+def existing_dir(d):
+    """A directory that holds a model's files already: -> {name: bytes}, to check that they are kept."""
+    d.mkdir()
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        (d / name).write_bytes(b"kept " + name.encode())
+    return {f.name: f.read_bytes() for f in d.iterdir()}
+
+
+def test_an_unsupported_tokenizer_is_refused_before_anything_is_written(tmp_path):
+    """(bug: model.safetensors, config.json and generation_config.json of an existing directory were overwritten,
+    then the tokenizer refused, without the GGUF named)"""
+    write_tiny_gguf(tmp_path / "sp.gguf", tiny_config(), meta={"tokenizer.ggml.model": ("llama", STRING)})
+    kept = existing_dir(tmp_path / "out")
+    with pytest.raises(ModelFormatError, match=r"sp\.gguf: tokenizer model .*'llama' is not supported"):
+        convert_gguf(tmp_path / "sp.gguf", tmp_path / "out", progress=False)
+    assert {f.name: f.read_bytes() for f in (tmp_path / "out").iterdir()} == kept
+
+
+def test_a_failed_write_leaves_an_existing_directory_as_it_was(tmp_path, monkeypatch):
+    """Every file is written under a .partial name and renamed once all are written: a write that fails (here the
+    last, tokenizer_config.json) leaves the old files, and no .partial file."""
+    from minispec.recipes import convert
+
+    class FullDisk:  # convert's json, failing on tokenizer_config.json
+        @staticmethod
+        def dumps(obj, **kw):
+            if "tokenizer_class" in obj:
+                raise OSError("no space left on device")
+            return json.dumps(obj, **kw)
+
+    write_tiny_gguf(tmp_path / "t.gguf", tiny_config())
+    kept = existing_dir(tmp_path / "out")
+    monkeypatch.setattr(convert, "json", FullDisk)
+    with pytest.raises(OSError, match="no space left"):
+        convert_gguf(tmp_path / "t.gguf", tmp_path / "out", progress=False)
+    assert {f.name: f.read_bytes() for f in (tmp_path / "out").iterdir()} == kept
+
+
+@pytest.mark.parametrize("meta, expected", [
+    ({"tokenizer.ggml.tokens": None}, "no 'tokenizer.ggml.tokens'"),  # (bug: a KeyError)
+    ({"llama.attention.head_count": (0, UINT32)}, "llama.attention.head_count must be a positive whole number, got 0"),
+    ({"llama.attention.layer_norm_rms_epsilon": None}, "no 'llama.attention.layer_norm_rms_epsilon'"),
+    ({"llama.embedding_length": None}, "no 'llama.embedding_length'"),
+    ({"tokenizer.ggml.eos_token_id": (999, UINT32)}, "tokenizer.ggml.eos_token_id 999 is not a token id"),
+], ids=["no tokens", "head_count 0", "no rms epsilon", "no embedding_length", "eos id out of range"])
+def test_missing_or_bad_metadata_is_refused_by_key_before_anything_is_written(tmp_path, meta, expected):
+    write_tiny_gguf(tmp_path / "m.gguf", tiny_config(), meta=meta)
+    with pytest.raises(ModelFormatError, match=r"m\.gguf: " + expected):
+        convert_gguf(tmp_path / "m.gguf", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("meta, expected", [
+    ({"tokenizer.ggml.pre": ("llama-bpe", STRING)}, "pre-tokenizer .*'llama-bpe' is not supported .*'gpt-2', 'smollm'"),
+    ({"tokenizer.ggml.pre": None}, "pre-tokenizer .*None is not supported"),
+    ({"tokenizer.ggml.add_bos_token": (True, BOOL)}, "tokenizer.ggml.add_bos_token is true, which is not supported"),
+], ids=["pre llama-bpe", "no pre", "add_bos_token"])
+def test_a_tokenizer_it_would_run_differently_is_refused(tmp_path, meta, expected):
+    """(bug: any pre-tokenizer but 'smollm' got GPT-2's split, and add_bos_token was ignored: prompts would have
+    been tokenized otherwise than llama.cpp tokenizes them)"""
+    write_tiny_gguf(tmp_path / "p.gguf", tiny_config(), meta=meta)
+    with pytest.raises(ModelFormatError, match=r"p\.gguf: " + expected):
+        convert_gguf(tmp_path / "p.gguf", tmp_path / "out", progress=False)
+
+
+def test_the_gpt2_pre_tokenizer_is_gpt2s_split(tmp_path):
+    write_tiny_gguf(tmp_path / "g.gguf", tiny_config(), meta={"tokenizer.ggml.pre": ("gpt-2", STRING)})
+    out = convert_gguf(tmp_path / "g.gguf", tmp_path / "out", progress=False)
+    assert json.loads((out / "tokenizer.json").read_text())["pre_tokenizer"]["type"] == "ByteLevel"
+    assert load_tokenizer(out).encode("abc") == [TOKENS.index("abc")]

@@ -41,6 +41,27 @@ def test_sliding_window_refused(tmp_path):
         write_random_model(tmp_path / "m", tiny_config("MistralForCausalLM", sliding_window=4096))
 
 
+@pytest.mark.parametrize("hidden, heads", [(2, 4), (10, 4)])
+def test_a_hidden_size_the_heads_do_not_divide_is_refused(hidden, heads):
+    """(bug: the derived head_dim = hidden_size // heads was floored: 0 for 2 // 4, accepted; 2 for 10 // 4)"""
+    from minispec.model.config import ModelConfig
+
+    cfg = dict(tiny_config(), hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=heads)
+    cfg.pop("head_dim", None)
+    with pytest.raises(ModelFormatError, match=f"config.json: hidden_size {hidden} is not a multiple of num_attention_heads {heads}"):
+        ModelConfig.from_dict(cfg)
+    assert ModelConfig.from_dict(dict(cfg, head_dim=2)).head_dim == 2  # a head_dim given is taken as it is
+
+
+def test_a_config_number_too_long_to_read_is_refused_by_name(model_dir):
+    """(bug: an integer of more than 4300 digits raised Python's own ValueError, with no file named)"""
+    text = (model_dir / "config.json").read_text()
+    assert '"vocab_size": 64' in text
+    (model_dir / "config.json").write_text(text.replace('"vocab_size": 64', '"vocab_size": ' + "9" * 5000))
+    with pytest.raises(ModelFormatError, match="config.json: not valid JSON"):
+        load_model(model_dir)
+
+
 def test_missing_tensor_named(model_dir):
     t = read_safetensors(model_dir / "model.safetensors")
     del t["model.layers.1.mlp.up_proj.weight"]

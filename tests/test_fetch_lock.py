@@ -5,10 +5,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from minispec.recipes.fetch import one_fetch_at_a_time
+from minispec.recipes.fetch import one_fetch_at_a_time, resolve_model
 
 pytest.importorskip("fcntl")
 
@@ -32,3 +33,14 @@ def test_a_second_process_waits_for_the_first_fetch_to_end(tmp_path, monkeypatch
     out, _ = child.communicate(timeout=60)
     assert out.strip() == "in" and child.returncode == 0  # let in once it is released
     assert (tmp_path / "fetch.lock").exists()
+
+
+def test_an_empty_model_path_is_refused_not_taken_for_the_default(tmp_path, monkeypatch):
+    """(bug: --model "", say an unset shell variable, fetched and loaded the default model); None is the default."""
+    monkeypatch.setenv("MINISPEC_WEIGHTS", str(tmp_path))  # no default model here, and none fetched (auto_fetch=False)
+    for empty in ("", " "):
+        with pytest.raises(ValueError, match="the model path is empty"):
+            resolve_model(empty, auto_fetch=False)
+    with pytest.raises(FileNotFoundError, match="default model not found"):
+        resolve_model(None, auto_fetch=False)
+    assert resolve_model("some/model") == Path("some/model")

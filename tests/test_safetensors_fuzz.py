@@ -160,3 +160,12 @@ def test_the_unmutated_files_load_like_the_reference(mixed_file, model_file):
     check_mutant(mixed_file, read_safetensors, list(MIXED), "none", None)
     d, cfg = model_file
     check_mutant(d / "model.safetensors", lambda _: dict(load_weights(d, cfg).items()), [], "none", None)
+
+
+def test_a_header_integer_too_long_to_read_is_refused_by_name(tmp_path):
+    """(bug: an integer of more than 4300 digits raised Python's own ValueError, with no file named)"""
+    f = tmp_path / "long.safetensors"
+    raw = b'{"a": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 8]}}'
+    f.write_bytes(join_safetensors(raw, bytes(8)))
+    with pytest.raises(ModelFormatError, match="long.safetensors: corrupt safetensors header"):
+        read_safetensors(f)

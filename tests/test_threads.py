@@ -25,7 +25,7 @@ def test_the_policy_leaves_one_core_to_the_machine_for_openblas_and_takes_every_
     assert threads.chosen("numpy") == 1 and threads.chosen("numba") == 1
     monkeypatch.setenv("MINISPEC_THREADS", "3")
     assert threads.chosen("numpy") == 3 == threads.chosen("numba")
-    for bad in ("0", "two", "-1", "1.5"):
+    for bad in ("0", "two", "-1", "1.5", "²", "٣", "9" * 5000):  # (bug: '²' and '٣' passed isdigit())
         monkeypatch.setenv("MINISPEC_THREADS", bad)
         with pytest.raises(ValueError, match="MINISPEC_THREADS"):
             threads.chosen("numpy")

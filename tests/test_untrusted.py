@@ -279,6 +279,7 @@ API_CASES = [
     ("layers with prompt lookup", lambda t, d, s: make_drafter("prompt-lookup", t, 1), ValueError, ["layers", "layer-skip"]),
     ("drafter spec 3", lambda t, d, s: make_drafter(3, t), TypeError, ["drafter spec"]),
     ("drafter spec nonsense", lambda t, d, s: make_drafter("fastest", t), ValueError, ["'fastest'", "prompt-lookup"]),
+    ("drafter spec ''", lambda t, d, s: make_drafter("", t), ValueError, ["drafter spec is empty"]),  # not the cwd
     ("past the context", lambda t, d, s: speculative_generate(t, d, [1], 256), ValueError, ["exceeds", "256"]),
 ]
 

@@ -118,6 +118,37 @@ def test_an_int8_model_loads_as_its_float32_copy_through_every_path(tmp_path, mo
         load_model(tmp_path / "q", kernel=kernel)
 
 
+def test_a_float_copy_refuses_before_writing_anything(tmp_path):
+    """(bug: the copy of src's files overwrote dst's config.json, then src's missing model.safetensors was refused)
+    A source without its file and an existing destination are refused with dst left as it was."""
+    src = write_random_model(tmp_path / "src", tiny_config(num_hidden_layers=1))
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "config.json").write_text("kept")
+    with pytest.raises(FileExistsError, match="dst: already exists"):
+        weights.float_copy(src, dst)
+    (src / "model.safetensors").rename(tmp_path / "away.safetensors")
+    with pytest.raises(FileNotFoundError, match="src/model.safetensors: no such file"):
+        weights.float_copy(src, dst)
+    assert [f.name for f in dst.iterdir()] == ["config.json"] and (dst / "config.json").read_text() == "kept"
+    (tmp_path / "away.safetensors").rename(src / "model.safetensors")
+    new = weights.float_copy(src, tmp_path / "new")
+    assert sorted(f.name for f in new.iterdir()) == sorted(f.name for f in src.iterdir())  # no .partial left
+    assert {i["dtype"] for i in read_header(new / "model.safetensors")[0].values()} == {"F32"}
+
+
+@pytest.mark.parametrize("where", ["../outside.safetensors", "absolute"])
+def test_a_shard_outside_the_model_directory_is_refused(tmp_path, where):
+    """(bug: an index's weight_map could name any file, which was then read as the model's weights)"""
+    d = write_random_model(tmp_path / "m", tiny_config(num_hidden_layers=1))
+    outside = (d / "model.safetensors").rename(tmp_path / "outside.safetensors")
+    shard = str(outside) if where == "absolute" else where
+    names = read_header(outside)[0]
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: shard for n in names}}))
+    with pytest.raises(ModelFormatError, match=f"index.json: shard '{re.escape(shard)}' is not a plain file name"):
+        load_model(d)
+
+
 def test_quantize_int8_recipe(tmp_path, capsys):
     """The recipe writes int8 matrices and BF16 vectors, copies the other files, records the source's digest,
     updates the checksums, leaves a converted file alone, and writes a float32 copy back."""

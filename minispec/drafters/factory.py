@@ -55,6 +55,8 @@ def make_drafter(spec: str, target: Model, layers: int | None = None):
     ``layers`` belongs to layer-skip only: given with another drafter it is refused, not ignored."""
     if not isinstance(spec, str):
         raise TypeError(f"drafter spec must be a string, got {type(spec).__name__}")
+    if not spec.strip():  # (bug: "" is Path("."), so an empty spec, say an unset shell variable, loaded the current directory)
+        raise ValueError(f"drafter spec is empty ({spec!r}): give prompt-lookup, layer-skip, none or a directory")
     if layers is not None and spec != "layer-skip":
         raise ValueError(f"layers ({layers}) applies only to the layer-skip drafter, not to {spec!r}")
     if spec == "none":

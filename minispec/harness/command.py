@@ -63,9 +63,10 @@ def shipped_drafters(own_tokenizer=("tli", "slem")) -> list[str]:
 
 
 def given_or_shipped(parser, given, shipped, missing: str) -> str:
-    """What the command was given (a flag's value), else the shipped default; with neither, ``parser.error(missing)``
-    (a usage error, before anything is loaded)."""
-    choice = given or shipped
+    """What the command was given (a flag's value), else (None) the shipped default; with neither,
+    ``parser.error(missing)`` (a usage error, before anything is loaded). An empty value is kept, for ``make_drafter``
+    to refuse."""
+    choice = shipped if given is None else given  # (bug: an empty --draft quietly became the shipped default)
     if choice is None:
         parser.error(missing)
     return choice

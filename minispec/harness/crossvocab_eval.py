@@ -101,7 +101,7 @@ def transformers_uag(target_dir, draft_dir, prompts: dict, max_new_tokens: int, 
     load = transformers.AutoModelForCausalLM.from_pretrained
     target = load(str(target_dir), dtype=torch.float32).eval()
     with tempfile.TemporaryDirectory() as tmp:  # transformers reads int8 matrices as their integers: a float copy
-        draft = load(str(float_copy(draft_dir, tmp)), dtype=torch.float32).eval()
+        draft = load(str(float_copy(draft_dir, Path(tmp) / "draft")), dtype=torch.float32).eval()
     tt = transformers.AutoTokenizer.from_pretrained(str(target_dir))
     dt = transformers.AutoTokenizer.from_pretrained(str(draft_dir))
     draft.generation_config.num_assistant_tokens = k

@@ -262,7 +262,7 @@ def transformers_peer(target_dir, draft_dir, ks=(4,)):
         torch.set_num_threads(2)
         target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
         with tempfile.TemporaryDirectory() as tmp:  # transformers reads int8 matrices as their integers: a float copy
-            draft = (transformers.AutoModelForCausalLM.from_pretrained(str(float_copy(draft_dir, tmp)),
+            draft = (transformers.AutoModelForCausalLM.from_pretrained(str(float_copy(draft_dir, Path(tmp) / "draft")),
                                                                        dtype=torch.float32).eval() if draft_dir else None)
         modes = [("plain", {})]
         for k in ks:

@@ -45,6 +45,9 @@ class ModelConfig:
         check_unsupported_features(d, arch, source)
         heads = int_field(d, "num_attention_heads", source)
         hidden = int_field(d, "hidden_size", source)
+        if d.get("head_dim") is None and hidden % heads:  # (bug: head_dim = hidden // heads was floored, even to 0)
+            raise ModelFormatError(f"{source}: hidden_size {hidden} is not a multiple of num_attention_heads {heads} "
+                                   "(give head_dim, or heads that divide hidden_size)")
         cfg = cls(
             architecture=arch,
             vocab_size=int_field(d, "vocab_size", source),
@@ -85,7 +88,7 @@ def read_json(f: Path, expect=dict):
         raise ModelFormatError(f"{f}: not a file (expected a JSON file)")
     try:
         content = json.loads(f.read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # (bug: ValueError, not only JSONDecodeError: an integer over 4300 digits)
         raise ModelFormatError(f"{f}: not valid JSON ({e})") from None
     if expect is not None and not isinstance(content, expect):
         raise ModelFormatError(f"{f}: expected a JSON object, got {type(content).__name__}")

@@ -213,7 +213,9 @@ def parse_header_json(path: Path, raw: bytes) -> dict:
 
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except ModelFormatError:  # a name twice, from no_duplicates
+        raise
+    except (ValueError, RecursionError) as e:  # (bug: ValueError, not only JSONDecodeError: an integer over 4300 digits)
         raise ModelFormatError(f"{path}: corrupt safetensors header (expected UTF-8 JSON: {e})") from None
     if not isinstance(header, dict):
         raise ModelFormatError(f"{path}: corrupt safetensors header (expected a JSON object, got {type(header).__name__})")

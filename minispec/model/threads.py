@@ -39,8 +39,10 @@ def chosen(kernel: str) -> int:
     """The threads ``kernel``'s products run on: ``$MINISPEC_THREADS``, else the policy above."""
     env = os.environ.get("MINISPEC_THREADS", "").strip()
     if env:
-        if not (env.isdigit() and int(env) >= 1):
-            raise ValueError(f"MINISPEC_THREADS={env!r} must be a whole number of threads, 1 or more")
+        # (bug: isdigit() let '²' through, to an int() error that named nothing): a few ASCII digits only
+        if not (env.isascii() and env.isdigit() and len(env) <= 9 and int(env) >= 1):
+            raise ValueError(f"MINISPEC_THREADS={env!r:.80} must be a whole number of threads, 1 or more (ASCII digits, "
+                             "at most 9)")
         return int(env)
     n = cores()
     return n if kernel == "numba" else max(1, n - 1)

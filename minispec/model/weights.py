@@ -74,6 +74,10 @@ def weight_files(path: Path) -> list[Path]:
             raise ModelFormatError(f"{index}: expected a \"weight_map\" object mapping tensor names to shard files, "
                                    f"got {weight_map!r:.80}")
         shards = sorted(set(weight_map.values()))
+        outside = [s for s in shards if Path(s).name != s or s in (".", "..")]
+        if outside:  # (bug: an absolute path or one with .. was read from outside the model directory)
+            raise ModelFormatError(f"{index}: shard {outside[0]!r} is not a plain file name (expected a file inside "
+                                   f"{path}, such as \"model-00001-of-00002.safetensors\")")
         missing = [s for s in shards if not (path / s).is_file()]
         if missing:
             raise ModelFormatError(f"{index}: shard file(s) missing (or not files): {', '.join(missing)}")
@@ -199,9 +203,22 @@ def load_weights(path, cfg: ModelConfig) -> Checkpoint:
 def float_copy(src, dst) -> Path:
     """A copy of the single-file model directory ``src`` at ``dst`` with ``model.safetensors`` in float32, int8
     matrices multiplied out (``safetensors_io``), for readers that do not know the int8 format: transformers
-    would load the integers as weights and ignore the scales. -> ``dst``."""
+    would load the integers as weights and ignore the scales. -> ``dst``, which must not exist yet; ``src``'s file is
+    read before anything is written, and the new one is written under a .partial name, then renamed (on a failure,
+    ``dst`` is removed)."""
     src, dst = Path(src), Path(dst)
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors"), dirs_exist_ok=True)
-    tensors = read_safetensors(src / "model.safetensors")
-    write_safetensors(dst / "model.safetensors", tensors, "F32", read_metadata(src / "model.safetensors"))
+    path = src / "model.safetensors"
+    if not path.is_file():  # (bug: checked only after dst's config.json and the rest were overwritten)
+        raise FileNotFoundError(f"{path}: no such file (a single-file model directory is expected)")
+    if dst.exists():
+        raise FileExistsError(f"{dst}: already exists (give a new directory for the float32 copy)")
+    tensors, metadata = read_safetensors(path), read_metadata(path)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors"))
+    tmp = dst / "model.safetensors.partial"
+    try:
+        write_safetensors(tmp, tensors, "F32", metadata)
+    except BaseException:
+        shutil.rmtree(dst)  # ours: it did not exist before
+        raise
+    tmp.replace(dst / "model.safetensors")
     return dst

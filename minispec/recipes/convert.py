@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..harness.progress import Progress
-from ..model.config import ModelFormatError
+from ..model.config import ModelConfig, ModelFormatError
 from ..model.q4_1 import Q4Blocks, from_gguf
 from ..model.safetensors_io import write_safetensors
 
@@ -76,9 +76,11 @@ def read_gguf(path: Path, doing: str):
 
 
 def convert_gguf(gguf_path, out_dir, progress: bool = True, keep_q4_1: bool = False) -> Path:
-    """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF. With
-    ``keep_q4_1``, its Q4_1 matrices are kept in their blocks (``safetensors_io``'s Q4_1 matrices), for the numba
-    kernel to multiply in them; every other tensor is still written as float32 (refused: a GGUF with no Q4_1 matrix)."""
+    """Write config.json, model.safetensors (float32), tokenizer.json and friends from a Llama GGUF with a byte-level
+    BPE ('gpt2') tokenizer. With ``keep_q4_1``, its Q4_1 matrices are kept in their blocks (``safetensors_io``'s Q4_1
+    matrices), for the numba kernel to multiply in them; every other tensor is still written as float32 (refused: a
+    GGUF with no Q4_1 matrix). Everything is checked before anything is written, and each file is written under a
+    ``.partial`` name and renamed at the end: a refused or failed conversion leaves ``out_dir``'s files as they were."""
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"output directory {out_dir}: exists and is not a directory (expected a new or existing directory)")
@@ -86,23 +88,57 @@ def convert_gguf(gguf_path, out_dir, progress: bool = True, keep_q4_1: bool = Fa
     arch = _field(reader, "general.architecture")
     if arch != "llama":
         raise ModelFormatError(f"{gguf_path}: GGUF architecture {arch!r} is not supported (only 'llama')")
-    n_head = int(_field(reader, "llama.attention.head_count"))
-    n_kv = int(_field(reader, "llama.attention.head_count_kv", n_head))
+    # (bug: a missing key or a head count of 0 crashed with a KeyError or ZeroDivisionError, after the files were written)
+    n_head = _count(reader, gguf_path, "llama.attention.head_count")
+    n_kv = _count(reader, gguf_path, "llama.attention.head_count_kv", n_head)
+    tok, tok_config = make_tokenizer(reader, gguf_path)  # (bug: its kind was checked after the weights were written)
+    config = llama_config(reader, gguf_path, n_head, n_kv)
     tensors = read_tensors(gguf, reader, gguf_path, n_head, n_kv, progress, keep_q4_1)
     if keep_q4_1 and not any(isinstance(t, Q4Blocks) for t in tensors.values()):
         raise ModelFormatError(f"{gguf_path}: no Q4_1 matrix to keep (its matrices are "
                                f"{', '.join(sorted({t.tensor_type.name for t in reader.tensors}))}); convert it without --q4_1")
-    config = llama_config(reader, n_head, n_kv, tied="lm_head.weight" not in tensors)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "model.safetensors.partial"
-    write_safetensors(tmp, tensors, "F32", metadata={"format": "pt", "source": gguf_path.name,
-                                                     **({"kept": "Q4_1"} if keep_q4_1 else {})})
-    tmp.replace(out_dir / "model.safetensors")
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    config["tie_word_embeddings"] = "lm_head.weight" not in tensors
     gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config[k] is not None}
-    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2))
-    write_tokenizer(reader, out_dir)
+    meta = {"format": "pt", "source": gguf_path.name, **({"kept": "Q4_1"} if keep_q4_1 else {})}
+    writers = {
+        "model.safetensors": lambda f: write_safetensors(f, tensors, "F32", metadata=meta),
+        "config.json": lambda f: f.write_text(json.dumps(config, indent=2)),
+        "generation_config.json": lambda f: f.write_text(json.dumps(gen, indent=2)),
+        "tokenizer.json": lambda f: tok.save(str(f)),
+        "tokenizer_config.json": lambda f: f.write_text(json.dumps(tok_config, indent=2)),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    partial = {name: out_dir / (name + ".partial") for name in writers}
+    try:  # (bug: files were written in place one by one, so a failure left a directory half old, half new)
+        for name, write in writers.items():
+            write(partial[name])
+    except BaseException:
+        for f in partial.values():
+            f.unlink(missing_ok=True)
+        raise
+    for name, f in partial.items():
+        f.replace(out_dir / name)
     return out_dir
+
+
+def _count(reader, gguf_path: Path, key: str, default=None) -> int:
+    """A positive whole number of the GGUF's metadata (``default`` when absent; required when it is None)."""
+    value = _field(reader, key, default)
+    if value is None:
+        raise ModelFormatError(f"{gguf_path}: no {key!r} in the GGUF's metadata (a Llama GGUF has one)")
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ModelFormatError(f"{gguf_path}: {key} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _number(reader, gguf_path: Path, key: str, default=None) -> float:
+    """A positive finite number of the GGUF's metadata (``default`` when absent; required when it is None)."""
+    value = _field(reader, key, default)
+    if value is None:
+        raise ModelFormatError(f"{gguf_path}: no {key!r} in the GGUF's metadata (a Llama GGUF has one)")
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")):
+        raise ModelFormatError(f"{gguf_path}: {key} must be a positive number, got {value!r}")
+    return float(value)
 
 
 def read_tensors(gguf, reader, gguf_path: Path, n_head: int, n_kv: int, progress: bool, keep_q4_1: bool = False) -> dict:
@@ -141,53 +177,92 @@ def read_tensors(gguf, reader, gguf_path: Path, n_head: int, n_kv: int, progress
     return tensors
 
 
-def llama_config(reader, n_head: int, n_kv: int, tied: bool) -> dict:
-    """config.json of a Llama GGUF, from its metadata (``tied``: it has no output.weight of its own)."""
+def llama_config(reader, gguf_path: Path, n_head: int, n_kv: int) -> dict:
+    """config.json of a Llama GGUF, from its metadata, every number checked with its key named (the caller sets
+    ``tie_word_embeddings`` once it knows whether the GGUF has an output.weight of its own). Called after
+    ``make_tokenizer``, which checked the tokens."""
     a = "llama."
-    hidden = int(_field(reader, a + "embedding_length"))
-    return {
+    hidden = _count(reader, gguf_path, a + "embedding_length")
+    if hidden % n_head:
+        raise ModelFormatError(f"{gguf_path}: {a}embedding_length {hidden} is not a multiple of "
+                               f"{a}attention.head_count {n_head}")
+    config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": len(reader.fields["tokenizer.ggml.tokens"].data), "hidden_size": hidden,
-        "intermediate_size": int(_field(reader, a + "feed_forward_length")),
-        "num_hidden_layers": int(_field(reader, a + "block_count")),
+        "intermediate_size": _count(reader, gguf_path, a + "feed_forward_length"),
+        "num_hidden_layers": _count(reader, gguf_path, a + "block_count"),
         "num_attention_heads": n_head, "num_key_value_heads": n_kv, "head_dim": hidden // n_head,
-        "rms_norm_eps": float(_field(reader, a + "attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(_field(reader, a + "rope.freq_base", 10000.0)),
-        "max_position_embeddings": int(_field(reader, a + "context_length")),
-        "tie_word_embeddings": tied, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "rms_norm_eps": _number(reader, gguf_path, a + "attention.layer_norm_rms_epsilon"),
+        "rope_theta": _number(reader, gguf_path, a + "rope.freq_base", 10000.0),
+        "max_position_embeddings": _count(reader, gguf_path, a + "context_length"),
+        "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "rope_scaling": None, "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id"),
         "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id"),
         "pad_token_id": _field(reader, "tokenizer.ggml.padding_token_id"), "torch_dtype": "float32",
     }
+    ModelConfig.from_dict(config, f"{gguf_path} (its config)")  # the rest of the loader's checks (heads, head_dim)
+    return config
 
 
-def write_tokenizer(reader, out_dir: Path) -> None:
-    """tokenizer.json (byte-level BPE) and tokenizer_config.json from the GGUF's vocabulary and merges."""
+def _strings(reader, gguf_path: Path, key: str) -> list[str]:
+    """A required list of strings of the GGUF's metadata."""
+    try:
+        value = _field(reader, key)
+    except UnicodeDecodeError as e:
+        raise ModelFormatError(f"{gguf_path}: {key} holds text that is not UTF-8 ({e})") from None
+    if value is None:
+        raise ModelFormatError(f"{gguf_path}: no {key!r} in the GGUF's metadata (a GGUF with a tokenizer has one)")
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ModelFormatError(f"{gguf_path}: {key} must be a list of strings, got {value!r:.80}")
+    return value
+
+
+def make_tokenizer(reader, gguf_path: Path):
+    """-> (tokenizer.json as a ``tokenizers.Tokenizer``, tokenizer_config.json as a dict), from the GGUF's vocabulary
+    and merges. Only byte-level BPE ('gpt2') with the pre-tokenizers of ``split`` below is supported; the rest is
+    refused, not tokenized another way; so is a GGUF that asks for a BOS or EOS token around the text
+    (``add_bos_token``, ``add_eos_token``): minispec's tokenizer adds none."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     model_kind = _field(reader, "tokenizer.ggml.model")
     if model_kind != "gpt2":
-        raise ModelFormatError(f"tokenizer model {model_kind!r} is not supported (byte-level BPE 'gpt2' only)")
-    f = reader.fields["tokenizer.ggml.tokens"]
-    tokens = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-    tt = reader.fields["tokenizer.ggml.token_type"]
-    types = [int(tt.parts[i][0]) for i in tt.data]
-    m = reader.fields["tokenizer.ggml.merges"]
-    merges = [tuple(bytes(m.parts[i]).decode("utf-8").split(" ", 1)) for i in m.data]
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+        raise ModelFormatError(f"{gguf_path}: tokenizer model (tokenizer.ggml.model) {model_kind!r} is not supported "
+                               "(byte-level BPE 'gpt2' only)")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)  # GPT-2's split
+    digits = pre_tokenizers.Digits(individual_digits=True)  # every digit its own word
+    split = {"gpt-2": byte_level, "smollm": pre_tokenizers.Sequence([digits, byte_level])}  # by llama.cpp's names
     pre = _field(reader, "tokenizer.ggml.pre")
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    # SmolLM2 ("smollm" pre-tokenizer): every digit is its own word, then GPT-2's byte-level split.
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                         if pre == "smollm" else byte_level)
+    if pre not in split:  # (bug: any other pre-tokenizer was given GPT-2's split, and the text tokenized wrongly)
+        raise ModelFormatError(f"{gguf_path}: pre-tokenizer (tokenizer.ggml.pre) {pre!r} is not supported "
+                               f"(supported: {', '.join(map(repr, split))})")
+    for key in ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"):
+        if _field(reader, key):  # (bug: ignored, so the model saw other prompts than llama.cpp gives it)
+            raise ModelFormatError(f"{gguf_path}: {key} is true, which is not supported (minispec's tokenizer adds "
+                                   "no BOS or EOS token around the text)")
+    tokens = _strings(reader, gguf_path, "tokenizer.ggml.tokens")
+    types = _field(reader, "tokenizer.ggml.token_type")
+    if not (isinstance(types, list) and len(types) == len(tokens)):
+        raise ModelFormatError(f"{gguf_path}: tokenizer.ggml.token_type must be a list of one type per token "
+                               f"({len(tokens)}), got {types!r:.80}")
+    merges = [tuple(m.split(" ", 1)) for m in _strings(reader, gguf_path, "tokenizer.ggml.merges")]
+    try:
+        tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    except Exception as e:  # the tokenizers package's own error: a merge of tokens the vocabulary lacks
+        raise ModelFormatError(f"{gguf_path}: its tokens and merges do not make a BPE tokenizer ({e})") from None
+    tok.pre_tokenizer = split[pre]
     tok.decoder = decoders.ByteLevel()
     control = [i for i, t in enumerate(types) if t in (3, 4)]  # CONTROL, USER_DEFINED
     tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in control])
-    tok.save(str(out_dir / "tokenizer.json"))
-    special = lambda key: tokens[int(_field(reader, key))] if _field(reader, key) is not None else None  # noqa: E731
+
+    def special(key):
+        i = _field(reader, key)
+        if i is not None and not (isinstance(i, int) and 0 <= i < len(tokens)):
+            raise ModelFormatError(f"{gguf_path}: {key} {i!r} is not a token id (0..{len(tokens) - 1})")
+        return None if i is None else tokens[i]
+
     cfg = {
         "tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False, "clean_up_tokenization_spaces": False,
-        "model_max_length": int(_field(reader, "llama.context_length", 2048)),
+        "model_max_length": _count(reader, gguf_path, "llama.context_length", 2048),
         "bos_token": special("tokenizer.ggml.bos_token_id"), "eos_token": special("tokenizer.ggml.eos_token_id"),
         "pad_token": special("tokenizer.ggml.padding_token_id"), "unk_token": special("tokenizer.ggml.unknown_token_id"),
         "added_tokens_decoder": {str(i): {"content": tokens[i], "special": True, "normalized": False, "lstrip": False,
@@ -196,4 +271,4 @@ def write_tokenizer(reader, out_dir: Path) -> None:
     template = _field(reader, "tokenizer.chat_template")
     if template:
         cfg["chat_template"] = template
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+    return tok, cfg

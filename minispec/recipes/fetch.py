@@ -118,8 +118,12 @@ def default_model_dir() -> Path:
 
 
 def resolve_model(path=None, auto_fetch: bool = True, log=None) -> Path:
-    """A model directory: ``path``, or the default SmolLM2 (fetched and converted on first use)."""
-    if path:
+    """A model directory: ``path``, or, when it is None, the default SmolLM2 (fetched and converted on first use). An
+    empty ``path`` is refused: it is more likely an unset shell variable than a wish for the default."""
+    if isinstance(path, str) and not path.strip():  # (bug: --model "" quietly fetched and loaded the default model)
+        raise ValueError(f"the model path is empty ({path!r}): give a model directory, or leave it out for the default "
+                         "(SmolLM2-135M-Instruct)")
+    if path is not None:
         return Path(path)
     d = default_model_dir()
     if not (d / "model.safetensors").exists():

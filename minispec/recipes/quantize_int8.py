@@ -12,7 +12,8 @@ scale. What was done is recorded in the file's metadata (``"int8"``) and in ``DS
 file's line in ``DST/SHA256SUMS`` is updated. A file already stored this way is left as it is.
 
 transformers cannot read the format: it would load the integers as weights and ignore the scales. ``--to-float``
-writes a float32 copy of such a directory for it (``model.weights.float_copy``, which the harness's peer runs use).
+writes a float32 copy of such a directory for it, into a new directory DST (``model.weights.float_copy``, which the
+harness's peer runs use).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def quantize_int8(src, dst) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("src", help="a draft model directory, for example weights/smoldraft-3l-192")
-    ap.add_argument("dst", help="where to write it (SRC itself: in place)")
+    ap.add_argument("dst", help="where to write it (SRC itself: in place; with --to-float, a new directory)")
     ap.add_argument("--to-float", action="store_true", help="the other way: a float32 copy for transformers")
     args = ap.parse_args(argv)
     if args.to_float:
