@@ -56,7 +56,7 @@ def test_malformed_lines_are_refused_by_line_number(tmp_path, chat_model):
 def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model):
     questions = write_questions(tmp_path / "q.jsonl")
     out, summary = tmp_path / "results.jsonl", tmp_path / "summary.json"
-    argv = ["bench", "specbench", str(questions), "--per-task", "2", "--max-new-tokens", "6", "--methods",
+    argv = ["bench", "specbench", str(questions), "--per-task", "2", "--max-new-tokens", "6", "--drafters",
             "prompt-lookup,layer-skip", "--model", str(chat_model), "--out", str(out), "--json", str(summary)]
     code, _, err = run_cli(argv)
     assert code == 0, err
@@ -65,9 +65,10 @@ def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model
     assert len(lines) == 1 + n
     res = json.loads(summary.read_text())
     assert res["settings"]["kernel"] == default_kernel()  # the kernel is part of what a resumed run must share
+    assert set(res["load"]) == {"start", "end"}  # the other processes' load as it began and ended, recorded
     for m in ("prompt-lookup", "layer-skip"):
         got = res["summary"]["methods"][m]
-        assert got["identical"] == n, got["differences"]
+        assert got["identical"] == n and got["failures"] == [], got["differences"]
         assert set(got["tasks"]) == {*specbench.TASKS, "poetry", "overall"}
     table = specbench_figures.leaderboard(res).splitlines()  # docs' table: a row per method, a column per task
     assert table[0] == "| method | MT-bench | translation | summarization | QA | math | RAG | poetry | overall |"
@@ -144,3 +145,55 @@ def test_each_engines_fastest_method_per_task_and_whether_minispec_is_at_least_a
     assert rows[0] == "| task | minispec: fastest | llama.cpp: fastest | minispec at least as fast |"
     assert rows[2] == "| QA | prompt-lookup 12.0 tokens/s | plain 20.0 tokens/s | no |"
     assert rows[3] == "| RAG | prompt-lookup 25.0 tokens/s | prompt-lookup 24.0 tokens/s | yes |"
+
+
+def test_a_line_separator_inside_a_turn_is_text_not_a_new_line(tmp_path):
+    """JSON strings may hold U+2028 and U+2029 raw; a line of the file ends at a newline only (bug: splitlines() cut the
+    line there and refused it as not JSON)."""
+    f = tmp_path / "q.jsonl"
+    f.write_text(json.dumps(dict(question_id=1, category="qa", turns=["a\u2028b\u2029c"]), ensure_ascii=False) + "\n"
+                 + json.dumps(dict(question_id=2, category="qa", turns=["d"])) + "\n", encoding="utf-8")
+    qs = specbench.read_questions(f)
+    assert [q.turns for q in qs] == [("a\u2028b\u2029c",), ("d",)]
+
+
+def test_a_results_row_without_a_questions_fields_is_refused(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps(dict(settings={"x": 1})) + "\n" + json.dumps(dict(question_id=3)) + "\n")
+    with pytest.raises(ValueError, match="lacks a question's fields"):
+        specbench.resume(out, {"x": 1})
+
+
+def test_the_plot_beside_the_summary_never_overwrites_the_results(tmp_path):
+    questions = write_questions(tmp_path / "q.jsonl")
+    code, _, err = run_cli(["bench", "specbench", str(questions), "--out", str(tmp_path / "r.png"), "--json",
+                            str(tmp_path / "r.json"), "--model", str(tmp_path / "none")])
+    assert code == 2 and "would overwrite --out" in err, err
+
+
+def test_a_peer_that_is_installed_but_does_not_import_is_refused_by_name(tmp_path, chat_model, monkeypatch):
+    def broken(*a, **kw):
+        raise ImportError("libtorch_cpu.so: cannot open shared object file")
+    monkeypatch.setattr(specbench, "peers_installed", lambda asked: list(asked))
+    monkeypatch.setattr(specbench, "transformers_modes", broken)
+    code, _, err = run_cli(["bench", "specbench", str(write_questions(tmp_path / "q.jsonl")), "--per-task", "1",
+                            "--peers", "transformers", "--model", str(chat_model), "--out", str(tmp_path / "o.jsonl")])
+    assert code == 2 and "peer transformers: its packages are installed but do not import" in err, err
+
+
+def test_a_greedy_difference_that_is_not_a_near_tie_fails_the_run(tmp_path, chat_model, monkeypatch):
+    """design.md's greedy identity: a method's first difference from plain decoding at a top-2 margin of 1e-4 or more is
+    a failure (the run exits 1 and names it); one under it is reported with its margin."""
+    def question(self, q, done=lambda: None):
+        method = dict(tokens=4, seconds=1.0, target_passes=2, identical=False,
+                      differences=[dict(turn=0, position=2, margin=0.5 if q.question_id % 2 else 5e-5)])
+        return dict(question_id=q.question_id, category=q.category, task=q.task, plain=dict(tokens=4, seconds=1.0),
+                    methods={"prompt-lookup": method}, peers={})
+    monkeypatch.setattr(specbench.Runner, "question", question)
+    summary = tmp_path / "s.json"
+    code, out, err = run_cli(["bench", "specbench", str(write_questions(tmp_path / "q.jsonl", 1)), "--drafters",
+                              "prompt-lookup", "--peers", "none", "--model", str(chat_model), "--out",
+                              str(tmp_path / "o.jsonl"), "--json", str(summary)])
+    assert code == 1 and "greedy identity FAILED: prompt-lookup" in err and "FAILED: " in out, (out, err)
+    got = json.loads(summary.read_text())["summary"]["methods"]["prompt-lookup"]
+    assert {d["margin"] for d in got["failures"]} == {0.5} and {d["margin"] for d in got["differences"]} == {0.5, 5e-5}

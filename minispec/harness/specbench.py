@@ -78,7 +78,7 @@ def read_questions(path) -> list[Question]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start}): a JSON lines file is expected") from None
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # (bug: splitlines() also cut at U+2028, which JSON strings may hold)
         if not line.strip():
             continue
         where = f"{path}, line {n}"
@@ -243,8 +243,10 @@ def resume(out: Path, settings: dict) -> dict[int, dict]:
                 raise ValueError(f"--out {out}: result {n - 1} is not JSON, and not the last: the file is damaged") from None
             lines = lines[:-1]  # an interrupted write: that question runs again
             break
-        if not (isinstance(row, dict) and "question_id" in row):
-            raise ValueError(f"--out {out}: result {n - 1} has no question_id: not a file this command wrote")
+        if not (isinstance(row, dict) and all(k in row for k in ("question_id", "task", "plain", "methods", "peers"))):
+            raise ValueError(f"--out {out}: result {n - 1} lacks a question's fields (question_id, task, plain, methods, "
+                             "peers): not a file this command wrote")  # (bug: only question_id was asked for, and a
+            # row without the rest crashed the summary)
         rows[row["question_id"]] = row
     out.write_text("\n".join(lines) + "\n")
     return rows
@@ -269,9 +271,15 @@ def cells(rows: list[dict], get, base) -> dict:
     return out
 
 
+TIE_MARGIN = 1e-4  # design.md, greedy identity: a difference at a top-2 logit margin under this is a near-tie
+
+
 def identity(rows: list[dict], side: str, name: str) -> dict:
+    """Greedy identity with plain decoding: the questions identical, each first difference with its margin, and (for
+    minispec's methods) the ``failures``: differences at a margin of TIE_MARGIN or more, not near-ties."""
     differing = [dict(question_id=r["question_id"], **d) for r in rows for d in r[side][name]["differences"]]
-    return dict(identical=sum(r[side][name]["identical"] for r in rows), questions=len(rows), differences=differing)
+    return dict(identical=sum(r[side][name]["identical"] for r in rows), questions=len(rows), differences=differing,
+                failures=[d for d in differing if d["margin"] >= TIE_MARGIN])
 
 
 def summarise(rows: list[dict], methods: list[str], peers: list[str]) -> dict:
@@ -296,8 +304,9 @@ def report(res: dict) -> str:
     rows += [[m, *(cell(c) for c in v["tasks"].values())] for m, v in s["methods"].items()]
     for m, v in s["peers"].items():  # a peer: over minispec's plain, and (in brackets) over its own engine's plain
         own = v["own"] or {}
-        rows.append([f"{m} (x over its own plain)", *(cell(c) + (f" ({own[t]['speedup']:.2f}x)" if t in own else "")
-                                                       for t, c in v["tasks"].items())])
+        mine = m == engine_and_mode(m)[0] + " plain"  # its own plain mode: no bracket (bug: "(1.00x)" in every cell)
+        rows.append([m if mine else f"{m} (x over its own plain)",
+                     *(cell(c) + (f" ({own[t]['speedup']:.2f}x)" if t in own and not mine else "") for t, c in v["tasks"].items())])
     lines = markdown_table(f"Spec-Bench on this machine: speedup over minispec's plain decoding (tau: mean accepted "
                            f"tokens per target pass), greedy, {res['settings']['max_new_tokens']} new tokens per turn, "
                            f"{res['questions']} questions", ["method", *tasks], rows)
@@ -307,7 +316,9 @@ def report(res: dict) -> str:
             diffs = "; ".join(f"question {d['question_id']} turn {d['turn'] + 1} at token {d['position']} (top-2 margin "
                               f"{d['margin']:.3g})" for d in v["differences"][:5])
             lines.append(f"- {m}: greedy output identical to minispec's plain decoding on {v['identical']} of "
-                         f"{v['questions']} questions" + (f"; first differences: {diffs}" if diffs else ""))
+                         f"{v['questions']} questions" + (f"; first differences: {diffs}" if diffs else "")
+                         + (f"; FAILED: {len(v['failures'])} differ at a top-2 margin of {TIE_MARGIN} or more (not a "
+                            "near-tie)" if side == "methods" and v["failures"] else ""))
     lines.append(f"- peers: {res['peers_note']}")
     return "\n".join(lines)
 
@@ -327,6 +338,16 @@ def peers_to_run(asked: list[str], model, gguf) -> tuple[list[str], dict]:
     return [p for p in asked if p not in skipped], skipped
 
 
+def import_peer(name: str, make) -> dict:
+    """A peer's modes, ``make()``; a peer whose packages are found but do not import is refused by name (bug: its modes
+    were {}, and the report listed it among the peers that ran)."""
+    try:
+        return make()
+    except ImportError as e:
+        raise RuntimeError(f"peer {name}: its packages are installed but do not import ({e}); mend them, or leave it "
+                           "out (--peers)") from None
+
+
 def longest_context(questions: list[Question], tok, max_new_tokens: int) -> int:
     """The most positions a turn of these questions can take: its prompt, with every earlier answer at its longest
     (``max_new_tokens`` each, and a few tokens of template), and its own answer. A peer's context is sized by it."""
@@ -341,7 +362,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-task", type=int, help="the first N questions of each task (default: every question of "
                                                  "the file; Spec-Bench has 480)")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn (default 128)")
-    ap.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma-separated, of {', '.join(METHODS)} "
+    ap.add_argument("--methods", "--drafters", dest="methods", default=DEFAULT_METHODS, help=f"comma-separated, of {', '.join(METHODS)} "
                                                               f"(default {DEFAULT_METHODS})")
     ap.add_argument("--model", help=MODEL_HELP + "; minispec's CPU kernel: --kernel numpy|numba, as for every bench "
                                                   "subcommand")
@@ -375,6 +396,9 @@ def main(argv=None) -> int:
     paths = {Path(a.questions).resolve(): "the questions file", out.resolve(): "--out"}
     if a.json and Path(a.json).resolve() in paths or out.resolve() == Path(a.questions).resolve():
         raise ValueError(f"--json and --out must be files of their own, not {' or '.join(paths.values())}")
+    if a.json and Path(a.json).resolve().with_suffix(".png") in paths:  # (bug: the plot beside --json overwrote it)
+        raise ValueError(f"--json {a.json}: its plot, {Path(a.json).with_suffix('.png')}, would overwrite "
+                         f"{paths[Path(a.json).resolve().with_suffix('.png')]}")
     questions = select(read_questions(a.questions), a.per_task)  # refused before the model loads
     missing = [m for m in names if m in ("eagle", "eagle-tree") and shipped_eagle() is None
                or m == "draft" and shipped_draft() is None]
@@ -393,13 +417,14 @@ def main(argv=None) -> int:
     target, tok = load_target(a.model)
     peers = {}
     if "transformers" in running:
-        peers.update(transformers_modes(target.path, shipped_draft(), a.max_new_tokens, tok.eos_ids))
+        peers.update(import_peer("transformers", lambda: transformers_modes(target.path, shipped_draft(), a.max_new_tokens,
+                                                                            tok.eos_ids)))
     if "llama.cpp" in running:
         from ..recipes.gguf_float32 import smollm2_float32_gguf
 
         gguf = a.gguf or smollm2_float32_gguf(log=lambda m: print(m, file=sys.stderr))
         n_ctx = -(-(longest_context(questions, tok, a.max_new_tokens) + 64) // 256) * 256  # checked before the run
-        peers.update(llama_cpp_modes(gguf, a.max_new_tokens, tok.eos_ids, n_ctx=n_ctx))
+        peers.update(import_peer("llama.cpp", lambda: llama_cpp_modes(gguf, a.max_new_tokens, tok.eos_ids, n_ctx=n_ctx)))
     versions = version()
     note = "; ".join([*(f"{p}: {', '.join(f'{k} {v}' for k, v in versions.items() if k in VERSIONS[p])}" for p in running),
                       *(f"{p}: skipped, {why}" for p, why in skipped.items())]) or "none asked for (--peers none)"
@@ -407,6 +432,7 @@ def main(argv=None) -> int:
     todo = [q for q in questions if q.question_id not in done]
     if done:
         print(f"[resuming {out}: {len(done)} of {len(questions)} questions done]", file=sys.stderr)
+    load = dict(start=others_load())  # the other processes' load, as the run begins and as it ends (design.md: quiet)
     bar = Progress(sum(len(q.turns) for q in todo) * (len(names) + len(peers) + 2), "bench specbench")
     if not out.exists() or not done:
         out.write_text(json.dumps(dict(settings=settings)) + "\n")
@@ -417,10 +443,18 @@ def main(argv=None) -> int:
         done[q.question_id] = row
     bar.close()
     rows = [done[q.question_id] for q in questions]
+    load["end"] = others_load()
+    known = [x for x in load.values() if x is not None]
     res = dict(settings=settings, questions=len(rows), summary=summarise(rows, names, list(peers)), peers_note=note,
-               busy=busy_words(others_load()).strip("; ") or None)
+               load=load, busy=busy_words(max(known) if known else None).strip("; ") or None)  # (bug: the last minute's
+    # load alone, and no figure)
     print_and_store(report(res), res, a.json, "minispec bench specbench", argv)
+    failed = {m: v["failures"] for m, v in res["summary"]["methods"].items() if v["failures"]}
     if a.json:  # the plot of speedup by task beside it, from the stored summary (its provenance names the machine)
         png = plot(json.loads(Path(a.json).read_text()), Path(a.json).with_suffix(".png"))
         print(f"[plot: {png}]" if png else "[no plot: matplotlib is not installed (the plot extra)]", file=sys.stderr)
+    if failed:  # design.md's greedy identity: a difference at a margin of TIE_MARGIN or more is a failure
+        print(f"[greedy identity FAILED: {', '.join(f'{m} on {len(d)} turns' for m, d in failed.items())}, each first "
+              f"different at a top-2 logit margin of {TIE_MARGIN} or more]", file=sys.stderr)
+        return 1
     return 0

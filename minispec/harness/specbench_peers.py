@@ -25,13 +25,11 @@ from pathlib import Path
 
 
 def transformers_modes(target_dir, draft_dir, max_new_tokens: int, eos_ids: list[int]) -> dict:
-    """{"transformers plain": fn, "transformers prompt-lookup": fn, ["transformers assisted": fn]}, or {} when torch or
-    transformers is not installed (the report says so)."""
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        return {}
+    """{"transformers plain": fn, "transformers prompt-lookup": fn, ["transformers assisted": fn]} (torch and
+    transformers installed: ``peers_to_run`` skips the peer otherwise, and the report says so)."""
+    import torch  # (an ImportError here: specbench.import_peer names it)
+    import transformers
+
     from ..model.weights import float_copy
 
     torch.set_num_threads(2)
@@ -60,13 +58,11 @@ def transformers_modes(target_dir, draft_dir, max_new_tokens: int, eos_ids: list
 
 
 def llama_cpp_modes(gguf_path, max_new_tokens: int, eos_ids: list[int], n_ctx: int = 2048) -> dict:
-    """{"llama.cpp plain": fn, "llama.cpp prompt-lookup": fn} on the GGUF at ``gguf_path``, or {} when llama-cpp-python
-    is not installed (the report says so)."""
-    try:
-        import llama_cpp
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-    except ImportError:
-        return {}
+    """{"llama.cpp plain": fn, "llama.cpp prompt-lookup": fn} on the GGUF at ``gguf_path`` (llama-cpp-python installed:
+    ``peers_to_run`` skips the peer otherwise, and the report says so)."""
+    import llama_cpp  # (an ImportError here: specbench.import_peer names it)
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
     stop = {int(t) for t in eos_ids}
 
     def mode(draft=None):
