@@ -66,6 +66,7 @@ def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model
     res = json.loads(summary.read_text())
     assert res["settings"]["kernel"] == default_kernel()  # the kernel is part of what a resumed run must share
     assert set(res["load"]) == {"start", "end"}  # the other processes' load as it began and ended, recorded
+    assert res["settings"]["weights"] == {} and "peer_versions" in res["settings"]  # no method here reads weights/
     for m in ("prompt-lookup", "layer-skip"):
         got = res["summary"]["methods"][m]
         assert got["identical"] == n and got["failures"] == [], got["differences"]
@@ -197,3 +198,10 @@ def test_a_greedy_difference_that_is_not_a_near_tie_fails_the_run(tmp_path, chat
     assert code == 1 and "greedy identity FAILED: prompt-lookup" in err and "FAILED: " in out, (out, err)
     got = json.loads(summary.read_text())["summary"]["methods"]["prompt-lookup"]
     assert {d["margin"] for d in got["failures"]} == {0.5} and {d["margin"] for d in got["differences"]} == {0.5, 5e-5}
+
+
+def test_the_settings_name_the_shipped_weights_each_method_reads():
+    """The settings a resumed run must share (refused otherwise, as above) name the shipped weights each method reads,
+    so that after a new head a resume cannot mix two heads' rows in one table."""
+    got = specbench.drafter_weights(["eagle", "prompt-lookup", "draft"])
+    assert set(got) == {"eagle", "draft"} and all(len(h) == 16 for h in got.values())

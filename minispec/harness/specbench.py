@@ -338,6 +338,13 @@ def peers_to_run(asked: list[str], model, gguf) -> tuple[list[str], dict]:
     return [p for p in asked if p not in skipped], skipped
 
 
+def drafter_weights(methods: list[str]) -> dict:
+    """{method: the SHA-256 of its shipped weights' checksum file} for the methods that read weights in weights/."""
+    dirs = {"eagle": shipped_eagle, "eagle-tree": shipped_eagle, "draft": shipped_draft}
+    return {m: hashlib.sha256((Path(dirs[m]()) / "SHA256SUMS").read_bytes()).hexdigest()[:16] for m in methods
+            if m in dirs and dirs[m]() is not None and (Path(dirs[m]()) / "SHA256SUMS").is_file()}
+
+
 def import_peer(name: str, make) -> dict:
     """A peer's modes, ``make()``; a peer whose packages are found but do not import is refused by name (bug: its modes
     were {}, and the report listed it among the peers that ran)."""
@@ -412,7 +419,9 @@ def main(argv=None) -> int:
                     per_task=a.per_task, max_new_tokens=a.max_new_tokens, methods=names, model=a.model,
                     kernel=default_kernel(),  # set by --kernel, which every bench subcommand takes (bench.kernel_from)
                     peers=",".join(running) or "none",
-                    gguf=None if a.gguf is None else dict(name=Path(a.gguf).name, bytes=Path(a.gguf).stat().st_size))
+                    gguf=None if a.gguf is None else dict(name=Path(a.gguf).name, bytes=Path(a.gguf).stat().st_size),
+                    weights=drafter_weights(names),  # (bug: a resume after a new head or a peer's upgrade mixed two
+                    peer_versions={k: v for k, v in version().items() if any(k in VERSIONS[p] for p in running)})  # setups)
     done = resume(out, settings)
     target, tok = load_target(a.model)
     peers = {}
