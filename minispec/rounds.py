@@ -210,8 +210,9 @@ class Run:
         if asked == 0 and may_probe and self.drafter_room() >= 1 and self.policy.probe():  # (bug: asked first, the
             # policy paid for a probe a full draft context then did not make)
             _, draft_probs = self.drafter.propose(self.tokens, 1, self.warp, self.rng)
-            self.seen = len(self.tokens)
             self.probe = draft_probs[0] if len(draft_probs) else None
+            self.seen = len(self.tokens) if self.probe is not None else self.seen  # (a drafter that drew nothing, as
+            # the EAGLE head in the first round before any features, caught up on nothing)
 
     def measure_probe(self, target_row: np.ndarray, emitted: int) -> tuple[float, bool] | None:
         """-> (P(the rule accepts the probe's guess): ``accepts``, sum min(p, q) token-wise and ``coupled_acceptance``

@@ -147,6 +147,18 @@ def test_a_probe_counts_as_a_fraction_of_a_success():
     assert est[0.3] == pytest.approx(0.3 * est[1.0] + 0.7 * est[0.0])
 
 
+def test_a_drafter_whose_label_is_its_first_guess_is_probed_for_nothing_more():
+    """After the label (the EAGLE head's confidence: a catch-up and the first guess's logits, which a plain round pays
+    anyway, ``label_time``), a probe adds no drafting: it is free, and asked in every plain round from the first (bug:
+    priced as a catch-up and a guess on top, it waited for the budget like a drafter without a label)."""
+    labelled = policy(CPU_LIKE, draft_time=0.005, prior=0.3, feed_time=0.001, claims=lambda label: 0.3)
+    plain = policy(CPU_LIKE, draft_time=0.005, prior=0.3, feed_time=0.001)
+    assert labelled.probe_cost(50) == 0.0 < plain.probe_cost(50)
+    probed, overhead = plain_rounds_with_probes(labelled, 200)
+    assert len(probed) == 200 and overhead == 0.0
+    assert plain_rounds_with_probes(plain, 200)[0] == []  # catching up on 50 ms of tokens: never within 1% of 200 rounds
+
+
 def test_never_probes_a_drafter_as_slow_as_the_target():
     p = policy(CPU_LIKE, draft_time=0.010, prior=0.3)  # c = 1: even a = 1 cannot pay
     assert p.hopeless()

@@ -24,7 +24,9 @@ catching up on tokens it has not seen. When a probe's guess was certain (one-hot
 round emitted that very token, the round went exactly as if the guess had been accepted (both
 happen with probability p(x), and leave the same sequence), so the next probe stands for a later
 guess (b). Probes are paid from a budget that earns 1% of the time of plain rounds; a drafter that
-could not beat plain decoding even if every guess were accepted is never probed.
+could not beat plain decoding even if every guess were accepted is never probed. After a label that is the
+first guess's work (the EAGLE head's), a probe costs nothing more: the label caught the drafter up and read the
+logits its guess is drawn from, so such a drafter is probed in every plain round its budget is not overdrawn.
 
 Early stop (``AutoK.keep``). K is an upper bound: before guess j >= 2 a draft model asks whether
 the guess is worth its row in the verification pass. Its belief that guesses 1..j are all right
@@ -202,7 +204,10 @@ class AutoK:
         return best <= 1.0 / self.round_time(0)
 
     def probe_cost(self, unseen: int) -> float:
-        return probe_cost(unseen, self.feed_time, self.draft_time)
+        """Seconds a probe adds to this plain round: none after a label (``label_time``), which caught the drafter up
+        and read the logits the probe's guess is drawn from (bug: priced as a catch-up and a guess on top, so a head
+        that labels its rounds was probed as seldom as one that does not)."""
+        return 0.0 if self.label_time else probe_cost(unseen, self.feed_time, self.draft_time)
 
     def next_k(self, unseen: int = 1, context: int = 0) -> int:
         """``unseen``: tokens emitted since the drafter last proposed (the whole prompt at first);
@@ -253,7 +258,7 @@ class AutoK:
             predicted_drafting = catch_up + drafted * self.draft_time + probe + label
             predicted = predicted_drafting + self.verify_time[drafted + 1]  # round_time(drafted), catch-up, a probe
             if self.learn and probed is not None:  # a probe is paid what it really cost, not what was modelled
-                self.budget.saved -= max(0.0, t_draft - self.probe_cost(self.unseen))
+                self.budget.saved -= max(0.0, t_draft - predicted_drafting)
             self.timed.append(TimedRound(drafted, predicted, t_draft + t_verify, predicted_drafting, t_draft))  # (`minispec
             # bench auto` shows them)
             if self.learn and drafted:  # measured against what the cost model predicted for this round
