@@ -248,6 +248,30 @@ def test_chains_and_trees_start_from_one_prior_and_wait_for_measurements():
     assert chain.next_k() == 0 and tree.next_shape() == (0, 0)
 
 
+def test_the_tree_policy_prices_and_chooses_as_the_chain_policy_does():
+    """As AutoK: a tree is chosen only when it beats plain decoding by MARGIN; a plain round pays the label of a drafter
+    whose label is its first guess's work, and a probe after it costs nothing more; a drafter no tree could make pay
+    is never probed (bugs: none of the four held for trees)."""
+    from minispec.policy.auto_k import MARGIN
+
+    steep = {n: 0.010 * (1 + 0.3 * (n - 1)) for n in range(1, 18)}  # r(2) = 1.3
+    pol = TreePolicy(steep, {w: 0.0 for w in range(1, 5)}, learn=False)
+    pol.acc[0] = Acceptance(prior=0.32, weight=1e6)  # a 1 x 1 tree: (1 + 0.32) / 1.3 = 1.015 of plain, under the margin
+    (w, d), rate = pol.best_drafting()
+    assert 1.0 < rate / pol.rate((0, 0)) < 1 + MARGIN and pol.next_shape() == (0, 0)
+    pol.acc[0] = Acceptance(prior=0.6, weight=1e6)
+    assert pol.next_shape() != (0, 0)  # well over it
+    labelled = TreePolicy(steep, {w: 0.002 * w for w in range(1, 5)}, learn=False, claims=lambda label: 0.3)
+    assert labelled.cost(0, 0) == pytest.approx(0.010 + 0.002)  # one level of one node: the label
+    labelled.next_shape(unseen=40)
+    assert labelled.probe() and labelled.budget.saved == 0.0  # free after the label, from the first round
+    slow = TreePolicy(steep, {w: 0.050 * w for w in range(1, 5)}, learn=False)  # a level costs 5 target steps
+    assert slow.hopeless()
+    for _ in range(300):
+        assert slow.next_shape() == (0, 0) and not slow.probe()
+        slow.observe(0, 0, 0.0, 0.010)
+
+
 def test_tree_plain_rounds_probe_and_probes_lift_the_shape(models):
     """A plain round of the tree loop probes like the chain's: p(x) of prompt lookup's guess x; probes that
     would have been accepted move an auto shape off (0, 0) without a verified round."""

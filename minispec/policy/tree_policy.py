@@ -13,7 +13,10 @@ a stays a guess's rate: a round's first level, of ``width`` guesses, tells it th
 A drafter whose levels have no timing of their own (neither ``TimesItsTreeLevels`` nor a model) pays ``width``
 of its guesses (``drafter_costs``) per level: zero only for a drafter without any cost hook.
 
-When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (auto_k.py).
+When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (auto_k.py). As for chains, a
+tree is chosen only when it expects to beat plain decoding by MARGIN, a plain round pays the label of a drafter
+whose label is its first guess's work (the EAGLE head's: one level of one node), a probe after such a label costs
+nothing more, and a drafter that no tree could make pay even if every guess were kept is never probed.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class TreePolicy:
         if auto:  # every shape it may choose is priced: refused here, not at the first round
             check_costs(verify_time, sorted({w * d + 1 for w, d in self.shapes()}), f"at most max_nodes = {max_nodes} nodes")
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance(), claims), ProbeBudget(probe_share)
+        self.label_time = level_time.get(1, 0.0) if claims is not None and auto else 0.0  # as AutoK's (bug: plain
+        # rounds were priced without the label they pay)
         self.learn, self.history, self.context, self.unseen = learn, [], 0, 1
         self.reads_context = auto  # a fixed shape never reads the drafter's label (protocol.py)
         self.calibrations: list = []  # the Calibration records its costs came from (auto_tree_policy), if any
@@ -68,7 +73,7 @@ class TreePolicy:
 
     def cost(self, w: int, d: int) -> float:
         if w == 0 or d == 0:
-            return self.verify_time[1]
+            return self.verify_time[1] + self.label_time
         return d * self.level_time.get(w, self.level_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
 
     def shapes(self) -> list[tuple[int, int]]:
@@ -89,7 +94,8 @@ class TreePolicy:
         if not self.auto:
             return self.shape
         self.unseen = unseen
-        shape, _ = best(self.shapes(), self.rate)
+        shape, rate = self.best_drafting()
+        shape = shape if rate > (1 + MARGIN) * self.rate((0, 0)) else (0, 0)  # as AutoK.choose (bug: no margin)
         self.history.append(shape)
         self.width = shape[0]
         return shape
@@ -99,9 +105,16 @@ class TreePolicy:
         """The most nodes a tree of this policy can hold."""
         return self.max_nodes if self.auto else self.shape[0] * self.shape[1]
 
+    def hopeless(self) -> bool:
+        """As AutoK.hopeless: no tree could beat plain decoding even if every guess were kept (bug: such a drafter was
+        probed all the same)."""
+        return max((d + 1) / self.cost(w, d) for w, d in self.shapes()[1:]) <= 1.0 / self.cost(0, 0)
+
     def probe(self) -> bool:
-        """As AutoK.probe: a plain round drafts one unverified guess when the budget pays for it."""
-        return self.auto and self.budget.afford(probe_cost(self.unseen, self.feed_time, self.level_time.get(1, 0.0)))
+        """As AutoK.probe: a plain round drafts one unverified guess when the budget pays for it (nothing after a
+        label: ``AutoK.probe_cost``)."""
+        cost = 0.0 if self.label_time else probe_cost(self.unseen, self.feed_time, self.level_time.get(1, 0.0))
+        return self.auto and not self.hopeless() and self.budget.afford(cost)
 
     def observe(self, depth: int, accepted: int, t_draft: float, t_verify: float | None,
                 probed: tuple[float, bool] | None = None, nodes: int = 0, width: int = 0) -> None:
