@@ -14,6 +14,7 @@ from minispec.harness.conform.contract import UsageError, load
 from minispec.harness.conform.loop_check import check_loop
 from minispec.harness.conform.report import format_report
 from minispec.harness.conform.rule_check import check_rule
+from minispec.sampling import sample
 
 SMALL = [c for c in generated_cases() if c.K <= 2]  # Monte Carlo tests: K <= 2 keeps them to seconds
 
@@ -70,6 +71,27 @@ def test_a_rule_with_randomness_of_its_own_is_checked_by_monte_carlo():
         return rejection.accept_reject(target_probs, draft_probs, draft_tokens, own)
     res = check_rule(peer, progress=False, cases=SMALL[:10], draws=500)
     assert res["mode"] == "monte carlo" and "randomness of its own" in res["mode_reason"] and res["passed"]
+
+
+def redraws_a_repeat(target_probs, draft_probs, draft_tokens, rng):
+    """A biased peer that samples with minispec's ``sample``: a bonus token equal to the last guess is drawn again."""
+    K = len(draft_tokens)
+    for i, x in enumerate(draft_tokens):
+        if rng.random() >= min(1.0, target_probs[i, x] / draft_probs[i, x]):
+            return i, sample(rejection.residual(target_probs[i], draft_probs[i]), rng)
+    y = sample(target_probs[K], rng)
+    if K and y == draft_tokens[-1]:
+        y = sample(target_probs[K], rng)
+    return K, y
+
+
+def test_a_rule_that_looks_at_its_own_draw_is_not_walked_exactly_and_is_caught():
+    """The exact walk records a final draw of ``sample`` without a value; a rule that compares the drawn token (and
+    here draws again) is checked by Monte Carlo instead, which sees its bias (bug: the stand-in was -1, the walk took
+    the branch where the draw never repeats the guess, and passed the rule exactly)."""
+    res = check_rule(redraws_a_repeat, progress=False, cases=SMALL[:10], draws=500)
+    assert res["mode"] == "monte carlo" and "looked at the token it drew" in res["mode_reason"], res["mode_reason"]
+    assert not res["passed"]
 
 
 def raises(target_probs, draft_probs, draft_tokens, rng):

@@ -65,6 +65,7 @@ from ..speculative import speculative_generate, tree_speculative_generate
 from ..tree import accept_tree
 from .command import load_target
 from .equivalence import block_residual_bug, broken_accept_reject, broken_accept_tree, coupled_emits_the_guess, mean_test, prefix_match, token_test
+from .near_ties import TIE_MARGIN
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
@@ -410,7 +411,8 @@ def verdicts(res: dict) -> dict:
     out = dict(sampling=res["sampling"]["passed"], broken_rule_caught=not res["sampling_broken_rule"]["passed"],
                **({"trusted_boundary_caught": not res["sampling_trusted_boundary"]["passed"]}
                   if "sampling_trusted_boundary" in res else {}),
-               greedy=all(m["top2_logit_gap"] < 1e-3 for g in res["greedy"] for m in g["mismatches"]))
+               greedy=all(m["top2_logit_gap"] < TIE_MARGIN for g in res["greedy"] for m in g["mismatches"]))  # (bug: 1e-3,
+               # ten times design.md's near-tie)
     if "calibration" in res:
         out["calibration"] = res["calibration"]["passed"]
     if "tree_sampling" in res:

@@ -56,6 +56,11 @@ class SymbolicUniform:
     __ge__ = __gt__
 
 
+class NotSymbolic(Exception):
+    """The rule used its generator, or minispec's ``sample``, in a way the exact walk cannot follow (the conformance
+    kit then checks it by Monte Carlo: conform/symbolic.py)."""
+
+
 class BranchingRng:
     """``random()`` -> a SymbolicUniform whose comparisons are decisions; ``choose(probs)`` (and a drafter's
     ``draw(probs, i)``) -> a token, a categorical decision. Decisions follow ``script`` (a list of chosen indices), then take the first
@@ -103,11 +108,36 @@ def paths(run):
     return out
 
 
+class RecordedDraw:
+    """The token ``record_sample`` stands in for: the walk knows its law (the row), not its value, so a rule may only
+    return it. Looking at it (comparing it, converting it, testing it) raises NotSymbolic (bug: the stand-in was -1,
+    so a rule that redrew a token equal to its last guess was walked as if it never did, and passed with a wrong law)."""
+
+    def looked_at(self, *_):
+        raise NotSymbolic("the rule looked at the token it drew with minispec's sample before returning it")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __int__ = __index__ = __float__ = __bool__ = __hash__ = looked_at
+
+
 def record_sample(probs, rng):
     """``sampling.sample`` at a rule's final draw, for a BranchingRng: it keeps the row it would draw from
-    (``rng.sampled``, normalised) and draws nothing, so the law of that token on the branch is the row itself."""
+    (``rng.sampled``, normalised) and draws nothing (a ``RecordedDraw``), so the law of that token on the branch is the
+    row itself. A second draw on one branch is not a final one: NotSymbolic."""
+    if rng.sampled is not None:
+        raise NotSymbolic("the rule sampled twice on one branch: only a final draw can be recorded")
     rng.sampled = np.asarray(probs) / np.sum(probs)
-    return -1
+    return RecordedDraw()
+
+
+def recorded_law(rng, token, V: int) -> np.ndarray:
+    """[V] the law of a rule's next token on a branch: the recorded row when it returned its draw (a RecordedDraw, or
+    -1 as conform/contract.py reads it), else all the mass on ``token``; a rule that drew and returned another token
+    used its draw, whose row is then not that token's law (NotSymbolic)."""
+    if isinstance(token, RecordedDraw) or (rng.sampled is not None and token == -1):
+        return rng.sampled
+    if rng.sampled is not None:
+        raise NotSymbolic("the rule drew a token and returned another")
+    return np.eye(V)[token]
 
 
 @contextmanager
@@ -131,7 +161,7 @@ def rule_branches(call, V: int) -> list[tuple]:
     gets all the mass."""
     def run(rng):
         kept, t = call(rng)
-        return kept, rng.sampled if rng.sampled is not None else np.eye(V)[t]
+        return kept, recorded_law(rng, t, V)
     return [(kept, row, prob) for (kept, row), prob in paths(run)]
 
 

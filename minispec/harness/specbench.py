@@ -47,6 +47,7 @@ from ..recipes.fetch import shipped_draft, shipped_eagle
 from ..sampling import is_integer
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
+from .near_ties import TIE_MARGIN
 from .progress import Progress
 from .specbench_figures import cell, engine_and_mode, plot
 from .specbench_peers import PEERS, llama_cpp_modes, peers_installed, transformers_modes, version
@@ -269,9 +270,6 @@ def cells(rows: list[dict], get, base) -> dict:
                          tokens_per_s=rate(mine), questions=len(rs),
                          iqr=[float(np.percentile(per_q, 25)), float(np.percentile(per_q, 75))])
     return out
-
-
-TIE_MARGIN = 1e-4  # design.md, greedy identity: a difference at a top-2 logit margin under this is a near-tie
 
 
 def identity(rows: list[dict], side: str, name: str) -> dict:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...sampling import is_integer
+from ..exact_law import RecordedDraw
 
 ARGUMENTS = {"rule": ("target_probs", "draft_probs", "draft_tokens", "rng"),
              "loop": ("target_dir", "draft_dir", "prompt_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed")}
@@ -136,6 +137,8 @@ def rule_outcome(out, K: int, V: int, allow_recorded: bool = False) -> tuple[int
     0-d tensor). ``allow_recorded``: next_token -1 is the exact law's recorded draw (exact_law.record_sample)."""
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise PeerFault("shape", f"returned {type(out).__name__} {short(out)}, not a pair (n_accepted, next_token)")
+    if allow_recorded and isinstance(out[1], RecordedDraw):  # the exact walk's draw: its law is recorded, not a value
+        out = (out[0], -1)
     n, t = (as_int(x) for x in out)
     if n is None or t is None:
         raise PeerFault("type", f"returned ({short(out[0])}, {short(out[1])}): both must be integers")

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..exact_law import SymbolicUniform
-
-
-class NotSymbolic(Exception):
-    """The rule used its generator in a way the exact walk cannot follow."""
+from ..exact_law import NotSymbolic, SymbolicUniform
 
 
 class SymbolicDraw(SymbolicUniform):
