@@ -8,7 +8,7 @@ from scipy import stats
 from minispec import DraftModel, load_model
 from minispec.harness import check
 from minispec.harness.check import ALPHA, RULES, PrefixMass, broken_twins, compare, json_path, plain_sampler
-from minispec.harness.equivalence import paired_permutation_test, token_bins
+from minispec.harness.equivalence import chisquare_gof, paired_permutation_test, token_bins
 from minispec.harness.progress import Progress
 from minispec.model.tiny import tiny_config, write_random_model
 
@@ -77,6 +77,17 @@ def test_permutation_p_value_is_small_only_when_the_runs_differ():
     same = paired_permutation_test(a, a.copy(), lambda x, y: np.abs(x - y).sum(-1), permutations=200)
     differ = paired_permutation_test(a, a[:, ::-1].copy(), lambda x, y: np.abs(x - y).sum(-1), permutations=200)
     assert same["p_value"] == 1.0 and differ["p_value"] == 1 / 201
+
+
+def test_the_goodness_of_fit_pools_rare_cells_until_they_are_expected_often_enough():
+    """Cells expected under 5 times are pooled; a pool still expected under 5 joins the smallest cell kept (bug: it
+    stood alone, so 3 draws of a cell expected 0.2 times gave p ~ 1e-8, a false alarm far beyond the test's alpha)."""
+    probs = np.array([0.5, 0.4999, 0.0001])  # 2,000 draws: the last cell is expected 0.2 times
+    chi2, dof, p = chisquare_gof([1000, 997, 3], probs)
+    assert dof == 1 and p > 0.5
+    assert chisquare_gof([1000, 997, 3], np.array([0.5, 0.4999, 0.0]))[2] == 0.0  # a draw the law forbids still fails
+    chi2, dof, p = chisquare_gof([400, 300, 200, 40, 30, 30], np.array([0.4, 0.3, 0.2, 0.04, 0.03, 0.03]))
+    assert dof == 5 and p > 0.99  # cells expected 40, 30, 30 are not rare: each a bin of its own
 
 
 def test_token_bins_pool_rare_tokens():

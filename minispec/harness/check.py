@@ -461,7 +461,7 @@ def format_check(res: dict) -> str:
     lines.append(f"{word(ok['broken_rule_caught'])}  T=1, a deliberately BROKEN twin "
                  f"({res['sampling_broken_rule'].get('rule', 'broken_accept_reject')}): "
                  + format_sampling(res["sampling_broken_rule"])
-                 + (f" <= {ALPHA}: caught, so the test can see a wrong rule at this size"
+                 + (f" <= {ALPHA}: caught at this size (one seeded catch, not its power: docs/power.md)"
                     if ok["broken_rule_caught"] else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
     if "identity" in res["sampling"]:
         lines.append(f"{word(ok['identity'])}  T=1, identity: the real rule's " + format_identity(res["sampling"]["identity"]))
@@ -479,7 +479,7 @@ def format_check(res: dict) -> str:
                         else f" <= {ALPHA}: the outputs differ"))
         lines.append(f"{word(ok['tree_twin_caught'])}  T=1, the same tree with a deliberately BROKEN twin "
                      f"({TREE_TWINS[TREE_TWIN]}): " + format_sampling(res[TREE_TWIN])
-                     + (f" <= {ALPHA}: caught, so the test can see this bug at this size" if ok["tree_twin_caught"]
+                     + (f" <= {ALPHA}: caught at this size (one seeded catch, not its power: docs/power.md)" if ok["tree_twin_caught"]
                         else f" > {ALPHA}: NOT caught, the test is too weak at this size"))
     if "calibration" in res:
         c = res["calibration"]

@@ -123,8 +123,15 @@ def chisquare_gof(counts, probs, min_expected: float = 5.0) -> tuple[float, int,
     if (counts[expected == 0] > 0).any():
         return float("inf"), 0, 0.0  # a draw the distribution forbids
     small = expected < min_expected
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
+    obs, exp = counts[~small], expected[~small]
+    rest_obs, rest_exp = counts[small].sum(), expected[small].sum()
+    if rest_exp >= min_expected or not len(exp):  # the pooled small bins are a bin of their own
+        obs, exp = np.append(obs, rest_obs), np.append(exp, rest_exp)
+    elif rest_exp > 0:  # still too small to stand alone: pooled into the smallest bin kept (bug: left alone, a bin
+        j = int(np.argmin(exp))  # expected under 1 made the test several times more eager than its alpha)
+        obs, exp = obs.copy(), exp.copy()
+        obs[j] += rest_obs
+        exp[j] += rest_exp
     keep = exp > 0
     obs, exp = obs[keep], exp[keep]
     chi2, p = stats.chisquare(obs, exp * obs.sum() / exp.sum())

@@ -2,7 +2,8 @@
 noise, and the smallest distance it would have caught.
 
 Counts of N outcomes over cells are tested against the exact law with the chi-square goodness of fit
-(``equivalence.chisquare_gof``: cells expected fewer than 5 times pooled, a draw the law forbids fails outright).
+(``equivalence.chisquare_gof``: cells expected fewer than 5 times pooled, a pool still under 5 joined to the smallest
+cell, a draw the law forbids fails outright).
 
     tv          0.5 sum |counts / N - law| on the cells: the plug-in distance (biased up by noise)
     tv_noise    the mean plug-in distance of N draws from the law itself: what a correct peer shows
