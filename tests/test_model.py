@@ -288,8 +288,9 @@ def test_common_prefix_and_kept_prefix_against_a_loop():
 
 def test_keep_compacts_and_refuses_bad_offsets():
     """keep(start, offsets) moves the kept entries to start, start + 1, ..; offsets must be ascending, distinct and
-    inside the cache (bugs: the last valid index taken for one past it, a repeated offset allowed, either check
-    alone); no offsets keep nothing past start."""
+    inside the cache, from a start inside it (bugs: the last valid index taken for one past it, a repeated offset
+    allowed, either check alone; a negative offset, and a start past the end that made unwritten slots count, let
+    through); no offsets keep nothing past start."""
     from minispec.model import KVCache
 
     c = KVCache(1, 1, 8, 2)
@@ -297,8 +298,15 @@ def test_keep_compacts_and_refuses_bad_offsets():
     c.length = 6
     c.keep(2, [0, 2, 3])
     assert c.length == 5 and list(c.k[0, 0, :5, 0]) == [0, 1, 2, 4, 5]
-    for start, offsets in ((2, [0, 3]), (2, [1, 1]), (2, [2, 1]), (0, [0, 5]), (1, [4, 2])):
-        with pytest.raises(ValueError, match="ascending and inside"):
+    for start, offsets in ((2, [0, 3]), (2, [1, 1]), (2, [2, 1]), (0, [0, 5]), (1, [4, 2]), (3, [-2, 0]), (6, [])):
+        with pytest.raises(ValueError, match="ascending, >= 0 and inside"):
             c.keep(start, offsets)
     c.keep(3, [])
     assert c.length == 3
+
+
+def test_a_pass_asks_for_the_logits_of_rows_it_has(tiny_model):
+    """``last`` is 1 to T rows of a pass of T (bug: last > T counted rows from the end, and returned T - last)."""
+    with pytest.raises(ValueError, match="last = 5"):
+        tiny_model.forward([1, 2, 3], tiny_model.new_cache(8), last=5)
+    assert tiny_model.forward([1, 2, 3], tiny_model.new_cache(8), last=3).shape[0] == 3

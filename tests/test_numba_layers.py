@@ -42,6 +42,13 @@ def test_a_row_is_the_same_bits_alone_and_among_others():
         assert np.array_equal(nl.rope(q[t: t + 1], cos[t: t + 1], sin[t: t + 1])[0], all_rot[t])
 
 
+def test_attention_of_no_rows_is_no_rows_as_numpys():
+    """numba's attention of 0 rows returns [0, H HD], as NumPy's does (bug: a reshape with -1 failed on no rows)."""
+    q, kv = np.ones((0, H, HD), np.float32), np.ones((KVH, 4, HD), np.float32)
+    got = nl.attention(q, kv, kv, np.zeros((0, 4), np.float32))
+    assert got.shape == (0, H * HD) and got.dtype == np.float32
+
+
 def test_float64_and_mismatched_shapes_are_refused():
     x, w = np.ones((2, D), np.float32), np.ones(D, np.float32)
     with pytest.raises(TypeError, match="float32"):

@@ -96,3 +96,15 @@ def test_a_file_that_is_not_proc_stat_falls_back_to_the_load_average(tmp_path, m
     monkeypatch.setattr(threads.os, "getloadavg", no_load)
     assert threads.others_busy(window=0.0, stat=str(tmp_path / "absent")) is None
     assert threads.chosen_spin(None) == 0
+
+
+def test_the_cores_are_those_the_process_may_run_on(monkeypatch):
+    """A process pinned to one core (taskset, a container's cpuset) plans for one, not the machine's count (bug:
+    os.cpu_count, so OpenBLAS and numba oversubscribed the one core)."""
+    if not hasattr(threads.os, "sched_getaffinity"):
+        pytest.skip("this platform has no CPU affinity (os.sched_getaffinity)")
+    monkeypatch.setattr(threads, "_CORES", [])
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 64)
+    monkeypatch.delenv("MINISPEC_THREADS", raising=False)
+    assert threads.cores() == 1 and threads.chosen("numba") == 1 and threads.chosen("numpy") == 1

@@ -37,8 +37,10 @@ class KVCache:
         """
         idx = start + np.asarray(offsets, dtype=np.int64)
         n = len(idx)
-        if n and (idx[-1] >= self.length or np.any(np.diff(idx) <= 0)):
-            raise ValueError(f"keep: offsets must be ascending and inside the cache (length {self.length})")
+        if not 0 <= start <= self.length or (n and (idx[0] < start or idx[-1] >= self.length or np.any(np.diff(idx) <= 0))):
+            raise ValueError(f"keep: offsets must be ascending, >= 0 and inside the cache (length {self.length}), from "
+                             f"a start inside it, got start {start}")  # (bug: a negative offset, or a start past the
+            # end, which made unwritten slots count, passed)
         src = backend.asarray(idx)
         self.k[:, :, start:start + n] = self.k[:, :, src]
         self.v[:, :, start:start + n] = self.v[:, :, src]
@@ -46,7 +48,8 @@ class KVCache:
 
     def with_room(self, length: int, limit: int) -> "KVCache":
         """This cache if it has room for ``length`` positions, else a copy with at least twice the room (at most
-        ``limit``): the valid entries move over, nothing is computed again."""
+        ``limit``: a ``length`` past it gets ``limit``, and the pass that needs more refuses it, by name): the valid
+        entries move over, nothing is computed again."""
         if length <= self.max_len:
             return self
         L, KVH, _, HD = self.k.shape

@@ -130,5 +130,5 @@ def attention(q, k_cache, v_cache, mask):  # [T, H, HD], [KVH, S_max, HD] twice,
     scale = np.float32(1.0 / q.shape[2] ** 0.5)  # as transformer.attention rounds it
     attention_rows(np.ascontiguousarray(q), np.ascontiguousarray(k_cache), np.ascontiguousarray(v_cache),
                    np.ascontiguousarray(mask), scale, out)
-    return out.reshape(q.shape[0], -1)
+    return out.reshape(q.shape[0], q.shape[1] * q.shape[2])  # [T, H HD] (bug: -1 cannot be inferred for T = 0)
 

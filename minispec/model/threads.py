@@ -14,8 +14,9 @@ libgomp does by default (the measurements and how they were taken: docs/speed.md
 
 ``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` finds OpenBLAS, whose
 threads are set inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
-A pass sets them only where they differ, and puts back what it changed: a tiny model's pass takes well under a
-millisecond, and threadpoolctl's ``limit`` context costs about a tenth of one.
+A pass sets OpenBLAS's only where they differ, and puts them back after it: a tiny model's pass takes well under a
+millisecond, and threadpoolctl's ``limit`` context costs about a tenth of one. numba's are set by each pass of a
+numba model (``running``) and left so: every numba pass sets its own.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import os
 import time
 
 _BLAS = []  # the threadpoolctl controller of NumPy's BLAS, made on first use (it scans the loaded libraries)
-_CORES = []  # os.cpu_count(), read once: it reads /sys on Linux, and a pass asks for it
+_CORES = []  # the cores this process may run on, read once: it reads /sys on Linux, and a pass asks for it
 
 
 def cores() -> int:
-    """The machine's cores, as ``os.cpu_count`` gives them (at least 1)."""
+    """The cores this process may run on: its CPU affinity where the platform has one (a container or ``taskset``
+    may give it fewer than the machine has; bug: ``os.cpu_count`` counted the machine's), else ``os.cpu_count``."""
     if not _CORES:
-        _CORES.append(os.cpu_count() or 1)
+        _CORES.append(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     return _CORES[0]
 
 

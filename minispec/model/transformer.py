@@ -279,6 +279,8 @@ class Model:
             raise ValueError(f"{T} new tokens do not fit: cache holds {cache.length} of {cache.max_len} positions")
         if cache.k.shape[0] < self.cfg.num_layers:
             raise ValueError(f"cache has {cache.k.shape[0]} layers, model needs {self.cfg.num_layers}")
+        if last is not None and not 1 <= last <= T:  # (bug: x[T - last:] counted rows from the end for last > T)
+            raise ValueError(f"last = {last}: the logits of 1 to {T} of the {T} new tokens")
         xp = backend.xp
         pos = backend.asarray(positions)
         cos, sin = self.cos[pos], self.sin[pos]  # [T, HD/2]
