@@ -132,6 +132,24 @@ def test_numba_rows_are_batch_invariant_on_a_tiny_model_and_the_twin_is_caught(t
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sums", [8, 16], ids=["8sums", "16sums"])
+def test_numba_rows_are_batch_invariant_at_widths_no_tile_divides(tmp_path, monkeypatch, sums):
+    """Widths that leave a remainder in every product (hidden 36, MLP 50, vocabulary 70; SmolLM2's are multiples of 32):
+    the left-over outputs and the inputs' tails take loops of their own, which must not depend on the pass either."""
+    pytest.importorskip("numba")
+    from minispec.model import numba_kernel
+    from minispec.model.tiny import tiny_config
+
+    monkeypatch.setattr(numba_kernel, "SUMS", sums)
+    odd = dict(hidden_size=36, intermediate_size=50, num_attention_heads=2, num_key_value_heads=1, vocab_size=70)
+    model = load_model(write_random_model(tmp_path / "m", tiny_config(**odd), seed=6), kernel="numba")
+    ids = [int(t) for t in np.random.default_rng(1).integers(0, 70, 48)]
+    got = batch_invariance.measure(model, ids, prefix=16)
+    assert all(got[str(n)]["identical_rows"] == 1.0 for n in batch_invariance.NS), got
+    assert got["tree"]["identical_rows"] == 1.0, got["tree"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("q4_1", [False, True], ids=["float32", "q4_1"])
 def test_numba_rows_are_batch_invariant_on_smollm2(q4_1):
     """The real model, float32 and with its Q4_1 blocks kept: 24 positions of a code prompt, in passes of 1 to 16 rows,
