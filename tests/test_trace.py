@@ -190,7 +190,8 @@ def test_the_page_renders_in_a_real_browser(big_pair, tmp_path):
     target, draft = big_pair
     trace = Trace()
     res = speculative_generate(target, DraftModel(draft), PROMPT, 30, k=3, temperature=1.0, seed=5, trace=trace)
-    page = write_trace(trace, tmp_path / "t.html", decode=lambda t: f"t{t} ", drafter="tiny draft")
+    page = write_trace(trace, tmp_path / "t.html", decode=lambda t: f"<!--t{t}<script> ", drafter="tiny <b>draft")  # text
+    # from the run that must neither end nor hide the page's script
     dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
     counter = DomCounter()
