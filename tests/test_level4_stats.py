@@ -39,6 +39,11 @@ def test_plain_against_plain_gives_uniform_p_values(tiny):
             p_values[name].append(res[name]["p_value"])
     for name, ps in p_values.items():
         assert stats.kstest(ps, "uniform").pvalue > ALPHA, (name, np.round(sorted(ps), 2))
+    twin = []  # the twin: both sides drawn with the same seeds (a calibration that reuses the plain side's seeds), so
+    for j in range(10):  # the runs are not independent, and the p-values pile up at 1: the same KS test sees it
+        same = runs(plain, 30, 1000 * j)
+        twin.append(compare(target, drafter, PROMPTS, same, same, seed=j, permutations=500)["tokens"]["p_value"])
+    assert stats.kstest(twin, "uniform").pvalue < ALPHA, np.round(sorted(twin), 2)
 
 
 def test_the_real_rule_passes_and_the_broken_rule_is_caught(tiny):

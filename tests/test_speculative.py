@@ -212,12 +212,16 @@ def test_level3_plain_generate_matches_the_exact_table(pair, w):
     prompt = [1, 4, 2]
     exact = exact_two_tokens(target, prompt, **w)
     assert exact.sum() == pytest.approx(1, abs=1e-9) and (exact == 0).sum() > 0  # the warps cut some pairs out
-    counts = np.zeros(V * V)
-    for seed in range(10_000):
-        toks = generate(target, prompt, 2, seed=seed, **w)
-        counts[toks[0] * V + toks[1]] += 1
-    chi2, dof, p = chisquare_gof(counts, exact)  # a draw the warp forbids gives p = 0
+    def counts(n, **warps):
+        c = np.zeros(V * V)
+        for seed in range(n):
+            toks = generate(target, prompt, 2, seed=seed, **warps)
+            c[toks[0] * V + toks[1]] += 1
+        return c
+    chi2, dof, p = chisquare_gof(counts(10_000, **w), exact)  # a draw the warp forbids gives p = 0
     assert p > 1e-3, (chi2, dof, p)
+    twin = dict(w, temperature=1.2 * w["temperature"])  # the twin: a sampler 20% hotter, its top-k/top-p kept
+    assert chisquare_gof(counts(3_000, **twin), exact)[2] < 1e-6  # seen by the same test
 
 
 def test_a_draft_whose_context_is_full_gives_way_to_plain_rounds(tmp_path, big_pair):

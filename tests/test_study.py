@@ -49,7 +49,7 @@ def test_study_end_to_end(tmp_path):
     assert res["r"][1] == 1.0 and all(np.isfinite(list(res["c"].values())))
     assert len(res["best"]) == 10 and res["memory"]["peak_rss_bytes"] > 0
     assert next(m for m in res["memory"]["models"] if m["model"] == "eagle")["weight_bytes"] == eagle.weight_bytes
-    assert 0 < res["c"]["eagle"] < res["c"]["self"]  # timed from its own guesses, not zero
+    assert 0 < res["c"]["eagle"]  # timed from its own guesses, not zero (their ratio to another's is a timing: not asserted)
     assert all(b["auto_speedup"] is not None and b["tree_speedup"] is not None for b in res["best"])
     report = write_report(res, tmp_path / "out")
     text = report.read_text()
