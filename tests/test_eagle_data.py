@@ -516,6 +516,33 @@ def test_the_windows_file_reads_back_in_both_formats_and_refuses_a_damaged_one(t
         read_windows(tmp_path / "bad.npz")
 
 
+def test_the_windows_file_refuses_ids_it_cannot_hold_and_a_name_it_would_change_and_replaces_a_file_whole(tmp_path,
+                                                                                                           monkeypatch):
+    """write_windows refuses, by file and id, an id outside uint16's 0..65535 (bug: 70000 was stored as 4464, -1 as
+    65535) and a name without .npz (bug: NumPy wrote gen.npz for gen); a write that stops half-way leaves the file it
+    was to replace as it was (bug: written in place)."""
+    from minispec.recipes import windows as w
+
+    ok = [np.array([5, 65535]), np.array([0])]
+    for bad in (70000, -1):
+        with pytest.raises(ValueError, match=f"w.npz: token id {bad} is outside 0..65535"):
+            w.write_windows(tmp_path / "w.npz", [*ok, np.array([7, bad])], [0, 0, 1], {})
+    with pytest.raises(ValueError, match="gen: the windows' file must be named"):
+        w.write_windows(tmp_path / "gen", ok, [0, 0], {})
+    assert sorted(f.name for f in tmp_path.iterdir()) == []  # nothing written
+
+    assert w.write_windows(tmp_path / "w.npz", ok, [0, 0], {"v": 1}) == 3
+    before = (tmp_path / "w.npz").read_bytes()
+
+    def stops_half_way(file, **arrays):
+        file.write(b"PK half a file") if hasattr(file, "write") else Path(file).write_bytes(b"PK half a file")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(w.np, "savez_compressed", stops_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        w.write_windows(tmp_path / "w.npz", ok, [0, 0], {"v": 2})
+    assert (tmp_path / "w.npz").read_bytes() == before and [f.name for f in tmp_path.iterdir()] == ["w.npz"]
+
+
 def test_the_recipe_reads_the_windows_the_shipped_head_was_trained_on():
     """scripts/eagle_recipe.sh reads the self-prompted folders up to ASKED_SHARDS and CODE_SHARDS (``DIR:N``), so that a
     folder grown since still gives the shipped head's data: the committed windows of those shards, with eagle-data-v2's

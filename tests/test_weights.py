@@ -18,6 +18,7 @@ from minispec.model import ModelFormatError, weights
 from minispec.model.config import ModelConfig
 from minispec.model.safetensors_io import f32_to_bf16, read_header, read_metadata, read_safetensors, write_safetensors
 from minispec.model.tiny import random_tensors, tiny_config, write_random_model
+from minispec.recipes.quantize_int8 import is_int8
 from minispec.recipes.quantize_int8 import main as quantize_main
 from minispec.recipes.store_bf16 import store_bf16
 from minispec.recipes.train_eagle import trimmed_order
@@ -179,6 +180,23 @@ def test_quantize_int8_recipe(tmp_path, capsys):
     back = read_safetensors(tmp_path / "f32" / "model.safetensors")
     assert all(np.array_equal(back[n], v) for n, v in read_safetensors(dst / "model.safetensors").items())
     assert quantize_main([str(tmp_path / "nothing"), str(tmp_path / "x")]) == 2
+
+
+def test_quantize_int8_refuses_a_nan_weight_before_it_writes_anything(tmp_path, capsys):
+    """A NaN weight is refused by file and tensor, and no DST is left (bug: DST was made first, left without its model,
+    and the next run was refused: "already exists"); the same command runs once the weight is fixed."""
+    src = write_random_model(tmp_path / "src", tiny_config(num_hidden_layers=1))
+    good = read_safetensors(src / "model.safetensors")
+    bad = dict(good)
+    bad["model.layers.0.mlp.up_proj.weight"] = good["model.layers.0.mlp.up_proj.weight"].copy()
+    bad["model.layers.0.mlp.up_proj.weight"][1, 2] = np.nan
+    write_safetensors(src / "model.safetensors", bad)
+    assert quantize_main([str(src), str(tmp_path / "dst")]) == 2
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["src"]  # no DST, no half-made one
+    assert "tensor 'model.layers.0.mlp.up_proj.weight' holds NaN" in capsys.readouterr().err
+    write_safetensors(src / "model.safetensors", good)
+    assert quantize_main([str(src), str(tmp_path / "dst")]) == 0 and is_int8(tmp_path / "dst")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["dst", "src"]
 
 
 def test_tracked_tree_travels():

@@ -9,7 +9,8 @@ bfloat16. The other files of SRC are copied to DST. The loader multiplies each r
 it, so the model computes in float32 as before; only the weights are rounded, each by at most half its row's
 scale. What was done is recorded in the file's metadata (``"int8"``) and in ``DST/training.json``
 (``"stored_dtype"``, ``"int8"``): the source file's SHA-256 and the run's provenance (date, commit, command, machine); the
-file's line in ``DST/SHA256SUMS`` is updated. A file already stored this way is left as it is.
+file's line in ``DST/SHA256SUMS`` is updated. A file already stored this way is left as it is. A new DST is made
+beside it under a temporary name and renamed at the end: a run that fails leaves no DST.
 
 transformers cannot read the format: it would load the integers as weights and ignore the scales. ``--to-float``
 writes a float32 copy of such a directory for it, into a new directory DST (``model.weights.float_copy``, which the
@@ -23,7 +24,10 @@ import hashlib
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from ..harness.provenance import provenance
 from ..model.safetensors_io import read_header, read_metadata, read_safetensors, write_safetensors
@@ -49,17 +53,35 @@ def quantize_int8(src, dst) -> bool:
         raise FileNotFoundError(f"{path}: no such file (a single-file model directory is expected)")
     if is_int8(src):
         return False
-    if dst.resolve() != src.resolve():
-        if dst.exists():
-            raise FileExistsError(f"{dst}: already exists (give a new directory, or SRC itself to rewrite it in place)")
-        shutil.copytree(src, dst, ignore=shutil.ignore_patterns(FILE))
-    tensors = read_safetensors(path)
+    in_place = dst.resolve() == src.resolve()
+    if not in_place and dst.exists():
+        raise FileExistsError(f"{dst}: already exists (give a new directory, or SRC itself to rewrite it in place)")
+    tensors = read_safetensors(path)  # read and checked before anything is written (bug: DST was made first, and a
+    # NaN weight then left it without a model, refused as "already exists" by the next run)
+    bad = [n for n, a in tensors.items() if a.ndim == 2 and not np.isfinite(a).all()]
+    if bad:
+        raise ValueError(f"{path}: tensor {bad[0]!r} holds NaN or infinite values, which int8 cannot store")
     record = dict(source_sha256=hashlib.sha256(path.read_bytes()).hexdigest(), stored=STORED,
                   **provenance([str(src), str(dst)], "python -m minispec.recipes.quantize_int8"))
     meta = {**read_metadata(path), "int8": json.dumps(record)}
     matrices = [n for n, a in tensors.items() if a.ndim == 2]
-    rewrite_weights(dst, FILE, lambda tmp: write_safetensors(tmp, tensors, "BF16", meta, int8=matrices),
-                    dict(stored_dtype=STORED, int8=record))
+
+    def write(d: Path) -> None:
+        rewrite_weights(d, FILE, lambda tmp: write_safetensors(tmp, tensors, "BF16", meta, int8=matrices),
+                        dict(stored_dtype=STORED, int8=record))
+
+    if in_place:
+        write(dst)
+        return True
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent))  # renamed to DST when done
+    try:
+        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(FILE), dirs_exist_ok=True)
+        write(tmp)
+        tmp.rename(dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # this run's own directory: DST is left as it was, absent
+        raise
     return True
 
 

@@ -5,7 +5,8 @@ as a Hugging Face-format directory that minispec and transformers both load.
     python -m minispec.recipes.quantize_int8 weights/smoldraft-3l-192 weights/smoldraft-3l-192
 
 The recipe writes the weights in bfloat16; the second command stores the matrices as int8 with a scale per row, as
-shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy).
+shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy). A run writes beside ``--out`` and moves
+its files into it at the end: one that stops leaves ``--out`` as it was, and its own log where it wrote (training.staging).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); inference stays NumPy.
 
@@ -150,8 +151,21 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    from .training import begin, check_args, new_student, publish, save_student, target_config, train_next_token, write_sums
 
-    from .training import begin, new_student, save_student, train_next_token, write_sums
+    # (bug: --seq 1, --steps 0, --batch 1 (half a batch is generated data) or --lr 0 were found out after the
+    # generation, or never: --steps -1 saved an untrained model)
+    check_args(p, args, seq=2, steps=1, batch=2, gen_batches=1, gen_batch=1, gen_tokens=1, layers=1, mlp=1, threads=1)
+    if args.width % 64 or args.width <= 0:
+        p.error(f"--width must be a positive multiple of 64 (heads of 64), got {args.width}")
+    target_dir, target_cfg = target_config(p, args.target)
+    if args.width > target_cfg.hidden_size:  # (bug: found out after the generation, at the embedding's copy)
+        p.error(f"--width {args.width} is wider than the target's hidden size {target_cfg.hidden_size} ({target_dir}): "
+                "the student's embedding starts as the target's, projected on its top --width principal directions")
+    if target_cfg.vocab_size != student_config(args)["vocab_size"]:
+        p.error(f"--target {target_dir}: its vocabulary has {target_cfg.vocab_size} tokens; the student's is "
+                f"SmolLM2's {student_config(args)['vocab_size']}, whose embedding starts as the target's")
+
     started = begin(args)
     if started is None:
         return 2
@@ -201,7 +215,8 @@ def main(argv=None) -> int:
                    provenance=provenance(argv, p.prog))
     (out / "training.json").write_text(json.dumps(summary, indent=2))
     write_sums(out, ("config.json", "model.safetensors", "tokenizer.sha256"))
-    log(f"done: {summary['total_minutes']:.1f} min, final loss {summary['final_loss']:.3f}")
+    log(f"done: {summary['total_minutes']:.1f} min, final loss {summary['final_loss']:.3f}; files moved into {args.out}")
+    publish(out, args.out)
     return 0
 
 

@@ -1,11 +1,16 @@
 """Train an EAGLE feature head for SmolLM2-135M-Instruct on data made on this machine (see eagle.py).
 
-    python -m minispec.recipes.train_eagle --out ~/.cache/minispec/first-head --epochs 3 --threads 1   # the first head's recipe
+    python -m minispec.recipes.train_eagle --out ~/.cache/minispec/first-head --gen-batches 32 --stdlib-tokens 160000 --epochs 3 --threads 1
+
+gives the first head's arguments (those its training.json records at commit 049dc18, where it was
+weights/eagle-smollm2-135m; every other one at its default). The run writes beside --out and moves its files into it at
+the end: a run that stops leaves --out as it was (training.staging).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 
 Recipe (every count fixed, so a seed gives the same head on the same software):
-1. Data (cached under ``$MINISPEC_CACHE/eagle-data-*``, so a second run or a second variant skips it):
+1. Data (cached under ``$MINISPEC_CACHE/eagle-data-*``, so a second run or a second variant skips it; a folder
+   records the settings it was made with, the target among them, and one of other settings is refused):
    the target's own generations (greedy and T=1) for prompts built here, code cut from the Python
    standard library and chat instructions from templates x topics (``train_draft.py``, seed 1, so not
    the shipped draft's prompts either), plus standard-library source chunks. The evaluation prompts in
@@ -24,7 +29,9 @@ Recipe (every count fixed, so a seed gives the same head on the same software):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -85,10 +92,43 @@ def make_data(args, log) -> dict:
     return data
 
 
-def load_or_make_data(args, log) -> dict:
+def data_dir(args) -> tuple[Path, dict]:
+    """-> (where the data of ``args``'s settings is: ``--data-dir``, else a folder of the cache named by them; the
+    settings, which ``settings.json`` there records: the target's directory (None: the converted SmolLM2) and the
+    counts that shape the data)."""
     from .fetch import cache_dir
+
+    target = str(Path(args.target).resolve()) if args.target is not None else None
+    settings = dict(target=target, seed=args.seed, gen_batches=args.gen_batches, gen_batch=args.gen_batch,
+                    gen_tokens=args.gen_tokens, stdlib_tokens=args.stdlib_tokens, seq=args.seq)
     key = f"eagle-data-s{args.seed}-g{args.gen_batches}x{args.gen_batch}x{args.gen_tokens}-t{args.stdlib_tokens}-q{args.seq}"
-    d = Path(args.data_dir) if args.data_dir else cache_dir() / key
+    if target is not None:  # (bug: the key left the target out: another target's data was reused)
+        key += f"-{Path(target).name}-{hashlib.sha256(target.encode()).hexdigest()[:8]}"
+    return (Path(args.data_dir) if args.data_dir else cache_dir() / key), settings
+
+
+def check_data_dir(d: Path, settings: dict) -> None:
+    """Refuse (ValueError) finished data in ``d`` that was made with other ``settings`` than these, or that does not
+    say (a folder made before ``settings.json`` was written): it would be reused as if it were of these. (bug:
+    --data-dir reused any folder with a ``done`` file)"""
+    if not (d / "done").exists():
+        return
+    f = d / "settings.json"
+    if not f.is_file():
+        raise ValueError(f"{d}: its data records no settings (made before settings.json was written), so whether it was "
+                         f"made with these is unknown: {json.dumps(settings)}; if it was, write them to {f}, else give "
+                         "another --data-dir")
+    from ..model.config import read_json
+
+    made = read_json(f)  # a JSON object, or an error that names the file
+    other = [f"{k} {made.get(k)!r} (this run: {v!r})" for k, v in settings.items() if made.get(k) != v]
+    if other:
+        raise ValueError(f"{d}: its data was made with other settings: " + ", ".join(other) + "; give another --data-dir")
+
+
+def load_or_make_data(args, log) -> dict:
+    d, settings = data_dir(args)
+    check_data_dir(d, settings)
     if (d / "done").exists():
         log(f"data: reusing {d}")
         meta = json.loads((d / "meta.json").read_text())
@@ -104,6 +144,7 @@ def load_or_make_data(args, log) -> dict:
     np.save(d / "starts.npy", starts)
     np.save(d / "embed.npy", data["embed"])
     (d / "meta.json").write_text(json.dumps({k: v for k, v in data.items() if k not in ("tokens", "feats", "embed")}))
+    (d / "settings.json").write_text(json.dumps(settings, indent=2))
     (d / "done").write_text("ok\n")
     log(f"data saved to {d}")
     return data
@@ -319,6 +360,19 @@ def write_head_dir(out: Path, target_name: str, cfg, order, summary: dict, readm
     (readme or write_readme)(out, summary, ship)
 
 
+def command(a: dict) -> str:
+    """The command of the recorded arguments ``a``: ``--out``, the arguments the README names (``--seed``, ``--loss``,
+    ``--vocab``, ``--ship-vocab``, ``--epochs``, ``--threads``) and every other one whose value is not its default.
+    (bug: the README said "every other setting at its default" of a run that had set others)"""
+    import shlex
+
+    defaults = vars(parser().parse_args(["--out", str(a["out"])]))
+    named = ("seed", "loss", "vocab", "ship_vocab", "epochs", "threads")
+    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {shlex.quote(str(v))}")
+             for k, v in a.items() if k != "out" and (k in named or v != defaults.get(k))]
+    return " ".join(["python -m minispec.recipes.train_eagle --out", shlex.quote(str(a["out"])), *flags])
+
+
 def write_readme(out: Path, summary: dict, freq) -> None:
     a = summary["args"]
     first = next(iter(summary["held_out"].values()))
@@ -335,9 +389,7 @@ Use: `minispec generate --draft weights/{out.name} --chat --prompt "..."` (the t
 
 ## Provenance
 
-Made on this machine by `python -m minispec.recipes.train_eagle --out {a['out']} --seed {a['seed']} --loss {a['loss']} \
---vocab {a['vocab']} --ship-vocab {a['ship_vocab']} --epochs {a['epochs']} --threads {a['threads']}` (every other setting at
-its default), with torch {summary['torch']}:
+Made on this machine by `{command(a)}` (every other setting at its default), with torch {summary['torch']}:
 - data: {summary['generated_sequences']} sequences generated by the target itself (greedy and T=1) for prompts built
   from the Python standard library's code and from chat templates x topics, and standard-library source chunks:
   {summary['sequences']} sequences, {summary['training_tokens']} training tokens. The target's features for every
@@ -366,7 +418,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gen-tokens", type=int, default=128, help="new tokens per generated sequence")
     p.add_argument("--stdlib-tokens", type=int, default=400_000, help="standard-library tokens (default 400k)")
     p.add_argument("--data-dir", default=None, help="where the data is cached (default: $MINISPEC_CACHE/eagle-data-...)")
-    p.add_argument("--data-only", action="store_true", help="make (or check) the data and stop")
+    p.add_argument("--data-only", action="store_true", help="make (or check) the data and stop (--out is not written)")
     p.add_argument("--vocab", type=int, default=8192, help="reduced-head size: frequent tokens (default 8192)")
     p.add_argument("--ship-vocab", type=int, default=6144,
                    help="reduced-head size written to frequent_tokens.json: the top tokens of the same order (default 6144)")
@@ -421,21 +473,29 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not (0 < args.vocab <= 49152 and 0 < args.ship_vocab <= 49152):
         p.error(f"--vocab and --ship-vocab must be in 1..49152, got {args.vocab} and {args.ship_vocab}")
-    from .training import begin
+    from .training import begin, check_args, publish, target_config
+
+    # (bug: --batch 0, --epochs 0 or --lr 0 were found out after the data, or never)
+    check_args(p, args, batch=1, seq=2, gen_batches=1, gen_batch=1, gen_tokens=1, threads=1)
+    if not 0 < args.epochs < float("inf"):
+        p.error(f"--epochs must be a positive number, got {args.epochs}")
+    target_dir, cfg = target_config(p, args.target)
+    if not cfg.tie_word_embeddings:
+        p.error(f"--target {target_dir}: the recipe trains against the embedding matrix as the LM head, so it needs a "
+                "target with tied embeddings (SmolLM2's)")
+    try:
+        check_data_dir(*data_dir(args))
+    except ValueError as e:
+        p.error(str(e))
     started = begin(args)
     if started is None:
         return 2
     torch, out, log, target_dir, t_start = started
-    from ..model.config import ModelConfig
     from ..model.safetensors_io import write_safetensors
 
-    cfg = ModelConfig.from_dir(target_dir)
-    if not cfg.tie_word_embeddings:
-        log(f"error: {target_dir}: the recipe trains against the embedding matrix as the LM head, so it needs a "
-            "target with tied embeddings (SmolLM2's)")
-        return 2
     data = load_or_make_data(args, log)
-    if args.data_only:
+    if args.data_only:  # nothing of --out is written: its files stay as they were
+        shutil.rmtree(out.parent)  # this run's own staging directory (training.staging), its log printed
         return 0
     D, V = cfg.hidden_size, cfg.vocab_size
     n_gen = data["generated"]
@@ -448,6 +508,10 @@ def main(argv=None) -> int:
     rms = float(np.sqrt((sample_feats ** 2).mean()))
     n_tokens = sum(len(data["tokens"][r]) for r in rows)
     steps = int(args.epochs * n_tokens / (args.batch * args.seq * 0.85))
+    if steps < 1:
+        log(f"error: --epochs {args.epochs} of {n_tokens} tokens in batches of --batch {args.batch} x --seq {args.seq} "
+            "make no step")
+        return 2
     log(f"data: {n_gen} generated + {len(data['tokens']) - n_gen} standard-library sequences, {n_tokens} training "
         f"tokens, {len(held)} held-out sequences; feature RMS {rms:.3f}; {steps} steps")
 
@@ -472,7 +536,8 @@ def main(argv=None) -> int:
                                for st in range(0, steps, 50)},
                    args=vars(args), torch=torch.__version__, provenance=provenance(argv, p.prog))
     write_head_dir(out, Path(target_dir).name, cfg, order, summary)
-    log(f"done: {summary['total_minutes_this_run']:.1f} min")
+    log(f"done: {summary['total_minutes_this_run']:.1f} min; files moved into {args.out}")
+    publish(out, args.out)
     return 0
 
 

@@ -1,10 +1,12 @@
-"""What the training recipes here share: the start of a run (torch or a clear error, fixed seeds, a log file, the
-target's directory), and for the two draft models the student Llama, its next-token loop and how it is saved."""
+"""What the training recipes here share: the checks of their arguments, the start of a run (torch or a clear error,
+fixed seeds, a log file, the target's directory, a staging directory that the finished run's files move out of), and
+for the two draft models the student Llama, its next-token loop and how it is saved."""
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,11 +24,39 @@ def import_torch():
     return torch
 
 
+def check_args(p, args, **least) -> None:
+    """Refuse (``p.error``: the usage and exit status 2, before anything is loaded or made) an ``--out`` that is a
+    file, an option under its least value (``least``: the argument's name -> that value) and an ``--lr`` that is not a
+    positive number, naming the option and its value."""
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        p.error(f"--out {args.out}: exists and is not a directory")
+    for name, low in least.items():
+        if getattr(args, name) < low:
+            p.error(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(args, name)}")
+    if not 0 < args.lr < float("inf"):
+        p.error(f"--lr must be a positive number, got {args.lr}")
+
+
+def target_config(p, target):
+    """-> (the target's directory: ``target``, else the converted SmolLM2, fetched on first use; its ModelConfig), read
+    before anything is loaded, so that arguments it bounds are refused first (``p.error`` if it cannot be read)."""
+    from ..model.config import ModelConfig
+    from .fetch import resolve_model
+
+    try:
+        d = resolve_model(target)
+        return d, ModelConfig.from_dir(d)
+    except (OSError, ValueError) as e:
+        p.error(f"--target {target}: {e}")
+
+
 def begin(args, append_log: bool = False):
     """What every recipe does first, once its arguments are checked: torch (None, after printing how to install it:
     the recipe then exits with 2), seeded with ``args.seed`` on ``args.threads`` threads (``start``), the arguments
     logged, and the target's directory resolved (``args.target``, else the converted SmolLM2).
-    -> (torch, out, log, target_dir, started: ``time.perf_counter()`` after the start, for the run's total time)."""
+    -> (torch, the directory to write to, log, target_dir, started: ``time.perf_counter()`` after the start, for the
+    run's total time). Without ``append_log`` that directory is a new one beside ``args.out``, whose files
+    ``publish`` moves into ``args.out`` at the end: ``args.out`` is not touched before (``start``)."""
     torch = import_torch()
     if torch is None:
         return None
@@ -35,18 +65,26 @@ def begin(args, append_log: bool = False):
     out, log = start(torch, args.out, args.seed, args.threads, append_log)
     started = time.perf_counter()
     log(f"args {vars(args)}")
+    if not append_log:
+        log(f"writing to {out} until the run is done, then moving its files into {args.out} (a run that stops before "
+            "leaves them there)")
     return torch, out, log, resolve_model(args.target), started
 
 
 def start(torch, out, seed: int, threads: int, append: bool = False):
-    """Seed torch, use ``threads`` threads, create ``out`` -> (out as a Path, log): log(msg) prints a
-    time-stamped line to stderr and writes it to ``out/train_log.txt``, which a run starts afresh (``append``: adds
-    to, for a recipe that resumes)."""
+    """Seed torch, use ``threads`` threads -> (the directory to write to, log): log(msg) prints a time-stamped line to
+    stderr and writes it to that directory's ``train_log.txt``. ``append`` (a recipe that resumes): the directory is
+    ``out`` itself, created if need be, and its log is added to. Otherwise it is a new directory ``staging(out)``: a run
+    that fails or is stopped leaves ``out`` as it was, its log included."""
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    logf = open(out / "train_log.txt", "a" if append else "w")
+    if append:
+        out.mkdir(parents=True, exist_ok=True)
+    else:  # (bug: the run wrote into out at once: "w" emptied the shipped train_log.txt, and a run that stopped left
+        # the other files half old, half new)
+        out = staging(out)
+    logf = open(out / "train_log.txt", "a")
 
     def log(msg: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
@@ -55,6 +93,26 @@ def start(torch, out, seed: int, threads: int, append: bool = False):
         logf.flush()
 
     return out, log
+
+
+def staging(out: Path) -> Path:
+    """A new, empty directory ``.NAME.<random>.partial/NAME`` beside ``out`` (NAME: ``out``'s name, which a run's files
+    may cite; beside it: on the same file system, so that ``publish`` moves each file by a rename)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)) / out.name
+    d.mkdir()
+    return d
+
+
+def publish(staged: Path, out) -> None:
+    """Move a finished run's files from ``staged`` (``staging``'s) into ``out``, each by a rename (the files of
+    ``out`` the run did not write are left as they are), then remove the emptied staging directories."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted(staged.iterdir()):
+        f.replace(out / f.name)
+    staged.rmdir()
+    staged.parent.rmdir()
 
 
 def rewrite_weights(d: Path, file: str, write, stored: dict) -> None:

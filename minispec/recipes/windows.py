@@ -12,17 +12,34 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 from pathlib import Path
 
 import numpy as np
 
 
 def write_windows(file: Path, windows: list, shard_of: list[int], settings: dict) -> int:
-    """Write ``windows`` (token id sequences) and the shard of each -> the number of tokens written."""
+    """Write ``windows`` (token id sequences) and the shard of each to ``file``, a name ending in .npz, under a
+    temporary name first (it may replace a committed file) -> the number of tokens written."""
+    file = Path(file)
+    if file.suffix != ".npz":  # (bug: NumPy added .npz to a name without it: the file written was not the one named)
+        raise ValueError(f"{file}: the windows' file must be named *.npz")
     starts = np.cumsum([0] + [len(w) for w in windows])
-    packed = lzma.compress(np.concatenate(windows).astype("<u2").tobytes(), preset=9 | lzma.PRESET_EXTREME)
-    np.savez_compressed(file, tokens_xz=np.frombuffer(packed, np.uint8), starts=starts,
-                        shards=np.array(shard_of, np.int32), settings=np.array(json.dumps(settings)))
+    tokens = np.concatenate(windows)  # [n]
+    if tokens.dtype.kind not in "iu":
+        raise ValueError(f"{file}: token ids must be integers, got {tokens.dtype}")
+    outside = tokens[(tokens < 0) | (tokens > 65535)]
+    if outside.size:  # (bug: they were wrapped: 70000 stored as 4464, -1 as 65535)
+        raise ValueError(f"{file}: token id {outside[0]} is outside 0..65535, the ids the file stores (uint16)")
+    packed = lzma.compress(tokens.astype("<u2").tobytes(), preset=9 | lzma.PRESET_EXTREME)
+    tmp = file.with_name(f".{file.name}.partial")
+    try:
+        with open(tmp, "wb") as f:  # a file object: NumPy adds no suffix
+            np.savez_compressed(f, tokens_xz=np.frombuffer(packed, np.uint8), starts=starts,
+                                shards=np.array(shard_of, np.int32), settings=np.array(json.dumps(settings)))
+        os.replace(tmp, file)  # (bug: written in place, a run that stopped half-way lost the committed file)
+    finally:
+        tmp.unlink(missing_ok=True)
     return int(starts[-1])
 
 
