@@ -79,6 +79,7 @@ def test_a_run_resumes_and_greedy_output_is_plain_decodings(tmp_path, chat_model
         assert summary.with_suffix(".png").stat().st_size > 1000  # the plot beside the summary
     peers = res["summary"]["peers"]
     assert "llama.cpp: skipped" in res["peers_note"]  # not installed, or no GGUF of this --model given
+    assert any(r.startswith("| llama.cpp: skipped, ") and r.endswith(" | - |") for r in table)  # its row kept
     if res["peers_note"].startswith("transformers: transformers"):  # the parity extra is installed: its three modes ran beside
         assert set(peers) == {"transformers plain", "transformers prompt-lookup", "transformers assisted"}
         assert all(v["questions"] == n and v["own"]["overall"]["speedup"] > 0 for v in peers.values())

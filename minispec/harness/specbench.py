@@ -305,6 +305,8 @@ def report(res: dict) -> str:
         mine = m == engine_and_mode(m)[0] + " plain"  # its own plain mode: no bracket (bug: "(1.00x)" in every cell)
         rows.append([m if mine else f"{m} (x over its own plain)",
                      *(cell(c) + (f" ({own[t]['speedup']:.2f}x)" if t in own and not mine else "") for t, c in v["tasks"].items())])
+    rows += [[f"{p}: skipped, {why}", *("-" for _ in tasks)] for p, why in res.get("skipped", {}).items()]  # its row
+    # kept, with the reason (issue 48)
     lines = markdown_table(f"Spec-Bench on this machine: speedup over minispec's plain decoding (tau: mean accepted "
                            f"tokens per target pass), greedy, {res['settings']['max_new_tokens']} new tokens per turn, "
                            f"{res['questions']} questions", ["method", *tasks], rows)
@@ -453,6 +455,7 @@ def main(argv=None) -> int:
     load["end"] = others_load()
     known = [x for x in load.values() if x is not None]
     res = dict(settings=settings, questions=len(rows), summary=summarise(rows, names, list(peers)), peers_note=note,
+               skipped=skipped,
                load=load, busy=busy_words(max(known) if known else None).strip("; ") or None)  # (bug: the last minute's
     # load alone, and no figure)
     print_and_store(report(res), res, a.json, "minispec bench specbench", argv)

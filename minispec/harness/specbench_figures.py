@@ -42,6 +42,8 @@ def leaderboard(res: dict) -> str:
         mark = " (over its own plain)" if own and not m.endswith(" plain") else ""
         lines.append(f"| {m}{mark} | " + " | ".join(
             cell(v["tasks"][t]) + (f" ({own[t]['speedup']:.2f}x)" if mark and t in own else "") for t in tasks) + " |")
+    for p, why in res.get("skipped", {}).items():  # a peer that did not run keeps its row, with the reason (issue 48)
+        lines.append(f"| {p}: skipped, {why} | " + " | ".join("-" for _ in tasks) + " |")
     q = res["settings"]
     chosen = f"{q['per_task']} per task" if q.get("per_task") else "every question of the file"
     return "\n".join(lines) + (
