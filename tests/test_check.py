@@ -11,8 +11,7 @@ pytest.importorskip("gguf")
 
 from minispec import load_model, load_tokenizer, make_drafter, shipped_draft, shipped_eagle  # noqa: E402
 from minispec.drafters import LayerSkip, PromptLookup  # noqa: E402
-from minispec.harness.check import format_check, greedy_check, plain_runs, run_check  # noqa: E402
-from minispec.harness.near_ties import TIE_MARGIN  # noqa: E402
+from minispec.harness.check import TIE_MARGIN, format_check, greedy_check, plain_runs, run_check  # noqa: E402
 from minispec.recipes.fetch import fetch_smollm2, shipped_bpe_draft  # noqa: E402
 
 REDUCED = 24  # paired runs of 48 tokens in `minispec check --quick`: about 1,000 tokens a side
@@ -70,14 +69,14 @@ def test_level4_reduced_passes_the_real_rule_and_catches_the_broken_one(setup, p
     assert res["sampling"]["tokens"]["tokens_b"] >= 900 and "acceptance" in res["sampling"], report
     assert res["passed"]["sampling"], report  # the real rule: not told apart from plain sampling
     assert res["passed"]["broken_rule_caught"], report  # the control: the broken rule is
-    assert res["passed"]["greedy"], report  # only a genuine float tie may flip a greedy token
+    assert res["passed"]["greedy"], report  # only a near-tie may flip a greedy token
     assert report.rstrip().splitlines()[-1].startswith("PASS overall")
 
 
 @pytest.mark.slow
 def test_greedy_with_the_eagle_head_is_plain_decoding(setup):
     """The shipped EAGLE head (weights/, so never skipped): greedy chains, 3x3 trees and EAGLE-2's dynamic trees on
-    SmolLM2, identical to plain decoding up to a float tie. Its law at T = 1 is checked exactly at level 3
+    SmolLM2, identical to plain decoding up to a near-tie. Its law at T = 1 is checked exactly at level 3
     (tests/test_eagle.py) and on SmolLM2 by the heavy level 4 below."""
     target, tok, _ = setup
     eagle = make_drafter(shipped_eagle(), target)

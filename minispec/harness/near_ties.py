@@ -29,14 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from ..recipes.windows import read_windows
+from .check import TIE_MARGIN
 from .provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATIONS = ROOT / "weights" / "eagle-data" / "generations-s2.npz"
 ASSISTANT = [1, 520, 9531, 198]  # "<|im_start|>assistant\n" in SmolLM2's tokenizer: where an answer starts
 AFTER = 8  # tokens decoded from the near-tie on (it included)
-TIE_MARGIN = 1e-4  # ../shared/design.md, greedy identity: a difference at a top-2 logit margin under it is a near-tie,
-# reported with its margin; any other difference is a failure (level 4, the conformance kit and Spec-Bench read it)
 
 
 def chat_windows(path: Path = GENERATIONS) -> list[tuple[list[int], list[int]]]:

@@ -45,9 +45,9 @@ from ..generate import generate
 from ..model.kernel import default_kernel
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from ..sampling import is_integer
+from .check import TIE_MARGIN
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
-from .near_ties import TIE_MARGIN
 from .progress import Progress
 from .specbench_figures import cell, engine_and_mode, plot
 from .specbench_peers import PEERS, llama_cpp_modes, peers_installed, transformers_modes, version

@@ -12,7 +12,7 @@
                reversed).
     greedy     temperature 0 on a few prompts: the peer's tokens must equal the target's own greedy tokens
                (``generate``); a mismatch is shown with the target's top-2 logit gap there, and forgiven only at a
-               float tie (gap < 1e-4, as level 4's greedy check does).
+               near-tie (a top-2 logit gap under check.TIE_MARGIN, 1e-4, as level 4's greedy check).
 
 With logits processors (``processors``: the contract's settings), the law is plain masked decoding's (the target's
 rows processed with their own prefixes, then warped: sampling.Warp), the greedy tokens are ``generate``'s with them,
@@ -33,9 +33,8 @@ from ...generate import generate
 from ...model import load_model
 from ...processors import build
 from ...sampling import Warp, warp
-from ..check import ALPHA
+from ..check import ALPHA, TIE_MARGIN
 from ..exact_law import joint_law
-from ..near_ties import TIE_MARGIN
 from ..progress import Progress
 from .contract import PeerFault, guarded, loop_outcome
 from .models import V, reversed_ids, write_pair
@@ -47,7 +46,6 @@ SETTINGS = [dict(temperature=1.0, top_k=None, top_p=None), dict(temperature=0.8,
             dict(temperature=0.9, top_k=None, top_p=0.65)]
 GREEDY_PROMPTS = [PROMPT, [1], [4, 4, 0, 2]]
 GREEDY_TOKENS = 12
-TIE_GAP = TIE_MARGIN  # (design.md's near-tie, harness/near_ties.py)
 RUNS = {False: 1500, True: 6000}
 
 
@@ -108,7 +106,7 @@ def greedy_check(loop, dirs, target, limit_s, bar, prompts=GREEDY_PROMPTS, proce
             ctx = list(prompt) + want[:j]
             top2 = np.sort(Warp(0.0, processors=procs, prompt_len=len(prompt)).process(
                 target.forward(ctx, target.new_cache(len(ctx)))[-1], ctx))[-2:]
-            row.update(position=j, top2_logit_gap=float(top2[1] - top2[0]), passed=float(top2[1] - top2[0]) < TIE_GAP)
+            row.update(position=j, top2_logit_gap=float(top2[1] - top2[0]), passed=float(top2[1] - top2[0]) < TIE_MARGIN)
         rows.append(row)
         bar.update()
     return dict(passed=all(r["passed"] for r in rows), prompts=rows)
