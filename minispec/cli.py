@@ -189,7 +189,7 @@ class Generation:
     def __init__(self, args):
         if not args.prompt:  # refused before the model loads
             raise ValueError("--prompt is empty: give the text to continue (with --chat, the message to answer)")
-        if args.draft == "":  # (bug: an empty --draft, say from an unset shell variable, became the default drafter)
+        if args.draft is not None and not args.draft.strip():  # an unset shell variable, not a wish for the default
             raise ValueError("--draft is empty: give a drafter (prompt-lookup, layer-skip, none or a directory), or "
                              "leave --draft out for the default")
         if args.layers is not None and args.draft != "layer-skip":
@@ -512,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--q4_1", action="store_true", help=Q4_HELP)
     f.set_defaults(func=cmd_fetch)
 
-    c = sub.add_parser("convert", help="convert a Llama-family GGUF file to a Hugging Face-format directory")
+    c = sub.add_parser("convert", help="convert a Llama GGUF file with a byte-level BPE tokenizer (SmolLM2's kind) to a "
+                                       "Hugging Face-format directory")
     c.add_argument("gguf", help="input .gguf file")
     c.add_argument("outdir", help="output directory")
     c.add_argument("--q4_1", action="store_true", help=Q4_HELP)

@@ -211,8 +211,8 @@ class Run:
             # policy paid for a probe a full draft context then did not make)
             _, draft_probs = self.drafter.propose(self.tokens, 1, self.warp, self.rng)
             self.probe = draft_probs[0] if len(draft_probs) else None
-            self.seen = len(self.tokens) if self.probe is not None else self.seen  # (a drafter that drew nothing, as
-            # the EAGLE head in the first round before any features, caught up on nothing)
+            if self.probe is not None:  # a drafter that drew nothing (the EAGLE head before any features) saw nothing
+                self.seen = len(self.tokens)
 
     def measure_probe(self, target_row: np.ndarray, emitted: int) -> tuple[float, bool] | None:
         """-> (P(the rule accepts the probe's guess): ``accepts``, sum min(p, q) token-wise and ``coupled_acceptance``
@@ -296,8 +296,8 @@ def start_run(target: Model, drafter, prompt_ids, max_new_tokens: int, *, k=None
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be None or a function of one token id, got {type(on_token).__name__}")
     drafter, stream = as_drafter(drafter, target), Stream(np.random.PCG64(seed))  # default_rng(seed), with draw()
-    if has(drafter, Forgets):  # a run starts from the drafter as loaded (bug: an EAGLE head reused the last run's
-        drafter.forget()  # features, drafted in round 1 and shifted a seeded run's draws)
+    if has(drafter, Forgets):  # a run starts from the drafter as loaded: nothing an earlier run left in it counts
+        drafter.forget()
     processors = check_processors(processors, drafter) if processors else ()
     fixed = shape is NOT_A_TREE and is_integer(k) and k >= 0  # the textbook's fixed K: no policy
     policy, room = (None, 0) if fixed else choose_policy(target, drafter, k, shape, seed, temperature, rule)

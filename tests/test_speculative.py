@@ -245,3 +245,18 @@ def test_default_names_and_layers(tmp_path, big_pair):
     for bad in (True, 2.0, 0, 4):
         with pytest.raises(ValueError, match="layer-skip layers"):
             LayerSkip(target, bad)
+
+
+def test_a_draft_model_reads_the_whole_prompt_again_in_a_second_run(big_pair, monkeypatch):
+    """A draft model forgets its cache when a run starts, so a second run costs what its first did (bug: it reused
+    the cache of the last run's shared prefix, a head start no fresh drafter has)."""
+    from minispec.drafters import DraftModel
+
+    target, draft = big_pair
+    fed, forward = [], draft.forward
+    monkeypatch.setattr(draft, "forward", lambda ids, cache, **kw: fed.append(len(ids)) or forward(ids, cache, **kw))
+    d, prompt = DraftModel(draft), [3, 5, 7, 9, 11, 13]
+    for _ in range(2):
+        fed.clear()
+        speculative_generate(target, d, prompt, 10, k=3, temperature=0.0)
+        assert fed[0] == len(prompt)  # the draft's first pass of the run reads the whole prompt

@@ -265,6 +265,12 @@ def test_the_tree_policy_prices_and_chooses_as_the_chain_policy_does():
     assert labelled.cost(0, 0) == pytest.approx(0.010 + 0.002)  # one level of one node: the label
     labelled.next_shape(unseen=40)
     assert labelled.probe() and labelled.budget.saved == 0.0  # free after the label, from the first round
+    learning = TreePolicy(steep, {w: 0.002 * w for w in range(1, 5)}, learn=True, claims=lambda label: 0.3)
+    learning.next_shape(unseen=1)
+    assert learning.probe()
+    learning.observe(0, 0, 0.002 + 0.004, 0.010, probed=(0.3, False))  # drafting took 4 ms more than the label's 2
+    assert learning.budget.saved == pytest.approx(0.01 * 0.012 - 0.004)  # earned 1% of the round, paid the overrun
+    assert not learning.probe()  # overdrawn: no probe until plain rounds earn it back
     slow = TreePolicy(steep, {w: 0.050 * w for w in range(1, 5)}, learn=False)  # a level costs 5 target steps
     assert slow.hopeless()
     for _ in range(300):

@@ -392,7 +392,8 @@ class Eagle:
     # on random tokens and features, and finds it as it was (no features, an empty cache) ----
 
     def forget(self) -> None:
-        """Drop every feature and cache entry: the head as it was loaded."""
+        """Drop every feature and cache entry: the head as it was loaded (protocol.py: Forgets; a run starts so, and
+        the cost hooks below leave it so)."""
         self.ftokens, self.htokens, self.f_at = [], [], -1
         self.cache.crop(0)
 

@@ -48,7 +48,6 @@ import itertools
 import json
 import time
 import weakref
-from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -64,7 +63,7 @@ from ..rejection import accept_reject, block_verify, coupled_verify, is_keyed
 from ..sampling import Warp
 from ..speculative import speculative_generate, tree_speculative_generate
 from ..tree import accept_tree
-from .command import load_target
+from .command import check_json_path, load_target
 from .equivalence import block_residual_bug, broken_accept_reject, broken_accept_tree, coupled_emits_the_guess, mean_test, prefix_match, token_test
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
@@ -526,11 +525,7 @@ def main_check(args, processor_settings: dict | None = None) -> int:
         raise ValueError(f"--draft: {', '.join(specs)}: a drafter named twice")
     if args.runs is not None and args.runs < 2:  # (bug: refused only after the target loaded)
         raise ValueError(f"--runs {args.runs}: the permutation tests need at least 2 paired runs")
-    if args.json:  # (bug: a missing folder failed after tens of minutes of checking)
-        folder = Path(args.json).parent
-        if not folder.is_dir() or Path(args.json).is_dir():
-            raise ValueError(f"--json {args.json}: " + (f"{args.json} is a directory" if Path(args.json).is_dir() else
-                                                        f"directory {folder} does not exist"))
+    check_json_path(args.json)  # before tens of minutes of checking, not after them
     target, tok = load_target(args.model)
     procs = build(**(processor_settings or {}), stop_ids=tok.eos_ids, max_new_tokens=48, encode=tok.encode)
     mains = [make_drafter(spec, target) for spec in specs]  # every spec checked before anything runs

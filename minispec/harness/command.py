@@ -63,17 +63,22 @@ def shipped_drafters(own_tokenizer=("tli", "slem")) -> list[str]:
 
 
 def given_or_shipped(parser, given, shipped, missing: str) -> str:
-    """What the command was given (a flag's value), else (None) the shipped default; with neither,
-    ``parser.error(missing)`` (a usage error, before anything is loaded). An empty value is kept, for ``make_drafter``
-    to refuse."""
-    choice = shipped if given is None else given  # (bug: an empty --draft quietly became the shipped default)
+    """What the command was given (a flag's value), else (None) the shipped default; with neither, or an empty value
+    (an unset shell variable, not a wish for the default), ``parser.error`` (a usage error, before anything is
+    loaded)."""
+    if given is not None and not str(given).strip():
+        parser.error(f"an empty value was given ({given!r}): {missing}")
+    choice = shipped if given is None else given
     if choice is None:
         parser.error(missing)
     return choice
 
 
 def check_json_path(path) -> None:
-    """``--json FILE``: refused before the runs, not after them, when its directory does not exist."""
+    """``--json FILE``: refused before the runs, not after them, when its directory does not exist or it names a
+    directory."""
+    if path and Path(path).is_dir():
+        raise ValueError(f"--json {path}: a directory, not a file")
     if path and not Path(path).resolve().parent.is_dir():
         raise ValueError(f"--json {path}: directory {Path(path).resolve().parent} does not exist")
 

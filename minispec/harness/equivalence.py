@@ -117,7 +117,8 @@ def renormalised_tree(drafter):
 
 
 def chisquare_gof(counts, probs, min_expected: float = 5.0) -> tuple[float, int, float]:
-    """Goodness of fit of observed counts to probabilities; bins with small expectation are pooled."""
+    """Goodness of fit of observed counts to probabilities: cells expected fewer than ``min_expected`` times are pooled
+    into one cell, and a pool still expected fewer times than that joins the smallest cell kept."""
     counts, probs = np.asarray(counts, float), np.asarray(probs, float)
     expected = probs * counts.sum()
     if (counts[expected == 0] > 0).any():

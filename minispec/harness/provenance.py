@@ -15,7 +15,7 @@ import numpy as np
 
 from ..model import backend
 from ..model.cpu import cpu_fields, widest_simd
-from ..model.kernel import default_kernel
+from ..model.kernel import KernelUnavailable, default_kernel
 
 
 def machine_info() -> dict:
@@ -61,11 +61,14 @@ def provenance(argv=None, prog: str | None = None) -> dict:
     prog (``minispec bench draft``, ``python -m minispec.recipes.train_draft``) and the arguments it was given; it
     names the CPU kernel in use (``kernel``) where its arguments do not."""
     typed = None if argv is None else [*(prog.split() if prog else []), *argv]
-    kernel = default_kernel()
+    try:
+        kernel = default_kernel()
+    except (ValueError, KernelUnavailable):  # a run that never loaded a model may hold any MINISPEC_KERNEL: recorded
+        kernel = os.environ.get("MINISPEC_KERNEL", "").strip()  # as it is, so that its provenance is still written
     line = command(typed)
-    if kernel != "numpy" and "--kernel" not in line:  # (bug: `minispec bench`'s --kernel is taken out before a
-        # subcommand sees its arguments, so its runs recorded a command that reruns them on NumPy)
-        line = f"MINISPEC_KERNEL={kernel} {line}"
+    given = any(a == "--kernel" or a.startswith("--kernel=") for a in (sys.argv if typed is None else typed))
+    if kernel not in ("numpy", "") and not given:  # `minispec bench` takes --kernel out before a subcommand parses
+        line = f"MINISPEC_KERNEL={kernel} {line}"  # its arguments: the command names the kernel its runs used
     return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(), command=line,
                 kernel=kernel, machine=machine_info())
 

@@ -129,7 +129,7 @@ def make_method(name: str, target):
 
     spec = {"eagle": shipped_eagle(), "eagle-tree": shipped_eagle(), "draft": shipped_draft()}.get(name, name)
     if spec is None:
-        raise ValueError(f"--methods {name}: its weights are not in weights/ (a clean clone has them)")
+        raise ValueError(f"--drafters {name}: its weights are not in weights/ (a clean clone has them)")
     return make_drafter(spec, target), name == "eagle-tree"
 
 
@@ -339,7 +339,8 @@ def peers_to_run(asked: list[str], model, gguf) -> tuple[list[str], dict]:
 
 
 def drafter_weights(methods: list[str]) -> dict:
-    """{method: the SHA-256 of its shipped weights' checksum file} for the methods that read weights in weights/."""
+    """{method: the first 16 hex digits of the SHA-256 of its shipped weights' checksum file} for the methods that read
+    weights in weights/."""
     dirs = {"eagle": shipped_eagle, "eagle-tree": shipped_eagle, "draft": shipped_draft}
     return {m: hashlib.sha256((Path(dirs[m]()) / "SHA256SUMS").read_bytes()).hexdigest()[:16] for m in methods
             if m in dirs and dirs[m]() is not None and (Path(dirs[m]()) / "SHA256SUMS").is_file()}
@@ -369,7 +370,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-task", type=int, help="the first N questions of each task (default: every question of "
                                                  "the file; Spec-Bench has 480)")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per turn (default 128)")
-    ap.add_argument("--methods", "--drafters", dest="methods", default=DEFAULT_METHODS, help=f"comma-separated, of {', '.join(METHODS)} "
+    ap.add_argument("--drafters", "--methods", dest="methods", default=DEFAULT_METHODS, help=f"comma-separated, of {', '.join(METHODS)} "
                                                               f"(default {DEFAULT_METHODS})")
     ap.add_argument("--model", help=MODEL_HELP + "; minispec's CPU kernel: --kernel numpy|numba, as for every bench "
                                                   "subcommand")
@@ -390,7 +391,7 @@ def main(argv=None) -> int:
     names = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in names if m not in METHODS]
     if bad or not names or len(set(names)) != len(names):
-        ap.error(f"--methods {a.methods}: give distinct names of {', '.join(METHODS)}")
+        ap.error(f"--drafters {a.methods}: give distinct names of {', '.join(METHODS)}")
     asked = [] if a.peers.strip() == "none" else [p.strip() for p in a.peers.split(",") if p.strip()]
     if not asked and a.peers.strip() != "none" or any(p not in PEERS for p in asked) or len(set(asked)) != len(asked):
         ap.error(f"--peers {a.peers}: give distinct names of {', '.join(PEERS)}, or none")
@@ -410,7 +411,7 @@ def main(argv=None) -> int:
     missing = [m for m in names if m in ("eagle", "eagle-tree") and shipped_eagle() is None
                or m == "draft" and shipped_draft() is None]
     if missing:
-        raise ValueError(f"--methods: {', '.join(missing)}: its weights are not in weights/ (a clean clone has them)")
+        raise ValueError(f"--drafters: {', '.join(missing)}: its weights are not in weights/ (a clean clone has them)")
     running, skipped = peers_to_run(asked, a.model, a.gguf)
     if a.gguf is not None and "llama.cpp" not in running:
         raise ValueError(f"--gguf {a.gguf}: llama.cpp is not among the peers that run "

@@ -125,8 +125,11 @@ class TreePolicy:
         if depth:
             self.acc[self.context].update_tree(width or self.width, depth, accepted)
         elif self.auto:
-            self.budget.earn(self.verify_time[1])
+            self.budget.earn(self.cost(0, 0))  # the plain round as priced, label included
             if probed is not None:
+                if self.learn:  # as AutoK: a probe is paid what it cost beyond the round's predicted drafting
+                    predicted = max(self.unseen - 1, 0) * self.feed_time + (self.label_time or self.level_time.get(1, 0.0))
+                    self.budget.saved -= max(0.0, t_draft - predicted)
                 self.acc[self.context].update_probe(*probed)
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -473,7 +472,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not (0 < args.vocab <= 49152 and 0 < args.ship_vocab <= 49152):
         p.error(f"--vocab and --ship-vocab must be in 1..49152, got {args.vocab} and {args.ship_vocab}")
-    from .training import begin, check_args, publish, target_config
+    from .training import begin, check_args, discard, publish, target_config
 
     # (bug: --batch 0, --epochs 0 or --lr 0 were found out after the data, or never)
     check_args(p, args, batch=1, seq=2, gen_batches=1, gen_batch=1, gen_tokens=1, threads=1)
@@ -495,7 +494,7 @@ def main(argv=None) -> int:
 
     data = load_or_make_data(args, log)
     if args.data_only:  # nothing of --out is written: its files stay as they were
-        shutil.rmtree(out.parent)  # this run's own staging directory (training.staging), its log printed
+        discard(out)  # this run's own staging directory (training.staging), its log printed
         return 0
     D, V = cfg.hidden_size, cfg.vocab_size
     n_gen = data["generated"]

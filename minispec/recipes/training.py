@@ -115,6 +115,16 @@ def publish(staged: Path, out) -> None:
     staged.parent.rmdir()
 
 
+def discard(staged: Path) -> None:
+    """Remove a run's staging directories (``staging``'s: ``.NAME.<random>.partial/NAME``) and what is in them, for a run
+    that writes nothing to ``--out``; anything else is refused, so that no other folder is ever removed."""
+    import shutil
+
+    if not (staged.parent.name.startswith(f".{staged.name}.") and staged.parent.name.endswith(".partial")):
+        raise ValueError(f"{staged} is not a staging directory of training.staging: not removed")
+    shutil.rmtree(staged.parent)
+
+
 def rewrite_weights(d: Path, file: str, write, stored: dict) -> None:
     """Rewrite ``d/file`` in another storage: ``write(tmp)`` writes the new file, which then replaces the old one
     (nothing is lost if the write fails half-way); ``training.json``, where there is one, records ``stored``; and
