@@ -449,9 +449,19 @@ def features_of(target, seqs, gen_features) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in ("top", "low", "mid")}
 
 
+FOLDER_ONLY = ("target", "external_prompts")  # a folder's settings that an exported file does not carry (``main``)
+
+
+def windows_shaping(settings: dict) -> dict:
+    """The settings that shape the windows themselves: a folder's, less what only its own machine can read."""
+    return {k: v for k, v in settings.items() if k not in FOLDER_ONLY}
+
+
 def export_generations(out: Path, file: Path, shaping: dict) -> dict:
-    """The generated shards' kept windows, token ids only, into ``file`` (windows.py's format): with
-    ``--generations FILE`` a rebuild on another machine skips generating them and computes their features only."""
+    """The generated shards' kept windows, token ids only, into ``file`` (windows.py's format), with ``shaping``
+    (``windows_shaping``: a folder's settings may be given): with ``--generations FILE`` a rebuild on another machine
+    skips generating them and computes their features only."""
+    shaping = windows_shaping(shaping)
     windows, shard_of = [], []
     for rec in sorted(out.glob("shard-*.json")):
         r = json.loads(rec.read_text())
@@ -469,6 +479,7 @@ def export_generations(out: Path, file: Path, shaping: dict) -> dict:
 
 def load_generations(file: Path, shaping: dict) -> dict:
     """{shard: its windows} from an ``export_generations`` file made with the same settings (else refused)."""
+    shaping = windows_shaping(shaping)
     t, st, sh, made = read_windows(file)
     if made != shaping:
         raise ValueError(f"{file} was made with other settings ({made}); build with those to reuse it")
@@ -743,12 +754,13 @@ def main(argv=None) -> int:
         shaping["ask_subjects"] = args.ask_subjects
     if args.ask_filter != "none":  # (likewise)
         shaping["ask_filter"] = args.ask_filter
-    if args.target:  # (likewise: another target writes other windows and features; bug: it was not recorded)
-        shaping["target"] = str(Path(args.target).resolve())
-    if external is None:  # (likewise: windows kept without the external sets' rule; bug: it was not recorded)
-        shaping["external_prompts"] = "none"
+    folder = dict(shaping)  # the folder's settings: the windows' shaping, and FOLDER_ONLY: another target writes
+    if args.target:  # other windows and features, and a build without the external sets keeps windows their rule
+        folder["target"] = str(Path(args.target).resolve())  # would drop, so a resume that changes either is refused
+    if external is None:
+        folder["external_prompts"] = "none"
     settings = out / "settings.json"
-    if settings.exists() and json.loads(settings.read_text()) != shaping:
+    if settings.exists() and json.loads(settings.read_text()) != folder:
         print(f"error: {out} holds shards made with other settings ({settings.read_text().strip()}); pass another --out, "
               "or the same settings to resume", file=sys.stderr)
         return 2
@@ -792,7 +804,7 @@ def main(argv=None) -> int:
         pending = windows_without_features(out)
         if pending:
             generations = {**(generations or {}), **{i: w for i, (w, _) in pending.items()}}
-    settings.write_text(json.dumps(shaping) + "\n")
+    settings.write_text(json.dumps(folder) + "\n")
     overlap = EvalRuns(prompt_files(external))
     target_dir = resolve_model(args.target)
     tok = load_tokenizer(target_dir)
