@@ -207,8 +207,8 @@ class Run:
         if asked:
             self.seen = len(self.tokens)
         self.probe = None
-        if asked == 0 and may_probe and self.drafter_room() >= 1 and self.policy.probe():  # (bug: asked first, the
-            # policy paid for a probe a full draft context then did not make)
+        if asked == 0 and may_probe and self.drafter_room() >= 1 and self.policy.probe():  # room checked before the
+            # policy is asked, so that it pays only for probes that are made
             _, draft_probs = self.drafter.propose(self.tokens, 1, self.warp, self.rng)
             self.probe = draft_probs[0] if len(draft_probs) else None
             if self.probe is not None:  # a drafter that drew nothing (the EAGLE head before any features) saw nothing
