@@ -128,7 +128,7 @@ class TreePolicy:
             self.budget.earn(self.cost(0, 0))  # the plain round as priced, label included
             if probed is not None:
                 if self.learn:  # as AutoK: a probe is paid what it cost beyond the round's predicted drafting
-                    predicted = max(self.unseen - 1, 0) * self.feed_time + (self.label_time or self.level_time.get(1, 0.0))
+                    predicted = probe_cost(self.unseen, self.feed_time, self.label_time or self.level_time.get(1, 0.0))
                     self.budget.saved -= max(0.0, t_draft - predicted)
                 self.acc[self.context].update_probe(*probed)
 
