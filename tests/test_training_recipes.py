@@ -25,6 +25,12 @@ FIRST_HEAD = {"target": None, "out": "weights/eagle-smollm2-135m", "seed": 0, "g
               "ship_vocab": 6144}
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch):
+    """Each test's own $MINISPEC_CACHE, where the recipes keep their run folders (training.run_folder)."""
+    monkeypatch.setenv("MINISPEC_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
 @pytest.fixture(scope="module")
 def chat_target(tmp_path_factory):
     """A tiny random target with SmolLM2's vocabulary and tokenizer, 128 wide: two student heads of 64."""
@@ -118,6 +124,54 @@ def test_a_train_draft_run_that_stops_leaves_its_out_as_it_was(tmp_path, chat_ta
     assert got["README.md"] == b"mine" and got["model.safetensors"] != shipped["model.safetensors"]
     assert b"] args {" in got["train_log.txt"] and {"config.json", "training.json", "SHA256SUMS"} <= set(got)
     assert list(tmp_path.glob(".draft.*.partial")) == [left]  # the finished run's staging directory is gone
+
+
+def test_a_stopped_train_draft_run_resumes_its_generation_and_its_training(tmp_path, chat_target, monkeypatch, capsys):
+    """The same command, run again, generates only the batches the stopped run lacked and trains from its last
+    checkpoint, to the weights of a run never stopped (bug: a stopped run began again, the target's generation too);
+    a run folder of other settings is refused before anything is made."""
+    from minispec.recipes import train_draft, training
+
+    monkeypatch.setattr(train_draft, "stdlib_files", lambda: [Path(json.__file__)])
+    def run(name, *more):
+        return ["--out", str(tmp_path / name), "--target", str(chat_target), "--gen-batches", "2", "--gen-batch", "2",
+                "--gen-tokens", "4", "--steps", "4", "--batch", "2", "--seq", "16", "--width", "128", "--layers", "1",
+                "--mlp", "64", "--threads", "1", "--run-dir", str(tmp_path / f"run-{name}"), *more]
+    assert train_draft.main(run("whole")) == 0
+    whole = (tmp_path / "whole" / "model.safetensors").read_bytes()
+
+    generate = train_draft.generate_data
+    def one_batch_then_stop(*a, cache, **k):  # the run stopped after its first batch
+        generate(a[0], a[1], a[2], 1, *a[4:], cache=cache, **k)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train_draft, "generate_data", one_batch_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        train_draft.main(run("stopped"))
+    monkeypatch.setattr(train_draft, "generate_data", generate)
+    monkeypatch.setattr(training.Checkpoint, "due", lambda self, step, steps: True)  # a checkpoint after every step
+    real_step = __import__("torch").optim.AdamW.step
+    steps = []
+    def stop_at_third(self, *a, **k):
+        steps.append(1)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+        return real_step(self, *a, **k)
+    monkeypatch.setattr(__import__("torch").optim.AdamW, "step", stop_at_third)
+    capsys.readouterr()
+    with pytest.raises(KeyboardInterrupt):
+        train_draft.main(run("stopped"))
+    log = capsys.readouterr().err
+    assert "generate 1/2" not in log and "generate 2/2" in log  # the first batch read back, the second made
+    monkeypatch.setattr(__import__("torch").optim.AdamW, "step", real_step)
+    assert train_draft.main(run("stopped")) == 0
+    log = capsys.readouterr().err
+    assert "generate " not in log and "resumed at step 2 of 4" in log
+    assert (tmp_path / "stopped" / "model.safetensors").read_bytes() == whole
+
+    with pytest.raises(SystemExit) as e:  # the folder of a run with other settings
+        train_draft.main(run("other", "--lr", "0.001", "--run-dir", str(tmp_path / "run-whole")))
+    assert e.value.code == 2 and "--lr 0.003 there, 0.001 here" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
 
 
 # --- train_bpe_draft
@@ -271,6 +325,36 @@ def test_train_eagles_docs_give_the_first_heads_arguments():
 
     [line] = [x for x in train_eagle.__doc__.splitlines() if "python -m minispec.recipes.train_eagle" in x]
     args = vars(train_eagle.parser().parse_args(shlex.split(line)[3:]))
+    assert args.pop("run_dir") is None  # (an argument the first head predates: where a run resumes, not its result)
     assert {k: v for k, v in args.items() if k != "out"} == {k: v for k, v in FIRST_HEAD.items() if k != "out"}
     again = train_eagle.parser().parse_args(shlex.split(train_eagle.command(FIRST_HEAD))[3:])
-    assert vars(again) == FIRST_HEAD
+    assert vars(again) == {**FIRST_HEAD, "run_dir": None}
+
+
+def test_a_stopped_train_eagle_run_resumes_at_its_checkpoint(tmp_path, eagle_target, monkeypatch, capsys):
+    """Run again, a stopped run resumes at its last checkpoint and ends with the head of a run never stopped: the
+    optimizer, the batches' draws and the feature noise's (torch's) random state carried over (bug: it began again)."""
+    import torch
+
+    from minispec.recipes import train_eagle, training
+
+    def run(name):
+        return [*eagle_run(tmp_path, eagle_target), "--out", str(tmp_path / name), "--run-dir", str(tmp_path / f"r-{name}")]
+    write_data(tmp_path / "data", eagle_target, eagle_settings(run("whole")))
+    assert train_eagle.main(run("whole")) == 0
+    monkeypatch.setattr(training.Checkpoint, "due", lambda self, step, steps: True)
+    real_step, steps = torch.optim.AdamW.step, []
+    def stop_at_third(self, *a, **k):
+        steps.append(1)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+        return real_step(self, *a, **k)
+    monkeypatch.setattr(torch.optim.AdamW, "step", stop_at_third)
+    with pytest.raises(KeyboardInterrupt):
+        train_eagle.main(run("stopped"))
+    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
+    capsys.readouterr()
+    assert train_eagle.main(run("stopped")) == 0
+    assert "resumed at step 2 of " in capsys.readouterr().err
+    same = [(tmp_path / n / "eagle.safetensors").read_bytes() for n in ("whole", "stopped")]
+    assert same[0] == same[1]

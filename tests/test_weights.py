@@ -282,8 +282,9 @@ LATER = {"ce_weight": 0.1, "extra_layers": 0, "extra_intermediate": None, "answe
 
 
 def as_recorded(args: dict, recorded: dict | None = None) -> dict:
-    """A recipe's arguments but ``--out``, with the folders of the cache (``~/.cache/minispec/...``, where a run's
-    data and run folder live) written the same on every machine: a command may write ``~`` for the home it ran in.
+    """A recipe's arguments but ``--out`` and ``--run-dir`` (where a run writes and resumes), with the folders of the
+    cache (``~/.cache/minispec/...``, where a run's data and run folder live) written the same on every machine: a
+    command may write ``~`` for the home it ran in.
     Given the ``recorded`` arguments, an argument the record predates is left out where it has the value every run
     before it had (``LATER``)."""
     import re
@@ -292,7 +293,7 @@ def as_recorded(args: dict, recorded: dict | None = None) -> dict:
         return [cached(x) for x in v] if isinstance(v, list) else \
             re.sub(r"^.*?/\.cache/minispec/", "~/.cache/minispec/", v) if isinstance(v, str) else v
     predates = lambda k, v: recorded is not None and k not in recorded and k in LATER and v == LATER[k]  # noqa: E731
-    return {k: cached(v) for k, v in args.items() if k != "out" and not predates(k, v)}
+    return {k: cached(v) for k, v in args.items() if k not in ("out", "run_dir") and not predates(k, v)}
 
 
 def recipe_commands(text: str, recipe: str) -> list[str]:

@@ -115,6 +115,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--mlp", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--run-dir", default=None, help="the training's checkpoints, where the same command resumes (default: "
+                   "$MINISPEC_CACHE/train_bpe_draft-run-<hash of the settings>)")
     return p
 
 
@@ -180,7 +182,7 @@ def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
     from .train_eagle import check_data_dir, data_dir, load_or_make_data
-    from .training import begin, check_args, new_student, publish, save_student, target_config, train_next_token, write_sums
+    from .training import Checkpoint, begin, check_args, new_student, publish, run_folder, save_student, target_config, train_next_token, write_sums
 
     if not 256 + len(SPECIALS) <= args.vocab <= 65536:
         p.error(f"--vocab must be in {256 + len(SPECIALS)}..65536 (the 256 bytes and the special tokens), "
@@ -198,7 +200,8 @@ def main(argv=None) -> int:
     data_args = eagle_data_args(args.seed, args.target)
     try:
         check_data_dir(*data_dir(data_args))
-    except ValueError as e:
+        folder = run_folder("train_bpe_draft", args)
+    except (OSError, ValueError) as e:
         p.error(str(e))
 
     started = begin(args)
@@ -206,6 +209,7 @@ def main(argv=None) -> int:
         return 2
     torch, out, log, target_dir, t_start = started
     import transformers
+    log(f"run folder {folder}: the training's checkpoints (the same command resumes there)")
 
     from ..model.tokenizer import load_tokenizer
     from .train_draft import stdlib_chunks, stdlib_files
@@ -234,7 +238,7 @@ def main(argv=None) -> int:
         student.model.embed_tokens.weight.copy_(torch.from_numpy(initial_embedding(tok, target_tok, E, args.width)))
 
     curve, train_s = train_next_token(torch, student, gen_ids, code, steps=args.steps, batch=args.batch, seq=args.seq,
-                                      lr=args.lr, rng=rng, log=log)
+                                      lr=args.lr, rng=rng, log=log, checkpoint=Checkpoint(torch, folder))
     held_out = held_out_loss(torch, student, tok, enc, held_text, args.seq)
     log(f"held out: loss {held_out['loss_per_token']:.3f} per token, {held_out['bits_per_byte']:.3f} bits per byte")
 

@@ -82,13 +82,27 @@ def chat_prompts(tok, n, rng) -> list[list[int]]:
     return out
 
 
-def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int, seed: int, log) -> list[list[int]]:
+def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int, seed: int, log,
+                  cache: Path | None = None) -> list[list[int]]:
+    """``batches`` batches of ``batch`` prompts (code and chat in turn) and the target's continuations (greedy and
+    T = 1 in turn), each prompt + continuation a sequence. With ``cache`` each batch's sequences are kept there
+    (``generated-00000.npz``: ids and their lengths), so that a run stopped midway generates only the batches it lacks
+    (the prompts are drawn again from the same seed, and a kept batch whose prompts differ is refused)."""
     import torch
 
     rng = np.random.default_rng(seed)
     seqs, t0 = [], time.perf_counter()
     for b in range(batches):
         prompts = code_prompts(files, tok, batch, rng) if b % 2 == 0 else chat_prompts(tok, batch, rng)
+        kept = cache / f"generated-{b:05d}.npz" if cache else None
+        if kept and kept.exists():
+            with np.load(kept) as z:
+                rows = np.split(z["ids"], np.cumsum(z["lengths"])[:-1])
+            if len(rows) != len(prompts) or any(r[: len(q)].tolist() != q for r, q in zip(rows, prompts)):
+                raise ValueError(f"{kept} holds other prompts than this run's batch {b}: a folder of another run "
+                                 "(pass another --run-dir)")
+            seqs += [r.tolist() for r in rows]
+            continue
         greedy = (b // 2) % 2 == 0
         width = max(map(len, prompts))
         ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding with <|endoftext|>
@@ -101,6 +115,11 @@ def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int,
         for p, row in zip(prompts, out[:, width:].tolist()):
             cont = row[: row.index(tok.eos_ids[0]) + 1] if tok.eos_ids[0] in row else row
             seqs.append(p + cont)
+        if kept:
+            made = seqs[-len(prompts):]
+            tmp = kept.with_name(kept.stem + ".tmp.npz")
+            np.savez(tmp, ids=np.concatenate(made).astype(np.int32), lengths=np.array([len(r) for r in made]))
+            tmp.replace(kept)
         n_tok = sum(len(s) for s in seqs)
         log(f"generate {b + 1}/{batches}: {n_tok} tokens, {n_tok / (time.perf_counter() - t0):.0f} tok/s")
     return seqs
@@ -145,13 +164,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--mlp", type=int, default=512)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--run-dir", default=None, help="the generated batches and the training's checkpoints, where the "
+                   "same command resumes (default: $MINISPEC_CACHE/train_draft-run-<hash of the settings>)")
     return p
 
 
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    from .training import begin, check_args, new_student, publish, save_student, target_config, train_next_token, write_sums
+    from .training import Checkpoint, begin, check_args, new_student, publish, run_folder, save_student, target_config, train_next_token, write_sums
 
     # (bug: --seq 1, --steps 0, --batch 1 (half a batch is generated data) or --lr 0 were found out after the
     # generation, or never: --steps -1 saved an untrained model)
@@ -166,6 +187,10 @@ def main(argv=None) -> int:
         p.error(f"--target {target_dir}: its vocabulary has {target_cfg.vocab_size} tokens; the student's is "
                 f"SmolLM2's {student_config(args)['vocab_size']}, whose embedding starts as the target's")
 
+    try:
+        folder = run_folder("train_draft", args)
+    except (OSError, ValueError) as e:
+        p.error(str(e))
     started = begin(args)
     if started is None:
         return 2
@@ -180,8 +205,10 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     log(f"{len(files)} standard-library files")
 
+    log(f"run folder {folder}: the generated batches and the training's checkpoints (the same command resumes there)")
     t0 = time.perf_counter()
-    generated = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed, log)
+    generated = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed, log,
+                              cache=folder)
     gen_s = time.perf_counter() - t0
     gen_tokens = sum(len(s) for s in generated)
     code = stdlib_chunks(files, tok.encode, args.steps * args.batch * args.seq // 2, args.seq, rng.permutation(len(files)))
@@ -199,7 +226,7 @@ def main(argv=None) -> int:
 
     gen_arr = [np.array(s[: args.seq], dtype=np.int64) for s in generated]
     curve, train_s = train_next_token(torch, student, gen_arr, code, steps=args.steps, batch=args.batch, seq=args.seq,
-                                      lr=args.lr, rng=rng, log=log)
+                                      lr=args.lr, rng=rng, log=log, checkpoint=Checkpoint(torch, folder))
 
     save_student(out, student, cfg, "minispec.recipes.train_draft")
     for f in ("tokenizer_config.json", "generation_config.json"):

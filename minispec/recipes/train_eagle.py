@@ -428,18 +428,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--noise", type=float, default=0.2, help="uniform input-feature noise, times the feature RMS")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--run-dir", default=None, help="the training's checkpoints, where the same command resumes (default: "
+                   "$MINISPEC_CACHE/train_eagle-run-<hash of the settings>)")
     return p
 
 
-def train_head(torch, head, E, W_r, data, rows, steps: int, rms: float, args, log) -> tuple[list, float]:
+def train_head(torch, head, E, W_r, data, rows, steps: int, rms: float, args, log, checkpoint=None) -> tuple[list, float]:
     """``steps`` AdamW steps (betas 0.9/0.95, weight decay 0.01, 50 warm-up steps, cosine decay, gradients clipped
-    at 1) on batches of ``rows`` -> (the (regression, CE) losses per step, seconds)."""
+    at 1) on batches of ``rows`` -> (the (regression, CE) losses per step, seconds). With a ``checkpoint``
+    (training.Checkpoint) the loop resumes from it and saves to it."""
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
     rng = np.random.default_rng(args.seed)
-    curve, t0 = [], time.perf_counter()
-    for step in range(steps):
+    parts = dict(head=head, opt=opt, sched=sched)
+    first, curve, spent = checkpoint.resume(parts, rng) if checkpoint else (0, [], 0.0)
+    if first:
+        log(f"resumed at step {first} of {steps} from {checkpoint.path}")
+    t0 = time.perf_counter() - spent
+    for step in range(first, steps):
         toks, feats, lens = batches(data, rows, args.batch, args.seq, rng)
         loss, reg, ce, _ = losses(head, E, W_r, toks, feats, lens, args.noise, rms, args.loss, torch)
         loss.backward()
@@ -448,11 +455,13 @@ def train_head(torch, head, E, W_r, data, rows, steps: int, rms: float, args, lo
         sched.step()
         opt.zero_grad(set_to_none=True)
         curve.append((reg.item(), ce.item()))
+        if checkpoint and checkpoint.due(step + 1, steps):
+            checkpoint.save(parts, rng, step + 1, curve, time.perf_counter() - t0)
         if step % 25 == 0 or step == steps - 1:
             el = time.perf_counter() - t0
             r_, c_ = np.mean(curve[-25:], axis=0)
             log(f"step {step}/{steps} reg {r_:.4f} ce {c_:.3f} lr {sched.get_last_lr()[0]:.2e} "
-                f"{(step + 1) * args.batch * args.seq / el:.0f} tok/s")
+                f"{(step + 1 - first) * args.batch * args.seq / (el - spent):.0f} tok/s")
     return curve, time.perf_counter() - t0
 
 
@@ -472,7 +481,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not (0 < args.vocab <= 49152 and 0 < args.ship_vocab <= 49152):
         p.error(f"--vocab and --ship-vocab must be in 1..49152, got {args.vocab} and {args.ship_vocab}")
-    from .training import begin, check_args, discard, publish, target_config
+    from .training import Checkpoint, begin, check_args, discard, publish, run_folder, target_config
 
     # (bug: --batch 0, --epochs 0 or --lr 0 were found out after the data, or never)
     check_args(p, args, batch=1, seq=2, gen_batches=1, gen_batch=1, gen_tokens=1, threads=1)
@@ -484,7 +493,8 @@ def main(argv=None) -> int:
                 "target with tied embeddings (SmolLM2's)")
     try:
         check_data_dir(*data_dir(args))
-    except ValueError as e:
+        folder = None if args.data_only else run_folder("train_eagle", args)
+    except (OSError, ValueError) as e:
         p.error(str(e))
     started = begin(args)
     if started is None:
@@ -518,7 +528,8 @@ def main(argv=None) -> int:
                       cfg.rms_norm_eps, max_len=args.seq)
     n_params = sum(p.numel() for p in head.parameters())
     log(f"head: {n_params / 1e6:.2f}M parameters, reduced head {len(freq)} tokens")
-    curve, train_s = train_head(torch, head, E, W_r, data, rows, steps, rms, args, log)
+    log(f"run folder {folder}: the training's checkpoints (the same command resumes there)")
+    curve, train_s = train_head(torch, head, E, W_r, data, rows, steps, rms, args, log, Checkpoint(torch, folder))
     head.eval()
     held_out = evaluate(head, E, reduced_heads(torch, freq, data, rows, V), data, held, args.seq, torch)
     for name, v in held_out.items():

@@ -1,9 +1,11 @@
 """What the training recipes here share: the checks of their arguments, the start of a run (torch or a clear error,
 fixed seeds, a log file, the target's directory, a staging directory that the finished run's files move out of), and
-for the two draft models the student Llama, its next-token loop and how it is saved."""
+a run folder whose checkpoints let a stopped run resume (``Checkpoint``), and for the two draft models the student
+Llama, its next-token loop and how it is saved."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import tempfile
@@ -125,6 +127,68 @@ def discard(staged: Path) -> None:
     shutil.rmtree(staged.parent)
 
 
+def run_folder(recipe: str, args) -> Path:
+    """The folder where a run keeps what lets it resume (its data, its checkpoints): ``args.run_dir``, else
+    ``$MINISPEC_CACHE/<recipe>-run-<hash>``, named by the settings that shape the run, so that the same command finds
+    its own folder again. Created with those settings in ``settings.json``; a folder of other settings is refused
+    (``ValueError``, naming them), not resumed into."""
+    from .fetch import cache_dir
+
+    settings = json.loads(json.dumps({k: v for k, v in sorted(vars(args).items())
+                                      if k not in ("out", "run_dir", "threads")}))  # what shapes the data and weights
+    digest = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:12]
+    folder = Path(args.run_dir) if getattr(args, "run_dir", None) else cache_dir() / f"{recipe}-run-{digest}"
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--run-dir {folder}: exists and is not a directory")
+    kept = folder / "settings.json"
+    if kept.exists():
+        was = json.loads(kept.read_text())
+        if was != settings:
+            differ = sorted(k for k in set(was) | set(settings) if was.get(k) != settings.get(k))
+            raise ValueError(f"{folder} is the folder of a run with other settings ("
+                             + "; ".join(f"--{k.replace('_', '-')} {was.get(k)!r} there, {settings.get(k)!r} here"
+                                         for k in differ) + "): pass another --run-dir, or the same settings to resume")
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(settings, indent=1) + "\n")
+    return folder
+
+
+class Checkpoint:
+    """A training loop's state in ``folder/checkpoint.pt`` (a ``run_folder``), written every ``every`` steps and at
+    the last, through a temporary file: the state of ``parts`` (name -> anything with ``state_dict``: the model, its
+    optimizer, its schedule), the step, the loss curve, the seconds spent, and the random states (the loop's NumPy
+    Generator's and torch's). A run stopped at any point and started again resumes at its last checkpoint and ends
+    where an uninterrupted run ends."""
+
+    def __init__(self, torch, folder: Path, every: int = 50):
+        self.torch, self.path, self.every = torch, Path(folder) / "checkpoint.pt", every
+
+    def resume(self, parts: dict, rng) -> tuple[int, list, float]:
+        """Load the checkpoint into ``parts`` and ``rng`` -> (its step, its curve, its seconds); (0, [], 0.0) if
+        there is none."""
+        if not self.path.exists():
+            return 0, [], 0.0
+        saved = self.torch.load(self.path, weights_only=False)
+        for name, part in parts.items():
+            part.load_state_dict(saved[name])
+        rng.bit_generator.state = saved["numpy_rng"]
+        self.torch.set_rng_state(saved["torch_rng"])
+        return saved["step"], saved["curve"], saved["seconds"]
+
+    def due(self, step: int, steps: int) -> bool:
+        """Whether the loop saves after ``step`` steps of ``steps``."""
+        return step % self.every == 0 or step == steps
+
+    def save(self, parts: dict, rng, step: int, curve: list, seconds: float) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".pt.tmp")
+        self.torch.save(dict({name: part.state_dict() for name, part in parts.items()}, step=step, curve=curve,
+                             seconds=seconds, numpy_rng=rng.bit_generator.state, torch_rng=self.torch.get_rng_state()),
+                        tmp)
+        tmp.replace(self.path)
+
+
 def rewrite_weights(d: Path, file: str, write, stored: dict) -> None:
     """Rewrite ``d/file`` in another storage: ``write(tmp)`` writes the new file, which then replaces the old one
     (nothing is lost if the write fails half-way); ``training.json``, where there is one, records ``stored``; and
@@ -172,19 +236,25 @@ def write_sums(out: Path, files) -> None:
     (out / "SHA256SUMS").write_text("".join(sum_line(out, f) + "\n" for f in files))
 
 
-def train_next_token(torch, student, generated, chunks, *, steps: int, batch: int, seq: int, lr: float, rng, log):
+def train_next_token(torch, student, generated, chunks, *, steps: int, batch: int, seq: int, lr: float, rng, log,
+                     checkpoint: Checkpoint | None = None):
     """Next-token cross-entropy on batches half of ``generated`` sequences (arrays of at most ``seq`` ids, padded
     and masked) and half of ``chunks`` ([n, seq] ids); AdamW (betas 0.9/0.95, weight decay 0.01), 30 warm-up
-    steps, cosine decay, gradients clipped at 1. -> (loss per step, seconds)."""
+    steps, cosine decay, gradients clipped at 1. -> (loss per step, seconds). With a ``checkpoint`` the loop resumes
+    from it and saves to it."""
     import numpy as np
 
     opt = torch.optim.AdamW(student.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
-    curve, t0 = [], time.perf_counter()
+    parts = dict(model=student, opt=opt, sched=sched)
+    first, curve, spent = checkpoint.resume(parts, rng) if checkpoint else (0, [], 0.0)
+    if first:
+        log(f"resumed at step {first} of {steps} from {checkpoint.path}")
+    t0 = time.perf_counter() - spent
     student.train()
     half = batch // 2
-    for step in range(steps):
+    for step in range(first, steps):
         ids = np.zeros((batch, seq), dtype=np.int64)
         labels = np.full((batch, seq), -100, dtype=np.int64)  # -100: padding, no loss
         for j, r in enumerate([generated[i] for i in rng.integers(0, len(generated), half)]):
@@ -197,10 +267,12 @@ def train_next_token(torch, student, generated, chunks, *, steps: int, batch: in
         sched.step()
         opt.zero_grad(set_to_none=True)
         curve.append(loss.item())
+        if checkpoint and checkpoint.due(step + 1, steps):
+            checkpoint.save(parts, rng, step + 1, curve, time.perf_counter() - t0)
         if step % 25 == 0 or step == steps - 1:
             el = time.perf_counter() - t0
             log(f"step {step}/{steps} loss {np.mean(curve[-25:]):.3f} lr {sched.get_last_lr()[0]:.2e} "
-                f"{(step + 1) * batch * seq / el:.0f} tok/s")
+                f"{(step + 1 - first) * batch * seq / (el - spent):.0f} tok/s")
     return curve, time.perf_counter() - t0
 
 
