@@ -60,6 +60,31 @@ def test_study_end_to_end(tmp_path):
     assert (tmp_path / "out" / "speedup_greedy.png").exists() and (tmp_path / "out" / "verify_cost_memory.png").exists()
 
 
+def test_the_study_calibrates_before_its_timed_runs(tmp_path, monkeypatch):
+    """No calibration is measured inside the timed runs: K = auto's t(n) up to its k_max + 1 and every drafter's tree
+    levels are measured before them (bug: t(n) up to the study's largest K only, and no tree levels: the first timed
+    run of K = auto and of each tree measured them, on its own clock)."""
+    from minispec.harness import study
+    from minispec.policy import calibration
+
+    target = load_model(write_random_model(tmp_path / "t", tiny_config(num_hidden_layers=2), seed=1))
+    draft = load_model(write_random_model(tmp_path / "d", tiny_config(num_hidden_layers=1), seed=2))
+    eagle = load_eagle(write_random_eagle(tmp_path / "e", target.cfg, range(40), seed=4), target)
+    calibration._MEMORY.clear()
+    before, inside = {}, {}
+    run_prompts = study.run_prompts
+    def timed(*a, **k):  # the timed runs: the calibrations in memory before them and after
+        before["keys"] = set(calibration._MEMORY)
+        out = run_prompts(*a, **k)
+        inside["keys"] = set(calibration._MEMORY) - before["keys"]
+        return out
+    monkeypatch.setattr(study, "run_prompts", timed)
+    run_study(target, {"draft": DraftModel(draft), "eagle": eagle}, ToyTokenizer(), ks=(1, 2), prompts_per_set=1,
+              max_new_tokens=6, prompt_sets=("code",), settings=("greedy",), forward_ns=(1, 2), progress=False,
+              log=lambda m: None)
+    assert before["keys"] and inside["keys"] == set()
+
+
 def test_acceptance_by_k_reads_rounds_at_k8():
     from minispec.harness.draft_eval import acceptance_by_k
 
