@@ -159,6 +159,32 @@ def test_a_busy_run_cannot_raise_a_quiet_runs_figures_and_old_runs_are_dropped(t
     assert len(list(tmp_path.glob("*.json"))) == 3
 
 
+@pytest.mark.parametrize("planted, says", [({1: 0.010}, "no figure for 2"), ({}, "no figure for 1"),
+                                           (None, "unreadable (stored as measured in the future)")])
+def test_a_stored_calibration_without_its_figures_is_measured_afresh_and_replaced(machine, monkeypatch, planted, says):
+    """A kept run that lacks some of the key's figures, or says it was measured in the future, is distrusted and
+    measured afresh, and the file is healed: the next process trusts what was measured (bug: a run without figures
+    was trusted and K = auto then failed for want of t(n); one "from the future" was kept forever)."""
+    import time
+
+    target, draft, clock, store = machine
+    costs.verify_calibration(target, range(1, 5))
+    [f] = store.folder.glob("*.json")
+    data = json.loads(f.read_text())
+    if planted is None:
+        data["runs"][0]["measured_at"] = time.time() + 86400 * 365
+    else:
+        data["runs"][0]["times"] = {str(n): t for n, t in planted.items()}
+    f.write_text(json.dumps(data))
+    fresh_process(monkeypatch)
+    cal = costs.verify_calibration(target, range(1, 5))
+    assert cal.source == "measured" and says in cal.notes[0] and set(cal.times) == {1, 2, 3, 4}
+    fresh_process(monkeypatch)
+    again = costs.verify_calibration(target, range(1, 5))
+    assert again.source == "stored" and set(again.times) == {1, 2, 3, 4}
+    assert len(json.loads(f.read_text())["runs"]) == 1  # the planted run dropped
+
+
 def test_the_calibration_that_fooled_k_auto_fails_the_physics_checks(machine, monkeypatch):
     """The file measured while the machine was busy (docs/policy.md): t(3) < t(1) and r(2) = 3.5."""
     target, draft, clock, store = machine

@@ -4,11 +4,12 @@ policy/calibration.py, which keeps them in memory only).
 One file per key (``calibration_key``: model, device, kernel, the n's measured, machine, CPU model and generation,
 NumPy, thread counts and the numba kernel's tiles) under ``$MINISPEC_CACHE/calibration/``, so that runs of other
 models, kernels or thread counts never overwrite each other's. A file keeps the key's last RUNS calibrations, each
-with when it was measured and the load then. ``load`` gives back, figure by figure, a low quantile (QUANTILE) of
-those younger than MAX_AGE_DAYS: load only ever slows a pass, so a run on a busy machine cannot raise the figures a
-quiet one measured, and a quiet one lowers them. The figures are then made non-decreasing in n (quantiles of
-different runs need not be). Files are replaced atomically; two processes saving at once may lose one of the two
-runs, never corrupt the file.
+with when it was measured and the load then. ``load`` gives back, figure by figure, the minimum of those younger
+than MAX_AGE_DAYS while fewer than 4 are kept, then their lower quartile (QUANTILE): load only ever slows a pass, so a
+quiet run lowers the figures, and busy runs raise them only once they are most of the kept runs (three of four at
+least). The figures ``load`` gives are checked by the cost model as measured ones are (policy/calibration.py), and a
+file whose figures fail is measured afresh and replaced. Files are replaced atomically; two processes saving at
+once may lose one of the two runs, never corrupt the file.
 
 ``use_disk_store()`` attaches it (the CLI does, unless ``MINISPEC_NO_CALIBRATION_CACHE=1``); a library caller that
 wants its calibrations kept does the same.
@@ -63,11 +64,21 @@ class DiskStore:
         loads = [c.load for c in runs if c.load is not None]
         return Calibration(what, times, max(c.measured_at for c in runs), min(loads) if loads else None, [], "stored")
 
+    @staticmethod
+    def same_figures(entry, calibration: Calibration) -> bool:
+        """Whether a kept run reads back (``Calibration.from_json``) with the same figures as ``calibration``."""
+        try:
+            return set(Calibration.from_json(calibration.what, entry).times) == set(calibration.times)
+        except (ValueError, AttributeError, TypeError):
+            return False
+
     def save(self, key: str, calibration: Calibration) -> None:
         try:
             runs = self.runs(key)
         except ValueError:
             runs = []  # a file that is not ours is replaced
+        runs = [r for r in runs if self.same_figures(r, calibration)]  # (bug: a kept run without some figures, or
+        # measured "in the future", stayed, so every later load was distrusted and measured afresh)
         runs = (runs + [calibration.to_json()])[-RUNS:]
         self.folder.mkdir(parents=True, exist_ok=True)
         f = self.path(key)

@@ -34,7 +34,7 @@ def verify_calibration(model, ns, fresh: bool = False) -> Calibration:
     probe_ns = tuple(sorted({ns[0], ns[-1]}))
     return calibrated(calibration_key(model, ns), f"t(n) of {model.name}",
                       lambda: forward_times(model, ns, context=64, repeats=REPEATS, warmup=1), check_verify,
-                      lambda: forward_times(model, probe_ns, context=64, repeats=2, warmup=1), fresh)
+                      lambda: forward_times(model, probe_ns, context=64, repeats=2, warmup=1), ns, fresh)
 
 
 def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
@@ -45,7 +45,7 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
     if timed is not None:
         return calibrated(calibration_key(drafter, SELF_TIMED), f"guesses of {drafter.name}",
                           lambda: dict(zip(("guess", "fed"), timed(REPEATS))), check_drafter,
-                          lambda: dict(zip(("guess", "fed"), timed(1))), fresh)
+                          lambda: dict(zip(("guess", "fed"), timed(1))), ("guess", "fed"), fresh)
     model = drafter.model if has(drafter, HasModel) else None
     if model is None:
         return None
@@ -58,7 +58,7 @@ def drafter_calibration(drafter, fresh: bool = False) -> Calibration | None:
         return dict(guess=guess_time(drafter, context, repeats=repeats, warmup=1), fed=fed)
 
     return calibrated(calibration_key(model, ("guess", "fed")), f"guesses of {drafter.name}", lambda: measure(REPEATS),
-                      check_drafter, lambda: measure(2), fresh)
+                      check_drafter, lambda: measure(2), ("guess", "fed"), fresh)
 
 
 def level_calibration(drafter, fresh: bool = False) -> Calibration | None:
@@ -68,7 +68,7 @@ def level_calibration(drafter, fresh: bool = False) -> Calibration | None:
     if has(drafter, TimesItsTreeLevels):
         return calibrated(calibration_key(drafter, ("level", 1, 2, 3, 4)), f"tree levels of {drafter.name}",
                           lambda: tree_level_times(drafter, range(1, 5), REPEATS), check_verify,
-                          lambda: tree_level_times(drafter, (1, 4), 1), fresh)
+                          lambda: tree_level_times(drafter, (1, 4), 1), range(1, 5), fresh)
     return verify_calibration(drafter.model, range(1, 5), fresh) if has(drafter, HasModel) else None
 
 
