@@ -43,7 +43,8 @@ FILES = ["README.md", "docs/speed.md", "docs/rules.md", "docs/losslessness.md", 
          "docs/models.md", "docs/eagle.md", "docs/crossvocab.md", "docs/block.md", "docs/power.md", "docs/mutation.md",
          "docs/peers.md", "docs/specbench.md", "weights/smoldraft-3l-192/README.md", "weights/eagle-smollm2-135m/README.md"]
 SECTION = re.compile(r"(<!-- generated: ([\w.-]+) -->)\n(?:.*?\n)?(<!-- end: \2 -->)", re.S)
-VALUE = re.compile(r"(<!-- v:([\w.-]+) -->).*?(<!-- /v -->)", re.S)
+VALUE = re.compile(r"(<!-- v:([\w.-]+) -->)(?:(?!<!--).)*?(<!-- /v -->)", re.S)  # a figure holds no marker: one
+# whose closer was lost is an error, not a match that swallows the text up to the next figure's closer
 ROOT_LINK = re.compile(r"\]\((docs/[^)\s]*)\)")  # a section's link to a measurement, written from the repository root
 
 
@@ -72,23 +73,38 @@ def render(text: str, root: Path = ROOT, where: str = "README.md") -> str:
             raise KeyError(f"no generated figure named {m.group(2)!r}")
         return f"{m.group(1)}{figures[m.group(2)]}{m.group(3)}"
 
+    closed(text, SECTION, "<!-- generated: ", where)
+    closed(text, VALUE, "<!-- v:", where)
     return VALUE.sub(value, SECTION.sub(section, text))
+
+
+def closed(text: str, marker: re.Pattern, opener: str, where: str) -> None:
+    """ValueError naming the line of the first opener in ``text`` that ``marker`` does not match whole (its closer
+    missing or misspelt): such a section or figure would never be written again, nor found stale by ``--check``."""
+    matched = {m.start() for m in marker.finditer(text)}
+    for m in re.finditer(re.escape(opener), text):
+        if m.start() not in matched:
+            line = text.count("\n", 0, m.start()) + 1
+            raise ValueError(f"{where}:{line}: {text[m.start():].split(chr(10))[0][:60]!r} has no closing marker")
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    stale = []
-    for name in FILES:
-        f = ROOT / name
-        text = f.read_text()
-        new = render(text, where=name)
-        if new != text:
-            stale.append(name)
-            if "--check" not in argv:
-                f.write_text(new)
-    if "--check" in argv and stale:
-        print(f"stale generated sections in: {', '.join(stale)} (run python -m minispec.harness.docs_tables)")
-        return 1
+    if argv not in ([], ["--check"]):  # (bug: any other argument, "--chek", meant "rewrite every file")
+        print(f"usage: python -m minispec.harness.docs_tables [--check]; got {' '.join(argv)}", file=sys.stderr)
+        return 2
+    # every file rendered before any is written (bug: an error in a later file left the earlier ones rewritten)
+    texts = {name: (ROOT / name).read_text() for name in FILES}
+    stale = {name: new for name, text in texts.items() if (new := render(text, where=name)) != text}
+    if argv == ["--check"]:
+        if stale:
+            print(f"stale generated sections in: {', '.join(stale)} (run python -m minispec.harness.docs_tables)")
+            return 1
+        return 0
+    for name, new in stale.items():
+        tmp = (ROOT / name).with_suffix(".tmp")
+        tmp.write_text(new)
+        tmp.replace(ROOT / name)
     return 0
 
 
