@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -43,10 +44,16 @@ def machine_info() -> dict:
     return info
 
 
-def commit() -> str | None:
-    """The checkout's commit, with "+changes" when the tracked files differ from it (None outside git)."""
-    root = Path(__file__).resolve().parents[2]
+def commit(root: Path | None = None) -> str | None:
+    """The commit of minispec's checkout (``root``: this file's), with "+changes" when the tracked files differ from
+    it; None outside a checkout of its own (bug: a minispec installed inside another repository, under its .venv,
+    recorded that repository's commit)."""
+    root = Path(root or Path(__file__).parents[2]).resolve()
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
+                             check=True)
+        if Path(top.stdout.strip()).resolve() != root or not (root / "minispec" / "__init__.py").is_file():
+            return None
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, check=True)
@@ -74,15 +81,16 @@ def provenance(argv=None, prog: str | None = None) -> dict:
 
 
 def command(argv=None) -> str:
-    """The command line as a reader would type it again: ``minispec ...`` or ``python -m minispec.x.y ...``."""
+    """The command line as a reader would type it again: ``minispec ...`` or ``python -m minispec.x.y ...``, each
+    argument quoted where a shell needs it (bug: "--prompt 'a b; c'" was written unquoted)."""
     argv = list(sys.argv if argv is None else argv)
     if not argv:
         return ""
     head = Path(argv[0])
     if head.name in ("minispec", "__main__.py"):
-        return " ".join(["minispec", *argv[1:]])
+        return shlex.join(["minispec", *argv[1:]])
     if head.suffix == ".py" and "minispec" in head.parts:
         at = len(head.parts) - 1 - head.parts[::-1].index("minispec")  # the package, however its checkout is named
         module = ".".join(head.with_suffix("").parts[at:])
-        return " ".join(["python -m " + module, *argv[1:]])
-    return " ".join(argv)
+        return shlex.join(["python", "-m", module, *argv[1:]])
+    return shlex.join(argv)
