@@ -65,3 +65,33 @@ def test_bad_spins_are_refused_before_anything_runs(capsys):
     assert busy_bench.main(["--numba-spins", "-5"]) == 2
     assert busy_bench.main(["--numba-spins", "0", "--kernels", "numpy"]) == 2  # no numba rows to add it to
     assert busy_bench.main(["--numba-spins", "0", "--readme-only"]) == 2
+
+
+def test_a_failed_or_hung_example_is_no_time(tmp_path, monkeypatch, capsys):
+    """A failed example's record is not written to --json (bug: its seconds were, and docs/reading.md showed them as
+    the example's time); one still running at the limit is stopped and named (bug: TimeoutExpired lost every time
+    measured before it); a record holding a failure is refused by the examples table."""
+    import json
+
+    import pytest
+
+    from minispec.harness import busy_figures
+
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "00_ok.py").write_text('"""Runs."""\n')
+    (tmp_path / "examples" / "01_fails.py").write_text('"""Fails."""\nraise SystemExit(3)\n')
+    (tmp_path / "examples" / "02_hangs.py").write_text('"""Hangs."""\nimport time\ntime.sleep(30)\n')
+    monkeypatch.setattr(example_times, "ROOT", tmp_path)
+    monkeypatch.setattr(example_times, "settle", lambda s: None)
+    monkeypatch.setattr(example_times, "TIMEOUT", 2)
+    out = tmp_path / "times.json"
+    assert example_times.main(["--json", str(out)]) == 1
+    record = json.loads(capsys.readouterr().out)["examples"]
+    assert [record[n]["returncode"] for n in ("00_ok.py", "01_fails.py", "02_hangs.py")] == [0, 3, None]
+    assert not out.exists()
+    assert example_times.main(["--json", str(out), "--only", "0"]) == 0 and out.exists()
+    (tmp_path / "docs" / "examples").mkdir(parents=True)
+    record["01_fails.py"]["quiet"] = True
+    (tmp_path / busy_figures.EXAMPLES).write_text(json.dumps(dict(examples=record, provenance={})))
+    with pytest.raises(ValueError, match="01_fails.py failed"):
+        busy_figures.examples_table(tmp_path)

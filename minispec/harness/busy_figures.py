@@ -49,6 +49,8 @@ def examples_table(root: Path) -> str:
     d = load(root, EXAMPLES)
     lines = ["| example | what it shows | seconds |", "|---|---|---|"]
     for name, r in d["examples"].items():
+        if r.get("returncode", 0) != 0:  # (bug: a failed run's seconds were shown as the example's time)
+            raise ValueError(f"{EXAMPLES}: {name} failed (returncode {r.get('returncode')}): its seconds are no time")
         note = "" if r["quiet"] else " (busy)"
         lines.append(f"| [`{name}`](../examples/{name}) | {r['what']} | {seconds(r['seconds'])}{note} |")
     return "\n".join(lines) + f"\n\n*{run_line(d)}: each run alone, after the load average fell below 0.5.*"
