@@ -96,6 +96,8 @@ def test_break_even_acceptance_pays_and_a_little_less_does_not():
     a = doc_figures.needed(1.0, 0.05, r, ks=range(1, 4))
     assert a == pytest.approx(0.55, abs=1e-6)  # K = 1: 1 + a = 0.05 + 1.5
     assert expected_tokens(a - 1e-3, 1) < 0.05 + 1.5 and expected_tokens(a - 1e-3, 2) < 0.1 + 1.8
+    assert doc_figures.needed(1.61, 0.3, {"2": 1.9, "3": 2.6}, ks=range(1, 3)) is None  # 0.96x at a = 1: out of
+    # reach, not 1.00 (bug: the bisection returned its upper end)
 
 
 def test_the_study_report_is_written_from_its_json():

@@ -119,17 +119,27 @@ def speed_model(root: Path) -> str:
         f"{e4 / (4 * c + 1):.2f}x at K = 4."])
 
 
-def needed(target: float, c: float, r: dict, ks=range(1, 9)) -> float:
+def needed(target: float, c: float, r: dict, ks=range(1, 9)) -> float | None:
     """The smallest acceptance (first and later guesses alike) at which the best K reaches ``target``x, by
-    bisection; ``target`` 1: the break-even acceptance, where some K pays."""
+    bisection; ``target`` 1: the break-even acceptance, where some K pays. None where no K reaches it even at
+    acceptance 1 (bug: the bisection then returned 1.0, as if a perfect first guess were enough)."""
+    def reaches(a):
+        return any(predicted_speedup(a, c, r[str(k + 1)], k) >= target for k in ks if str(k + 1) in r)
+    if not reaches(1.0):
+        return None
     lo, hi = 0.0, 1.0
     for _ in range(40):
         mid = (lo + hi) / 2
-        if any(predicted_speedup(mid, c, r[str(k + 1)], k) >= target for k in ks if str(k + 1) in r):
+        if reaches(mid):
             hi = mid
         else:
             lo = mid
     return hi
+
+
+def acceptance_text(a: float | None) -> str:
+    """``needed``'s acceptance as the docs print it."""
+    return "out of reach" if a is None else f"{a:.2f}"
 
 
 def eagle_speed(root: Path) -> str:
@@ -239,7 +249,7 @@ def eagle_values(root: Path) -> dict[str, str]:
     a = {p: row(s, EAGLE, 1)["by_prompt_set"][p]["acceptance"] for p in s["prompt_sets"]}
     b = row(s, EAGLE, 4)["a_next"]
     return {"eagle.r2": f"{r_of(s, 2):.2f}", "eagle.cap": f"2 / ({r_of(s, 2):.2f} + {c:.3f}) = {2 / (r_of(s, 2) + c):.2f}x",
-            "eagle.needs.1.61": f"{needed(1.61, c, r):.2f}", "eagle.needs.1.3": f"{needed(1.3, c, r):.2f}",
+            "eagle.needs.1.61": acceptance_text(needed(1.61, c, r)), "eagle.needs.1.3": acceptance_text(needed(1.3, c, r)),
             "eagle.b": f"{b:.2f}",
             "eagle.gpu.code": f"(1 + {a['code']:.2f} + {a['code']:.2f} x {b:.2f}) / (2 x {c:.3f} + 1) = "
                               f"{predicted_speedup(a['code'], c, 1.0, 2, b):.2f}x",
@@ -295,7 +305,7 @@ def study_values(root: Path) -> dict[str, str]:
         "study.r2-r5": f"{r_of(s, 2):.2f}-{r_of(s, 5):.2f}",
         "study.minutes": f"{s['seconds'] / 60:.0f} min",
         "study.tok_s": tokens_per_second(s),
-        "study.break_even": f"{needed(1.0, 0.0, r):.2f}-{needed(1.0, 0.1, r):.2f}",
+        "study.break_even": f"{acceptance_text(needed(1.0, 0.0, r))}-{acceptance_text(needed(1.0, 0.1, r))}",
         "study.a.draft": f"{row(s, DRAFT, 1)['a_first']:.2f}",
         "study.a.eagle": f"{row(s, EAGLE, 1)['a_first']:.2f}",
     }
