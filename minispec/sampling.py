@@ -190,16 +190,31 @@ class Warp:
 
     def chain(self, logits, tokens, guesses, strict: bool = True) -> np.ndarray:  # [n, V] -> [n, V]
         """Row i's distribution after ``tokens`` + ``guesses[:i]``: a target pass's p_1..p_{K+1} over a chain
-        x_1..x_K, or (``strict=False``) a drafter's first-guess rows over a text."""
-        if self.processors and len(logits):
-            logits = np.stack([self.process(row, [*tokens, *guesses[:i]], strict) for i, row in enumerate(logits)])
-        return warp(logits, self.temperature, self.top_k, self.top_p)
+        x_1..x_K, or (``strict=False``) a drafter's first-guess rows over a text. A row is strict only while every
+        guess before it has p > 0 in its own row: after a guess with p = 0, which every rule rejects, no row is
+        read, and one that the processors leave with no token is no error (bug: it raised, where plain decoding,
+        which never reaches that prefix, went on)."""
+        if not (self.processors and len(logits)):
+            return warp(logits, self.temperature, self.top_k, self.top_p)
+        rows, reached = [], strict
+        for i, row in enumerate(logits):
+            rows.append(warp(self.process(row, [*tokens, *guesses[:i]], reached), self.temperature, self.top_k,
+                             self.top_p))
+            reached = reached and (i >= len(guesses) or rows[-1][guesses[i]] > 0)
+        return np.stack(rows)
 
     def tree(self, logits, tokens, tree) -> np.ndarray:  # [N+1, V] -> [N+1, V]
-        """Row n's distribution after ``tokens`` and the path to node n of ``tree`` (tree.py; row 0: the root's)."""
-        if self.processors:
-            logits = np.stack([self.process(row, tree.prefix(tokens, n), True) for n, row in enumerate(logits)])
-        return warp(logits, self.temperature, self.top_k, self.top_p)
+        """Row n's distribution after ``tokens`` and the path to node n of ``tree`` (tree.py; row 0: the root's);
+        strict, as ``chain``, only where every node on the path has p > 0 in its parent's row."""
+        if not self.processors:
+            return warp(logits, self.temperature, self.top_k, self.top_p)
+        rows, reached = [], [True]
+        for n, row in enumerate(logits):
+            if n:  # a node after its parent (tree.py adds children after their parents)
+                reached.append(reached[tree.parents[n]] and rows[tree.parents[n]][tree.tokens[n]] > 0)
+            rows.append(warp(self.process(row, tree.prefix(tokens, n), reached[n]), self.temperature, self.top_k,
+                             self.top_p))
+        return np.stack(rows)
 
 
 def describe(processor) -> str:

@@ -424,3 +424,22 @@ def test_a_row_with_no_token_allowed_is_an_error_in_speculation_as_in_plain_deco
     for drafter in (DraftModel(draft), PromptLookup()):
         with pytest.raises(ValueError, match="allow no token after 2 generated tokens"):
             speculative_generate(target, drafter, [5, 9, 2], 6, k=3, processors=procs)
+
+
+def test_a_row_after_a_guess_the_target_forbids_is_never_an_error(big_pair):
+    """Prompt lookup guesses 10, 10, 12 (the prompt's own continuation); the choices allow 10 then 11, so the target's
+    row after the second 10 forbids nothing it reads, but the row after 10, 10 is left with no token by the n-gram
+    ban. That row follows a guess with p = 0, which every rule rejects: it is never read, and speculation gives plain
+    decoding's text (bug: the loop raised there, where plain decoding, which never reaches that prefix, went on)."""
+    target, draft = big_pair
+    prompt, procs = [20, 5, 10, 10, 12, 30, 5], (Choices([[10, 11], [10, 10, 12]], stop_ids=[0]), NoRepeatNGram(3))
+    plain = generate(target, prompt, 6, stop_ids=[0], processors=procs)
+    assert plain == [10, 11, 0]
+    for drafter in (PromptLookup(), DraftModel(draft)):
+        assert speculative_generate(target, drafter, prompt, 6, k=3, stop_ids=[0], processors=procs).tokens == plain
+        assert tree_speculative_generate(target, drafter, prompt, 6, shape=(2, 3), stop_ids=[0],
+                                         processors=procs).tokens == plain
+    for seed in range(3):
+        out = speculative_generate(target, PromptLookup(), prompt, 6, k=3, stop_ids=[0], processors=procs,
+                                   temperature=1.0, seed=seed).tokens
+        assert out in ([10, 11, 0], [10, 10, 12, 0])
