@@ -34,7 +34,7 @@ from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
 from ..policy.timing import guess_time
-from ..recipes.fetch import DEFAULT_DRAFT, default_weights_dir
+from ..recipes.fetch import DEFAULT_DRAFT, default_model_dir, default_weights_dir, sha256
 from .measure import stream_time, timed
 from .provenance import provenance
 
@@ -43,13 +43,21 @@ SMOKE_SHAPE = dict(SMOLLM2_SHAPE, hidden_size=64, intermediate_size=128, num_hid
 
 
 def random_target(path, smoke: bool = False) -> Path:
-    """Random weights of SmolLM2-135M's shape (``--smoke``: a small model with its vocabulary), with the
-    shipped draft's tokenizer (the same as SmolLM2's) so that the study can run on it too."""
+    """Random weights of SmolLM2-135M's shape (``--smoke``: a small model with its vocabulary), with SmolLM2's
+    tokenizer, from the converted target (``minispec fetch smollm2``; checked against the one the shipped draft
+    names, ``tokenizer.sha256``), so that the study can run on it too. FileNotFoundError, before any weight is
+    written, where that tokenizer is missing (bug: the draft's copy, which it no longer ships, was looked for and
+    skipped in silence, and the study step failed later for want of a tokenizer)."""
+    source = default_model_dir()
+    if not (source / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{source / 'tokenizer.json'} (SmolLM2's tokenizer) is missing: run `minispec fetch "
+                                "smollm2` first, or bring that file (3.5 MB, git-ignored) with the checkout")
+    named = (default_weights_dir() / DEFAULT_DRAFT / "tokenizer.sha256").read_text().split()[0]
+    if sha256(source / "tokenizer.json") != named:
+        raise ValueError(f"{source / 'tokenizer.json'} is not SmolLM2's tokenizer (its sha256 is not {named})")
     path = write_random_model(path, tiny_config(**(SMOKE_SHAPE if smoke else SMOLLM2_SHAPE)))
-    draft = default_weights_dir() / DEFAULT_DRAFT
     for f in ("tokenizer.json", "tokenizer_config.json"):
-        if (draft / f).exists():
-            (path / f).write_bytes((draft / f).read_bytes())
+        (path / f).write_bytes((source / f).read_bytes())
     return path
 
 
