@@ -119,7 +119,21 @@ def check_stops(what: str, stop_ids) -> tuple[int, ...]:
     stops = tuple(int(t) for t in (stop_ids or ()))
     if not stops:
         raise ValueError(f"{what} needs the run's stop tokens (stop_ids): it forbids or allows them")
+    check_ids(what, stops)
     return stops
+
+
+def check_ids(what: str, ids) -> None:
+    """Token ids are integers of at least 0 (bug: -1 silently meant the vocabulary's last token)."""
+    bad = [t for t in ids if not (is_integer(t) and t >= 0)]
+    if bad:
+        raise ValueError(f"{what}: token ids must be integers of at least 0, got {bad[0]!r}")
+
+
+def check_vocab(what: str, largest: int, logits) -> None:
+    """A processor's largest token id within the row's vocabulary (bug: an IndexError in the middle of a run)."""
+    if largest >= len(logits):
+        raise ValueError(f"{what}: token id {largest} is outside the model's vocabulary of {len(logits)} tokens")
 
 
 class MinNewTokens:
@@ -129,6 +143,7 @@ class MinNewTokens:
         self.min_new, self.stops = int(min_new), check_stops("a minimum length", stop_ids)
 
     def __call__(self, logits, prefix, prompt_len):
+        check_vocab("a minimum length's stop tokens", max(self.stops), logits)
         if len(prefix) - prompt_len < self.min_new:
             logits[list(self.stops)] = -np.inf
         return logits
@@ -147,6 +162,8 @@ class Choices:
         self.stops = check_stops("a choice list", stop_ids)
         if any(isinstance(s, str) for s in sequences):
             raise TypeError("Choices takes token id sequences; texts go through processors.build(choices=..., encode=...)")
+        for s in sequences:
+            check_ids("a choice", s)
         seqs = [tuple(int(t) for t in s) for s in sequences]
         if not seqs:
             raise ValueError("the choice list is empty: give at least one choice")
@@ -163,6 +180,7 @@ class Choices:
                 node = self.children[node][t]
             self.ends.add(node)
         self.shortest = min(len(s) for s in seqs)
+        self.largest = max(max(max(s) for s in seqs), max(self.stops))
         self.labels = list(labels) if labels is not None else [str(list(s)) for s in seqs]
 
     def node(self, generated) -> int | None:
@@ -181,6 +199,7 @@ class Choices:
         return sorted(self.children[node]) + (list(self.stops) if node in self.ends else [])
 
     def __call__(self, logits, prefix, prompt_len):
+        check_vocab("a choice list", self.largest, logits)
         allowed = self.allowed(prefix[prompt_len:])
         if allowed is None:
             return logits
@@ -210,6 +229,8 @@ def build(*, repetition_penalty=None, frequency_penalty=None, presence_penalty=N
     if min_new_tokens is not None:
         out.append(MinNewTokens(min_new_tokens, stop_ids))
     if choices is not None:
+        if isinstance(choices, str):  # (bug: "yes" became the three choices "y", "e", "s")
+            raise TypeError(f"choices: a list of texts or token id sequences, not one text ({choices!r:.40})")
         choices = list(choices)
         texts = all(isinstance(c, str) for c in choices) and choices
         if not texts and any(isinstance(c, str) for c in choices):

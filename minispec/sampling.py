@@ -181,6 +181,10 @@ class Warp:
         prefix = [int(t) for t in prefix]
         for processor in self.processors:
             z = processor(z, prefix, self.prompt_len)
+        if np.isnan(z).any() or np.isposinf(z).any():  # (bug: a penalty of 1e-310 made +inf, warp NaN, and sample
+            # then gave the vocabulary's last token)
+            raise ValueError(f"the logits processors made a logit that is NaN or +inf after {len(prefix) - self.prompt_len}"
+                             f" generated tokens ({', '.join(map(describe, self.processors))}): a penalty too extreme")
         if not np.isfinite(z).any():
             if strict:
                 raise ValueError(f"the logits processors allow no token after {len(prefix) - self.prompt_len} "

@@ -112,10 +112,27 @@ def test_bad_settings_are_refused_by_name():
                       (dict(choices=[[1], []], stop_ids=[0]), "a choice is empty"),
                       (dict(choices=[[1, 2, 3]], stop_ids=[0], max_new_tokens=3), "no choice fits in max_new_tokens = 3"),
                       (dict(choices=["yes", [4]], stop_ids=[0]), "all texts or all token id sequences"),
-                      (dict(choices=[[1, 2]], stop_ids=[0], min_new_tokens=3), "min_new_tokens = 3 with a choice of 2")]:
+                      (dict(choices=[[1, 2]], stop_ids=[0], min_new_tokens=3), "min_new_tokens = 3 with a choice of 2"),
+                      (dict(choices=[[-1]], stop_ids=[0]), "a choice: token ids must be integers of at least 0, got -1"),
+                      (dict(min_new_tokens=2, stop_ids=[-1]), "token ids must be integers of at least 0, got -1")]:
         with pytest.raises(ValueError, match=words):
             build(**kw)
+    with pytest.raises(TypeError, match="not one text"):  # (bug: "yes" was three choices, "y", "e" and "s")
+        build(choices="yes", stop_ids=[0], encode=list)
     assert build() == ()
+
+
+def test_ids_outside_the_vocabulary_and_extreme_penalties_are_refused_in_the_run(big_pair):
+    """A choice or stop id past the model's vocabulary is refused by name (bug: an IndexError mid-run); a penalty
+    extreme enough to make a logit +inf is refused (bug: the row's probabilities were NaN, and every draw gave the
+    vocabulary's last token)."""
+    target, _ = big_pair
+    for procs, words in [((Choices([[99]], stop_ids=[0]),), "token id 99 is outside the model's vocabulary of 64"),
+                         ((MinNewTokens(2, stop_ids=[70]),), "token id 70 is outside"),
+                         ((RepetitionPenalty(1e-310),), "NaN or \\+inf"),
+                         ((FrequencyPenalty(-1e308),), "NaN or \\+inf")]:
+        with pytest.raises(ValueError, match=words):
+            generate(target, [5, 9, 2, 5, 9], 6, processors=procs, temperature=1.0, seed=0, stop_ids=[0])
 
 
 def test_a_warp_with_processors_needs_the_prefix():
