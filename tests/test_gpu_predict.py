@@ -23,3 +23,20 @@ def test_without_smollm2s_tokenizer_nothing_is_written(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="SmolLM2's tokenizer"):
         gpu.random_target(tmp_path / "t", smoke=True)
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("bad, says", [(["--ns", "0"], "--ns and --repeats must be at least 1"),
+                                       (["--out", "FILE"], "exists and is not a directory"),
+                                       (["--study", "FILE"], "not a study's JSON"),
+                                       (["--target", "TWO"], "2 layers; the launch probe")])
+def test_gpu_predict_refuses_its_arguments_before_it_measures(tmp_path, monkeypatch, capsys, bad, says):
+    """(bug: each was found out after the measurement, minutes on a GPU, or as a ZeroDivisionError)"""
+    from minispec.model.tiny import tiny_config, write_random_model
+
+    (tmp_path / "FILE").write_text("not json")
+    write_random_model(tmp_path / "TWO", tiny_config(num_hidden_layers=2))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gpu, "measure", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as e:
+        gpu.main(["--device", "cpu", "--smoke", *bad])
+    assert e.value.code == 2 and says in capsys.readouterr().err

@@ -30,6 +30,7 @@ import numpy as np
 from ..drafters import DraftModel, LayerSkip, PromptLookup
 from ..generate import generate
 from ..model import backend, load_model
+from ..model.config import ModelConfig
 from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
@@ -196,6 +197,27 @@ def main(argv=None) -> int:
     p.add_argument("--attach", action="append", default=[], metavar="LABEL=FILE",
                    help="add a text file (a test log, another benchmark's output) to the report")
     a = p.parse_args(argv)
+    # checked before the measurement, which takes minutes on a GPU (bug: each was found out after it)
+    if a.ns < 1 or a.repeats < 1:
+        p.error(f"--ns and --repeats must be at least 1, got {a.ns} and {a.repeats}")
+    if Path(a.out).exists() and not Path(a.out).is_dir():
+        p.error(f"--out {a.out}: exists and is not a directory")
+    if not a.name or "/" in a.name:
+        p.error(f"--name {a.name!r}: a file name, without '/'")
+    study = Path(a.study)
+    try:
+        s = json.loads(study.read_text()) if study.exists() else None
+    except (OSError, ValueError) as e:
+        p.error(f"--study {study}: not a study's JSON ({e})")
+    if s is not None and not (isinstance(s, dict) and isinstance(s.get("rows"), list)):
+        p.error(f"--study {study}: not a study's JSON (no rows)")
+    if a.target:
+        try:
+            layers = ModelConfig.from_dir(a.target).num_layers
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--target {a.target}: {e}")
+        if layers < 3:
+            p.error(f"--target {a.target}: {layers} layers; the launch probe compares 2 layers with the target's depth")
     backend.use_device(a.device)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
@@ -204,9 +226,7 @@ def main(argv=None) -> int:
                         context=64 if a.smoke else 256, decode_tokens=16 if a.smoke else 64, log=log)
     res = dict(label="GPU speedups are PREDICTED from CPU-measured acceptances and GPU-measured costs",
                device_kind=a.device, smoke=a.smoke, study_path=a.study, measured=costs, rows=[], best=[])
-    study = Path(a.study)
-    if study.exists():
-        s = json.loads(study.read_text())
+    if s is not None:
         res["rows"], res["best"] = predict(s, costs)
         res["cpu"] = dict(machine=s.get("machine"), target_step_ms=s.get("target_step_ms"), r=s.get("r"), c=s.get("c"))
     else:
