@@ -22,6 +22,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--prompt", default="Write a Python function that returns the n-th Fibonacci number.")
     args = ap.parse_args()
+    if args.k < 0 or args.max_new_tokens < 1:  # refused before the model loads
+        ap.error("--k must be at least 0 and --max-new-tokens at least 1")
     target_dir = resolve_model(args.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     drafter = make_drafter(args.draft, target)

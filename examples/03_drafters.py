@@ -27,6 +27,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=40)
     ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
+    if args.prompts < 1 or args.k < 0 or args.max_new_tokens < 1:  # refused before the model loads
+        ap.error("--prompts and --max-new-tokens must be at least 1, --k at least 0")
     target_dir = resolve_model(args.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     specs = ["layer-skip", "prompt-lookup"]

@@ -27,6 +27,10 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
+    if args.k < 0 or args.max_new_tokens < 1:  # refused before the model loads
+        ap.error("--k must be at least 0 and --max-new-tokens at least 1")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        ap.error(f"--out {args.out}: exists and is not a directory")
     target_dir = resolve_model(args.model)
     target, tok = load_model(target_dir), load_tokenizer(target_dir)
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))

@@ -77,3 +77,14 @@ def test_00_tiny_loop():
     assert plain.split(":", 1)[1] == spec.split(":", 1)[1]
     sampled = run("examples/00_tiny_loop.py", "--temperature", "1", "--k", "2")
     assert "follow the target's distribution" in sampled and "identical" not in sampled
+
+
+@pytest.mark.parametrize("args, says", [(["02_speculative_generate.py", "--max-new-tokens", "0"], "--max-new-tokens at least 1"),
+                                        (["03_drafters.py", "--prompts", "0"], "--prompts and --max-new-tokens must be"),
+                                        (["06_trace.py", "--out", "README.md"], "exists and is not a directory")])
+def test_an_example_refuses_its_arguments_before_it_loads_the_model(args, says):
+    """(bug: --max-new-tokens 0 divided by zero after three timed runs, --prompts 0 ran every prompt, an --out that
+    is a file raised after the model load)"""
+    r = subprocess.run([sys.executable, f"examples/{args[0]}", *args[1:], "--model", "/nonexistent"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and says in r.stderr  # refused first: the missing --model is never reached
