@@ -25,6 +25,10 @@ SHIPPED = "weights/eagle-smollm2-135m"
 
 
 def main(f32_dir: str, out: str) -> None:
+    if not (Path(f32_dir) / "eagle.safetensors").is_file():  # checked before minutes of scoring
+        sys.exit(f"error: {f32_dir}: no eagle.safetensors (give the float32 head's directory)")
+    if not Path(out).parent.is_dir() or Path(out).is_dir():
+        sys.exit(f"error: {out}: the output file's folder does not exist, or it is a folder")
     d = resolve_model(None)
     target, tok = load_model(d), load_tokenizer(d)
     heads = {"BF16": load_eagle(SHIPPED, target), "F32": load_eagle(f32_dir, target)}
@@ -48,10 +52,11 @@ def main(f32_dir: str, out: str) -> None:
                acceptance={k: float(np.mean(v)) for k, v in acc.items()},
                greedy_agreement={k: float(np.mean(v)) for k, v in greedy.items()},
                command="python scripts/eagle_bf16.py F32_DIR docs/eagle/bf16.json", provenance=provenance())
-    with open(out, "w") as f:
-        json.dump(res, f, indent=2)
+    Path(out).write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
     main(*sys.argv[1:3])

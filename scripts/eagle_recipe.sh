@@ -87,9 +87,11 @@ if [ ! -f "$OUT/head/eagle.safetensors" ]; then
   python -m minispec.recipes.store_bf16 "$OUT/head.tmp" --file eagle.safetensors
   mv -T "$OUT/head.tmp" "$OUT/head"
 fi
-stage "5. acceptance by depth on minispec/data"
-minispec bench eagle --eagle "$OUT/head" --sizes 6144 --prompts-per-set 8 --max-new-tokens 64 --k 4 \
-  --acceptance-only --json "$OUT/acceptance.json"
+if [ ! -f "$OUT/acceptance.json" ] || [ "$OUT/head/eagle.safetensors" -nt "$OUT/acceptance.json" ]; then
+  stage "5. acceptance by depth on minispec/data"
+  python -m minispec bench eagle --eagle "$OUT/head" --sizes 6144 --prompts-per-set 8 --max-new-tokens 64 --k 4 \
+    --acceptance-only --json "$OUT/acceptance.json"
+fi
 made=$(sha256sum "$OUT/head/eagle.safetensors" | cut -c1-16)
 shipped=$(grep eagle.safetensors weights/eagle-smollm2-135m/SHA256SUMS | cut -c1-16)
 stage "done: $OUT/head (eagle.safetensors sha256 $made...; the shipped head's $shipped...), $OUT/acceptance.json"
