@@ -4,6 +4,7 @@ and after the runs it is compared with, the weight-streaming floor and peak memo
 from __future__ import annotations
 
 import json
+import math
 import resource
 import sys
 import time
@@ -19,15 +20,17 @@ _START = (time.perf_counter(), time.process_time())  # when this process began m
 
 
 def others_load() -> float | None:
-    """The 1-minute load average less this process's own use of the CPUs since it began (its CPU seconds over the
-    wall-clock seconds, at most a minute's worth): roughly, how many other processes were running; None where the
-    platform has no load average."""
+    """The 1-minute load average less what this process has added to it: roughly, how many other processes were
+    running; None where the platform has no load average. The kernel's average moves toward the running count with a
+    time constant of a minute, so a process that has used u CPUs on average over its w seconds has added about
+    u (1 - exp(-w / 60)) to it (bug: u itself was taken off, so a process a few seconds old that had just loaded its
+    models took a whole CPU off, and a machine with another process busy throughout read as quiet)."""
     load = load_average()
     if load is None:
         return None
     wall = time.perf_counter() - _START[0]
     own = (time.process_time() - _START[1]) / wall if wall > 1 else 0.0
-    return max(0.0, load - own)
+    return max(0.0, load - own * (1.0 - math.exp(-wall / 60.0)))
 
 
 def busy_words(load: float | None) -> str:
