@@ -206,3 +206,20 @@ def test_the_settings_name_the_shipped_weights_each_method_reads():
     so that after a new head a resume cannot mix two heads' rows in one table."""
     got = specbench.drafter_weights(["eagle", "prompt-lookup", "draft"])
     assert set(got) == {"eagle", "draft"} and all(len(h) == 16 for h in got.values())
+
+
+def test_the_plot_refuses_a_summary_without_what_it_draws(tmp_path, capsys):
+    """(bug: only the plain decoding's tasks were checked; a summary without its settings, its question count or a
+    method's task failed inside the plot with a bare traceback)"""
+    import copy
+
+    whole = json.loads((Path(__file__).resolve().parents[1] / "docs" / "specbench" / "run.json").read_text())
+    specbench_figures.check_summary(whole)  # the committed summary has all of it
+    for cut in (lambda r: r.pop("settings"), lambda r: r.pop("questions"),
+                lambda r: next(iter(r["summary"]["methods"].values()))["tasks"].popitem()):
+        res = copy.deepcopy(whole)
+        cut(res)
+        (tmp_path / "s.json").write_text(json.dumps(res))
+        assert specbench_figures.main([str(tmp_path / "s.json"), str(tmp_path / "s.png")]) == 2
+        assert "not a `minispec bench specbench --json` summary" in capsys.readouterr().err
+        assert not (tmp_path / "s.png").exists()

@@ -119,6 +119,19 @@ def published(root: Path) -> str:
 SECTIONS = {"specbench_first_look": first_look, "specbench_run": committed_run, "specbench_published": published}
 
 
+def check_summary(res) -> None:
+    """KeyError, TypeError or ValueError where ``res`` lacks a figure ``plot`` reads (bug: only the plain tasks were
+    checked; a summary without its settings, its question count or a method's task failed inside the plot)."""
+    s = res["summary"]
+    tasks = list(s["plain"]["tasks"])
+    for group in ("methods", "peers"):
+        for cells in s[group].values():
+            for t in tasks:
+                float(cells["tasks"][t]["speedup"])
+    int(res["questions"])
+    int(res["settings"]["max_new_tokens"])
+
+
 def plot(res: dict, png: Path) -> Path | None:
     """Speedup by task, a bar per method (minispec's and the peers'), 1x marked; None without matplotlib."""
     try:
@@ -161,7 +174,7 @@ def main(argv=None) -> int:
     src = Path(argv[0])
     try:
         res = json.loads(src.read_text())
-        res["summary"]["plain"]["tasks"]
+        check_summary(res)
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: {src}: not a `minispec bench specbench --json` summary ({e})", file=sys.stderr)
         return 2
