@@ -9,6 +9,7 @@ Every speed figure carries its spread: the interquartile range over the prompts 
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from fractions import Fraction
 from functools import lru_cache
@@ -324,7 +325,7 @@ def study_values(root: Path) -> dict[str, str]:
     out["study.auto.t1.eagle"] = speed(row(s, EAGLE, "auto", "T=1"))
     out["study.step_ms"] = f"{s['target_step_ms']:.1f} ms"
     widths = sorted(r["speedup_q3"] - r["speedup_q1"] for r in s["rows"])
-    out["study.iqr_widths"] = f"{widths[0]:.2f}-{widths[-1]:.2f}x wide (median {widths[len(widths) // 2]:.2f}x)"
+    out["study.iqr_widths"] = f"{widths[0]:.2f}-{widths[-1]:.2f}x wide (median {statistics.median(widths):.2f}x)"
     out["study.auto.t1.draft.tokens_per_pass"] = f"{row(s, DRAFT, 'auto', 'T=1')['tokens_per_pass']:.2f}"
     out["study.k1.draft"] = speed(row(s, DRAFT, 1))
     gaps = [abs(b["speedup"] - b["predicted"]) for b in s["best"] if b["setting"] == "greedy"]

@@ -2,11 +2,12 @@
 
 Everything is measured in ONE run, with the plain autoregressive baseline interleaved: for each
 prompt, plain decoding runs before and after the speculative configurations, and each speedup is
-that prompt's plain time (mean of the two bracketing runs) over the configuration's time. Medians
-and quartiles are over prompts. The Leviathan et al. model predicts the speedup from the measured
-acceptances, cost ratio c and verify-cost ratio r(K+1), with the first guess accepted with
-probability a and each later one with b given the one before (b = a in the paper; policy/acceptance.py's
-``predicted_speedup``):
+the configuration's tokens per second over plain decoding's on that prompt (plain's tokens over the mean
+time of the two bracketing runs): the ratio of their times where both make the same tokens, and still
+fair where an end-of-sequence token at T = 1 makes them differ. Medians and quartiles are over prompts.
+The Leviathan et al. model predicts the speedup from the measured acceptances, cost ratio c and
+verify-cost ratio r(K+1), with the first guess accepted with probability a and each later one with b
+given the one before (b = a in the paper; policy/acceptance.py's ``predicted_speedup``):
 
     speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + r(K+1))
 """
@@ -380,7 +381,7 @@ def report_head(res: dict) -> list[str]:
          f"Machine: {m.get('cpu', m.get('processor'))}, {m.get('cpus')} CPUs, Python {m['python']}, NumPy {m['numpy']}"
          + (f", BLAS {'; '.join(m['blas'])}" if m.get("blas") else "") + ".",
          f"Prompts: {res['prompts_per_set']} per set from {', '.join(res['prompt_sets'])}; {res['max_new_tokens']} new "
-         f"tokens; speedups are medians over prompts of plain/speculative time ratios measured side by side, "
+         f"tokens; speedups are medians over prompts of speculative/plain tokens-per-second ratios measured side by side, "
          "with their interquartile range in brackets. These are example numbers from one machine, not promises."]
     if res.get("provenance"):
         p = res["provenance"]
