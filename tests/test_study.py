@@ -95,6 +95,22 @@ def test_acceptance_by_k_reads_rounds_at_k8():
     assert acc[8] == pytest.approx((0 + 3 + 8 + 1) / (8 + 8 + 8 + 2))
 
 
+def test_a_rounds_tokens_by_k_pick_the_k_a_geometric_acceptance_pays_best_at():
+    """Rounds whose guesses are each kept with probability 0.6 after the one before: a round at K emits
+    1 + 0.6 + ... + 0.6^K tokens, and with c = 0.05 and r(n) = 1 + 0.05 (n - 1) the best K is 3 (bug: the share of
+    the first K guesses kept stood for the first guess's rate, so K = 1 was predicted best)."""
+    from minispec.harness.draft_eval import best_k, tokens_by_k
+
+    rng = np.random.default_rng(0)
+    log = [(8, int(np.argmin(np.append(rng.random(8) < 0.6, False)))) for _ in range(20000)]  # kept: the first miss
+    tokens = tokens_by_k(log)
+    for k in (1, 4, 8):
+        assert tokens[k] == pytest.approx(sum(0.6 ** j for j in range(k + 1)), abs=0.02)
+    k, speed = best_k(tokens, 0.05, {n: 1 + 0.05 * (n - 1) for n in range(1, 10)})
+    assert k == 3 and speed == pytest.approx(2.176 / 1.3, abs=0.02)
+    assert tokens_by_k([(2, 1), (8, 5)])[4] == 5.0  # a round that drafted 2 says nothing about K = 4
+
+
 def test_acceptance_by_confidence(big_pair):
     from minispec import generate
     from minispec.harness.draft_eval import by_confidence, confidence_rows

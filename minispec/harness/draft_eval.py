@@ -23,7 +23,6 @@ from ..drafters import make_drafter
 from ..drafters.protocol import HasModel, has
 from ..generate import generate
 from ..policy import forward_times
-from ..policy.acceptance import predicted_speedup
 from ..policy.auto_k import best as choose_best
 from ..policy.timing import guess_time
 from ..recipes.fetch import shipped_draft
@@ -43,6 +42,22 @@ def acceptance_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:
         drafted = sum(min(d, k) for d, n in rounds_log if d)
         out[k] = acc / drafted if drafted else float("nan")
     return out
+
+
+def tokens_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:
+    """Tokens a round at K would emit, on average, read off rounds that drafted K or more guesses ((drafted, kept)
+    pairs): the first K guesses keep min(kept, K) (a rule keeps a prefix), plus the target's own token."""
+    out = {}
+    for k in range(1, k_max + 1):
+        kept = [min(n, k) for d, n in rounds_log if d >= k]
+        out[k] = 1.0 + sum(kept) / len(kept) if kept else float("nan")
+    return out
+
+
+def best_k(tokens: dict, c: float, r: dict) -> tuple[int, float]:
+    """The K whose predicted speedup, a round's tokens (``tokens_by_k``) over its cost in target steps (K guesses at
+    c each and a pass of K + 1 tokens, r(K + 1)), is highest -> (K, that speedup)."""
+    return choose_best(sorted(tokens), lambda k: tokens[k] / (k * c + r[k + 1]))
 
 
 CONFIDENCE_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0)
@@ -85,7 +100,7 @@ def evaluate_draft(target, drafter, tok, sets=("code", "chat"), n_prompts=None, 
                 bar.update()
             bar.close()
             res[f"{name} {setting}"] = dict(prompts=len(prompts), rounds=len(log), acceptance=acceptance_by_k(log),
-                                            direct={k: a / d if d else None for k, (a, d) in direct.items()},
+                                            tokens=tokens_by_k(log), direct={k: a / d if d else None for k, (a, d) in direct.items()},
                                             by_confidence=by_confidence(conf) if conf else None)
     return res
 
@@ -132,9 +147,11 @@ def main(argv=None) -> int:
                               + ("-" if b["acceptance"] is None else f"{b['acceptance']:.2f}") for b in r["by_confidence"]))
     speeds = {}
     for setting, temp in SETTINGS.items():
-        code = acc[f"code {setting}"]["acceptance"]
-        r = {n: v / t for n, v in forward_times(target, tuple(range(1, 10)), context=128, repeats=5).items()}
-        best, _ = choose_best(range(1, 9), lambda k, code=code, r=r: predicted_speedup(code[k], c, r[k + 1], k))
+        code = acc[f"code {setting}"]["tokens"]  # a round's tokens at each K (bug: the share of the first K guesses
+        # kept was passed as the first guess's rate a, which undercounts every K > 1 and so favoured K = 1)
+        ts = forward_times(target, tuple(range(1, 10)), context=128, repeats=5)
+        r = {n: v / ts[1] for n, v in ts.items()}  # r(n) of one measurement, over its own t(1) (bug: over another's)
+        best, _ = best_k(code, c, r)
         speeds[setting] = dict(k=best, speedup=speed_at(target, drafter, tok, best, n_prompts=a.speed_prompts,
                                                         max_new_tokens=a.max_new_tokens, temperature=temp))
         m, q1, q3 = speeds[setting]["speedup"]
