@@ -65,3 +65,19 @@ def test_the_shipped_drafters_are_listed_once(monkeypatch):
     monkeypatch.setattr(command, "shipped_bpe_draft", lambda: "B")
     assert command.shipped_drafters() == ["D", "tli:B", "slem:B"]
     assert command.shipped_drafters(own_tokenizer=("tli",)) == ["D", "tli:B"]
+
+
+@pytest.mark.parametrize("argv", [["bench", "--out", "FILE"], ["bench", "vocab", "--out", "FILE"],
+                                  ["bench", "power", "--out", "FILE", "--repeats", "1", "--sizes", "2"]])
+def test_an_out_that_is_a_file_is_refused_before_the_runs(argv, tmp_path, monkeypatch):
+    """(bug: the study, the cross-vocabulary runs and the power study ran first, then failed to write)"""
+    from minispec.harness import bench, crossvocab_eval, power
+
+    (tmp_path / "FILE").write_text("mine\n")
+    monkeypatch.chdir(tmp_path)
+    for module in (bench, crossvocab_eval):
+        monkeypatch.setattr(module, "load_target", lambda *a, **k: pytest.fail("the target loaded"))
+    monkeypatch.setattr(power, "power_study", lambda *a, **k: pytest.fail("the study ran"))
+    code, _, err = run_cli(argv)
+    assert code == 2 and "--out FILE: exists and is not a directory" in err
+    assert (tmp_path / "FILE").read_text() == "mine\n"

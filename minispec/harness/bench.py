@@ -27,7 +27,7 @@ from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from . import bench_commands, llama_cpp_times
-from .command import MODEL_HELP, load_target
+from .command import MODEL_HELP, check_out_dir, load_target
 from .measure import STREAM_READERS, compact_json, stream_time, timed
 from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
@@ -241,6 +241,7 @@ def bench_study(argv) -> int:
     unknown = set(a.drafters.split(",")) - set(DRAFTERS)
     if unknown:  # refused before the target is loaded
         p.error(f"--drafters: unknown {', '.join(sorted(unknown))}; choose from {','.join(DRAFTERS)}")
+    check_out_dir(p, a.out)  # (bug: found out when the report was written, after the whole study)
     target, tok = load_target(a.model)
     drafters, draft_dir = study_drafters(a, target)
     if not drafters:

@@ -83,6 +83,12 @@ def check_json_path(path) -> None:
         raise ValueError(f"--json {path}: directory {Path(path).resolve().parent} does not exist")
 
 
+def check_out_dir(parser, path) -> None:
+    """``--out DIR``: refused before the runs, not after them, when it names something that is not a directory."""
+    if path and Path(path).exists() and not Path(path).is_dir():
+        parser.error(f"--out {path}: exists and is not a directory")
+
+
 def markdown_table(title: str, columns: list[str], rows) -> list[str]:
     """A command's report as Markdown lines: its title, a blank line, then a table of ``columns`` with a row of
     cells (text) per item of ``rows``."""

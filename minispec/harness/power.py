@@ -36,6 +36,7 @@ from ..generate import generate
 from ..sampling import Warp, warp
 from ..speculative import speculative_generate
 from .check import ALPHA
+from .command import check_out_dir
 from .equivalence import broken_residual, mean_test, token_test, twin
 from .progress import Progress
 from .provenance import provenance
@@ -214,6 +215,12 @@ def main(argv=None) -> int:
     sizes = tuple(int(x) for x in a.sizes.split(","))
     if a.repeats < 1 or a.run_tokens < 2 or min(sizes) < 2:
         ap.error("--repeats >= 1, --run-tokens >= 2 and every size >= 2")
+    check_out_dir(ap, a.out)  # (bug: these two were found out after the study, minutes of it)
+    if a.smollm2:
+        from ..recipes.fetch import shipped_draft
+
+        if shipped_draft() is None:
+            ap.error("--smollm2 measures the shipped draft, and there is none in weights/")
     import tempfile
 
     from ..model import load_model
