@@ -356,3 +356,21 @@ def test_the_model_card_states_the_files_size(name):
     d = ROOT / "weights" / name
     m = re.search(r"\| storage \| `model\.safetensors`, ([\d.]+) MB", (d / "README.md").read_text())
     assert m and float(m.group(1)) == round((d / "model.safetensors").stat().st_size / 1e6, 1), name
+
+
+@pytest.mark.parametrize("rev, says", [("HEAD", "is not stored in bfloat16 alone (BF16, I8)"),
+                                       ("no-such-revision", "returned non-zero exit status")])
+def test_int8_eval_refuses_a_revision_without_the_bf16_drafts_before_the_target_runs(rev, says, monkeypatch, capsys,
+                                                                                      tmp_path):
+    """(bug: --bf16 was read after the target had generated its texts, and a revision after the drafts were stored
+    as int8 compared the int8 files with themselves, writing a TV of 0)"""
+    import subprocess
+
+    from minispec.harness import int8_eval
+
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode:
+        pytest.skip("not a git checkout: the revisions this reads are not here")
+    monkeypatch.setattr(int8_eval, "load_target", lambda *a, **k: pytest.fail("the target loaded"))
+    with pytest.raises(SystemExit) as e:
+        int8_eval.main(["--bf16", rev, "--out", str(tmp_path / "o")])
+    assert e.value.code == 2 and says in capsys.readouterr().err and not (tmp_path / "o").exists()

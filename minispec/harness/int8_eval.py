@@ -118,12 +118,27 @@ def file_facts(d: Path) -> dict:
     return dict(bytes=f.stat().st_size, sha256=hashlib.sha256(f.read_bytes()).hexdigest())
 
 
+def check_bf16(d: Path) -> None:
+    """ValueError unless every draft under ``d`` (``drafts_at``'s) stores its arrays in bfloat16 (bug: a revision
+    after the drafts were stored as int8 compared the int8 files with themselves, and wrote a TV of 0)."""
+    from ..model.safetensors_io import read_header
+
+    for name in DRAFTS:
+        dtypes = {v["dtype"] for v in read_header(d / name / "model.safetensors")[0].values()}
+        if dtypes != {"BF16"}:
+            raise ValueError(f"weights/{name} at that revision is not stored in bfloat16 alone "
+                             f"({', '.join(sorted(dtypes))})")
+
+
 def evaluate(n_prompts: int, max_new_tokens: int, rev: str) -> dict:
-    target, tok = load_target(None)
-    seqs = {setting: texts(target, tok, n_prompts, max_new_tokens, temp) for setting, temp in (("greedy", 0.0), ("t1", 1.0))}
-    res = dict(prompts_per_set=n_prompts, sets=list(PROMPT_SETS), max_new_tokens=max_new_tokens, drafts={})
     with tempfile.TemporaryDirectory() as tmp:
-        res["bf16_commit"] = drafts_at(rev, Path(tmp))
+        commit = drafts_at(rev, Path(tmp))  # checked before the target generates (bug: after it)
+        check_bf16(Path(tmp))
+        target, tok = load_target(None)
+        seqs = {setting: texts(target, tok, n_prompts, max_new_tokens, temp)
+                for setting, temp in (("greedy", 0.0), ("t1", 1.0))}
+        res = dict(prompts_per_set=n_prompts, sets=list(PROMPT_SETS), max_new_tokens=max_new_tokens, drafts={},
+                   bf16_commit=commit)
         for name in DRAFTS:
             dirs = {"BF16": Path(tmp) / name, "int8": ROOT / "weights" / name}
             drafters = {k: make_drafter(str(d), target) for k, d in dirs.items()}
@@ -186,7 +201,10 @@ def main(argv=None) -> int:
         if not a.bf16:
             ap.error("--bf16 REV is needed (or --report)")
         origin = provenance()
-        res = evaluate(a.prompts_per_set, a.max_new_tokens, a.bf16)
+        try:
+            res = evaluate(a.prompts_per_set, a.max_new_tokens, a.bf16)
+        except (ValueError, subprocess.CalledProcessError) as e:
+            ap.error(f"--bf16 {a.bf16}: {e}")
         res["provenance"] = origin
         out.mkdir(parents=True, exist_ok=True)
         (out / "int8.json").write_text(compact_json(res))
