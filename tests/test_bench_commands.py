@@ -81,3 +81,16 @@ def test_an_out_that_is_a_file_is_refused_before_the_runs(argv, tmp_path, monkey
     code, _, err = run_cli(argv)
     assert code == 2 and "--out FILE: exists and is not a directory" in err
     assert (tmp_path / "FILE").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("module, argv", [("batch_invariance", ["--kernels", "numpy,nmba"]),
+                                          ("near_ties", ["--json", "cases.json", "--kernels", "numpy,nmba"])])
+def test_an_unknown_kernel_is_refused_before_the_first_kernels_runs(module, argv, monkeypatch, capsys):
+    """(bug: refused only after every run of the first kernel, and its record lost)"""
+    from minispec.recipes import fetch
+
+    for name in ("fetch_smollm2", "resolve_model"):
+        monkeypatch.setattr(fetch, name, lambda *a, **k: pytest.fail("the model was fetched or loaded"))
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(f"minispec.harness.{module}").main(argv)
+    assert e.value.code == 2 and "unknown kernel 'nmba'" in capsys.readouterr().err

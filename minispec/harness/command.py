@@ -89,6 +89,18 @@ def check_out_dir(parser, path) -> None:
         parser.error(f"--out {path}: exists and is not a directory")
 
 
+def check_kernels(ap, kernels: str, json_path) -> None:
+    """``--kernels`` (comma-separated) and ``--json`` refused by name (``ap.error``) before any model loads."""
+    from ..model.kernel import KernelUnavailable, check_kernel
+
+    try:
+        for k in [k for k in kernels.split(",") if k] or [""]:
+            check_kernel(k)
+        check_json_path(json_path)
+    except (ValueError, KernelUnavailable) as e:
+        ap.error(str(e))
+
+
 def markdown_table(title: str, columns: list[str], rows) -> list[str]:
     """A command's report as Markdown lines: its title, a blank line, then a table of ``columns`` with a row of
     cells (text) per item of ``rows``."""

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..recipes.windows import read_windows
 from .check import TIE_MARGIN
+from .command import check_kernels
 from .provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +127,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not 0 < a.margin < 1 or a.cases < 1 or a.windows < 1:
         ap.error("--margin must be in (0, 1), --cases and --windows at least 1")
+    check_kernels(ap, a.kernels, a.json)  # before any model loads (bug: an unknown kernel after the first one's runs)
     from ..model import load_model
     from ..recipes.fetch import fetch_smollm2
     from .progress import Progress
