@@ -94,3 +94,20 @@ def test_an_unknown_kernel_is_refused_before_the_first_kernels_runs(module, argv
     with pytest.raises(SystemExit) as e:
         importlib.import_module(f"minispec.harness.{module}").main(argv)
     assert e.value.code == 2 and "unknown kernel 'nmba'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["auto", "--prompts", "0"], ["auto", "--repeats", "0"], ["rules", "--seeds", "0"],
+                                  ["stop", "--prompts-per-set", "0"], ["draft", "--speed-prompts", "0"],
+                                  ["eagle", "--max-new-tokens", "-1"], ["--prompts-per-set", "0"]])
+def test_a_count_below_1_is_refused_by_name(argv):
+    """(bug: --prompts 0 ran every prompt; --repeats 0 and --seeds 0 failed after the models loaded)"""
+    code, _, err = run_cli(["bench", *argv])
+    assert code == 2 and f"argument {argv[-2]}: {argv[-1]} is not at least 1" in err
+
+
+def test_a_prompt_limit_of_0_is_no_prompt():
+    from minispec.harness.prompts import load_prompts
+
+    assert load_prompts("code", None, 0) == [] and len(load_prompts("code", None, 2)) == 2
+    with pytest.raises(ValueError, match="limit must be 0 or more"):
+        load_prompts("code", None, -2)

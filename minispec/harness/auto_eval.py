@@ -31,7 +31,16 @@ from ..rounds import SpecResult
 from ..speculative import speculative_generate
 from ..stats import SpecStats
 from .calibration_store import DiskStore
-from .command import check_json_path, drafters_parser, last_prompts, load_target_and_drafters, markdown_table, print_and_store, shipped_drafters
+from .command import (
+    check_json_path,
+    count,
+    drafters_parser,
+    last_prompts,
+    load_target_and_drafters,
+    markdown_table,
+    print_and_store,
+    shipped_drafters,
+)
 from .measure import alternate, busy_words, others_load
 from .progress import Progress
 from .prompts import PROMPT_SETS
@@ -153,7 +162,7 @@ def report(res: dict) -> str:
 def main(argv=None) -> int:
     p = drafters_parser("minispec bench auto", __doc__.split("\n\n")[0], "every shipped drafter, prompt lookup and layer skip",
                         tokens=64)
-    p.add_argument("--repeats", type=int, default=2, help="alternating runs per prompt; each side's best counts (default 2)")
+    p.add_argument("--repeats", type=count, default=2, help="alternating runs per prompt; each side's best counts (default 2)")
     p.add_argument("--calibration", choices=["honest", "corrupted"], default="honest")
     a = p.parse_args(argv)
     check_json_path(a.json)

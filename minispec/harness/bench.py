@@ -27,7 +27,7 @@ from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from . import bench_commands, llama_cpp_times
-from .command import MODEL_HELP, check_out_dir, load_target
+from .command import MODEL_HELP, check_out_dir, count, load_target
 from .measure import STREAM_READERS, compact_json, stream_time, timed
 from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
@@ -42,7 +42,7 @@ def bench_forward(argv) -> int:
                                                     "--q4_1 conversions of the same GGUF")
     p.add_argument("--ns", default="1,2,3,4,5,6,8,12,16", help="comma-separated token counts (default 1,2,3,4,5,6,8,12,16)")
     p.add_argument("--context", type=int, default=256, help="cached tokens before the pass (default 256)")
-    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--repeats", type=count, default=20)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--kernel", default=None, help="kernels to compare, comma-separated: numpy,numba (default: "
                                                   "$MINISPEC_KERNEL, else numpy)")
@@ -228,8 +228,8 @@ def bench_study(argv) -> int:
     p.add_argument("--quick", action="store_true", help="a small study: 1 prompt per set, 32 tokens, K in 1, 2, 4")
     p.add_argument("--ks", help="comma-separated K values (default 1..8; quick 1,2,4)")
     p.add_argument("--slow-ks", help="K values for the slow drafters layer-skip and self (default 1,4,8; quick 4)")
-    p.add_argument("--prompts-per-set", type=int, help="prompts from each of code, chat, grounded (default 3; quick 1)")
-    p.add_argument("--max-new-tokens", type=int, help="tokens per run (default 64; quick 32)")
+    p.add_argument("--prompts-per-set", type=count, help="prompts from each of code, chat, grounded (default 3; quick 1)")
+    p.add_argument("--max-new-tokens", type=count, help="tokens per run (default 64; quick 32)")
     p.add_argument("--layers", type=int, help="layers of the layer-skip drafter (default 4/5 of the target's: 24 of 30)")
     p.add_argument("--no-peer", dest="peer", action="store_false", help="skip transformers even when installed")
     add_device(p)
@@ -269,8 +269,8 @@ def bench_decode(argv) -> int:
                                 description="decode tokens/s of minispec and of transformers' generate (greedy), "
                                             "interleaved, median of repeats; and peak memory of `minispec generate`")
     p.add_argument("--model", help=MODEL_HELP)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=count, default=128)
+    p.add_argument("--repeats", type=count, default=3)
     p.add_argument("--prompt", default="Write a short story about a robot who learns to paint.")
     add_device(p)
     a = p.parse_args(argv)

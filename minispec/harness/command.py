@@ -30,14 +30,16 @@ def drafters_parser(prog: str, description: str, default_drafters: str, tokens: 
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--draft", action="append", help=f"a drafter spec (repeat; default: {default_drafters})")
-    p.add_argument("--prompts", type=int, default=3, help="prompts per set (default 3, the last of each set)")
-    p.add_argument("--tokens", type=int, default=tokens, help=f"tokens per run (default {tokens})")
+    p.add_argument("--prompts", type=count, default=3, help="prompts per set (default 3, the last of each set)")
+    p.add_argument("--tokens", type=count, default=tokens, help=f"tokens per run (default {tokens})")
     p.add_argument("--json", help="also write the figures to this JSON file")
     return p
 
 
 def last_prompts(tok, n: int) -> dict[str, list]:
-    """The last ``n`` prompts of each evaluation set, by set: no test uses them."""
+    """The last ``n`` (1 or more) prompts of each evaluation set, by set: no test uses them."""
+    if n < 1:
+        raise ValueError(f"last_prompts: n must be at least 1, got {n}")
     return {s: load_prompts(s, tok)[-n:] for s in PROMPT_SETS}
 
 
@@ -81,6 +83,18 @@ def check_json_path(path) -> None:
         raise ValueError(f"--json {path}: a directory, not a file")
     if path and not Path(path).resolve().parent.is_dir():
         raise ValueError(f"--json {path}: directory {Path(path).resolve().parent} does not exist")
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (bug: a count of 0 meant "every prompt" where it reached
+    ``load_prompts``, and a ZeroDivisionError or KeyError after the models loaded elsewhere)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not at least 1")
+    return n
 
 
 def check_out_dir(parser, path) -> None:

@@ -28,7 +28,7 @@ from ..policy.timing import guess_time
 from ..recipes.fetch import shipped_draft
 from ..sampling import Warp
 from ..speculative import speculative_generate
-from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
+from .command import MODEL_HELP, check_json_path, count, given_or_shipped, load_target
 from .measure import SETTINGS, side_by_side
 from .progress import Progress
 from .prompts import load_prompts
@@ -122,9 +122,9 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--draft", help="draft model directory (default: the shipped draft)")
-    p.add_argument("--prompts", type=int, help="prompts per set (default: all, >= 50 for code and chat)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--speed-prompts", type=int, default=10, help="prompts per set for the speedup (default 10)")
+    p.add_argument("--prompts", type=count, help="prompts per set (default: all, >= 50 for code and chat)")
+    p.add_argument("--max-new-tokens", type=count, default=64)
+    p.add_argument("--speed-prompts", type=count, default=10, help="prompts per set for the speedup (default 10)")
     p.add_argument("--json", help="also write the figures here, with their provenance")
     a = p.parse_args(argv)
     check_json_path(a.json)

@@ -34,7 +34,7 @@ from ..policy import auto_dynamic_tree
 from ..policy.timing import clock, forward_times
 from ..recipes.fetch import shipped_eagle
 from ..speculative import speculative_generate, tree_speculative_generate
-from .command import MODEL_HELP, check_json_path, given_or_shipped, load_target
+from .command import MODEL_HELP, check_json_path, count, given_or_shipped, load_target
 from .measure import side_by_side
 from .progress import Progress
 from .prompts import load_prompts
@@ -211,8 +211,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--eagle", help="EAGLE head directory (default: the shipped one)")
     p.add_argument("--sizes", type=sizes_arg, default="8192,16384,49152", help="reduced-head sizes (default 8192,16384,49152)")
-    p.add_argument("--prompts-per-set", type=int, default=6)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--prompts-per-set", type=count, default=6)
+    p.add_argument("--max-new-tokens", type=count, default=64)
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--acceptance-only", action="store_true",
                    help="measure acceptance only: no c and no memory (which need a quiet machine); for a busy one")

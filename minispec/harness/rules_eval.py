@@ -18,7 +18,16 @@ import numpy as np
 
 from ..generate import generate
 from ..speculative import speculative_generate
-from .command import check_json_path, drafters_parser, last_prompts, load_target_and_drafters, markdown_table, print_and_store, shipped_drafters
+from .command import (
+    check_json_path,
+    count,
+    drafters_parser,
+    last_prompts,
+    load_target_and_drafters,
+    markdown_table,
+    print_and_store,
+    shipped_drafters,
+)
 from .measure import side_by_side
 from .progress import Progress
 
@@ -80,7 +89,7 @@ def report(res: dict) -> str:
 def main(argv=None) -> int:
     p = drafters_parser("minispec bench rules", __doc__.split("\n\n")[0], "the shipped drafters and prompt lookup", tokens=48)
     p.add_argument("--k", type=int, default=4, help="guesses per round (default 4)")
-    p.add_argument("--seeds", type=int, default=2, help="seeds per prompt (default 2)")
+    p.add_argument("--seeds", type=count, default=2, help="seeds per prompt (default 2)")
     a = p.parse_args(argv)
     check_json_path(a.json)
     res = run(a)

@@ -18,7 +18,7 @@ from ..generate import generate
 from ..policy import auto_k, stopped_k
 from ..recipes.fetch import shipped_draft
 from ..speculative import speculative_generate
-from .command import MODEL_HELP, given_or_shipped, load_target
+from .command import MODEL_HELP, count, given_or_shipped, load_target
 from .measure import side_by_side
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
@@ -69,8 +69,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", help=MODEL_HELP)
     p.add_argument("--draft", help="draft model directory (default: the shipped draft)")
     p.add_argument("--k", type=int, default=4, help="the fixed K to cut (default 4)")
-    p.add_argument("--prompts-per-set", type=int, default=6, help="prompts from each of code, chat, grounded (default 6)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--prompts-per-set", type=count, default=6, help="prompts from each of code, chat, grounded (default 6)")
+    p.add_argument("--max-new-tokens", type=count, default=64)
     p.add_argument("--temperatures", default="0,1", help="comma-separated; 0 is greedy (default 0,1)")
     a = p.parse_args(argv)
     if not 2 <= a.k <= 8:
