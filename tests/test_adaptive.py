@@ -529,11 +529,46 @@ def test_bench_stop_runs_on_tiny_models(big_pair):
     target, draft = big_pair
     prompts = {"a": [[5, 6, 7], [9] * 12], "b": [[3, 4, 5, 6, 3, 4]]}
     res = run(target, DraftModel(draft), prompts, 4, [0.0, 1.0], 12)  # greedy: each config equals plain, or it raises
+    assert res.pop("near_ties") == []
     for temp, rows in res.items():
         assert set(rows) == {"K=1", "K=4", "K=4 + stop", "auto", "auto, no stop"}
         for name, r in rows.items():
             assert [x[0] for x in r] == ["a", "a", "b"] and all(x[1] > 0 for x in r), (temp, name)
         assert all(x[3] <= 1 for x in rows["K=1"]) and max(x[3] for x in rows["K=4 + stop"]) <= 4
+
+
+def test_bench_stop_builds_its_policies_before_the_clock_and_reports_a_near_tie(big_pair, monkeypatch):
+    """Every calibration the policies read is in memory before the first timed run (bug: the first run of each policy
+    read, probed or measured it on its own clock); a greedy difference at a near-tie is reported with its margin, one
+    at a larger margin fails by name (bug: any difference was an AssertionError that lost every row)."""
+    from minispec.harness import stop_eval
+    from minispec.policy import calibration
+
+    target, draft = big_pair
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    inside = []
+    side_by_side = stop_eval.side_by_side
+    def timed(plain, runs, **k):
+        keys = set(calibration._MEMORY)
+        out = side_by_side(plain, runs, **k)
+        inside.append(set(calibration._MEMORY) - keys)
+        return out
+    monkeypatch.setattr(stop_eval, "side_by_side", timed)
+    real = stop_eval.speculative_generate
+    def off_by_one(*a, **k):  # every speculative run's last token changed: a greedy difference
+        res = real(*a, **k)
+        res.tokens[-1] = (res.tokens[-1] + 1) % 64
+        return res
+    monkeypatch.setattr(stop_eval, "speculative_generate", off_by_one)
+    monkeypatch.setattr(stop_eval, "margin", lambda target, context: 5e-5)
+    res = stop_eval.run(target, DraftModel(draft), {"a": [[5, 6, 7]]}, 4, [0.0], 8)
+    assert inside == [set()]
+    assert {t["config"] for t in res["near_ties"]} == {"K=1", "K=4", "K=4 + stop", "auto", "auto, no stop"}
+    assert all(t["margin"] == 5e-5 and t["position"] == 7 for t in res["near_ties"])
+    monkeypatch.setattr(stop_eval, "margin", lambda target, context: 0.2)
+    with pytest.raises(ValueError, match="K=1: greedy output differs from plain decoding at token 7 of a a prompt, at "
+                                         "a top-2 margin of 0.2"):
+        stop_eval.run(target, DraftModel(draft), {"a": [[5, 6, 7]]}, 4, [0.0], 8)
 
 
 @pytest.mark.parametrize("seed, temperature, learns", [(3, 1.0, False), (None, 1.0, True), (3, 0.0, True)])

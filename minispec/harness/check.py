@@ -80,6 +80,12 @@ TIE_MARGIN = 1e-4  # ../shared/design.md, greedy identity: a difference at a top
 # reported with its margin; any other difference is a failure (this check, the conformance kit and Spec-Bench read it)
 
 
+def margin(target, context: list[int]) -> float:
+    """The target's top-2 logit gap after ``context``: how near a tie a greedy difference is (TIE_MARGIN)."""
+    top2 = np.sort(target.forward(context, target.new_cache(len(context)))[-1])[-2:]
+    return float(top2[1] - top2[0])
+
+
 def sample_runs(method, prompts, n_runs: int, run_tokens: int, seed: int, bar) -> list[list[int]]:
     """Run i: method(prompt i, cycling; run_tokens; seed + i) -> its tokens."""
     runs = []

@@ -45,7 +45,7 @@ from ..generate import generate
 from ..model.kernel import default_kernel
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from ..sampling import is_integer
-from .check import TIE_MARGIN
+from .check import TIE_MARGIN, margin
 from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
 from .measure import busy_words, others_load, side_by_side
 from .progress import Progress
@@ -131,12 +131,6 @@ def make_method(name: str, target):
     if spec is None:
         raise ValueError(f"--drafters {name}: its weights are not in weights/ (a clean clone has them)")
     return make_drafter(spec, target), name == "eagle-tree"
-
-
-def margin(target, context: list[int]) -> float:
-    """The target's top-2 logit gap after ``context``: how near a tie a greedy difference is."""
-    top2 = np.sort(target.forward(context, target.new_cache(len(context)))[-1])[-2:]
-    return float(top2[1] - top2[0])
 
 
 class Runner:
