@@ -111,3 +111,20 @@ def test_a_prompt_limit_of_0_is_no_prompt():
     assert load_prompts("code", None, 0) == [] and len(load_prompts("code", None, 2)) == 2
     with pytest.raises(ValueError, match="limit must be 0 or more"):
         load_prompts("code", None, -2)
+
+
+def test_bench_decode_stores_its_figures_with_their_provenance_and_kernel(tmp_path):
+    """(bug: no --json: its committed figure, docs/decode_vs_transformers.txt, had no date, commit or machine; and its
+    memory child ran under $MINISPEC_KERNEL, not the kernel the rest was measured with)"""
+    import json
+
+    from .helpers import chat_model_dir
+
+    model = chat_model_dir(tmp_path / "m")
+    code, out, err = run_cli(["bench", "decode", "--model", str(model), "--max-new-tokens", "3", "--repeats", "1",
+                              "--kernel", "numpy", "--json", str(tmp_path / "d.json")])
+    assert code == 0, err
+    r = json.loads((tmp_path / "d.json").read_text())
+    assert r["kernel"] == "numpy" and len(r["minispec_tok_s"]) == 1 and r["peak_rss_bytes"] > 0
+    assert {"date", "commit", "command", "machine"} <= set(r["provenance"]) and "load_before" in r
+    assert "kernel numpy" in out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -27,8 +28,8 @@ from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from . import bench_commands, llama_cpp_times
-from .command import MODEL_HELP, check_out_dir, count, load_target
-from .measure import STREAM_READERS, compact_json, stream_time, timed
+from .command import MODEL_HELP, check_json_path, check_out_dir, count, load_target, print_and_store
+from .measure import STREAM_READERS, compact_json, others_load, stream_time, timed
 from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
 
@@ -272,9 +273,15 @@ def bench_decode(argv) -> int:
     p.add_argument("--max-new-tokens", type=count, default=128)
     p.add_argument("--repeats", type=count, default=3)
     p.add_argument("--prompt", default="Write a short story about a robot who learns to paint.")
+    p.add_argument("--json", help="also write the figures here, with their provenance and the load")
     add_device(p)
     a = p.parse_args(argv)
     use_device_and_kernel(a)
+    try:
+        check_json_path(a.json)
+    except ValueError as e:
+        p.error(str(e))
+    load_before = others_load()
     model, tok = load_target(a.model)
     d = model.path
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": a.prompt}]))
@@ -300,20 +307,25 @@ def bench_decode(argv) -> int:
                                 min_new_tokens=a.max_new_tokens, do_sample=False, pad_token_id=0)
             theirs.append((y.shape[1] - len(ids)) / (time.perf_counter() - t0))
             same = y[0, len(ids):].tolist() == out
-    print(f"{a.max_new_tokens} new tokens, greedy, median of {a.repeats}, side by side, on {backend.device_name()}:")
-    print(f"  minispec      {np.median(ours):6.1f} tok/s  ({1e3 / np.median(ours):.1f} ms/token)")
+    lines = [f"{a.max_new_tokens} new tokens, greedy, median of {a.repeats}, side by side, on {backend.device_name()}:",
+             f"  minispec      {np.median(ours):6.1f} tok/s  ({1e3 / np.median(ours):.1f} ms/token)"]
     if theirs:
-        print(f"  transformers  {np.median(theirs):6.1f} tok/s  ({1e3 / np.median(theirs):.1f} ms/token), "
-              f"torch {torch.__version__}; same tokens: {same}")
-        print(f"  ratio minispec / transformers: {np.median(ours) / np.median(theirs):.2f}")
+        lines += [f"  transformers  {np.median(theirs):6.1f} tok/s  ({1e3 / np.median(theirs):.1f} ms/token), "
+                  f"torch {torch.__version__}; same tokens: {same}",
+                  f"  ratio minispec / transformers: {np.median(ours) / np.median(theirs):.2f}"]
     cmd = [sys.executable, "-m", "minispec", "generate", "--model", str(d), "--draft", "none", "--chat",
            "--prompt", a.prompt, "--max-new-tokens", str(a.max_new_tokens), "--device", a.device]
-    subprocess.run(cmd, capture_output=True, check=True)
+    kernel = model.kernel  # the child loads with the kernel measured here (bug: with $MINISPEC_KERNEL, else numpy)
+    subprocess.run(cmd, capture_output=True, check=True, env=dict(os.environ, MINISPEC_KERNEL=kernel))
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     size = sum(f.stat().st_size for f in Path(d).iterdir() if f.is_file())
-    print(f"peak resident memory (host) of `minispec generate --device {a.device}` (plain, {a.max_new_tokens} tokens): "
-          f"{peak / 1e6:.0f} MB; "
-          f"model directory on disk: {size / 1e6:.0f} MB")
+    lines.append(f"peak resident memory (host) of `minispec generate --device {a.device}` (plain, {a.max_new_tokens} "
+                 f"tokens, kernel {kernel}): {peak / 1e6:.0f} MB; model directory on disk: {size / 1e6:.0f} MB")
+    res = dict(max_new_tokens=a.max_new_tokens, repeats=a.repeats, device=a.device, kernel=kernel,
+               minispec_tok_s=[float(x) for x in ours], transformers_tok_s=[float(x) for x in theirs],
+               same_tokens=same, peak_rss_bytes=int(peak), model_bytes=int(size), load_before=load_before,
+               load_after=others_load())  # (bug: no --json, so the committed figure had no date, commit or machine)
+    print_and_store("\n".join(lines), res, a.json, p.prog, argv)
     return 0
 
 
