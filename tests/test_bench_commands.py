@@ -128,3 +128,17 @@ def test_bench_decode_stores_its_figures_with_their_provenance_and_kernel(tmp_pa
     assert r["kernel"] == "numpy" and len(r["minispec_tok_s"]) == 1 and r["peak_rss_bytes"] > 0
     assert {"date", "commit", "command", "machine"} <= set(r["provenance"]) and "load_before" in r
     assert "kernel numpy" in out
+
+
+def test_bench_forward_refuses_a_second_model_of_one_format_before_timing_it(tmp_path, monkeypatch):
+    """(bug: both were timed, then the second refused)"""
+    from minispec.harness import bench
+    from minispec.model.tiny import tiny_config, write_random_model
+
+    a, b = (write_random_model(tmp_path / n, tiny_config(), seed=s) for n, s in (("a", 1), ("b", 2)))
+    timed = []
+    real = bench.forward_times
+    monkeypatch.setattr(bench, "forward_times", lambda model, *x, **k: timed.append(model.path) or real(model, *x, **k))
+    with pytest.raises(ValueError, match="a second float32 model"):
+        bench.bench_forward(["--model", str(a), "--model", str(b), "--ns", "1,2", "--repeats", "1", "--kernel", "numpy"])
+    assert [str(p) for p in timed] == [str(a)]

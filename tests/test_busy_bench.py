@@ -95,3 +95,12 @@ def test_a_failed_or_hung_example_is_no_time(tmp_path, monkeypatch, capsys):
     (tmp_path / busy_figures.EXAMPLES).write_text(json.dumps(dict(examples=record, provenance={})))
     with pytest.raises(ValueError, match="01_fails.py failed"):
         busy_figures.examples_table(tmp_path)
+
+
+def test_readme_only_without_its_json_is_refused_before_the_wait(monkeypatch, capsys):
+    """(bug: it waited up to --settle seconds for a quiet machine first)"""
+    import pytest
+
+    monkeypatch.setattr(busy_bench, "settle", lambda s: pytest.fail("waited"))
+    assert busy_bench.main(["--readme-only"]) == 2
+    assert "--readme-only keeps the steps of an existing --json file" in capsys.readouterr().err

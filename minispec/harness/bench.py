@@ -97,13 +97,13 @@ def bench_forward(argv) -> int:
                 continue
             name, nbytes = name or model.name, nbytes or model.weight_bytes
             for sums in (tiles if k == "numba" else [None]):  # a Q4_1 model's float32 head runs in the tiles too
+                key = (k if len(model_dirs) == 1 else f"{k} {fmt}") + ("" if sums is None else f" {sums} sums")
+                if key in rows:  # before this one is timed (bug: after)
+                    raise ValueError(f"--model {model_dir}: a second {fmt} model; compare one directory per format")
                 with blas_threads(k), tile_sums(sums):  # each kernel with the BLAS threads it runs with, its floor too
                     t = forward_times(model, ns, a.context, a.repeats)
                     floor = stream_time(model.weight_bytes, kernel=k)  # with the kernel's own loads
                 flop = 2 * matrix_weights(model)  # per row: a multiply and an add for every weight of every matrix
-                key = (k if len(model_dirs) == 1 else f"{k} {fmt}") + ("" if sums is None else f" {sums} sums")
-                if key in rows:
-                    raise ValueError(f"--model {model_dir}: a second {fmt} model; compare one directory per format")
                 rows[key] = {
                     "format": fmt, "weight_bytes": model.weight_bytes, "ms": {n: 1e3 * t[n] for n in ns},
                     "r": {n: t[n] / t[1] for n in ns}, "gflops": {n: flop * n / t[n] / 1e9 for n in ns},

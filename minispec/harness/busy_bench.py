@@ -169,18 +169,20 @@ def main(argv=None) -> int:
     from ..model.kernel import check_kernel
     from ..recipes.fetch import resolve_model
 
-    model_dir = resolve_model(None)
     kernels = [k for k in a.kernels.split(",") if k]
     for k in kernels:
         check_kernel(k)
-    record = dict(settled_load=settle(a.settle), steps={}, readme=None)
-    if a.readme_only:
+    kept = None
+    if a.readme_only:  # checked before the wait for a quiet machine (bug: after it, minutes)
         if not (a.json and Path(a.json).exists()):
             print("error: --readme-only keeps the steps of an existing --json file", file=sys.stderr)
             return 2
         old = json.loads(Path(a.json).read_text())
-        record.update(steps=old["steps"], steps_provenance=old.get("steps_provenance", old["provenance"]))
+        kept = dict(steps=old["steps"], steps_provenance=old.get("steps_provenance", old["provenance"]))
         kernels = []
+    model_dir = resolve_model(None)
+    record = dict(settled_load=settle(a.settle), steps={}, readme=None)
+    record.update(kept or {})
     threads = sorted({1, os.cpu_count() or 1})
     rows = [(kernel, n, None) for kernel in kernels for n in threads]
     rows += [("numba", threads[-1], spin) for spin in spins if "numba" in kernels]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,10 +53,11 @@ print(int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE
 """
 
 
-def resident_after_run(target_dir, spec) -> int:
-    """Resident bytes of a fresh process that loaded the target and ``spec`` and generated 32 tokens."""
+def resident_after_run(target_dir, spec, kernel: str) -> int:
+    """Resident bytes of a fresh process that loaded the target and ``spec`` with ``kernel`` and generated 32 tokens
+    (bug: the child loaded with $MINISPEC_KERNEL, else numpy, whatever kernel the rest was measured with)."""
     out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(target_dir), spec], capture_output=True, text=True,
-                         check=True)
+                         check=True, env=dict(os.environ, MINISPEC_KERNEL=kernel))
     return int(out.stdout.split()[-1])
 
 
@@ -161,11 +163,12 @@ def size_row(target, eagle, sets: dict, k: int, max_new_tokens: int, stop, bar, 
     return row
 
 
-def memory_row(target_dir, head_dir, shipped) -> dict:
-    """The resident memory of fresh processes (``resident_after_run``): plain decoding, prompt lookup (the same loop,
-    no weights) and the head; what the head adds; and its arrays' size."""
-    plain, lookup = resident_after_run(target_dir, "none"), resident_after_run(target_dir, "prompt-lookup")
-    with_head = resident_after_run(target_dir, str(head_dir))
+def memory_row(target_dir, head_dir, shipped, kernel: str) -> dict:
+    """The resident memory of fresh processes (``resident_after_run``) under ``kernel``, the one the rest was measured
+    with: plain decoding, prompt lookup (the same loop, no weights) and the head; what the head adds; and its arrays'
+    size."""
+    plain, lookup = resident_after_run(target_dir, "none", kernel), resident_after_run(target_dir, "prompt-lookup", kernel)
+    with_head = resident_after_run(target_dir, str(head_dir), kernel)
     return dict(plain_rss_mb=plain / 1e6, prompt_lookup_rss_mb=lookup / 1e6, eagle_rss_mb=with_head / 1e6,
                 added_mb=(with_head - lookup) / 1e6, added_over_plain_mb=(with_head - plain) / 1e6,
                 head_arrays_mb=shipped.weight_bytes / 1e6)
@@ -261,7 +264,7 @@ def main(argv=None) -> int:
         t = forward_times(target, tuple(ns), context=256, repeats=10)
         res["timed_r"] = {n: t[n] / t[1] for n in ns}
     bar.close()
-    res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped)
+    res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped, target.kernel)
     print(report(res))
     if a.json:
         origin = provenance(argv, p.prog)  # date, commit, command, machine
