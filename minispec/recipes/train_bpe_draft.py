@@ -7,6 +7,9 @@ made here, and a Llama trained on it. It drafts across vocabularies (slem.py, tl
 The recipe writes the weights in bfloat16; the second command stores the matrices as int8 with a scale per row, as
 shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy). A run writes beside ``--out`` and moves
 its files into it at the end: one that stops leaves ``--out`` as it was, and its own log where it wrote (training.staging).
+The same command run again resumes a stopped run: the target's data is cached (train_eagle's folders), and the
+training's checkpoints are kept in ``--run-dir`` (default ``$MINISPEC_CACHE/train_bpe_draft-run-<hash of the
+settings>``; training.run_folder, Checkpoint).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 

@@ -7,6 +7,8 @@ as a Hugging Face-format directory that minispec and transformers both load.
 The recipe writes the weights in bfloat16; the second command stores the matrices as int8 with a scale per row, as
 shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy). A run writes beside ``--out`` and moves
 its files into it at the end: one that stops leaves ``--out`` as it was, and its own log where it wrote (training.staging).
+The same command run again resumes a stopped run: its generated batches and its training's checkpoints are kept in
+``--run-dir`` (default ``$MINISPEC_CACHE/train_draft-run-<hash of the settings>``; training.run_folder, Checkpoint).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); inference stays NumPy.
 

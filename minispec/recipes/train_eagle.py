@@ -4,7 +4,9 @@
 
 gives the first head's arguments (those its training.json records at commit 049dc18, where it was
 weights/eagle-smollm2-135m; every other one at its default). The run writes beside --out and moves its files into it at
-the end: a run that stops leaves --out as it was (training.staging).
+the end: a run that stops leaves --out as it was (training.staging). The same command run again resumes a stopped
+run: its data is cached (below), and its training's checkpoints are kept in --run-dir (default
+``$MINISPEC_CACHE/train_eagle-run-<hash of the settings>``; training.run_folder, Checkpoint).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 
