@@ -9,7 +9,7 @@ shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy). A r
 its files into it at the end: one that stops leaves ``--out`` as it was, and its own log where it wrote (training.staging).
 The same command run again resumes a stopped run: the target's data is cached (train_eagle's folders), and the
 training's checkpoints are kept in ``--run-dir`` (default ``$MINISPEC_CACHE/train_bpe_draft-run-<hash of the
-settings>``; training.run_folder, Checkpoint).
+settings>``; training.run_folder, RunState).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
     from .train_eagle import check_data_dir, data_dir, load_or_make_data
-    from .training import Checkpoint, begin, check_args, new_student, publish, run_folder, save_student, target_config, train_next_token, write_sums
+    from .training import RunState, begin, check_args, new_student, publish, run_folder, save_student, target_config, train_next_token, write_sums
 
     if not 256 + len(SPECIALS) <= args.vocab <= 65536:
         p.error(f"--vocab must be in {256 + len(SPECIALS)}..65536 (the 256 bytes and the special tokens), "
@@ -241,7 +241,7 @@ def main(argv=None) -> int:
         student.model.embed_tokens.weight.copy_(torch.from_numpy(initial_embedding(tok, target_tok, E, args.width)))
 
     curve, train_s = train_next_token(torch, student, gen_ids, code, steps=args.steps, batch=args.batch, seq=args.seq,
-                                      lr=args.lr, rng=rng, log=log, checkpoint=Checkpoint(torch, folder))
+                                      lr=args.lr, rng=rng, log=log, checkpoint=RunState(torch, folder))
     held_out = held_out_loss(torch, student, tok, enc, held_text, args.seq)
     log(f"held out: loss {held_out['loss_per_token']:.3f} per token, {held_out['bits_per_byte']:.3f} bits per byte")
 

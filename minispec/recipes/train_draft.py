@@ -8,7 +8,7 @@ The recipe writes the weights in bfloat16; the second command stores the matrice
 shipped (quantize_int8.py; transformers then needs its ``--to-float`` copy). A run writes beside ``--out`` and moves
 its files into it at the end: one that stops leaves ``--out`` as it was, and its own log where it wrote (training.staging).
 The same command run again resumes a stopped run: its generated batches and its training's checkpoints are kept in
-``--run-dir`` (default ``$MINISPEC_CACHE/train_draft-run-<hash of the settings>``; training.run_folder, Checkpoint).
+``--run-dir`` (default ``$MINISPEC_CACHE/train_draft-run-<hash of the settings>``; training.run_folder, RunState).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); inference stays NumPy.
 
@@ -85,26 +85,31 @@ def chat_prompts(tok, n, rng) -> list[list[int]]:
 
 
 def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int, seed: int, log,
-                  cache: Path | None = None) -> list[list[int]]:
+                  cache: Path | None = None) -> tuple[list[list[int]], float]:
     """``batches`` batches of ``batch`` prompts (code and chat in turn) and the target's continuations (greedy and
-    T = 1 in turn), each prompt + continuation a sequence. With ``cache`` each batch's sequences are kept there
-    (``generated-00000.npz``: ids and their lengths), so that a run stopped midway generates only the batches it lacks
-    (the prompts are drawn again from the same seed, and a kept batch whose prompts differ is refused)."""
+    T = 1 in turn), each prompt + continuation a sequence -> (the sequences, the seconds their generation took). With
+    ``cache`` each batch's sequences are kept there (``generated-00000.npz``: ids, their lengths, torch's random state
+    after the batch and its seconds), so that a run stopped midway generates only the batches it lacks (the prompts
+    are drawn again from the same seed, and a kept batch whose prompts differ is refused)."""
     import torch
 
     rng = np.random.default_rng(seed)
-    seqs, t0 = [], time.perf_counter()
+    seqs, t0, seconds = [], time.perf_counter(), 0.0
     for b in range(batches):
         prompts = code_prompts(files, tok, batch, rng) if b % 2 == 0 else chat_prompts(tok, batch, rng)
         kept = cache / f"generated-{b:05d}.npz" if cache else None
         if kept and kept.exists():
             with np.load(kept) as z:
                 rows = np.split(z["ids"], np.cumsum(z["lengths"])[:-1])
+                torch.set_rng_state(torch.from_numpy(z["torch_rng"]))  # as generating it left it: the student's
+                # initial weights, drawn after the data, are then an uninterrupted run's (bug: they were not)
+                seconds += float(z["seconds"])
             if len(rows) != len(prompts) or any(r[: len(q)].tolist() != q for r, q in zip(rows, prompts)):
                 raise ValueError(f"{kept} holds other prompts than this run's batch {b}: a folder of another run "
                                  "(pass another --run-dir)")
             seqs += [r.tolist() for r in rows]
             continue
+        t_batch = time.perf_counter()
         greedy = (b // 2) % 2 == 0
         width = max(map(len, prompts))
         ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding with <|endoftext|>
@@ -117,14 +122,16 @@ def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int,
         for p, row in zip(prompts, out[:, width:].tolist()):
             cont = row[: row.index(tok.eos_ids[0]) + 1] if tok.eos_ids[0] in row else row
             seqs.append(p + cont)
+        seconds += time.perf_counter() - t_batch
         if kept:
             made = seqs[-len(prompts):]
             tmp = kept.with_name(kept.stem + ".tmp.npz")
-            np.savez(tmp, ids=np.concatenate(made).astype(np.int32), lengths=np.array([len(r) for r in made]))
+            np.savez(tmp, ids=np.concatenate(made).astype(np.int32), lengths=np.array([len(r) for r in made]),
+                     torch_rng=torch.get_rng_state().numpy(), seconds=time.perf_counter() - t_batch)
             tmp.replace(kept)
         n_tok = sum(len(s) for s in seqs)
         log(f"generate {b + 1}/{batches}: {n_tok} tokens, {n_tok / (time.perf_counter() - t0):.0f} tok/s")
-    return seqs
+    return seqs, seconds
 
 
 def stdlib_chunks(files, encode, n_tokens: int, length: int, order) -> np.ndarray:  # -> [n, length]
@@ -174,7 +181,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    from .training import Checkpoint, begin, check_args, new_student, publish, run_folder, save_student, target_config, train_next_token, write_sums
+    from .training import RunState, begin, check_args, new_student, publish, run_folder, save_student, target_config, train_next_token, write_sums
 
     # (bug: --seq 1, --steps 0, --batch 1 (half a batch is generated data) or --lr 0 were found out after the
     # generation, or never: --steps -1 saved an untrained model)
@@ -208,10 +215,8 @@ def main(argv=None) -> int:
     log(f"{len(files)} standard-library files")
 
     log(f"run folder {folder}: the generated batches and the training's checkpoints (the same command resumes there)")
-    t0 = time.perf_counter()
-    generated = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed, log,
-                              cache=folder)
-    gen_s = time.perf_counter() - t0
+    generated, gen_s = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed,
+                                     log, cache=folder)  # gen_s: every batch's, a stopped run's included
     gen_tokens = sum(len(s) for s in generated)
     code = stdlib_chunks(files, tok.encode, args.steps * args.batch * args.seq // 2, args.seq, rng.permutation(len(files)))
     log(f"data: {len(generated)} generated sequences ({gen_tokens} tokens, {gen_s / 60:.1f} min), "
@@ -228,7 +233,7 @@ def main(argv=None) -> int:
 
     gen_arr = [np.array(s[: args.seq], dtype=np.int64) for s in generated]
     curve, train_s = train_next_token(torch, student, gen_arr, code, steps=args.steps, batch=args.batch, seq=args.seq,
-                                      lr=args.lr, rng=rng, log=log, checkpoint=Checkpoint(torch, folder))
+                                      lr=args.lr, rng=rng, log=log, checkpoint=RunState(torch, folder))
 
     save_student(out, student, cfg, "minispec.recipes.train_draft")
     for f in ("tokenizer_config.json", "generation_config.json"):

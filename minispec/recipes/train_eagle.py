@@ -6,7 +6,7 @@ gives the first head's arguments (those its training.json records at commit 049d
 weights/eagle-smollm2-135m; every other one at its default). The run writes beside --out and moves its files into it at
 the end: a run that stops leaves --out as it was (training.staging). The same command run again resumes a stopped
 run: its data is cached (below), and its training's checkpoints are kept in --run-dir (default
-``$MINISPEC_CACHE/train_eagle-run-<hash of the settings>``; training.run_folder, Checkpoint).
+``$MINISPEC_CACHE/train_eagle-run-<hash of the settings>``; training.run_folder, RunState).
 
 Needs PyTorch and transformers (`pip install torch==2.13.0 -e ".[train,parity]"`); drafting stays NumPy.
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..harness.provenance import provenance
-from .training import write_sums
+from .training import FINISHED, write_sums
 
 
 def target_features(target, seqs, batch_tokens: int, log, what: str):
@@ -78,10 +78,8 @@ def make_data(args, log) -> dict:
     tok = load_tokenizer(target_dir)
     target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
     files = stdlib_files()
-    t0 = time.perf_counter()
-    gen = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed + 1, log)
+    gen, gen_s = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed + 1, log)
     gen = [s[: args.seq] for s in gen]
-    gen_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed + 1)
     code = stdlib_chunks(files, tok.encode, args.stdlib_tokens, args.seq, rng.permutation(len(files))).tolist()
     t1 = time.perf_counter()
@@ -438,15 +436,16 @@ def parser() -> argparse.ArgumentParser:
 def train_head(torch, head, E, W_r, data, rows, steps: int, rms: float, args, log, checkpoint=None) -> tuple[list, float]:
     """``steps`` AdamW steps (betas 0.9/0.95, weight decay 0.01, 50 warm-up steps, cosine decay, gradients clipped
     at 1) on batches of ``rows`` -> (the (regression, CE) losses per step, seconds). With a ``checkpoint``
-    (training.Checkpoint) the loop resumes from it and saves to it."""
+    (training.RunState) the loop resumes from it and saves to it."""
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+        opt, lambda s: float(min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0)))))  # a float:
+    # the schedule's state holds no NumPy scalar (training.RunState reads it as plain data)
     rng = np.random.default_rng(args.seed)
     parts = dict(head=head, opt=opt, sched=sched)
     first, curve, spent = checkpoint.resume(parts, rng) if checkpoint else (0, [], 0.0)
     if first:
-        log(f"resumed at step {first} of {steps} from {checkpoint.path}")
+        log(f"resumed at step {first} of {steps} from {checkpoint.path}" + (FINISHED if first == steps else ""))
     t0 = time.perf_counter() - spent
     for step in range(first, steps):
         toks, feats, lens = batches(data, rows, args.batch, args.seq, rng)
@@ -483,7 +482,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not (0 < args.vocab <= 49152 and 0 < args.ship_vocab <= 49152):
         p.error(f"--vocab and --ship-vocab must be in 1..49152, got {args.vocab} and {args.ship_vocab}")
-    from .training import Checkpoint, begin, check_args, discard, publish, run_folder, target_config
+    from .training import RunState, begin, check_args, discard, publish, run_folder, target_config
 
     # (bug: --batch 0, --epochs 0 or --lr 0 were found out after the data, or never)
     check_args(p, args, batch=1, seq=2, gen_batches=1, gen_batch=1, gen_tokens=1, threads=1)
@@ -531,7 +530,7 @@ def main(argv=None) -> int:
     n_params = sum(p.numel() for p in head.parameters())
     log(f"head: {n_params / 1e6:.2f}M parameters, reduced head {len(freq)} tokens")
     log(f"run folder {folder}: the training's checkpoints (the same command resumes there)")
-    curve, train_s = train_head(torch, head, E, W_r, data, rows, steps, rms, args, log, Checkpoint(torch, folder))
+    curve, train_s = train_head(torch, head, E, W_r, data, rows, steps, rms, args, log, RunState(torch, folder))
     head.eval()
     held_out = evaluate(head, E, reduced_heads(torch, freq, data, rows, V), data, held, args.seq, torch)
     for name, v in held_out.items():

@@ -1,7 +1,8 @@
 """What the training recipes here share: the checks of their arguments, the start of a run (torch or a clear error,
 fixed seeds, a log file, the target's directory, a staging directory that the finished run's files move out of), and
-a run folder whose checkpoints let a stopped run resume (``Checkpoint``), and for the two draft models the student
-Llama, its next-token loop and how it is saved."""
+a run folder whose checkpoints let a stopped run resume (``run_folder``, ``RunState``: train_draft, train_bpe_draft and
+train_eagle; train_eagle_ttt keeps its own, older checkpoint, which names the settings it refuses to mix), and for the
+two draft models the student Llama, its next-token loop and how it is saved."""
 
 from __future__ import annotations
 
@@ -154,7 +155,11 @@ def run_folder(recipe: str, args) -> Path:
     return folder
 
 
-class Checkpoint:
+FINISHED = (": a finished run, whose model is written out again, not trained again (another --run-dir, or this one "
+            "removed, trains anew)")
+
+
+class RunState:
     """A training loop's state in ``folder/checkpoint.pt`` (a ``run_folder``), written every ``every`` steps and at
     the last, through a temporary file: the state of ``parts`` (name -> anything with ``state_dict``: the model, its
     optimizer, its schedule), the step, the loss curve, the seconds spent, and the random states (the loop's NumPy
@@ -169,7 +174,8 @@ class Checkpoint:
         there is none."""
         if not self.path.exists():
             return 0, [], 0.0
-        saved = self.torch.load(self.path, weights_only=False)
+        saved = self.torch.load(self.path, weights_only=True)  # tensors, numbers and strings only: a file is data,
+        # never code it would run
         for name, part in parts.items():
             part.load_state_dict(saved[name])
         rng.bit_generator.state = saved["numpy_rng"]
@@ -237,7 +243,7 @@ def write_sums(out: Path, files) -> None:
 
 
 def train_next_token(torch, student, generated, chunks, *, steps: int, batch: int, seq: int, lr: float, rng, log,
-                     checkpoint: Checkpoint | None = None):
+                     checkpoint: RunState | None = None):
     """Next-token cross-entropy on batches half of ``generated`` sequences (arrays of at most ``seq`` ids, padded
     and masked) and half of ``chunks`` ([n, seq] ids); AdamW (betas 0.9/0.95, weight decay 0.01), 30 warm-up
     steps, cosine decay, gradients clipped at 1. -> (loss per step, seconds). With a ``checkpoint`` the loop resumes
@@ -246,11 +252,12 @@ def train_next_token(torch, student, generated, chunks, *, steps: int, batch: in
 
     opt = torch.optim.AdamW(student.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 30) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+        opt, lambda s: float(min(1.0, (s + 1) / 30) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0)))))  # a float:
+    # the schedule's state then holds no NumPy scalar, and RunState reads it back as plain data
     parts = dict(model=student, opt=opt, sched=sched)
     first, curve, spent = checkpoint.resume(parts, rng) if checkpoint else (0, [], 0.0)
     if first:
-        log(f"resumed at step {first} of {steps} from {checkpoint.path}")
+        log(f"resumed at step {first} of {steps} from {checkpoint.path}" + (FINISHED if first == steps else ""))
     t0 = time.perf_counter() - spent
     student.train()
     half = batch // 2
