@@ -114,7 +114,7 @@ cat "$OUT/steps.txt"
 echo "wrote $OUT/gpu_report.json and $OUT/gpu_report.md ($((SECONDS))s)"
 if [[ -z "$GPU" ]]; then
   if ((FAILED)); then
-    echo "no GPU, and the dry run failed (exit 1): see the steps above"
+    echo "no GPU, and a step of the dry run failed (exit 1): see the steps above"
     exit 1
   fi
   echo "no GPU: the CUDA tests were skipped and nothing was measured on a GPU (exit 0)"

@@ -40,3 +40,25 @@ def test_gpu_predict_refuses_its_arguments_before_it_measures(tmp_path, monkeypa
     with pytest.raises(SystemExit) as e:
         gpu.main(["--device", "cpu", "--smoke", *bad])
     assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_gpu_predicts_own_target_needs_no_tokenizer(tmp_path, monkeypatch):
+    """gpu-predict reads no tokenizer: its dry run works on a checkout that never fetched SmolLM2 (bug: it stopped,
+    for want of one it does not read)."""
+    monkeypatch.setattr(gpu, "default_model_dir", lambda: tmp_path / "absent")
+    path = gpu.random_target(tmp_path / "t", smoke=True, tokenizer=False)
+    assert load_model(path).cfg.vocab_size == 49152 and not (path / "tokenizer.json").exists()
+
+
+def test_gpu_predict_asks_for_no_tokenizer(monkeypatch, tmp_path):
+    asked = []
+
+    class Measured(Exception):
+        pass
+
+    monkeypatch.setattr(gpu, "random_target", lambda *a, **k: asked.append(k) or tmp_path)
+    monkeypatch.setattr(gpu, "measure", lambda *a, **k: (_ for _ in ()).throw(Measured()))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Measured):
+        gpu.main(["--device", "cpu", "--smoke"])
+    assert asked == [dict(tokenizer=False)]

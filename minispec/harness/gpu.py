@@ -43,12 +43,14 @@ SMOKE_SHAPE = dict(SMOLLM2_SHAPE, hidden_size=64, intermediate_size=128, num_hid
                    num_key_value_heads=2)  # --smoke: the vocabulary of SmolLM2 (the draft's), nothing else
 
 
-def random_target(path, smoke: bool = False) -> Path:
-    """Random weights of SmolLM2-135M's shape (``--smoke``: a small model with its vocabulary), with SmolLM2's
-    tokenizer, from the converted target (``minispec fetch smollm2``; checked against the one the shipped draft
-    names, ``tokenizer.sha256``), so that the study can run on it too. FileNotFoundError, before any weight is
-    written, where that tokenizer is missing (bug: the draft's copy, which it no longer ships, was looked for and
-    skipped in silence, and the study step failed later for want of a tokenizer)."""
+def random_target(path, smoke: bool = False, tokenizer: bool = True) -> Path:
+    """Random weights of SmolLM2-135M's shape (``--smoke``: a small model with its vocabulary); with ``tokenizer``,
+    SmolLM2's tokenizer, from the converted target (``minispec fetch smollm2``; checked against the one the shipped
+    draft names, ``tokenizer.sha256``), so that the study can run on it too (gpu-predict reads none). FileNotFoundError,
+    before any weight is written, where that tokenizer is missing (bug: the draft's copy, which it no longer ships, was
+    looked for and skipped in silence, and the study step failed later for want of a tokenizer)."""
+    if not tokenizer:
+        return write_random_model(path, tiny_config(**(SMOKE_SHAPE if smoke else SMOLLM2_SHAPE)))
     source = default_model_dir()
     if not (source / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{source / 'tokenizer.json'} (SmolLM2's tokenizer) is missing: run `minispec fetch "
@@ -221,7 +223,7 @@ def main(argv=None) -> int:
     backend.use_device(a.device)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
-        target = Path(a.target) if a.target else random_target(Path(tmp) / "smollm2-shape", a.smoke)
+        target = Path(a.target) if a.target else random_target(Path(tmp) / "smollm2-shape", a.smoke, tokenizer=False)
         costs = measure(target, draft_dir=a.draft, ns=tuple(range(1, a.ns + 1)), repeats=3 if a.smoke else a.repeats,
                         context=64 if a.smoke else 256, decode_tokens=16 if a.smoke else 64, log=log)
     res = dict(label="GPU speedups are PREDICTED from CPU-measured acceptances and GPU-measured costs",
