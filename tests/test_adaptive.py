@@ -529,8 +529,8 @@ def test_bench_stop_runs_on_tiny_models(big_pair):
     target, draft = big_pair
     prompts = {"a": [[5, 6, 7], [9] * 12], "b": [[3, 4, 5, 6, 3, 4]]}
     res = run(target, DraftModel(draft), prompts, 4, [0.0, 1.0], 12)  # greedy: each config equals plain, or it raises
-    assert res.pop("near_ties") == []
-    for temp, rows in res.items():
+    assert res["near_ties"] == []
+    for temp, rows in res["rows"].items():
         assert set(rows) == {"K=1", "K=4", "K=4 + stop", "auto", "auto, no stop"}
         for name, r in rows.items():
             assert [x[0] for x in r] == ["a", "a", "b"] and all(x[1] > 0 for x in r), (temp, name)

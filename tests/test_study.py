@@ -106,7 +106,7 @@ def test_a_rounds_tokens_by_k_pick_the_k_a_geometric_acceptance_pays_best_at():
     tokens = tokens_by_k(log)
     for k in (1, 4, 8):
         assert tokens[k] == pytest.approx(sum(0.6 ** j for j in range(k + 1)), abs=0.02)
-    k, speed = best_k(tokens, 0.05, {n: 1 + 0.05 * (n - 1) for n in range(1, 10)})
+    k, speed = best_k(tokens, 0.05, {n: 0.02 * (1 + 0.05 * (n - 1)) for n in range(1, 10)})  # seconds: r over t(1)
     assert k == 3 and speed == pytest.approx(2.176 / 1.3, abs=0.02)
     assert tokens_by_k([(2, 1), (8, 5)])[4] == 5.0  # a round that drafted 2 says nothing about K = 4
 

@@ -4,7 +4,9 @@ ratio c, and the speedup at the best K, greedy and at temperature 1.
 Acceptance at K is read off rounds run at K = 8: the first K guesses of a K = 8 round are drawn
 exactly as the guesses of a K round from the same context would be, and a K round would accept
 min(n, K) of them. So acceptance(K) = sum min(n, K) / sum min(drafted, K) over rounds. A direct run
-at K = 1 and K = 4 is reported next to it as a check of that estimate.
+at K = 1 and K = 4 is reported next to it as a check of that estimate. The best K is predicted from the
+same rounds: a round at K emits 1 + mean min(n, K) tokens (``tokens_by_k``) for K guesses at c and a pass
+of r(K + 1) (``best_k``); the speedup at that K is then measured side by side with plain decoding.
 
 Acceptance by confidence (greedy): for every token of the greedy outputs, the draft's top probability
 at that position and whether its top token is the target's. It says how much an early stop of
@@ -54,9 +56,11 @@ def tokens_by_k(rounds_log, k_max: int = 8) -> dict[int, float]:
     return out
 
 
-def best_k(tokens: dict, c: float, r: dict) -> tuple[int, float]:
+def best_k(tokens: dict, c: float, times: dict) -> tuple[int, float]:
     """The K whose predicted speedup, a round's tokens (``tokens_by_k``) over its cost in target steps (K guesses at
-    c each and a pass of K + 1 tokens, r(K + 1)), is highest -> (K, that speedup)."""
+    c each and a pass of K + 1 tokens, r(K + 1) = t(K + 1) / t(1) of the one measurement ``times``, {n: seconds}), is
+    highest -> (K, that speedup)."""
+    r = {n: t / times[1] for n, t in times.items()}
     return choose_best(sorted(tokens), lambda k: tokens[k] / (k * c + r[k + 1]))
 
 
@@ -147,11 +151,10 @@ def main(argv=None) -> int:
                               + ("-" if b["acceptance"] is None else f"{b['acceptance']:.2f}") for b in r["by_confidence"]))
     speeds = {}
     for setting, temp in SETTINGS.items():
-        code = acc[f"code {setting}"]["tokens"]  # a round's tokens at each K (bug: the share of the first K guesses
-        # kept was passed as the first guess's rate a, which undercounts every K > 1 and so favoured K = 1)
-        ts = forward_times(target, tuple(range(1, 10)), context=128, repeats=5)
-        r = {n: v / ts[1] for n, v in ts.items()}  # r(n) of one measurement, over its own t(1) (bug: over another's)
-        best, _ = best_k(code, c, r)
+        # a round's tokens at each K (bug: the share of the first K guesses kept was passed as the first guess's rate
+        # a, which undercounts every K > 1 and so favoured K = 1), and r(n) of one measurement (bug: over another's t(1))
+        best, _ = best_k(acc[f"code {setting}"]["tokens"], c,
+                         forward_times(target, tuple(range(1, 10)), context=128, repeats=5))
         speeds[setting] = dict(k=best, speedup=speed_at(target, drafter, tok, best, n_prompts=a.speed_prompts,
                                                         max_new_tokens=a.max_new_tokens, temperature=temp))
         m, q1, q3 = speeds[setting]["speedup"]

@@ -39,17 +39,16 @@ def configs(target, k: int, learn: bool) -> dict:
 
 
 def run(target, drafter, prompts: dict, k: int, temperatures, max_new_tokens: int, stop_ids=(), bar=None) -> dict:
-    """temperature -> config name -> [(prompt set, speedup over plain, tokens per pass, guesses per round)]; and
-    "near_ties": the greedy differences from plain decoding at a top-2 margin under TIE_MARGIN, each with its margin
+    """{"rows": temperature -> config name -> [(prompt set, speedup over plain, tokens per pass, guesses per round)],
+    "near_ties": the greedy differences from plain decoding at a top-2 margin under TIE_MARGIN, each with its margin}
     (design.md's greedy identity). A greedy difference at a larger margin is a ValueError naming it."""
-    out = {"near_ties": []}
+    out = {"rows": {}, "near_ties": []}
     for temp in temperatures:
-        rows = None
+        rows = out["rows"][temp] = {name: [] for name in configs(target, k, True)}
         for pset, plist in prompts.items():
             for i, ids in enumerate(plist):
                 w = dict(temperature=temp, seed=7 + i, stop_ids=stop_ids)
-                cfgs = configs(target, k, follows_clock(w["seed"], temp))
-                rows = rows or out.setdefault(temp, {name: [] for name in cfgs})
+                cfgs = configs(target, k, follows_clock(w["seed"], temp))  # a seeded run at T > 0 keeps its costs
                 names = list(cfgs)
                 made = {name: cfgs[name](drafter) for name in names}  # before the clock (bug: inside it, so the first
                 # run of each policy paid for reading, probing or measuring its calibration, and plain decoding did not)
@@ -106,10 +105,10 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     bar.close()
-    ties = res.pop("near_ties")
+    ties = res["near_ties"]
     print(f"draft {drafter.name}, {a.max_new_tokens} new tokens, {a.prompts_per_set} prompts per set; speedup over "
           "plain decoding (median over prompts), mean tokens per target pass, mean guesses verified per round")
-    for temp, rows in res.items():
+    for temp, rows in res["rows"].items():
         print(f"\n{'greedy' if temp == 0 else f'T={temp:g}'}")
         print(f"  {'':<16}" + "".join(f"{s:>10}" for s in PROMPT_SETS) + f"{'all':>10}{'tok/pass':>10}{'guesses':>9}")
         for name, r in rows.items():
