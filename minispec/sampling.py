@@ -183,8 +183,9 @@ class Warp:
             z = processor(z, prefix, self.prompt_len)
         if np.isnan(z).any() or np.isposinf(z).any():  # (bug: a penalty of 1e-310 made +inf, warp NaN, and sample
             # then gave the vocabulary's last token)
-            raise ValueError(f"the logits processors made a logit that is NaN or +inf after {len(prefix) - self.prompt_len}"
-                             f" generated tokens ({', '.join(map(describe, self.processors))}): a penalty too extreme")
+            raise ValueError(f"a logit is NaN or +inf after the logits processors, {len(prefix) - self.prompt_len} "
+                             f"generated tokens in ({', '.join(map(describe, self.processors))}): a penalty too extreme, "
+                             "or logits that were not finite already")
         if not np.isfinite(z).any():
             if strict:
                 raise ValueError(f"the logits processors allow no token after {len(prefix) - self.prompt_len} "
@@ -196,15 +197,15 @@ class Warp:
         """Row i's distribution after ``tokens`` + ``guesses[:i]``: a target pass's p_1..p_{K+1} over a chain
         x_1..x_K, or (``strict=False``) a drafter's first-guess rows over a text. A row is strict only while every
         guess before it has p > 0 in its own row: after a guess with p = 0, which every rule rejects, no row is
-        read, and one that the processors leave with no token is no error (bug: it raised, where plain decoding,
-        which never reaches that prefix, went on)."""
+        read, and one that the processors leave with no token is no error."""
         if not (self.processors and len(logits)):
             return warp(logits, self.temperature, self.top_k, self.top_p)
         rows, reached = [], strict
         for i, row in enumerate(logits):
             rows.append(warp(self.process(row, [*tokens, *guesses[:i]], reached), self.temperature, self.top_k,
                              self.top_p))
-            reached = reached and (i >= len(guesses) or rows[-1][guesses[i]] > 0)
+            reached = reached and (i >= len(guesses) or rows[-1][guesses[i]] > 0)  # (bug: every row was strict, and a
+            # row never read raised where plain decoding, which never reaches its prefix, went on)
         return np.stack(rows)
 
     def tree(self, logits, tokens, tree) -> np.ndarray:  # [N+1, V] -> [N+1, V]

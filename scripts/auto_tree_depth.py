@@ -20,7 +20,7 @@ import numpy as np
 from minispec.drafters.dynamic_tree import DynamicTree
 from minispec.drafters.eagle import load_eagle
 from minispec.generate import generate
-from minispec.harness.command import load_target
+from minispec.harness.command import count, load_target
 from minispec.harness.measure import side_by_side
 from minispec.harness.prompts import load_prompts
 from minispec.harness.provenance import provenance
@@ -51,8 +51,8 @@ def fixed_2x2x4(target, eagle, shape) -> DynamicTree:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--prompts", type=count, default=8)
+    p.add_argument("--tokens", type=count, default=64)
     p.add_argument("--top-k", type=int, default=DynamicTree().top_k,
                    help="children per node and nodes per frontier of the two automatic trees (default: DynamicTree's)")
     a = p.parse_args(argv)

@@ -86,23 +86,6 @@ def test_a_speedup_beyond_the_tokens_per_pass_is_called_noise(monkeypatch):
     assert ratios == [2.0] * 3 and "noise" not in words and "speedup 2.00x" in words, words
 
 
-def test_a_young_process_does_not_take_another_process_off_the_load(monkeypatch):
-    """A process 3 seconds old that used a CPU throughout has added about 1 - exp(-3/60) to the 1-minute load
-    average, not 1: with one other process busy throughout, the others' load reads about 1, busy (bug: about 0.05,
-    quiet). One that has run for ten minutes at one CPU takes its whole CPU off."""
-    import math
-    import time
-
-    from minispec.harness import measure
-
-    for age, own_cpu, expect in ((3.0, 3.0, 1.0), (600.0, 600.0, 1.0)):  # seconds old, CPU seconds used
-        added = 1.0 - math.exp(-age / 60)  # the kernel's average after `age` seconds of one busy process
-        monkeypatch.setattr(measure, "_START", (time.perf_counter() - age, time.process_time() - own_cpu))
-        monkeypatch.setattr(measure, "load_average", lambda added=added: 1.0 + added)  # another process: 1
-        assert measure.others_load() == pytest.approx(expect, abs=0.05)
-        assert measure.busy_words(measure.others_load())
-
-
 def test_a_busy_machine_is_named_beside_the_speed_figures(monkeypatch, capsys):
     """The load average before a run, above 0.5, is printed beside its speed; a quiet one adds nothing."""
     import os

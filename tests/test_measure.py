@@ -1,6 +1,9 @@
 """The floor's comparison (minispec/harness/measure.py ``alternate``, used by ``minispec bench auto``): the two sides
 alternate with neither always first, each keeps its fastest run, and the run side is set up afresh, outside the clock,
-before each of its runs. The clock is scripted: no timing is taken here."""
+before each of its runs; bench auto's report of the floor; the load of the other processes. The clock is scripted: no
+timing is taken here."""
+
+import pytest
 
 from minispec.harness import measure
 
@@ -57,3 +60,20 @@ def test_bench_autos_report_names_a_set_below_either_half_of_the_floor_and_a_bus
     assert "0.99x (lowest 0.85x) below the floor: a prompt |" in text
     assert "0.96x (lowest 0.95x) below the floor: median |" in text
     assert "the machine was busy (load average 1.10" in text
+
+
+def test_a_young_process_does_not_take_another_process_off_the_load(monkeypatch):
+    """A process 3 seconds old that used a CPU throughout has added about 1 - exp(-3/60) to the 1-minute load
+    average, not 1: with one other process busy throughout, the others' load reads about 1, busy (bug: about 0.05,
+    quiet). One that has run for ten minutes at one CPU takes its whole CPU off."""
+    import math
+    import time
+
+    from minispec.harness import measure
+
+    for age, own_cpu, expect in ((3.0, 3.0, 1.0), (600.0, 600.0, 1.0)):  # seconds old, CPU seconds used
+        added = 1.0 - math.exp(-age / 60)  # the kernel's average after `age` seconds of one busy process
+        monkeypatch.setattr(measure, "_START", (time.perf_counter() - age, time.process_time() - own_cpu))
+        monkeypatch.setattr(measure, "load_average", lambda added=added: 1.0 + added)  # another process: 1
+        assert measure.others_load() == pytest.approx(expect, abs=0.05)
+        assert measure.busy_words(measure.others_load())

@@ -41,7 +41,7 @@ from .command import (
     print_and_store,
     shipped_drafters,
 )
-from .measure import alternate, busy_words, others_load
+from .measure import MEDIAN_FLOOR, PROMPT_FLOOR, alternate, busy_words, others_load
 from .progress import Progress
 from .prompts import PROMPT_SETS
 
@@ -127,9 +127,6 @@ def run(a) -> dict:
     bar.close()
     out["load_after"] = others_load()
     return out
-
-
-MEDIAN_FLOOR, PROMPT_FLOOR = 0.97, 0.90  # the floor (../shared/design.md): a set's median, and every prompt
 
 
 def floor_words(d: dict, s: str) -> str:

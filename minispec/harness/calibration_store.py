@@ -65,8 +65,8 @@ class DiskStore:
         return Calibration(what, times, max(c.measured_at for c in runs), min(loads) if loads else None, [], "stored")
 
     @staticmethod
-    def same_figures(entry, calibration: Calibration) -> bool:
-        """Whether a kept run reads back (``Calibration.from_json``) with the same figures as ``calibration``."""
+    def same_figure_names(entry, calibration: Calibration) -> bool:
+        """Whether a kept run reads back (``Calibration.from_json``) with figures of the same names as ``calibration``'s."""
         try:
             return set(Calibration.from_json(calibration.what, entry).times) == set(calibration.times)
         except (ValueError, AttributeError, TypeError):
@@ -77,7 +77,7 @@ class DiskStore:
             runs = self.runs(key)
         except ValueError:
             runs = []  # a file that is not ours is replaced
-        runs = [r for r in runs if self.same_figures(r, calibration)]  # (bug: a kept run without some figures, or
+        runs = [r for r in runs if self.same_figure_names(r, calibration)]  # (bug: a kept run without some figures, or
         # measured "in the future", stayed, so every later load was distrusted and measured afresh)
         runs = (runs + [calibration.to_json()])[-RUNS:]
         self.folder.mkdir(parents=True, exist_ok=True)

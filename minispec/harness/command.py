@@ -107,8 +107,11 @@ def check_kernels(ap, kernels: str, json_path) -> None:
     """``--kernels`` (comma-separated) and ``--json`` refused by name (``ap.error``) before any model loads."""
     from ..model.kernel import KernelUnavailable, check_kernel
 
+    names = [k for k in kernels.split(",") if k]
+    if not names:
+        ap.error("--kernels names no kernel: give one or more of numpy, numba, comma-separated")
     try:
-        for k in [k for k in kernels.split(",") if k] or [""]:
+        for k in names:
             check_kernel(k)
         check_json_path(json_path)
     except (ValueError, KernelUnavailable) as e:

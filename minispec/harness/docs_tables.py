@@ -73,12 +73,12 @@ def render(text: str, root: Path = ROOT, where: str = "README.md") -> str:
             raise KeyError(f"no generated figure named {m.group(2)!r}")
         return f"{m.group(1)}{figures[m.group(2)]}{m.group(3)}"
 
-    closed(text, SECTION, "<!-- generated: ", where)
-    closed(text, VALUE, "<!-- v:", where)
+    check_closed(text, SECTION, "<!-- generated: ", where)
+    check_closed(text, VALUE, "<!-- v:", where)
     return VALUE.sub(value, SECTION.sub(section, text))
 
 
-def closed(text: str, marker: re.Pattern, opener: str, where: str) -> None:
+def check_closed(text: str, marker: re.Pattern, opener: str, where: str) -> None:
     """ValueError naming the line of the first opener in ``text`` that ``marker`` does not match whole (its closer
     missing or misspelt): such a section or figure would never be written again, nor found stale by ``--check``."""
     matched = {m.start() for m in marker.finditer(text)}

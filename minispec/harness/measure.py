@@ -15,6 +15,8 @@ from ..model import backend
 from ..model.threads import load_average  # noqa: F401 (the lab's callers read it here)
 
 SETTINGS = {"greedy": 0.0, "T=1": 1.0}  # setting -> temperature
+MEDIAN_FLOOR, PROMPT_FLOOR = 0.97, 0.90  # the floor (../shared/design.md): a prompt set's median speedup, and every
+# prompt's (``alternate`` measures them)
 BUSY_LOAD = 0.5  # other runnable processes, on average, above which a speed figure is called unreliable
 _START = (time.perf_counter(), time.process_time())  # when this process began measuring, and its CPU seconds then
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..recipes.windows import read_windows
-from .check import TIE_MARGIN
+from .check import TIE_MARGIN, margin
 from .command import check_kernels
 from .provenance import provenance
 
@@ -96,9 +96,7 @@ def identity(target, drafters: dict, cases: list[dict]) -> dict:
                 row["identical"] += 1
                 continue
             j = first_difference(got, want)
-            ctx = list(case["prompt"]) + want[:j]
-            top2 = np.sort(target.forward(ctx, target.new_cache(len(ctx)))[-1])[-2:]
-            row["mismatches"].append(dict(case=c_i, position=j, margin=float(top2[1] - top2[0])))
+            row["mismatches"].append(dict(case=c_i, position=j, margin=margin(target, list(case["prompt"]) + want[:j])))
     return out
 
 
