@@ -54,8 +54,9 @@ def test_bench_autos_report_names_a_set_below_either_half_of_the_floor_and_a_bus
     rounds = dict(drafting=1.1, plain=1.0, drafted_share=0.4)
     d = dict(speedup=dict(code=1.2, chat=0.99, grounded=0.96), rounds=rounds, notes=[],
              by_prompt=dict(code=[1.1, 1.2, 1.3], chat=[0.85, 0.99, 1.05], grounded=[0.95, 0.96, 0.97]))
-    text = report(dict(tokens=64, repeats=2, calibration="stored", drafters={"eagle": d}, load_before=1.1,
-                       load_after=0.0))
+    text = report(dict(tokens=64, repeats=2, calibration="stored", drafters={"eagle": d, "plain (control)": d},
+                       load_before=1.1, load_after=0.0))
+    assert "| plain (control) | 1.20x (lowest 1.10x) | 0.99x (lowest 0.85x) | 0.96x (lowest 0.95x) |" in text  # noise
     assert "1.20x (lowest 1.10x) |" in text
     assert "0.99x (lowest 0.85x) below the floor: a prompt |" in text
     assert "0.96x (lowest 0.95x) below the floor: median |" in text
