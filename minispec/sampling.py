@@ -197,27 +197,28 @@ class Warp:
         """Row i's distribution after ``tokens`` + ``guesses[:i]``: a target pass's p_1..p_{K+1} over a chain
         x_1..x_K, or (``strict=False``) a drafter's first-guess rows over a text."""
         if self.processors and len(logits):
-            return self.reachable(logits, lambda i: [*tokens, *guesses[:i]], range(-1, len(logits) - 1), [-1, *guesses],
-                                  strict)
+            return self.rows_along(logits, lambda i: [*tokens, *guesses[:i]], range(-1, len(logits) - 1),
+                                   [-1, *guesses], strict)
         return warp(logits, self.temperature, self.top_k, self.top_p)
 
     def tree(self, logits, tokens, tree) -> np.ndarray:  # [N+1, V] -> [N+1, V]
         """Row n's distribution after ``tokens`` and the path to node n of ``tree`` (tree.py; row 0: the root's)."""
         if self.processors:
-            return self.reachable(logits, lambda n: tree.prefix(tokens, n), tree.parents, tree.tokens, True)
+            return self.rows_along(logits, lambda n: tree.prefix(tokens, n), tree.parents, tree.tokens, True)
         return warp(logits, self.temperature, self.top_k, self.top_p)
 
-    def reachable(self, logits, prefix, parents, tokens, strict: bool) -> np.ndarray:  # [n, V] -> [n, V]
-        """Rows processed and warped one by one, row n after ``prefix(n)``, reached from row ``parents[n]`` (-1: the
-        first) by ``tokens[n]``; a row is strict only where it can be reached: ``strict`` for the first, then its
-        parent's where the parent gives its token p > 0. After a guess with p = 0, which every rule rejects, no row is
-        read, and one that the processors leave with no token is no error (bug: every row was strict, so such a row
-        raised where plain decoding, which never reaches its prefix, went on)."""
+    def rows_along(self, logits, prefix_of, parents, via, strict: bool) -> np.ndarray:  # [n, V] -> [n, V]
+        """Rows processed and warped one by one, row n after the tokens ``prefix_of(n)``, reached from row
+        ``parents[n]`` (-1: the first) by the token ``via[n]``; a row is strict only where it can be reached:
+        ``strict`` for the first, then its parent's where the parent gives ``via[n]`` p > 0. After a guess with
+        p = 0, which every rule rejects, no row is read, and one that the processors leave with no token is no error
+        (bug: every row was strict, so such a row raised where plain decoding, which never reaches its prefix, went
+        on)."""
         probs, reached = [], []
         for n, row in enumerate(logits):  # parents before children (tree.py adds a node after its parent)
             up = parents[n]
-            reached.append(strict if up < 0 else reached[up] and probs[up][tokens[n]] > 0)
-            probs.append(warp(self.process(row, prefix(n), reached[n]), self.temperature, self.top_k, self.top_p))
+            reached.append(strict if up < 0 else reached[up] and probs[up][via[n]] > 0)
+            probs.append(warp(self.process(row, prefix_of(n), reached[n]), self.temperature, self.top_k, self.top_p))
         return np.stack(probs)
 
 

@@ -88,7 +88,9 @@ if [[ -n "$GPU" ]]; then
   ATTACH+=(--attach "bench forward --device cuda=$OUT/bench_forward.log"
            --attach "bench decode --device cuda=$OUT/bench_decode.log"
            --attach "study --device cuda (random weights: its acceptances mean nothing)=$OUT/study.log")
-  step gpu_predict 120 0 "$PY" -m minispec bench gpu-predict --device cuda --target "$T" --out "$OUT" --name gpu_report \
+  TARGET=(--target "$T")  # the target written above; without it (no tokenizer to write beside it: write_target
+  [[ -s "$T/model.safetensors" ]] || TARGET=()  # failed), gpu-predict writes a target of its own and still runs
+  step gpu_predict 120 0 "$PY" -m minispec bench gpu-predict --device cuda "${TARGET[@]}" --out "$OUT" --name gpu_report \
     "${SMOKE[@]}" "${ATTACH[@]}"
 else
   echo "no GPU: CuPy or a CUDA device is missing; a smoke run of gpu-predict on the CPU instead (DRY RUN, measures nothing)"

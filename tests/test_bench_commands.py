@@ -83,9 +83,11 @@ def test_an_out_that_is_a_file_is_refused_before_the_runs(argv, tmp_path, monkey
     assert (tmp_path / "FILE").read_text() == "mine\n"
 
 
-@pytest.mark.parametrize("module, argv", [("batch_invariance", ["--kernels", "numpy,nmba"]),
-                                          ("near_ties", ["--json", "cases.json", "--kernels", "numpy,nmba"])])
-def test_an_unknown_kernel_is_refused_before_the_first_kernels_runs(module, argv, monkeypatch, capsys):
+@pytest.mark.parametrize("module, argv, says", [
+    ("batch_invariance", ["--kernels", "numpy,nmba"], "unknown kernel 'nmba'"),
+    ("near_ties", ["--json", "cases.json", "--kernels", "numpy,nmba"], "unknown kernel 'nmba'"),
+    ("batch_invariance", ["--kernels", ","], "--kernels names no kernel: give one or more of numpy, numba")])
+def test_an_unknown_kernel_is_refused_before_the_first_kernels_runs(module, argv, says, monkeypatch, capsys):
     """(bug: refused only after every run of the first kernel, and its record lost)"""
     from minispec.recipes import fetch
 
@@ -93,7 +95,7 @@ def test_an_unknown_kernel_is_refused_before_the_first_kernels_runs(module, argv
         monkeypatch.setattr(fetch, name, lambda *a, **k: pytest.fail("the model was fetched or loaded"))
     with pytest.raises(SystemExit) as e:
         importlib.import_module(f"minispec.harness.{module}").main(argv)
-    assert e.value.code == 2 and "unknown kernel 'nmba'" in capsys.readouterr().err
+    assert e.value.code == 2 and says in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["auto", "--prompts", "0"], ["auto", "--repeats", "0"], ["rules", "--seeds", "0"],

@@ -370,3 +370,24 @@ def test_a_stopped_train_eagle_run_resumes_at_its_checkpoint(tmp_path, eagle_tar
     assert "resumed at step 2 of " in capsys.readouterr().err
     same = [(tmp_path / n / "eagle.safetensors").read_bytes() for n in ("whole", "stopped")]
     assert same[0] == same[1]
+
+
+def test_a_run_folder_whose_checkpoint_cannot_be_read_is_refused_before_the_data(tmp_path, chat_target, monkeypatch,
+                                                                                 capsys):
+    """A checkpoint that is not plain data (here a pickled object: loading it would run code) is refused by name before
+    anything is made, not loaded."""
+    import pickle
+
+    from minispec.recipes import train_draft
+
+    monkeypatch.setattr(train_draft, "generate_data", no_data_made)
+    from minispec.recipes.training import run_folder
+
+    run = ["--out", str(tmp_path / "o"), "--target", str(chat_target), "--run-dir", str(tmp_path / "r"), "--width", "128"]
+
+    run_folder("train_draft", train_draft.parser().parse_args(run))  # the folder, with its settings
+    (tmp_path / "r" / "checkpoint.pt").write_bytes(pickle.dumps(Path("not data")))
+    with pytest.raises(SystemExit) as e:
+        train_draft.main(run)
+    assert e.value.code == 2 and "is not a checkpoint this recipe reads" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -4,7 +4,9 @@ Per drafter and prompt set (and first for plain decoding against itself: the noi
 prompt is decoded plainly and with ``k="auto"`` (greedy), alternating, ``--repeats`` times each, with a fresh drafter
 and policy made before each timed run (``measure.alternate``: the floor as ``../shared/design.md`` defines it); the
 speedup is auto's fastest run against plain's fastest, and the median is over prompts; the report gives each set's
-lowest prompt beside its median, and names a set below the floor (a median under 0.97x, or a prompt under 0.90x). The
+lowest prompt beside its median, and names a drafter's set below the floor (``measure.MEDIAN_FLOOR`` and
+``PROMPT_FLOOR``: a median under 0.97x, or a prompt under 0.90x; the control, plain against plain, shows the noise
+and is held to none). The
 load average (of the other processes) is recorded before and after: a run that began above 0.5 is marked busy. Per drafter, the cost
 model's predicted seconds of a round next to the measured ones: drafting rounds and plain rounds apart, as
 the mean of measured / predicted, with the share of rounds that drafted and the run's final slowdown.

@@ -105,11 +105,11 @@ def check_out_dir(parser, path) -> None:
 
 def check_kernels(ap, kernels: str, json_path) -> None:
     """``--kernels`` (comma-separated) and ``--json`` refused by name (``ap.error``) before any model loads."""
-    from ..model.kernel import KernelUnavailable, check_kernel
+    from ..model.kernel import KERNELS, KernelUnavailable, check_kernel
 
     names = [k for k in kernels.split(",") if k]
     if not names:
-        ap.error("--kernels names no kernel: give one or more of numpy, numba, comma-separated")
+        ap.error(f"--kernels names no kernel: give one or more of {', '.join(KERNELS)}, comma-separated")
     try:
         for k in names:
             check_kernel(k)

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..drafters.eagle import TENTHS
 from ..model.safetensors_io import read_header
 from ..policy.acceptance import expected_tokens, predicted_speedup
+from .auto_eval import CONTROL
 from .check import TREE_TWINS
 from .measure import MEDIAN_FLOOR
 from .study import spread
@@ -344,9 +345,9 @@ def auto_values(root: Path) -> dict[str, str]:
     out = {}
     for calibration in ("honest", "corrupted"):
         d = load(root, f"docs/policy/auto_{calibration}.json")["drafters"]
-        rest = [v for name, sp in d.items() if name != "plain (control)" for ps, v in sp["speedup"].items()
+        rest = [v for name, sp in d.items() if name != CONTROL for ps, v in sp["speedup"].items()
                 if not (name == PL and ps == "grounded")]
-        control = list(d["plain (control)"]["speedup"].values())
+        control = list(d[CONTROL]["speedup"].values())
         out[f"auto.{calibration}.range"] = f"{min(rest):.2f}x-{max(rest):.2f}x"
         out[f"auto.{calibration}.pl.grounded"] = f"{d[PL]['speedup']['grounded']:.2f}x"
         out[f"auto.{calibration}.control"] = f"{min(control):.2f}x-{max(control):.2f}x"

@@ -100,6 +100,10 @@ def generate_data(target, tok, files, batches: int, batch: int, new_tokens: int,
         kept = cache / f"generated-{b:05d}.npz" if cache else None
         if kept and kept.exists():
             with np.load(kept) as z:
+                lacks = sorted({"ids", "lengths", "torch_rng", "seconds"} - set(z.files))
+                if lacks:
+                    raise ValueError(f"{kept} is not a batch this recipe reads (it lacks {', '.join(lacks)}): remove "
+                                     "it, or pass another --run-dir")
                 rows = np.split(z["ids"], np.cumsum(z["lengths"])[:-1])
                 torch.set_rng_state(torch.from_numpy(z["torch_rng"]))  # as generating it left it: the student's
                 # initial weights, drawn after the data, are then an uninterrupted run's (bug: they were not)
@@ -215,8 +219,12 @@ def main(argv=None) -> int:
     log(f"{len(files)} standard-library files")
 
     log(f"run folder {folder}: the generated batches and the training's checkpoints (the same command resumes there)")
-    generated, gen_s = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens, args.seed,
-                                     log, cache=folder)  # gen_s: every batch's, a stopped run's included
+    try:
+        generated, gen_s = generate_data(target, tok, files, args.gen_batches, args.gen_batch, args.gen_tokens,
+                                         args.seed, log, cache=folder)  # gen_s: every batch's, a stopped run's included
+    except ValueError as e:  # a kept batch of another run, or not of this recipe
+        log(f"error: {e}")
+        return 2
     gen_tokens = sum(len(s) for s in generated)
     code = stdlib_chunks(files, tok.encode, args.steps * args.batch * args.seq // 2, args.seq, rng.permutation(len(files)))
     log(f"data: {len(generated)} generated sequences ({gen_tokens} tokens, {gen_s / 60:.1f} min), "

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -517,7 +518,8 @@ def main(argv=None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+        opt, lambda s: float(min(1.0, (s + 1) / 50) * 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0)))))  # a float:
+    # the schedule's state then holds no NumPy scalar, and the checkpoint reads back as plain data
     ckpt = run_dir / "checkpoint.pt"
     state = dict(step=0, curve=[], seconds=0.0, steps=steps, data_tokens=n_tokens, folders=named,
                  precision=args.precision, lower_layers=args.lower_layers, ce_weight=args.ce_weight,
@@ -527,7 +529,13 @@ def main(argv=None) -> int:
     drawn = dict(lr=args.lr, seed=args.seed, noise=args.noise, unroll=args.unroll, init=args.init)  # the optimizer's
     # and the draws' settings: a resumed run with others would mix two runs (the saved optimizer keeps the old rate)
     if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
+        try:
+            saved = torch.load(ckpt, weights_only=True)  # plain data only: a file is never code this runs (bug: any
+            # pickled object in the run folder ran on resume)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
+            log(f"error: {ckpt} is not a checkpoint this recipe reads ({str(e).splitlines()[0][:100]}; one written "
+                "before its schedule stored plain floats): remove it, or pass another --run-dir")
+            return 2
         state = saved["state"]
         was = dict(steps=state.get("steps"), tokens=state.get("data_tokens"), folders=state.get("folders", named),
                    precision=state.get("precision", "float32"), lower=state.get("lower_layers", False),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import sys
 import tempfile
 import time
@@ -152,6 +153,10 @@ def run_folder(recipe: str, args) -> Path:
     else:
         folder.mkdir(parents=True, exist_ok=True)
         kept.write_text(json.dumps(settings, indent=1) + "\n")
+    if (folder / "checkpoint.pt").exists():  # one this recipe cannot read is refused now, before any data is made
+        torch = import_torch()
+        if torch is not None:
+            RunState(torch, folder).load()
     return folder
 
 
@@ -174,13 +179,21 @@ class RunState:
         there is none."""
         if not self.path.exists():
             return 0, [], 0.0
-        saved = self.torch.load(self.path, weights_only=True)  # tensors, numbers and strings only: a file is data,
-        # never code it would run
+        saved = self.load()
         for name, part in parts.items():
             part.load_state_dict(saved[name])
         rng.bit_generator.state = saved["numpy_rng"]
         self.torch.set_rng_state(saved["torch_rng"])
         return saved["step"], saved["curve"], saved["seconds"]
+
+    def load(self) -> dict:
+        """The checkpoint as saved; ValueError where it is not one this recipe reads (written by other code)."""
+        try:
+            return self.torch.load(self.path, weights_only=True)  # tensors, numbers and strings only: a file is data,
+            # never code it would run
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
+            raise ValueError(f"{self.path} is not a checkpoint this recipe reads ({str(e).splitlines()[0][:100]}): "
+                             "remove it, or pass another --run-dir") from None
 
     def due(self, step: int, steps: int) -> bool:
         """Whether the loop saves after ``step`` steps of ``steps``."""
