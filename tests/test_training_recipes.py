@@ -386,7 +386,7 @@ def test_a_run_folder_whose_checkpoint_cannot_be_read_is_refused_before_the_data
     run = ["--out", str(tmp_path / "o"), "--target", str(chat_target), "--run-dir", str(tmp_path / "r"), "--width", "128"]
 
     run_folder("train_draft", train_draft.parser().parse_args(run))  # the folder, with its settings
-    (tmp_path / "r" / "checkpoint.pt").write_bytes(pickle.dumps(Path("not data")))
+    (tmp_path / "r" / "checkpoint.pt").write_bytes(pickle.dumps(Path("not data"), protocol=2))  # torch.save's protocol
     with pytest.raises(SystemExit) as e:
         train_draft.main(run)
     assert e.value.code == 2 and "is not a checkpoint this recipe reads" in capsys.readouterr().err
