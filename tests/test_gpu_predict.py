@@ -25,7 +25,7 @@ def test_without_smollm2s_tokenizer_nothing_is_written(tmp_path, monkeypatch):
     assert not (tmp_path / "t").exists()
 
 
-@pytest.mark.parametrize("bad, says", [(["--ns", "0"], "--ns and --repeats must be at least 1"),
+@pytest.mark.parametrize("bad, says", [(["--ns", "0"], "argument --ns: 0 is not at least 1"),
                                        (["--out", "FILE"], "exists and is not a directory"),
                                        (["--study", "FILE"], "not a study's JSON"),
                                        (["--target", "TWO"], "2 layers; the launch probe")])

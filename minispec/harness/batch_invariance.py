@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .command import check_kernels
+from .command import check_kernels, count
 from .provenance import provenance
 
 NS = (2, 3, 4, 8, 16)
@@ -88,12 +88,10 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default=None)
     ap.add_argument("--kernels", default="numpy,numba")
-    ap.add_argument("--positions", type=int, default=64)
+    ap.add_argument("--positions", type=count, default=64)
     ap.add_argument("--model", default=None, help="target directory (default: SmolLM2-135M-Instruct; its Q4_1 "
                                                   "conversion, minispec fetch smollm2 --q4_1, for the quantized target)")
     a = ap.parse_args(argv)
-    if a.positions < 1:
-        ap.error(f"--positions must be at least 1, got {a.positions}")
     check_kernels(ap, a.kernels, a.json)  # before any model loads (bug: an unknown kernel after the first one's runs)
     from ..model import load_model, load_tokenizer
     from ..recipes.fetch import resolve_model

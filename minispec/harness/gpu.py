@@ -36,6 +36,7 @@ from ..policy import forward_times
 from ..policy.acceptance import predicted_speedup
 from ..policy.timing import guess_time
 from ..recipes.fetch import DEFAULT_DRAFT, default_model_dir, default_weights_dir, sha256
+from .command import check_out_dir, count
 from .measure import stream_time, timed
 from .provenance import provenance
 
@@ -192,18 +193,15 @@ def main(argv=None) -> int:
     p.add_argument("--study", default="docs/study/study.json", help="the CPU study's JSON (acceptances)")
     p.add_argument("--out", default="gpu-out", help="output directory (default gpu-out)")
     p.add_argument("--name", default="gpu_predict", help="report file names: NAME.json and NAME.md")
-    p.add_argument("--ns", type=int, default=16, help="t(n) for n = 1..NS (default 16)")
-    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--ns", type=count, default=16, help="t(n) for n = 1..NS (default 16)")
+    p.add_argument("--repeats", type=count, default=20)
     p.add_argument("--smoke", action="store_true", help="a small target of SmolLM2's vocabulary, few repeats: checks "
                                                         "the code path (a dry run on a CPU), measures nothing useful")
     p.add_argument("--attach", action="append", default=[], metavar="LABEL=FILE",
                    help="add a text file (a test log, another benchmark's output) to the report")
     a = p.parse_args(argv)
     # checked before the measurement, which takes minutes on a GPU (bug: each was found out after it)
-    if a.ns < 1 or a.repeats < 1:
-        p.error(f"--ns and --repeats must be at least 1, got {a.ns} and {a.repeats}")
-    if Path(a.out).exists() and not Path(a.out).is_dir():
-        p.error(f"--out {a.out}: exists and is not a directory")
+    check_out_dir(p, a.out)
     if not a.name or "/" in a.name:
         p.error(f"--name {a.name!r}: a file name, without '/'")
     study = Path(a.study)

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -396,7 +395,7 @@ def main(argv=None) -> int:
         p.error(f"--answer-tokens must be at least 1, got {args.answer_tokens}")
     if args.extra_intermediate is not None and not args.extra_layers:
         p.error("--extra-intermediate sets the width of --extra-layers: give both")
-    from .training import begin
+    from .training import RunState, begin
     started = begin(args, append_log=True)  # a resumed run adds to its log
     if started is None:
         return 2
@@ -530,11 +529,10 @@ def main(argv=None) -> int:
     # and the draws' settings: a resumed run with others would mix two runs (the saved optimizer keeps the old rate)
     if ckpt.exists():
         try:
-            saved = torch.load(ckpt, weights_only=True)  # plain data only: a file is never code this runs (bug: any
+            saved = RunState(torch, run_dir).load()  # plain data only, as the other recipes read theirs (bug: any
             # pickled object in the run folder ran on resume)
-        except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-            log(f"error: {ckpt} is not a checkpoint this recipe reads ({str(e).splitlines()[0][:100]}; one written "
-                "before its schedule stored plain floats): remove it, or pass another --run-dir")
+        except ValueError as e:
+            log(f"error: {e}")
             return 2
         state = saved["state"]
         was = dict(steps=state.get("steps"), tokens=state.get("data_tokens"), folders=state.get("folders", named),
