@@ -16,7 +16,7 @@ from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
 from .harness.calibration_store import DiskStore
 from .harness.conform.command import add_parser as add_conform
-from .harness.measure import busy_words, load_average, timed
+from .harness.measure import busy_words, load_average, possible_speedup, timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.kernel import KERNELS, use_kernel
 from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
@@ -301,12 +301,6 @@ def cmd_generate(args) -> int:
                         float(np.median(ratios)) if ratios else None)
         print(f"[trace of {len(trace.rounds)} rounds written to {gen.trace_path}]", file=sys.stderr)
     return 0
-
-
-def possible_speedup(tokens: int, target_passes: int) -> float:
-    """The most a run can gain over plain decoding: its tokens per target pass. Plain decoding makes one target pass a
-    token; a pass over more tokens costs at least as much as a pass over one, and the drafter costs more than nothing."""
-    return tokens / max(target_passes, 1)
 
 
 def compare_with_plain(gen: Generation, res, dt: float) -> tuple[list[float], str]:

@@ -71,7 +71,8 @@ def test_a_speedup_beyond_the_tokens_per_pass_is_called_noise(monkeypatch):
     from types import SimpleNamespace
 
     from minispec import cli
-    from minispec.cli import compare_with_plain, possible_speedup
+    from minispec.cli import compare_with_plain
+    from minispec.harness.measure import possible_speedup
 
     assert possible_speedup(30, 10) == 3.0 and possible_speedup(5, 0) == 5.0
     monkeypatch.setattr(cli, "timed", lambda fn: (out := fn(), 0.02 if isinstance(out, list) else 0.01))  # plain: 20

@@ -44,6 +44,12 @@ def busy_words(load: float | None) -> str:
             "unreliable")
 
 
+def possible_speedup(tokens: int, target_passes: int) -> float:
+    """The most a run can gain over plain decoding: its tokens per target pass. Plain decoding makes one target pass a
+    token; a pass over more tokens costs at least as much as a pass over one, and the drafter costs more than nothing."""
+    return tokens / max(target_passes, 1)
+
+
 def timed(fn):
     """-> (fn(), seconds), the device synchronised before each clock read (a no-op on NumPy)."""
     backend.synchronize()
