@@ -16,10 +16,10 @@ from .generate import check_generate_args, generate
 from .harness.bench_commands import SUBCOMMANDS
 from .harness.calibration_store import DiskStore
 from .harness.conform.command import add_parser as add_conform
-from .harness.measure import busy_words, load_average, possible_speedup, timed
+from .harness.measure import busy_words, others_load, possible_speedup, timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.kernel import KERNELS, use_kernel
-from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, follows_clock, k_policy, notes_of, shape_policy
+from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, disagreed, follows_clock, k_policy, notes_of, shape_policy
 from .policy.calibration import use_store
 from .processors import build
 from .recipes.convert import convert_gguf
@@ -265,9 +265,22 @@ def cost_model_line(calibrations, seconds: float) -> str:
         (f" (and {len(notes) - 1} more: minispec calibrate prints them)" if len(notes) > 1 else "") + "]"
 
 
+def busy_note(load_before, calibrations=()) -> str:
+    """What the run's speed figures say beside them when the machine was busy: the other processes' load average
+    (``others_load``) before the run or after it above BUSY_LOAD (bug: only the load before was read, and a minute's
+    average had not yet risen when load began seconds earlier), or, where the load looks quiet, the cost model's
+    timings disagreeing with each other (``disagreed``); "" otherwise."""
+    loads = [x for x in (load_before, others_load()) if x is not None]
+    words = busy_words(max(loads) if loads else None)
+    if words or not disagreed(calibrations):
+        return words
+    return ("; the machine was busy (the cost model's own timings disagreed: `minispec calibrate` prints them): the "
+            "speed figures here are unreliable")
+
+
 def cmd_generate(args) -> int:
     """Everything is checked (arguments, model, tokenizer, drafter, policy) before the first output."""
-    load_before = load_average()
+    load_before = others_load()
     gen = Generation(args)
     stream = TextStream(gen.tok)
     if gen.drafter is None:
@@ -275,7 +288,7 @@ def cmd_generate(args) -> int:
             sys.stdout.write(args.prompt)
         out, dt = timed(lambda: gen.plain(stream))
         sys.stdout.write("\n")
-        print(f"[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding{busy_words(load_before)}]",
+        print(f"[{len(out)} tokens in {dt:.2f}s: {len(out) / dt:.1f} tokens/s, plain decoding{busy_note(load_before)}]",
               file=sys.stderr)
         return 0
     if (args.k == "auto" or isinstance(args.tree, str)) and sys.stderr.isatty():  # a progress line, replaced by the line below
@@ -295,7 +308,7 @@ def cmd_generate(args) -> int:
         print(show.legend(), file=sys.stderr)
     line = f"[{len(res.tokens)} tokens in {dt:.2f}s: {len(res.tokens) / dt:.1f} tokens/s; {verdict(res.stats, pol, gen.drafter)}"
     ratios, compared = compare_with_plain(gen, res, dt) if args.compare else ([], "")
-    print(line + compared + busy_words(load_before) + "]", file=sys.stderr)
+    print(line + compared + busy_note(load_before, calibrations_of(pol)) + "]", file=sys.stderr)
     if gen.trace_path:
         write_run_trace(trace, gen.trace_path, gen.tok, gen.model, gen.drafter, pol, args,
                         float(np.median(ratios)) if ratios else None)
@@ -305,17 +318,25 @@ def cmd_generate(args) -> int:
 
 def compare_with_plain(gen: Generation, res, dt: float) -> tuple[list[float], str]:
     """(speedups, the words that say them): the speculative run ``res`` (``dt`` seconds) against plain decoding in the
-    same process, alternating; a run shorter than SHORT_RUN_S is repeated, up to 3 pairs, each with a new policy
-    (greedy repeats are the same text), and the median taken."""
+    same process, in alternating pairs (speculative then plain, then plain then speculative, ...), each speculative
+    run with a new policy (greedy repeats are the same text), and the median taken: two pairs (bug: one, so load that
+    came or went between the two runs fell on one side only), three for a run shorter than SHORT_RUN_S."""
     ratios, bounds, plain = [], [], None
     for i in range(3):
         if i:
             pol = gen.policy()
-            res, dt = timed(lambda pol=pol: gen.speculative(pol))
-        plain, dp = timed(gen.plain)
+            speculative = lambda pol=pol: gen.speculative(pol)  # noqa: E731
+            if i % 2:  # plain first in every other pair
+                plain, dp = timed(gen.plain)
+                res, dt = timed(speculative)
+            else:
+                res, dt = timed(speculative)
+                plain, dp = timed(gen.plain)
+        else:
+            plain, dp = timed(gen.plain)
         ratios.append((len(res.tokens) / dt) / (len(plain) / dp))
         bounds.append(possible_speedup(len(res.tokens), res.stats.rounds))
-        if dt >= SHORT_RUN_S:
+        if i >= 1 and dt >= SHORT_RUN_S:
             break
     same = "identical output" if plain == res.tokens else "same distribution, different sample"
     if any(r > b for r, b in zip(ratios, bounds)):
@@ -324,7 +345,8 @@ def compare_with_plain(gen: Generation, res, dt: float) -> tuple[list[float], st
                         f"machine's load changed between the runs ({same}; `minispec bench` repeats and alternates)")
     words = f"; plain decoding in the same run: speedup {np.median(ratios):.2f}x ({same}"
     words += (f"; median of {len(ratios)} alternating runs, each under {SHORT_RUN_S:.0f}s: a short run's speed "
-              f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 1 else ")")
+              f"figure moves by 0.1x or more, use --max-new-tokens 256 or `minispec bench`)" if len(ratios) > 2 else
+              f"; median of {len(ratios)} alternating runs)")
     return ratios, words
 
 

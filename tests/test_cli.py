@@ -87,14 +87,46 @@ def test_a_speedup_beyond_the_tokens_per_pass_is_called_noise(monkeypatch):
     assert ratios == [2.0] * 3 and "noise" not in words and "speedup 2.00x" in words, words
 
 
-def test_a_busy_machine_is_named_beside_the_speed_figures(monkeypatch, capsys):
-    """The load average before a run, above 0.5, is printed beside its speed; a quiet one adds nothing."""
-    import os
+def test_a_long_run_is_compared_with_plain_decoding_in_two_alternating_pairs(monkeypatch):
+    """A run of SHORT_RUN_S or more is timed against plain decoding twice, the second pair in the other order, so that
+    load that comes or goes between two runs falls on both sides (bug: one speculative run, then one plain run)."""
+    from types import SimpleNamespace
 
-    from minispec.cli import busy_words
+    from minispec import cli
 
-    assert busy_words(None) == "" and busy_words(0.3) == ""
-    assert "the machine was busy (load average 2.41" in busy_words(2.41)
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 3.0, 3.0))
-    from minispec.cli import load_average
-    assert load_average() == 3.0
+    order = []
+
+    def timed(fn):
+        out = fn()
+        order.append("plain" if isinstance(out, list) else "speculative")
+        return out, 7.0 if isinstance(out, list) else 3.5  # long runs: plain 7 s, speculative 3.5 s
+
+    monkeypatch.setattr(cli, "timed", timed)
+    res = SimpleNamespace(tokens=list(range(8)), stats=SimpleNamespace(rounds=2))  # 4 tokens a pass
+    gen = SimpleNamespace(plain=lambda: list(range(8)), policy=lambda: None, speculative=lambda pol: res)
+    ratios, words = cli.compare_with_plain(gen, res, 3.5)
+    assert order == ["plain", "plain", "speculative"] and ratios == [2.0, 2.0], (order, ratios)
+    assert "median of 2 alternating runs)" in words and "speedup 2.00x" in words, words
+
+
+def test_a_busy_machine_is_named_beside_the_speed_figures(monkeypatch):
+    """The other processes' load before the run or after it, above 0.5, is printed beside its speed, and so is a cost
+    model whose timings disagreed; a quiet run adds nothing."""
+    from minispec import cli
+    from minispec.policy import Calibration
+    from minispec.policy.calibration import PROBE_SLOWER, REMEASURED
+
+    assert cli.busy_words(None) == "" and cli.busy_words(0.3) == ""
+    assert "the machine was busy (load average 2.41" in cli.busy_words(2.41)
+    monkeypatch.setattr(cli, "others_load", lambda: 0.1)  # quiet at the end
+    assert cli.busy_note(0.2) == "" and cli.busy_note(None) == ""
+    assert "load average 1.30" in cli.busy_note(1.3)  # busy before
+    monkeypatch.setattr(cli, "others_load", lambda: 1.7)  # load that began during the run (bug: not read)
+    assert "load average 1.70" in cli.busy_note(0.2)
+    monkeypatch.setattr(cli, "others_load", lambda: 0.1)
+    steady = Calibration("t(n)", {1: 0.03}, notes=["the stored figures were slower than a probe now (...): scaled to it"])
+    assert cli.busy_note(0.2, [steady, None]) == ""
+    for note in (f"{PROBE_SLOWER} (t(1) stored 30 ms, a probe now 60 ms); the stored figures stand",
+                 f"{REMEASURED}: t(5) = 20.1 ms < t(4) = 35.0 ms"):
+        cal = Calibration("t(n)", {1: 0.03}, notes=[note])
+        assert "the cost model's own timings disagreed" in cli.busy_note(0.2, [steady, cal]), note

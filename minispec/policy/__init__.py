@@ -50,7 +50,7 @@ from ..drafters.dynamic_tree import DynamicTree
 from ..drafters.protocol import GrowsTrees, has
 from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
-from .calibration import Calibration, notes_of
+from .calibration import Calibration, disagreed, notes_of
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
 from .protocol import Calibrated, ChoosesByCost, ChoosesK, ChoosesTrees, calibrations_of
 from .timing import forward_times, guess_time
@@ -60,7 +60,7 @@ __all__ = ["Acceptance", "AutoDynamicTree", "AutoK", "Calibrated", "Calibration"
            "DynamicTreePolicy", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreePolicy",
            "auto_dynamic_tree", "auto_k", "auto_tree_policy", "calibrations_of", "drafter_calibration",
            "drafter_costs", "expected_tokens", "follows_clock", "forward_times", "guess_time", "k_policy",
-           "level_calibration", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
+           "level_calibration", "disagreed", "notes_of", "probe_cost", "run_length", "shape_policy", "stopped_k",
            "verify_calibration"]
 
 

@@ -44,6 +44,7 @@ TRIES = 2  # measurements of a calibration that fails a physical check before th
 NOISE = 0.15  # the slack of a physical check: t(n+1) >= (1 - NOISE) t(n) and r(n) <= (1 + NOISE) n
 TOLERANCE = 0.30  # a probe faster than a stored figure by more than this, relatively, scales it down (reconcile)
 BUSY = 0.5  # CPUs other processes keep busy, above which a slower probe is put down to load (reconcile)
+PROBE_SLOWER, REMEASURED = "a probe ran slower", "re-measured"  # how the notes that ``disagreed`` reads begin
 
 __all__ = ["Calibration", "Store", "calibrated", "calibration_key", "check_drafter", "check_verify", "forget_in_memory",
            "is_key_of", "notes_of", "reconcile", "attached_store", "use_store"]
@@ -194,7 +195,7 @@ def reconcile(stored: Calibration, probed: dict) -> Calibration:
             busy = threads.others_busy()  # CPUs other processes keep busy now: is load the cause?
             why = ("" if busy is None else ": the machine is busy now" if busy > BUSY else
                    f", not from load (other processes kept {busy:.2f} CPUs busy)")
-            cal.notes.append(f"a probe ran slower ({said(slow[0], stored.times[slow[0]], probed[slow[0]])}){why}; the "
+            cal.notes.append(f"{PROBE_SLOWER} ({said(slow[0], stored.times[slow[0]], probed[slow[0]])}){why}; the "
                              "stored figures stand")
         return cal
     ns = sorted(k for k in ratios if isinstance(k, int))
@@ -238,7 +239,7 @@ def measure_checked(what: str, measure, check) -> Calibration:
         problems = check(times)
         if not problems:
             return Calibration(what, times, load=load, notes=notes)
-        notes.append(f"re-measured: {', '.join(problems)}")
+        notes.append(f"{REMEASURED}: {', '.join(problems)}")
     if all(isinstance(n, int) for n in times):
         repair_verify(times)
         notes.append(f"kept after {TRIES} tries with t(n) made non-decreasing and r(n) at most n")
@@ -291,3 +292,9 @@ def calibrated(key: str, what: str, measure, check, probe, names, fresh: bool = 
 def notes_of(calibrations) -> list[str]:
     """The notes of the given calibrations: what was re-measured or distrusted in this process, and why."""
     return [f"{c.what}: {n}" for c in calibrations if c is not None for n in c.notes]
+
+
+def disagreed(calibrations) -> bool:
+    """Whether this process's timings disagreed with each other: a probe ran slower than the stored figures, or a
+    measurement broke physics and was taken again. Either is a sign of load, whatever the load average says."""
+    return any(n.startswith((PROBE_SLOWER, REMEASURED)) for c in calibrations if c is not None for n in c.notes)
