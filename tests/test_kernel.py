@@ -396,6 +396,31 @@ def test_a_calibration_is_stored_per_kernel(both):
         numba_kernel.SUMS = before
 
 
+def test_a_calibration_key_names_the_cpu_and_the_threads_but_not_the_spin_the_kernel_chose(both, monkeypatch):
+    """The store is keyed by CPU model and thread count (issue 45); the spin numba_kernel chooses from the load at
+    import (0 busy, QUIET_SPIN quiet) is not in the key (bug: a run that began busy missed a quiet run's figures and
+    measured afresh at length), where a GOMP_SPINCOUNT the user set is."""
+    from minispec.model import threads
+    from minispec.policy import calibration
+
+    _, b = both
+    key = calibration.calibration_key(b, (1, 2))
+    monkeypatch.setattr(calibration, "cpu_name", lambda: "another CPU")
+    assert calibration.calibration_key(b, (1, 2)) != key
+    monkeypatch.undo()
+    monkeypatch.setattr(threads, "chosen", lambda kernel: 7)
+    assert calibration.calibration_key(b, (1, 2)) != key
+    monkeypatch.undo()
+    keys = set()
+    for turns in ("0", str(threads.QUIET_SPIN)):  # chosen by the kernel: the mark beside it
+        monkeypatch.setenv("GOMP_SPINCOUNT", turns)
+        monkeypatch.setenv(threads.SPIN_MARK, turns)
+        keys.add(calibration.calibration_key(b, (1, 2)))
+    assert len(keys) == 1, keys
+    monkeypatch.delenv(threads.SPIN_MARK)  # GOMP_SPINCOUNT=<QUIET_SPIN> set by the user: named, another key
+    assert calibration.calibration_key(b, (1, 2)) not in keys and "GOMP_SPINCOUNT=" in calibration.calibration_key(b, (1, 2))
+
+
 def test_bench_forward_compares_kernels_side_by_side(tmp_path, capsys):
     from minispec.harness.bench import main as bench_main
     from minispec.model.tiny import write_random_model

@@ -135,17 +135,21 @@ def _blas_on(libs, n: int):
                 lib.set_num_threads(b)
 
 
-def describe(kernel: str) -> str:
-    """The policy in use, in words."""
+def describe(kernel: str, spin: bool = True) -> str:
+    """The policy in use, in words. ``spin=False``: the wait numba_kernel chose from the load (its ``SPIN``) is named
+    without its number, as a calibration's key names it: a key that held it missed a quiet run's figures whenever a
+    run began busy, and measured afresh at length."""
     n = chosen(kernel)
     if kernel == "numba":
-        return f"numba on {n} thread(s) ({omp_wait()}), OpenBLAS on 1"
+        return f"numba on {n} thread(s) ({omp_wait(spin)}), OpenBLAS on 1"
     return f"OpenBLAS on {n} thread(s)" + ("" if blas() is not None else " asked, not applied: threadpoolctl is missing")
 
 
-def omp_wait() -> str:
-    """How numba's OpenMP threads wait at the end of a parallel loop, as libgomp reads it from the environment."""
-    policy, spin = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
-    if spin is not None:
-        return f"GOMP_SPINCOUNT={spin}"
+def omp_wait(spin: bool = True) -> str:
+    """How numba's OpenMP threads wait at the end of a parallel loop, as libgomp reads it from the environment;
+    ``spin=False``: "the kernel's own spin" where numba_kernel chose it (``SPIN_MARK`` beside it), a user's wait
+    named in full either way."""
+    policy, turns = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
+    if turns is not None:
+        return "the kernel's own spin" if not spin and os.environ.get(SPIN_MARK) == turns else f"GOMP_SPINCOUNT={turns}"
     return f"OMP_WAIT_POLICY={policy}" if policy is not None else "libgomp's default wait"

@@ -134,7 +134,7 @@ def calibration_key(what, ns) -> str:
     else:
         raise TypeError(f"calibration_key: {type(what).__name__} is neither a model nor a drafter that times itself")
     return (f"{who}|{backend.DEVICE}|{what.kernel}|{','.join(map(str, ns))}|"
-            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_name()}|{threads.describe(what.kernel)}|"
+            f"{platform.node()}|{os.cpu_count()}|numpy {np.__version__}|{cpu_name()}|{threads.describe(what.kernel, spin=False)}|"
             f"{tiles(what.kernel)}")
 
 
