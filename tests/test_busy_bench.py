@@ -20,6 +20,8 @@ def test_a_part_is_quiet_only_when_the_load_says_so(monkeypatch):
     monkeypatch.setattr(busy_bench, "load", lambda: next(loads))
     assert busy_bench.part(lambda: {"seconds": 1.0}, busy=False)["quiet"] is True
     assert busy_bench.part(lambda: {"seconds": 1.0}, busy=False)["quiet"] is False  # 0.9 before it: not quiet
+    monkeypatch.setattr(busy_bench, "load", lambda: 0.3)
+    assert busy_bench.part(lambda: {"seconds": 1.0, "said_busy": True}, busy=False)["quiet"] is False  # its own word
 
 
 def test_the_busy_processes_spin_and_end():

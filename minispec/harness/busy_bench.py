@@ -6,7 +6,8 @@ processes, on this machine only.
 Busy means two processes that spin a CPU each (``while True: pass``), which this script starts and stops itself,
 bounded by a time limit. Quiet means nothing else runs: before the quiet measurements it waits (up to ``--settle``
 seconds) for the 1-minute load average to fall below QUIET_LOAD, and it records the load before and after each part;
-a part whose load says otherwise is recorded as ``"quiet": false``, never called quiet.
+a part whose load says otherwise, or a README run that itself said the machine was busy, is recorded as
+``"quiet": false``, never called quiet.
 
 - ``steps``: the median seconds of one target step (SmolLM2-135M, one token after 64, ``--repeats`` steps) for each
   kernel and thread count (OpenBLAS's for numpy, numba's for numba), each in a child process of its own started with
@@ -99,9 +100,9 @@ def part(fn, busy: bool):
             got = fn()
     else:
         got = fn()
-    after = load()
-    return dict(got, load_before=before, load_after=after,
-                quiet=None if busy else (before is not None and before < QUIET_LOAD))
+    after = load()  # (bug: a run that itself printed "busy" was called quiet on a load of 0.48 before it)
+    quiet = before is not None and before < QUIET_LOAD and not got.get("said_busy", False)
+    return dict(got, load_before=before, load_after=after, quiet=None if busy else quiet)
 
 
 def step_run(model_dir: Path, kernel: str, threads: int, repeats: int, spin: int | None = None) -> dict:
@@ -137,8 +138,9 @@ def timed_run(cmd: list[str], env: dict) -> dict:
     if out.returncode:
         raise RuntimeError(f"{' '.join(cmd[:3])} failed: {out.stderr.strip()[-500:]}")
     lines = out.stderr.splitlines()
+    summary = lines[-1] if lines else ""
     return dict(seconds=round(seconds, 2), cost_model=next((x for x in lines if x.startswith("[cost model:")), None),
-                summary=lines[-1] if lines else "")
+                summary=summary, said_busy="the machine was busy" in summary)
 
 
 def main(argv=None) -> int:
@@ -205,6 +207,7 @@ def main(argv=None) -> int:
             env.pop("MINISPEC_NO_CALIBRATION_CACHE", None)
             runs = {}
             print("[busy_bench: README's main command, first run (measures the cost model)]", file=sys.stderr)
+            settle(a.settle)  # (bug: it began as the busy steps' spinners ended)
             runs["first, quiet"] = part(lambda: timed_run(cmd, env), False)
             print("[busy_bench: README's main command, second run]", file=sys.stderr)
             settle(a.settle)
