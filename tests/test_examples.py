@@ -1,5 +1,6 @@
 """Every example runs, with small settings, so none can rot."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,21 @@ def test_05_rules():
     assert "  coupled      0.2886 guesses kept per round; lossless" in out  # the table: a little less
     assert "  typical      2.0000 guesses kept per round; NOT lossless" in out
     assert "verdict: PASS" in out
+
+
+def test_06_trace_leaves_nothing_in_the_clone(smollm2, tmp_path):
+    """Its pages go to a new temporary folder (issue 45: it left an untracked traces/ folder in the clone)."""
+    def untracked():  # the clone's files git does not know (and does not ignore)
+        return subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.split()
+
+    before = untracked()
+    r = subprocess.run([sys.executable, "examples/06_trace.py", "--max-new-tokens", "4"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=900, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.glob("minispec-traces-*/*")) == ["draft.html", "draft.json",
+                                                                          "prompt-lookup.html", "prompt-lookup.json"]
+    assert set(untracked()) <= set(before), sorted(set(untracked()) - set(before))
 
 
 @pytest.mark.slow
