@@ -49,16 +49,19 @@ def test_a_step_child_gets_the_spin_asked_for_and_no_other(monkeypatch, tmp_path
         returncode, stderr = 0, ""
 
         def __init__(self, env):
-            self.stdout = f"0.025 {env.get('GOMP_SPINCOUNT', '-')}\n"
+            self.stdout = f"0.025 {env.get('GOMP_SPINCOUNT', '-')} {env.get('MINISPEC_THREADS', '1')}\n"
 
     monkeypatch.setattr(busy_bench.subprocess, "run", lambda cmd, env, **kw: seen.append(env) or Done(env))
     monkeypatch.setenv("OMP_WAIT_POLICY", "active")  # the caller's setting must not leak into a row it does not name
     monkeypatch.setenv("MINISPEC_SPIN_CHOSEN_BY_PARENT", "0")  # nor the caller's own choice: the child makes its own
-    assert busy_bench.step_run(tmp_path, "numba", 2, 5, spin=0) == dict(seconds=0.025, spin=0)
-    assert busy_bench.step_run(tmp_path, "numba", 2, 5) == dict(seconds=0.025, spin=None)  # what the stub saw
+    monkeypatch.setenv("MINISPEC_THREADS", "5")  # nor the caller's thread count
+    assert busy_bench.step_run(tmp_path, "numba", 2, 5, spin=0) == dict(seconds=0.025, spin=0, threads=2)
+    assert busy_bench.step_run(tmp_path, "numba", 2, 5) == dict(seconds=0.025, spin=None, threads=2)  # what it saw
     assert seen[0]["GOMP_SPINCOUNT"] == "0" and "OMP_WAIT_POLICY" not in seen[0]
     assert "MINISPEC_SPIN_CHOSEN_BY_PARENT" not in seen[0]  # else the child would take the 0 asked for as its own
     assert "GOMP_SPINCOUNT" not in seen[1] and "OMP_WAIT_POLICY" not in seen[1]  # the kernel's own, numba_kernel.SPIN
+    assert busy_bench.step_run(tmp_path, "numba", None, 5)["threads"] == 1  # the policy's own: no count given
+    assert not {"MINISPEC_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS"} & set(seen[2])
 
 
 def test_bad_spins_are_refused_before_anything_runs(capsys):

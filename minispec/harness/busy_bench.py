@@ -16,8 +16,10 @@ a part whose load says otherwise, or a README run that itself said the machine w
   figure, its child run with libgomp's ``GOMP_SPINCOUNT`` set to it: how many turns a waiting OpenMP thread spins
   before it sleeps. The other numba rows run with the kernel's own, ``numba_kernel.SPIN``, which each child chooses
   from the machine's load when it starts (``threads.chosen_spin``: a row's quiet and busy parts may differ; each
-  records its ``spin``); 300000 is libgomp's default. Every step child runs without the caller's ``GOMP_SPINCOUNT`` and
-  ``OMP_WAIT_POLICY``, so that a row measures what it names.
+  records its ``spin``); 300000 is libgomp's default. The row ``numba, policy`` gives its child no thread count: the
+  thread policy's own (model/threads.py: every core where the machine was quiet as the kernel was imported, cores - 1
+  where it was busy), each part recording its ``threads``. Every step child runs without the caller's
+  ``GOMP_SPINCOUNT``, ``OMP_WAIT_POLICY`` and thread counts, so that a row measures what it names.
 - ``readme``: README's main command (read from README.md, so that it is the command a user copies), with a store of
   calibrations of its own: a first run (which measures the cost model once), then a second, quiet; then a second
   again beside the two busy processes. Wall-clock seconds of each, and the line it printed about the cost model.
@@ -55,7 +57,8 @@ for _ in range(int(sys.argv[3]) + 3):
     t0 = time.perf_counter()
     m.forward([7], cache)
     ts.append(time.perf_counter() - t0)
-print(float(np.median(ts[3:])), os.environ.get("GOMP_SPINCOUNT", "-"))
+from minispec.model import threads
+print(float(np.median(ts[3:])), os.environ.get("GOMP_SPINCOUNT", "-"), threads.chosen(sys.argv[2]))
 """
 
 
@@ -105,22 +108,26 @@ def part(fn, busy: bool):
     return dict(got, load_before=before, load_after=after, quiet=None if busy else quiet)
 
 
-def step_run(model_dir: Path, kernel: str, threads: int, repeats: int, spin: int | None = None) -> dict:
-    """{seconds: the median seconds of a target step in a child process on ``threads``, spin: the GOMP_SPINCOUNT its
-    numba ran with (None for NumPy)}; ``spin``: the GOMP_SPINCOUNT to give it (None: the kernel's own choice,
-    numba_kernel.SPIN, made in the child from the machine's load)."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               NUMBA_NUM_THREADS=str(threads), MINISPEC_THREADS=str(threads))
-    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", SPIN_MARK):
+def step_run(model_dir: Path, kernel: str, threads: int | None, repeats: int, spin: int | None = None) -> dict:
+    """{seconds: the median seconds of a target step in a child process on ``threads`` (None: the thread policy's own
+    choice, made in the child, model/threads.py), spin: the GOMP_SPINCOUNT its numba ran with (None for NumPy), threads:
+    the count it ran on}; ``spin``: the GOMP_SPINCOUNT to give it (None: the kernel's own choice, numba_kernel.SPIN, made
+    in the child from the machine's load)."""
+    env = dict(os.environ)
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", SPIN_MARK, "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                 "NUMBA_NUM_THREADS", "MINISPEC_THREADS"):
         env.pop(name, None)
+    if threads is not None:
+        env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
+                   MINISPEC_THREADS=str(threads))
     if spin is not None:
         env["GOMP_SPINCOUNT"] = str(spin)
     out = subprocess.run([sys.executable, "-c", STEP, str(model_dir), kernel, str(repeats)], env=env, capture_output=True,
                          text=True, timeout=600)
     if out.returncode:
         raise RuntimeError(f"a step child failed: {out.stderr.strip()[-500:]}")
-    seconds, used = out.stdout.split()
-    return dict(seconds=float(seconds), spin=None if used == "-" else int(used))
+    seconds, used, count = out.stdout.split()
+    return dict(seconds=float(seconds), spin=None if used == "-" else int(used), threads=int(count))
 
 
 def readme_command(readme: Path) -> list[str]:
@@ -186,10 +193,11 @@ def main(argv=None) -> int:
     record = dict(settled_load=settle(a.settle), steps={}, readme=None)
     record.update(kept or {})
     threads = sorted({1, os.cpu_count() or 1})
-    rows = [(kernel, n, None) for kernel in kernels for n in threads]
+    rows = [(kernel, n, None) for kernel in kernels for n in [*threads, *[None] * (kernel == 'numba')]]  # None: the
+    # policy's own count, which for numba depends on the load (numpy's is always cores - 1: a row above)
     rows += [("numba", threads[-1], spin) for spin in spins if "numba" in kernels]
     for kernel, n, spin in rows:
-        name = f"{kernel}, {n} thread(s)" + ("" if spin is None else f", GOMP_SPINCOUNT={spin}")
+        name = f"{kernel}, {'policy' if n is None else f'{n} thread(s)'}" + ("" if spin is None else f", GOMP_SPINCOUNT={spin}")
         row = {}
         for busy in (False, True):
             print(f"[busy_bench: a step of {name}, {'busy' if busy else 'quiet'}]", file=sys.stderr)

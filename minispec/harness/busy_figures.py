@@ -17,6 +17,8 @@ def busy_steps(root: Path) -> str:
     lines = ["| kernel, threads | quiet | beside two busy processes | busy / quiet |", "|---|---|---|---|"]
     for name, r in d["steps"].items():
         quiet = f"{1e3 * r['quiet']['seconds']:.1f} ms" + ("" if r["quiet"]["quiet"] else " (load said busy)")
+        if name == "numba, policy":  # the thread policy's own count, chosen from the load (busy_bench)
+            name += f" ({r['quiet'].get('threads')} thread(s) quiet, {r['busy'].get('threads')} busy)"
         if name.startswith("numba") and "GOMP_SPINCOUNT" not in name and not name.startswith("numba, 1 "):
             name += spin_note(d, r)
         lines.append(f"| {name} | {quiet} | {1e3 * r['busy']['seconds']:.1f} ms | {r['busy_over_quiet']:.2f}x |")
