@@ -58,10 +58,9 @@ when numba starts its threads (at the first parallel loop or ``numba.set_num_thr
 ``OMP_WAIT_POLICY`` is set already (``GOMP_SPINCOUNT=0`` keeps a run from spinning whatever the machine): then
 ``SPIN`` is that ``GOMP_SPINCOUNT``, or None for a wait set otherwise. The same look at the machine (``BUSY``) sets
 how many threads numba runs on (``threads.chosen``: every core where it was quiet, cores - 1 where it was busy). A
-``GOMP_SPINCOUNT`` with ``threads.SPIN_MARK``
-beside it, as a parent process that imported this module leaves them to its children, is chosen again. It does
-nothing where another library loaded libgomp first, or under TBB. Busy processes that start after the choice meet the
-threads as they were chosen.
+``GOMP_SPINCOUNT`` with ``threads.SPIN_MARK`` beside it, as a parent process that imported this module leaves them to
+its children, is chosen again. It does nothing where another library loaded libgomp first, or under TBB. Busy
+processes that start after the choice meet the threads as they were chosen.
 """
 
 from __future__ import annotations
