@@ -41,9 +41,13 @@ def test_greedy_growth_expands_the_best_nodes_and_reranks_to_n():
             assert scores[n] <= scores[tree.parents[n]]  # a child's value is at most its parent's
         assert np.count_nonzero(tree.draft_probs[n]) == 1  # greedy: one-hot q
     assert depths.max() <= 4
-    top = np.argsort(-root)[:3]
-    assert sorted(tree.tokens[c] for c in tree.children(0)) == sorted(int(t) for t in top)[: len(tree.children(0))] \
-        or set(tree.tokens[c] for c in tree.children(0)) <= set(int(t) for t in top)
+    top = [int(t) for t in np.argsort(-root)[:3]]  # the root's top_k tokens, best first
+    few, _ = grow([], root, fake_level(12)[0], DynamicTree(top_k=3, depth=4, nodes=2), Warp(0.0), None)
+    for grown, want in ((tree, 3), (few, 2)):  # all three kept; reranked to 2 nodes, one dropped
+        kept = [grown.tokens[c] for c in grown.children(0)]
+        assert len(kept) == want
+        assert set(kept) <= set(top)  # the root's children are among its top_k tokens
+        assert sorted(kept) == sorted(top[: len(kept)])  # and those the rerank kept are the best of them
 
 
 def test_rerank_keeps_the_best_nodes_with_their_ancestors():
@@ -346,11 +350,11 @@ def test_trust_learns_how_far_the_values_overpromise():
     pol = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0)
     for _ in range(30):
         pol.choose(np.array([0.9, 0.9, 0.9, 0.9]))  # promises 3.6 tokens
-        pol.observe(2, 1, 0.0, 0.01)  # keeps 1
+        pol.observe(2, 1, 0.0, 0.01, nodes=4)  # verifies the 4 (the loop reports the tree's size), keeps 1
     assert 0.2 < pol.trust < 0.35
     fixed = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0, learn=False)
     fixed.choose(np.array([0.9]))
-    fixed.observe(1, 0, 0.0, 0.01)
+    fixed.observe(1, 0, 0.0, 0.01, nodes=1)
     assert fixed.trust == 1.0
 
 

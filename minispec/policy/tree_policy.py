@@ -6,12 +6,16 @@ chain of ``depth - 1`` guesses, with first-guess acceptance a and later-guess ac
 (acceptance.py), the first level tried ``width`` times, independently:
 
     E = 1 + (1 - (1 - a)^width) (1 - b^depth) / (1 - b)
-    T = depth tree levels of ``width`` nodes (costs.py: ``level_calibration``) + t_verify(width * depth + 1)
+    T = level(1) + (depth - 1) level(width) + t_verify(width * depth + 1)
+
+level(w): one tree level of w nodes (costs.py: ``level_calibration``). The first level's ``width`` guesses are drawn
+from one row, the drafter's catch-up's (EAGLE's ``first_logits``, which the label has paid where it is read; a draft
+model's ``feed``): one level of one node, as a chain's first guess; each level below runs ``width`` nodes.
 
 a stays a guess's rate: a round's first level, of ``width`` guesses, tells it through ``Acceptance.update_tree``.
 
 A drafter whose levels have no timing of their own (neither ``TimesItsTreeLevels`` nor a model) pays ``width``
-of its guesses (``drafter_costs``) per level: zero only for a drafter without any cost hook.
+of its guesses (``drafter_costs``) per level of ``width`` nodes: zero only for a drafter without any cost hook.
 
 When no tree pays, (0, 0): a plain round, which may probe the drafter's first guess (auto_k.py). As for chains, a
 tree is chosen only when it expects to beat plain decoding by MARGIN, a plain round pays the label of a drafter
@@ -71,10 +75,16 @@ class TreePolicy:
             return 1.0
         return 1.0 + (1 - (1 - e.first) ** w) * run_length(e.next, d)
 
+    def level(self, w: int) -> float:
+        """Seconds of one tree level of w nodes (w guesses' where it has no timing of its own)."""
+        return self.level_time.get(w, self.level_time.get(1, 0.0) * w)
+
     def cost(self, w: int, d: int) -> float:
+        """Seconds of a round of this shape (module docstring), a plain round's label included."""
         if w == 0 or d == 0:
             return self.verify_time[1] + self.label_time
-        return d * self.level_time.get(w, self.level_time.get(1, 0.0) * w) + self.verify_time[w * d + 1]
+        return self.level(1) + (d - 1) * self.level(w) + self.verify_time[w * d + 1]  # level 1 from one row (bug:
+        # d levels of w nodes, so a tree paid level(w) - level(1) a round more than the passes it makes)
 
     def shapes(self) -> list[tuple[int, int]]:
         """Every shape the policy may choose, (0, 0) (a plain round) first."""
@@ -169,8 +179,9 @@ class AutoDynamicTree(DynamicTreePolicy):
         E(N) / t(N + 1),   E(N) = 1 + trust * (v_1 + ... + v_N)   (the expected tokens, ``expected_tokens``)
 
     with t(n) the target's pass over n tokens; N = 0 (a plain step, 1 / t(1)) when none beats it. The growth is paid
-    by then, so it is left out of that choice. ``trust`` is the ratio of tokens accepted to tokens the values
-    promised, learned over rounds (it starts at 1).
+    by then, so it is left out of that choice. ``trust`` is the ratio of tokens accepted to tokens the values of the
+    nodes verified promised (fewer than N where the room left near the end of the context cut the tree), learned over
+    rounds (it starts at 1).
 
     Whether to grow at all is decided before growing (``plan``, after each grown round), from the growths so far: the
     next tree is expected to be worth what they were, the sum of their best N values a running mean (``worth``,
@@ -195,7 +206,8 @@ class AutoDynamicTree(DynamicTreePolicy):
     Otherwise (T > 0) the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be
     dropped by its value), and the same test takes the tokens its grown rounds emitted (a running mean, weight 0.2 on
     the newest, like WORTH_WEIGHT but its own) for E. Its growths keep the depth the last one-hot root chose (all of
-    them, where none was one-hot: the shape's).
+    them, where none was one-hot: the shape's), and the test prices a growth at the d it was asked for,
+    t_grow d / shape.depth, as above.
     When growing does not pay, the next
 
         wait = min(max(backoff, ceil(t_grow / (REGROW_SHARE * t(1)))), MAX_WAIT)
@@ -218,7 +230,7 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
         self.max_room = min(shape.nodes, max(verify_time) - 1)
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
-        self.wait, self.backoff, self.last_promise = 0, 1, None
+        self.wait, self.backoff, self.chosen = 0, 1, 0  # chosen: the nodes ``choose`` kept this round
         self.t_grow = shape.depth * level_time  # seconds of a growth (class docstring)
         self.growths: list | None = None  # seconds of its last RECENT growths; None until the first was skipped
         self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
@@ -253,16 +265,19 @@ class AutoDynamicTree(DynamicTreePolicy):
         n = int(np.argmax(rates))
         if rates[n] <= 1.0 / self.verify_time[1]:
             n = 0
-        self.last_promise = float(values[:n].sum()) if n else None  # what the values promise, before trust
+        self.chosen = n  # the tree may verify fewer (``observe``)
         self.values, self.depths = values, depths  # what the next growth is expected to be worth (``observe``)
         self.grown = int(depths.max()) if depths is not None and len(depths) else self.shape.depth
         return n
 
+    def growth_time(self, d: int) -> float:
+        """Seconds of a growth of d levels: ``t_grow`` is a growth of the shape's full depth (class docstring)."""
+        return self.t_grow * d / self.shape.depth
+
     def growth_rate(self, d: int) -> float:
         """The expected tokens a second of a round that grows d levels, its growth included (class docstring)."""
         E = 1.0 + self.trust * self.worth[d]  # [max_room + 1]: E_d(0), ..., E_d(max_room)
-        t_grow = self.t_grow * d / self.shape.depth
-        return max(E[m] / (t_grow + self.verify_time[m + 1]) for m in range(len(E)))
+        return max(E[m] / (self.growth_time(d) + self.verify_time[m + 1]) for m in range(len(E)))
 
     def learn_worth(self, d: int) -> None:
         """Fold this growth's best values no deeper than d into ``worth[d]`` (a running mean, WORTH_WEIGHT on it)."""
@@ -291,8 +306,11 @@ class AutoDynamicTree(DynamicTreePolicy):
             else:  # scaled to the shape's full depth, by the levels asked for (a growth stopped early paid a pass)
                 self.growths = (self.growths + [t_draft * self.shape.depth / self.asked_depth])[-RECENT:]
                 self.t_grow = low_quantile(self.growths, min(self.growths))
-            if self.last_promise:
-                self.promised, self.kept = 0.9 * self.promised + self.last_promise, 0.9 * self.kept + accepted
+            # what the values promised, before trust, for the nodes verified: ``nodes``, fewer than chosen where the
+            # room cut the tree near the end of the context (bug: the promise of all chosen, so trust fell there)
+            promise = float(self.values[: min(self.chosen, nodes)].sum())
+            if promise:
+                self.promised, self.kept = 0.9 * self.promised + promise, 0.9 * self.kept + accepted
                 self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
         if self.chose:  # the root's row one-hot: this growth's values, with what this round taught (trust, t_grow)
             for d in (range(1, self.grown + 1) if self.depths is not None else [self.shape.depth]):
@@ -304,8 +322,10 @@ class AutoDynamicTree(DynamicTreePolicy):
             self.plan(rates[best])
         else:  # T > 0: the tokens its grown rounds emitted
             self.emitted = accepted + 1.0 if self.emitted is None else 0.8 * self.emitted + 0.2 * (accepted + 1.0)
-            self.plan(self.emitted / (self.t_grow + self.verify_time[min(nodes, self.max_room) + 1]))
-        self.last_promise = None
+            t_grow = self.growth_time(self.asked_depth)  # the growth asked for (bug: priced at the full depth, so
+            # after a one-hot root chose a shallow depth a sampled tree looked dearer than it was and backed off)
+            self.plan(self.emitted / (t_grow + self.verify_time[min(nodes, self.max_room) + 1]))
+        self.chosen = 0
 
 
 def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True) -> AutoDynamicTree:
