@@ -186,3 +186,88 @@ def test_windows_end_to_end_count_every_stored_answer_on_its_own_features(tmp_pa
         assert all(np.array_equal(f, r[2]) for f, r in zip(feats, rows))
         chains = res["heads"][str(tmp_path / "head")][f"windows:{source}"]["positions"][0]
         assert chains == sum(len(w) - len(p) for p, w, _ in rows)  # every answer token after the first, and the next
+
+
+class Generated(Exception):
+    """The target began to generate its answers (minutes, on the real target)."""
+
+
+def never(*a, **k):
+    raise Generated
+
+
+@pytest.fixture(scope="module")
+def target_and_head(tmp_path_factory):
+    """A tiny chat target and an EAGLE head for it that eagle_answers accepts: two of them reach the generation."""
+    pytest.importorskip("transformers")
+    from minispec.model.config import ModelConfig
+    from minispec.recipes import eagle_answers, eagle_data
+
+    from .helpers import chat_model_dir, write_random_eagle
+
+    tmp = tmp_path_factory.mktemp("answers")
+    target = chat_model_dir(tmp / "t")
+    head = write_random_eagle(tmp / "head", ModelConfig.from_dir(target), [5, 9, 700, 49151])
+    (head / "token_frequency_order.json").write_text("[9, 5, 700]")
+    with pytest.MonkeyPatch.context() as m, pytest.raises(Generated):
+        m.setattr(eagle_data, "generate", never)
+        eagle_answers.main([str(head), str(head), "--target", str(target), "--sets", "chat", "--prompts", "1",
+                            "--tokens", "4", "--threads", "1", "--vocab", "3", "--json", str(tmp / "a.json")])
+    return target, head
+
+
+def rewrite_tensors(head, edit):
+    from minispec.model.safetensors_io import read_safetensors, write_safetensors
+    tensors = read_safetensors(head / "eagle.safetensors")
+    edit(tensors)
+    write_safetensors(head / "eagle.safetensors", tensors)
+
+
+def nan_in_w_o(t):
+    t["w_o"][3, 1] = np.nan
+
+
+@pytest.mark.parametrize("edit, argv, says", [
+    (lambda h: (h / "eagle.safetensors").write_text(""), [], "eagle.safetensors: truncated safetensors file"),
+    (lambda h: (h / "frequent_tokens.json").write_text('[1, "a"]'), [], "frequent_tokens.json: expected a non-empty JSON list"),
+    (lambda h: (h / "frequent_tokens.json").write_text('{"1": 2}'), [], "frequent_tokens.json: expected a non-empty JSON list"),
+    (lambda h: (h / "frequent_tokens.json").write_text("[3, 3]"), [], "list of distinct token ids"),
+    (lambda h: (h / "frequent_tokens.json").write_text("[1,"), [], "frequent_tokens.json: not valid JSON"),
+    (lambda h: (h / "frequent_tokens.json").write_text("[5, 49152]"), [], "token id 49152 is not below the target's vocabulary size, 49152"),
+    (lambda h: None, ["--vocab", "4"], "token_frequency_order.json: lists 3 tokens, fewer than the --vocab 4"),
+    (lambda h: (h / "token_frequency_order.json").write_text("[9, 5.5]"), ["--vocab", "2"], "token_frequency_order.json: expected"),
+    (lambda h: (h / "config.json").write_text("{"), [], "config.json: not valid JSON"),
+    (lambda h: (h / "config.json").write_text('{"extra_layers": "1"}'), [], "extra_layers must be a whole number"),
+    (lambda h: rewrite_tensors(h, nan_in_w_o), [], "tensor 'w_o' holds NaN or infinite values"),
+    (lambda h: rewrite_tensors(h, lambda t: t.update(b_fc=np.zeros(33, np.float32))), [],
+     r"tensor 'b_fc' has shape (33,); the target's widths need (32,)"),
+    (lambda h: rewrite_tensors(h, lambda t: t.pop("w_down")), [], "missing tensor 'w_down'"),
+    (lambda h: rewrite_tensors(h, lambda t: t.update(w_lower=np.zeros((64, 32), np.float32))), [],
+     "unexpected tensors ['w_lower']; w_lower needs config.json's lower_layers"),
+    (lambda h: rewrite_tensors(h, lambda t: t.update({"layers.1.w_o": t["w_o"]})), [], "at most config.json's extra_layers (0)"),
+    (lambda h: None, ["--json", "{tmp}/no/such/dir/a.json"], "/no/such/dir does not exist"),
+    (lambda h: None, ["--threads", "0"], "--threads at least 1")],
+    ids=["empty-safetensors", "frequent-not-ints", "frequent-not-a-list", "frequent-twice", "frequent-not-json",
+         "frequent-past-vocab", "vocab-over-order", "order-not-ints", "config-not-json", "extra-layers-text", "nan",
+         "width", "missing", "w-lower-unasked", "layers-unasked", "json-dir", "threads"])
+def test_a_bad_second_head_or_argument_is_refused_before_the_target_generates(target_and_head, tmp_path, monkeypatch,
+                                                                              capsys, edit, argv, says):
+    """Each head's files are read and checked against the target's config (its arrays' names and shapes, its token
+    ids) before the target loads, and --json and --threads before that (bug: only the files' existence was checked,
+    then the target generated every answer, minutes, before a bad second head or --json lost the first's figures)."""
+    import shutil
+
+    import transformers
+
+    from minispec.recipes import eagle_answers, eagle_data
+    target, good = target_and_head
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    edit(bad)
+    monkeypatch.setattr(eagle_data, "generate", never)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", never)
+    with pytest.raises(SystemExit) as e:
+        eagle_answers.main([str(good), str(bad), "--target", str(target), "--sets", "chat", "--prompts", "1",
+                            "--tokens", "4", "--threads", "1", *[a.format(tmp=tmp_path) for a in argv]])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err, err

@@ -11,7 +11,7 @@ import pytest
 from minispec import ModelFormatError
 from minispec.model import load_model
 from minispec.model.config import ModelConfig
-from minispec.model.q4_1 import Q4Blocks, dequantize, quantize
+from minispec.model.q4_1 import Q4Blocks, dequantize, from_gguf, quantize
 from minispec.model.safetensors_io import read_header, read_safetensors, write_safetensors
 from minispec.model.tiny import random_tensors, tiny_config
 
@@ -46,6 +46,55 @@ def test_quantize_and_dequantize_match_the_gguf_package_ggml_port():
         quantize(w[:, :95])
     with pytest.raises(ValueError, match="NaN or infinite"):
         Q4Blocks(b.qs, b.d, np.where(np.arange(3) == 2, np.float16(np.inf), b.m))
+
+
+def test_a_hand_written_ggml_block_reads_and_quantizes_as_ggml_lays_it_out():
+    """Two ggml block_q4_1 blocks written byte by byte (d float16, m float16, 16 bytes of nibbles: byte i holds q_i in
+    its low half and q_{i+16} in its high half; w = q * d + m), their weights worked out here from those literals: the
+    nibble order, d and m are checked without the gguf package (a twin that swaps the halves in both quantize and
+    dequantize round-trips, and is caught here)."""
+    raw = bytes.fromhex("0038" "00bc" "f0e1d2c3b4a5968778695a4b3c2d1e0f"  # d = 0.5, m = -1.0; bytes 0xf0, 0xe1, ...
+                        "0040" "0034" + "0f" * 16)  # d = 2.0, m = 0.25; every byte 0x0f
+    low = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]  # row 0: the low halves, q_0 .. q_15
+    high = [15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]  # and the high halves, q_16 .. q_31
+    want = np.array([[q * 0.5 - 1.0 for q in low + high],
+                     [q * 2.0 + 0.25 for q in [15] * 16 + [0] * 16]], np.float32)
+    b = from_gguf(np.frombuffer(raw, np.uint8), (2, 32))
+    assert b.d.tolist() == [[0.5], [2.0]] and b.m.tolist() == [[-1.0], [0.25]]
+    assert np.array_equal(dequantize(b), want)
+    back = quantize(want)  # each row spans q = 0..15 exactly, so ggml's quantizer gives these very bytes
+    assert back.qs.tobytes() == raw[4:20] + raw[24:40]
+    assert back.d.tolist() == [[0.5], [2.0]] and back.m.tolist() == [[-1.0], [0.25]]
+
+
+@pytest.mark.parametrize("shape", [(0, 32), (-1, -32), (2, 0), (3, 16), (1, 48)])
+def test_a_shape_without_whole_blocks_is_refused_by_name(shape):
+    """No rows, negative sizes, rows shorter than a block or not whole blocks: refused naming the shape, before any
+    reshape (bug: (0, 32) failed inside NumPy's reshape, (-1, -32) reached the byte count)."""
+    words = rf"out at least 1 and in a positive multiple of 32, got shape \({shape[0]}, {shape[1]}\)"
+    with pytest.raises(ValueError, match=words):
+        from_gguf(np.zeros(abs(shape[0] * shape[1]) // 32 * 20, np.uint8), shape)  # the bytes such a shape would take
+    if min(shape) >= 0:
+        with pytest.raises(ValueError, match=words):
+            quantize(np.zeros(shape, np.float32))
+
+
+def test_a_shape_of_other_than_two_whole_numbers_is_refused():
+    for shape in [(1.5, 32), ("1", 32), (1, 32, 1), 32]:
+        with pytest.raises(ValueError, match="of two whole numbers, got shape"):
+            from_gguf(np.zeros(20, np.uint8), shape)
+
+
+@pytest.mark.parametrize("w, says", [(np.full((2, 64), 7e4, np.float32), "block 0 of row 0 .* has d = 0 and m = 70000"),
+                                     (np.arange(64, dtype=np.float32).reshape(2, 32) * 1e5, "block 0 of row 0 .* has d = 206667"),
+                                     (np.full((1, 32), 1e39), "beyond float32's range")])
+def test_weights_beyond_float16s_d_and_m_are_refused_by_name(w, says):
+    """d and m are float16: a block whose step or minimum overflows it is refused naming the block and float16 (bug:
+    refused as "Q4_1 m holds NaN or infinite values", as if the weights were)."""
+    with pytest.raises(ValueError, match=says) as e:
+        quantize(w)
+    assert "float16" in str(e.value) and "NaN" not in str(e.value)
+    assert quantize(np.full((1, 32), -65504, np.float32)).m.tolist() == [[-65504.0]]  # the edge itself is float16: kept
 
 
 def test_q4_1_in_safetensors_round_trips_and_malformed_parts_are_refused(tmp_path):

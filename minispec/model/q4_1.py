@@ -63,29 +63,64 @@ def dequantize(b: Q4Blocks) -> np.ndarray:  # -> [out, in] float32
     return w.reshape(b.shape)
 
 
+def check_shape(shape, what: str) -> tuple[int, int]:
+    """``shape`` [out, in] of a Q4_1 matrix -> (out, in) as ints; refused (ValueError, ``what`` and the shape named)
+    unless it is two whole numbers, out at least 1 and in a positive multiple of ``QK``: an empty matrix is no matrix
+    of blocks, and a negative dimension no size at all."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or len(dims) != 2 or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool)
+                                                 for n in dims):
+        raise ValueError(f"{what} [out, in] of two whole numbers, got shape {shape!r}")
+    out_dim, in_dim = (int(n) for n in dims)
+    if out_dim < 1 or in_dim < QK or in_dim % QK:
+        raise ValueError(f"{what} [out, in] with out at least 1 and in a positive multiple of {QK}, got shape "
+                         f"{(out_dim, in_dim)}")
+    return out_dim, in_dim
+
+
 def quantize(w: np.ndarray) -> Q4Blocks:  # [out, in] -> Q4_1
     """ggml's reference Q4_1 quantizer: per block, m = its minimum, d = (max - min) / 15, q_i = (w_i - m) * (1 / d) + 0.5
-    truncated, at most 15 (ggml's ``MIN(15, (int8_t)(x + 0.5f))``), d and m stored as float16."""
-    w = np.asarray(w, dtype=np.float32)
-    if w.ndim != 2 or w.shape[1] % QK:
-        raise ValueError(f"Q4_1 quantizes matrices whose rows are a multiple of {QK} long, got shape {w.shape}")
+    truncated, at most 15 (ggml's ``MIN(15, (int8_t)(x + 0.5f))``), d and m stored as float16. Refused (ValueError):
+    a shape ``check_shape`` refuses, numbers that are not real, NaN or infinite weights, weights beyond float32's range,
+    and a block whose d or m is beyond float16's range (over 65504 in magnitude), the block named."""
+    w = np.asarray(w)
+    check_shape(w.shape, "Q4_1 quantizes a matrix")  # before any conversion: the shape alone decides
+    if w.dtype.kind not in "biuf":
+        raise ValueError(f"Q4_1 quantizes real numbers, got an array of {w.dtype}")
     if not np.isfinite(w).all():
         raise ValueError("cannot quantize NaN or infinite weights")
+    with np.errstate(over="ignore"):
+        w32 = w.astype(np.float32)
+    if not np.isfinite(w32).all():
+        raise ValueError(f"cannot quantize weights beyond float32's range (largest magnitude {float(np.abs(w).max()):.6g}); "
+                         "Q4_1 stores d and m as float16, at most 65504 in magnitude")
+    w = w32
     blocks = w.reshape(w.shape[0], -1, QK)  # [out, in/32, 32]
     lo, hi = blocks.min(axis=-1), blocks.max(axis=-1)  # [out, in/32]
-    d = (hi - lo) / np.float32(15)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = (hi - lo) / np.float32(15)
+        d16, m16 = d.astype(np.float16), lo.astype(np.float16)
+    wide = ~(np.isfinite(d16) & np.isfinite(m16))
+    if wide.any():
+        r, b = (int(i) for i in np.argwhere(wide)[0])
+        raise ValueError(f"Q4_1 stores each block's step d and minimum m as float16, at most 65504 in magnitude: block "
+                         f"{b} of row {r} (inputs {b * QK} to {b * QK + QK - 1}) has d = {float(d[r, b]):.6g} and m = "
+                         f"{float(lo[r, b]):.6g}, beyond float16's range ({int(wide.sum())} of {wide.size} blocks are); scale "
+                         "the weights or keep this matrix in float32")
     inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0))
     q = np.clip(np.floor((blocks - lo[..., None]) * inv[..., None] + np.float32(0.5)), 0, 15).astype(np.uint8)
     qs = q[..., : QK // 2] | (q[..., QK // 2:] << 4)  # [out, in/32, 16]
-    return Q4Blocks(qs, d.astype(np.float16), lo.astype(np.float16))
+    return Q4Blocks(qs, d16, m16)
 
 
 def from_gguf(raw: np.ndarray, shape) -> Q4Blocks:
-    """A GGUF Q4_1 matrix's bytes (uint8) and its ``shape`` [out, in] -> its three parts; refused unless the bytes are
-    exactly ``out`` rows of in/32 blocks of 20 bytes."""
-    if len(shape) != 2 or shape[1] % QK:
-        raise ValueError(f"a Q4_1 matrix is 2-D with rows a multiple of {QK} long, got shape {tuple(shape)}")
-    out_dim, in_dim = (int(n) for n in shape)
+    """A GGUF Q4_1 matrix's bytes (uint8) and its ``shape`` [out, in] -> its three parts; refused (ValueError) where
+    ``check_shape`` refuses the shape, before the bytes are touched, and unless the bytes are exactly ``out`` rows of
+    in/32 blocks of 20 bytes."""
+    out_dim, in_dim = check_shape(shape, "a Q4_1 matrix is")
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     if raw.size != out_dim * in_dim // QK * BLOCK_BYTES:
         raise ValueError(f"a Q4_1 matrix of shape {(out_dim, in_dim)} takes {out_dim * in_dim // QK * BLOCK_BYTES} "

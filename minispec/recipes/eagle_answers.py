@@ -41,8 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..drafters.eagle import TENTHS
+from ..drafters.eagle import TENTHS, head_shapes
 from ..harness.provenance import provenance
+from ..model.config import ModelFormatError, read_json
+from ..model.safetensors_io import is_count, read_safetensors
 from .eagle_data import LOW, MID
 from .eval_overlap import MINISPEC_DATA
 
@@ -132,10 +134,84 @@ def read_answers(target, seqs, gen_features) -> list[dict]:
     return [{k: v[e - len(s): e] for k, v in arrays.items()} for s, e in zip(seqs, ends)]
 
 
+def head_config(head_dir) -> dict:
+    """A head's config.json ({} where it has none); one that is not a JSON object raises ModelFormatError naming it."""
+    f = Path(head_dir) / "config.json"
+    return read_json(f) if f.is_file() else {}
+
+
 def lower_layers(head_dir) -> list | None:
     """The lower layers a head reads (its config.json's ``lower_layers``), None for a head that reads the top alone."""
-    f = Path(head_dir) / "config.json"
-    return json.loads(f.read_text()).get("lower_layers") if f.is_file() else None
+    return head_config(head_dir).get("lower_layers")
+
+
+def token_ids(f: Path) -> list[int]:
+    """A JSON file's list of distinct token ids (whole numbers from 0, at least one); else ModelFormatError naming it."""
+    tokens = read_json(f, expect=None)
+    if not (isinstance(tokens, list) and tokens and all(is_count(t) for t in tokens) and len(set(tokens)) == len(tokens)):
+        raise ModelFormatError(f"{f}: expected a non-empty JSON list of distinct token ids (whole numbers from 0)")
+    return tokens
+
+
+def read_head(head_dir, vocab: int | None) -> dict:
+    """A head directory's files, read and checked before the target loads (before its answers are generated: minutes)
+    -> {config, frequent: the ids the reduced head keeps, tensors: eagle.safetensors' arrays, ids: each token file's
+    list by its name}. frequent_tokens.json and token_frequency_order.json (read where ``vocab`` is given: its
+    ``vocab`` first ids, sorted, are ``frequent``; it must list that many) are lists of distinct token ids;
+    config.json's extra_layers is a whole number and extra_intermediate_size absent or a positive one;
+    eagle.safetensors is a valid file of finite numbers. Anything else raises ModelFormatError naming the file and the
+    problem. Its arrays' names and shapes, and the ids' range, need the target's config: ``check_head``."""
+    d = Path(head_dir)
+    conf = head_config(d)
+    extra, width = conf.get("extra_layers", 0), conf.get("extra_intermediate_size")
+    if not is_count(extra) or not (width is None or (is_count(width) and width >= 1)):
+        raise ModelFormatError(f"{d / 'config.json'}: extra_layers must be a whole number and extra_intermediate_size "
+                               f"absent or a positive whole number, got {extra!r} and {width!r}")
+    ids = {"frequent_tokens.json": token_ids(d / "frequent_tokens.json")}
+    frequent = ids["frequent_tokens.json"]
+    if vocab is not None:
+        order = ids["token_frequency_order.json"] = token_ids(d / "token_frequency_order.json")
+        if len(order) < vocab:
+            raise ModelFormatError(f"{d / 'token_frequency_order.json'}: lists {len(order)} tokens, fewer than the "
+                                   f"--vocab {vocab} most frequent asked for")
+        frequent = sorted(order[:vocab])
+    tensors = read_safetensors(d / "eagle.safetensors")
+    for name, a in tensors.items():
+        if not np.isfinite(a).all():
+            raise ModelFormatError(f"{d / 'eagle.safetensors'}: tensor {name!r} holds NaN or infinite values")
+    return dict(config=conf, frequent=frequent, tensors=tensors, ids=ids)
+
+
+def check_head(head_dir, head: dict, cfg) -> None:
+    """``read_head``'s ``head`` against the target's config ``cfg``, before its answers are generated: its token ids
+    below the target's vocabulary size, and eagle.safetensors' arrays those ``train_eagle_ttt.load_into`` copies
+    into the head built for this target, named and shaped as ``eagle.head_shapes`` says: the layers after the first
+    numbered 1, 2, ... without a gap and at most its config's extra_layers, ``w_lower`` only where its config has
+    lower_layers, no other array. Else ModelFormatError naming the file and the problem."""
+    d = Path(head_dir)
+    for name, ids in head["ids"].items():
+        if max(ids) >= cfg.vocab_size:
+            raise ModelFormatError(f"{d / name}: token id {max(ids)} is not below the target's vocabulary size, "
+                                   f"{cfg.vocab_size}")
+    f, tensors, conf = d / "eagle.safetensors", head["tensors"], head["config"]
+    layers = {k.split(".")[1] for k in tensors if k.startswith("layers.")}
+    if layers != {str(i) for i in range(1, len(layers) + 1)} or len(layers) > conf.get("extra_layers", 0):
+        raise ModelFormatError(f"{f}: the layers after the first must be numbered layers.1.., layers.2.., ... without a "
+                               f"gap, at most config.json's extra_layers ({conf.get('extra_layers', 0)}); got "
+                               f"{sorted(layers)}")
+    D = cfg.hidden_size
+    want = head_shapes(cfg, len(layers), conf.get("extra_intermediate_size")) | \
+        ({"w_lower": (2 * D, D)} if conf.get("lower_layers") is not None else {})
+    unknown = sorted(set(tensors) - set(want))
+    if unknown:
+        raise ModelFormatError(f"{f}: unexpected tensors {unknown}" + ("; w_lower needs config.json's lower_layers"
+                                                                       if "w_lower" in unknown else ""))
+    for name, shape in want.items():
+        if name not in tensors and name != "w_lower":  # a head without w_lower reads the lower layers as zero
+            raise ModelFormatError(f"{f}: missing tensor {name!r}")
+        if name in tensors and tuple(tensors[name].shape) != shape:
+            raise ModelFormatError(f"{f}: tensor {name!r} has shape {tuple(tensors[name].shape)}; the target's widths "
+                                   f"need {shape}")
 
 
 def main(argv=None) -> int:
@@ -158,8 +234,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="also write the figures, with their provenance, to this file")
     args = p.parse_args(argv)
     if args.tokens < 2 or args.depths < 1 or (args.prompts is not None and args.prompts < 1) or \
-            (args.vocab is not None and args.vocab < 1):
-        p.error("--tokens must be at least 2, and --depths, --prompts and --vocab at least 1")
+            (args.vocab is not None and args.vocab < 1) or args.threads < 1:
+        p.error("--tokens must be at least 2, and --depths, --prompts, --vocab and --threads at least 1")
     sets = [x.strip() for x in args.sets.split(",")]
     if not sets or any(x not in SETS for x in sets):
         p.error(f"--sets {args.sets}: choose among {', '.join(SETS)}")
@@ -168,8 +244,12 @@ def main(argv=None) -> int:
             p.error(f"{h}: not an EAGLE head directory (it needs eagle.safetensors and frequent_tokens.json)")
         if args.vocab and not (Path(h) / "token_frequency_order.json").is_file():
             p.error(f"{h}: --vocab needs its token_frequency_order.json")
-        if lower_layers(h) not in (None, [LOW, MID]):
-            p.error(f"{h}: reads layers {lower_layers(h)}; the target's passes here give layers {LOW} and {MID} "
+        try:
+            layers = lower_layers(h)
+        except ModelFormatError as e:
+            p.error(str(e))
+        if layers not in (None, [LOW, MID]):
+            p.error(f"{h}: reads layers {layers}; the target's passes here give layers {LOW} and {MID} "
                     "(eagle_data.py's LOW and MID)")
     if args.windows:
         from .train_eagle_ttt import data_folder
@@ -179,6 +259,15 @@ def main(argv=None) -> int:
             p.error(str(e).replace("--data", "--windows"))
         if not folder.is_dir():
             p.error(f"--windows {args.windows}: {folder} is not a folder of shards")
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
+        p.error(f"--json {args.json}: " + ("a directory, not a file" if Path(args.json).is_dir() else
+                                           f"directory {Path(args.json).resolve().parent} does not exist"))
+    heads = {}  # each head's files, read before the target generates its answers (minutes): a bad one loses nothing
+    for h in args.heads:
+        try:
+            heads[h] = read_head(h, args.vocab)
+        except ModelFormatError as e:
+            p.error(str(e))
     reads_lower = any(lower_layers(h) is not None for h in args.heads)
     from .training import import_torch
     torch = import_torch()
@@ -187,7 +276,6 @@ def main(argv=None) -> int:
     import transformers
 
     from ..model.config import ModelConfig
-    from ..model.safetensors_io import read_safetensors
     from ..model.tokenizer import load_tokenizer
     from .eagle_data import generate
     from .fetch import resolve_model
@@ -196,7 +284,12 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     target_dir = resolve_model(args.target)
-    cfg, tok = ModelConfig.from_dir(target_dir), load_tokenizer(target_dir)
+    try:
+        cfg, tok = ModelConfig.from_dir(target_dir), load_tokenizer(target_dir)
+        for h, head in heads.items():  # its shapes against the target's widths, still before any generation
+            check_head(h, head, cfg)
+    except ModelFormatError as e:
+        p.error(str(e))
     if args.windows:  # read before the target loads: a folder that cannot be read is refused at once
         from .train_eagle_ttt import chat_marker, load_shards
         try:
@@ -231,16 +324,14 @@ def main(argv=None) -> int:
                windows=args.windows, heads={},
                provenance=provenance(argv, p.prog))
     for h in args.heads:
-        frequent = sorted(json.loads((Path(h) / "token_frequency_order.json").read_text())[: args.vocab]) if args.vocab \
-            else json.loads((Path(h) / "frequent_tokens.json").read_text())
-        ids = torch.tensor(frequent, dtype=torch.long)
-        hconf = json.loads((Path(h) / "config.json").read_text()) if (Path(h) / "config.json").is_file() else {}
+        ids = torch.tensor(heads[h]["frequent"], dtype=torch.long)
+        hconf = heads[h]["config"]
         head_lower = hconf.get("lower_layers") is not None  # this head's (reads_lower: any of them)
         head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
                           max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths,
                           with_lower=head_lower, extra_layers=hconf.get("extra_layers", 0),
                           extra_intermediate=hconf.get("extra_intermediate_size"))
-        load_into(head, read_safetensors(Path(h) / "eagle.safetensors"), torch)
+        load_into(head, heads[h]["tensors"], torch)
         head.eval()
         out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch,
                                                    lm=lms[name] if head_lower else None) for name in answers}
