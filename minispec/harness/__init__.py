@@ -23,7 +23,8 @@ core (tests/test_layout.py).
     specbench_peers.py  the other engines it runs in the same alternation (transformers, llama.cpp)
     specbench_figures.py  its tables for docs/specbench.md (``docs_tables``) and its plot of speedup by task
     llama_cpp_times.py  llama.cpp's pass over n tokens, timed as minispec's (``bench forward --gguf``)
-    command.py      what the commands share: the target and drafters they load, checked first; the JSON they store
+    command.py      what the commands share: the target and drafters they load, checked first; the JSON they store;
+                    a speed figure's honest words (a speedup beyond its tokens per pass is noise; a busy machine)
     measure.py      timing side by side, the weight-streaming floor, memory
     prompts.py      the evaluation prompt sets (minispec/data/)
     docs_tables.py  README and docs/ sections generated from the committed JSON (``--check`` compares)

@@ -6,8 +6,9 @@ and policy made before each timed run (``measure.alternate``: the floor as ``../
 speedup is auto's fastest run against plain's fastest, and the median is over prompts; the report gives each set's
 lowest prompt beside its median, and names a drafter's set below the floor (``measure.MEDIAN_FLOOR`` and
 ``PROMPT_FLOOR``: a median under 0.97x, or a prompt under 0.90x; the control, plain against plain, shows the noise
-and is held to none). The
-load average (of the other processes) is recorded before and after: a run that began above 0.5 is marked busy. Per drafter, the cost
+and is held to none). A prompt whose speedup is above its run's tokens per target pass (``measure.possible_speedup``)
+is noise, not a speedup: each set counts them, and a median above its prompts' median tokens per pass is marked noise.
+The load average (of the other processes) is recorded before and after: a run that began above 0.5 is marked busy. Per drafter, the cost
 model's predicted seconds of a round next to the measured ones: drafting rounds and plain rounds apart, as
 the mean of measured / predicted, with the share of rounds that drafted and the run's final slowdown.
 
@@ -40,8 +41,13 @@ from .command import (
     last_prompts,
     load_target_and_drafters,
     markdown_table,
+    median_bound,
+    noise_count,
+    noise_marks,
+    noise_note,
     print_and_store,
     shipped_drafters,
+    speedup_bound,
 )
 from .measure import MEDIAN_FLOOR, PROMPT_FLOOR, alternate, busy_words, others_load
 from .progress import Progress
@@ -104,9 +110,9 @@ def run(a) -> dict:
     out = {"tokens": a.tokens, "repeats": a.repeats, "calibration": a.calibration, "load_before": others_load(),
            "drafters": {}}
     for spec, drafter in drafters.items():
-        row, by_prompt, policies = {}, {}, []
+        row, by_prompt, bounds, policies = {}, {}, {}, []
         for name, ids in prompts.items():
-            ratios = []
+            ratios, bounds[name] = [], []
             for p in ids:
                 def prepare(p=p, spec=spec, policies=policies):  # a fresh drafter and policy, before the clock
                     if spec == "none":  # the control: plain decoding, as a result of the same shape
@@ -119,13 +125,16 @@ def run(a) -> dict:
                 plain_seconds, (res, seconds) = alternate(lambda p=p: generate(target, p, a.tokens), prepare,
                                                           a.repeats, bar.update)
                 ratios.append((len(res.tokens) / seconds) / (a.tokens / plain_seconds))
+                bounds[name].append(speedup_bound(len(res.tokens), res.stats.rounds))  # None for the control
             row[name] = float(np.median(ratios))
             by_prompt[name] = [float(x) for x in ratios]  # the floor's second condition reads each prompt's
         timed = [t for policy in policies for t in policy.timed]
         notes = sorted({n for policy in policies for n in notes_of(policy.calibrations)})
         slowdown = float(np.median([policy.slowdown for policy in policies])) if policies else 1.0
         out["drafters"][CONTROL if drafter is None else drafter.name] = dict(
-            speedup=row, by_prompt=by_prompt, rounds=round_ratios(timed), slowdown=slowdown, notes=notes)
+            speedup=row, by_prompt=by_prompt, rounds=round_ratios(timed), slowdown=slowdown, notes=notes,
+            by_prompt_tokens_per_pass=bounds,  # each prompt's: the most its speedup can be (None: the control)
+            noise={s: noise_count(by_prompt[s], bounds[s]) for s in by_prompt})
     bar.close()
     out["load_after"] = others_load()
     return out
@@ -136,12 +145,23 @@ CONTROL = "plain (control)"  # plain decoding against itself: the run's noise, h
 
 def floor_words(d: dict, s: str, control: bool = False) -> str:
     """A set's median speedup, its lowest prompt's, and where the floor is missed, which of its two conditions (none
-    for the ``control``, whose figures show how far noise alone moves them)."""
+    for the ``control``, whose figures show how far noise alone moves them); a median above what its prompts' tokens per
+    target pass allow is marked noise, with the prompts that were (``set_noise``)."""
     low = min(d["by_prompt"][s]) if d.get("by_prompt") else None
     missed = [] if control else [w for w, bad in (("median", d["speedup"][s] < MEDIAN_FLOOR),
                                                   ("a prompt", low is not None and low < PROMPT_FLOOR)) if bad]
-    return (f"{d['speedup'][s]:.2f}x" + ("" if low is None else f" (lowest {low:.2f}x)")
+    return (f"{d['speedup'][s]:.2f}x" + set_noise(d, s) + ("" if low is None else f" (lowest {low:.2f}x)")
             + (f" below the floor: {' and '.join(missed)}" if missed else ""))
+
+
+def set_noise(d: dict, s: str) -> str:
+    """" noise (2 of 3)" where set ``s``'s median speedup is above its prompts' median tokens per target pass, " (1 of 3
+    noise)" where only some prompts' speedups were above theirs; "" where none was, or the prompts' tokens per pass were
+    not stored."""
+    speedups, bounds = (d.get("by_prompt") or {}).get(s, []), (d.get("by_prompt_tokens_per_pass") or {}).get(s, [])
+    if len(bounds) != len(speedups):
+        return ""
+    return noise_marks(d["speedup"][s], median_bound(bounds), noise_count(speedups, bounds), len(speedups))
 
 
 def report(res: dict) -> str:
@@ -158,7 +178,11 @@ def report(res: dict) -> str:
     loads = ", ".join(f"{k.replace('_', ' ')} {res[k]:.2f}" for k in ("load_before", "load_after") if res.get(k) is not None)
     busy = busy_words(res.get("load_before"))  # quiet is the load as the measurement starts (design.md) (bug: only
     # the load at the end was looked at, and only on stderr)
-    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else [])
+    counted = [(d["by_prompt"][s], d["by_prompt_tokens_per_pass"][s]) for d in res["drafters"].values()
+               for s in d.get("by_prompt_tokens_per_pass", {}) if s in d.get("by_prompt", {})]
+    noise = noise_note(sum(noise_count(sp, b) for sp, b in counted), sum(len(sp) for sp, b in counted if None not in b),
+                       "prompts")
+    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []) + noise
                      + ([f"\nLoad average of the other processes: {loads}{busy}."] if loads else []))
 
 

@@ -5,7 +5,8 @@ n tokens; ``decode``, plain decoding against transformers' generate), the others
 ``--kernel numpy|numba`` chooses the CPU kernel of every model a subcommand loads (``model/kernel.py``); ``forward``
 takes a list, ``--kernel numpy,numba``, and measures each side by side.
 
-Every figure is a median over repeats, and ratios are taken inside one run.
+Every figure is a median over repeats, and ratios are taken inside one run. A figure measured while the machine was
+busy says so beside it (``command.busy_line``): ``forward`` records the other processes' load as it begins and ends.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..model.tiny import SMOLLM2_SHAPE, tiny_config, write_random_model
 from ..policy import forward_times
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from . import bench_commands, llama_cpp_times
-from .command import MODEL_HELP, check_json_path, check_out_dir, count, load_target, print_and_store
+from .command import MODEL_HELP, busy_line, check_json_path, check_out_dir, count, load_target, print_and_store
 from .measure import STREAM_READERS, compact_json, others_load, stream_time, timed
 from .provenance import provenance
 from .study import run_study, transformers_peer, write_report
@@ -82,6 +83,7 @@ def bench_forward(argv) -> int:
         tiles = [int(x) if x.strip().isdigit() else x for x in a.tiles.split(",")]
         if any(x not in numba_kernel.TILES for x in tiles) or len(set(tiles)) != len(tiles):
             raise ValueError(f"--tiles {a.tiles}: name each of {sorted(numba_kernel.TILES)} (sums per tile) at most once")
+    load_before = others_load()  # the other processes' load, before the first timing
     model_dirs = a.model
     if not model_dirs:
         model_dirs = [tempfile.mkdtemp()]
@@ -121,22 +123,36 @@ def bench_forward(argv) -> int:
     if not rows:
         raise ValueError("nothing to measure: every --model is quantized and only --kernel numpy was asked for")
     res = {"model": name, "device": backend.device_name(), "weight_bytes": nbytes, "context": a.context,
-           "repeats": a.repeats, "kernels": rows, "provenance": provenance()}
+           "repeats": a.repeats, "kernels": rows, "load_before": load_before, "load_after": others_load(),
+           "provenance": provenance()}
     if a.json:
         print(compact_json(res), end="")
+        busy = busy_line(res["load_before"], res["load_after"])
+        if busy:  # stdout holds the JSON
+            print(busy, file=sys.stderr)
         return 0
-    print(f"{name}: context {a.context}, median of {a.repeats}, "
-          f"on {res['device']}")
-    print(f"{'n':>4} " + " ".join(f"{k + ' ms':>18} {'r(n)':>6} {'GFLOP/s':>7}" for k in rows))
+    print(forward_report(res, ns))
+    return 0
+
+
+def forward_report(res: dict, ns) -> str:
+    """``bench forward``'s table: per n, each kernel's ms, r(n) and GFLOP/s; each kernel's weights and the time to read
+    them once; and, when the machine was busy as the timings began or ended, a line that says so."""
+    rows = res["kernels"]
+    lines = [f"{res['model']}: context {res['context']}, median of {res['repeats']}, on {res['device']}",
+             f"{'n':>4} " + " ".join(f"{k + ' ms':>18} {'r(n)':>6} {'GFLOP/s':>7}" for k in rows)]
     for n in ns:
-        print(f"{n:>4} " + " ".join(f"{r['ms'][n]:18.2f} {r['r'][n]:6.2f} {r['gflops'][n]:7.1f}" for r in rows.values()))
+        lines.append(f"{n:>4} " + " ".join(f"{r['ms'][n]:18.2f} {r['r'][n]:6.2f} {r['gflops'][n]:7.1f}"
+                                           for r in rows.values()))
     for k, r in rows.items():
         if "gguf" in r:
-            print(f"{k}: llama-cpp-python {r['llama_cpp_python']} on {r['gguf']}, 2 threads, logits for every row")
+            lines.append(f"{k}: llama-cpp-python {r['llama_cpp_python']} on {r['gguf']}, 2 threads, logits for every row")
             continue
-        print(f"{k}: {r['weight_bytes'] / 1e6:.0f} MB of weights in memory; reading them once ({r['weight_stream_by']}) "
-              f"takes {r['weight_stream_ms']:.2f} ms; its 1-token pass is {r['decode_over_stream']:.2f}x that")
-    return 0
+        lines.append(f"{k}: {r['weight_bytes'] / 1e6:.0f} MB of weights in memory; reading them once "
+                     f"({r['weight_stream_by']}) takes {r['weight_stream_ms']:.2f} ms; its 1-token pass is "
+                     f"{r['decode_over_stream']:.2f}x that")
+    busy = busy_line(res.get("load_before"), res.get("load_after"))
+    return "\n".join(lines + ([busy] if busy else []))
 
 
 @contextlib.contextmanager

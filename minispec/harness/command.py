@@ -1,7 +1,9 @@
 """What the harness's commands share around their measuring: what they read (the target and its tokenizer, the
 drafters they were given or the shipped ones), each checked before any run and refused with its name, and how
-they hand back a result (printed, and stored as JSON when asked). A directory that is not a model raises
-``ModelFormatError`` naming it (the CLI prints it).
+they hand back a result (printed, and stored as JSON when asked), and how they word a speed figure honestly (issue
+45): a speedup above what its run's tokens per target pass allow is noise (``speedup_bound``, ``noise_marks``), and a
+figure measured on a busy machine says so (``busy_line``). A directory that is not a model raises ``ModelFormatError``
+naming it (the CLI prints it).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..drafters import make_drafter
 from ..model import load_model, load_tokenizer
 from ..model.tokenizer import Tokenizer
 from ..model.transformer import Model
 from ..recipes.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
-from .measure import busy_words, others_load
+from .measure import busy_words, others_load, possible_speedup
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
 
@@ -135,3 +139,61 @@ def print_and_store(report: str, res: dict, path, prog: str, argv=None, indent: 
     if path:
         origin = provenance(argv, prog)
         Path(path).write_text(json.dumps(dict(res, provenance=origin), indent=indent))
+
+
+def busy_line(*loads) -> str:
+    """The line a command prints beside its speed figures when the machine was busy: the highest of ``loads`` (the
+    other processes' load average, ``measure.others_load()``, as the run began and as it ended; None: unknown) above
+    ``measure.BUSY_LOAD``, in brackets; "" when quiet or unknown."""
+    known = [x for x in loads if x is not None]
+    words = busy_words(max(known) if known else None)
+    return f"[{words[2:]}]" if words else ""
+
+
+def speedup_bound(tokens: int, target_passes: int) -> float | None:
+    """The most a run of ``tokens`` in ``target_passes`` target passes can gain over plain decoding, its tokens per
+    pass (``measure.possible_speedup``); None where its passes are unknown (0: another engine's run, or plain decoding
+    as the control)."""
+    return possible_speedup(tokens, target_passes) if target_passes else None
+
+
+def noise_count(speedups, bounds) -> int:
+    """How many runs' measured speedups exceed their bounds (``speedup_bound``; None: no bound): noise, not speedups."""
+    return sum(1 for s, b in zip(speedups, bounds) if b is not None and s > b)
+
+
+def median_bound(bounds) -> float | None:
+    """The most a median of the runs' speedups can be while none exceeds its bound: the median of their bounds (a
+    median never grows unless a value does); None where a run's bound is unknown, or there is no run."""
+    bounds = list(bounds)
+    return float(np.median(bounds)) if bounds and all(b is not None for b in bounds) else None
+
+
+def noise_marks(speedup: float, bound: float | None, noise: int = 0, runs: int = 0) -> str:
+    """What follows a speedup in a report: " noise" where it is above its ``bound`` (a run's tokens per target pass, or
+    for a median ``median_bound``), and how many of the ``runs`` behind it were noise: "1.31x noise (5 of 9)", "1.02x (2
+    of 9 noise)"; "" for an honest figure (or one without a bound)."""
+    over = bound is not None and speedup > bound
+    count = f"{noise} of {runs}" if noise else ""
+    if over:
+        return " noise" + (f" ({count})" if count else "")
+    return f" ({count} noise)" if count else ""
+
+
+def noise_words(speedup: float, bound: float | None) -> str:
+    """A single run's speedup in words: "1.23x", or where it exceeds its run's tokens per target pass (``bound``), as
+    noise, not a speedup (the CLI's ``compare_with_plain`` says it so)."""
+    if bound is None or speedup <= bound:
+        return f"{speedup:.2f}x"
+    return (f"{speedup:.2f}x, which is noise, not a speedup: a run of {bound:.2f} tokens per target pass cannot be faster "
+            "than that")
+
+
+def noise_note(noise: int, runs: int, what: str = "runs") -> list[str]:
+    """A report's line on its noise: how many of its ``runs`` (``what`` they are: runs, prompts, questions) measured
+    more than their tokens per target pass allow, after a blank line; [] when none did."""
+    if not noise:
+        return []
+    return ["", f"Noise: {noise} of {runs} {what} measured faster than their tokens per target pass allow (no run can beat "
+            "plain decoding by more): the load changed between the timings. \"noise\" marks a figure above its runs' "
+            "tokens per pass; \"(n of m noise)\", the runs behind a figure that were."]

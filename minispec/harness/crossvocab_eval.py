@@ -6,7 +6,10 @@ the comparison is made on: a round accepts that many guesses), the same in chara
 tokenizers), the acceptance rate (accepted / drafted), and the speedup over plain decoding (median over
 prompts). The cost ratio c is seconds per guess (a target token; SLEM's includes its extra draft token and
 the re-tokenising) over seconds per target step. Then transformers' universal assisted generation with
-the same pair (greedy: string-level exact match; sampling: its TLI), over its own plain generate.
+the same pair (greedy: string-level exact match; sampling: its TLI), over its own plain generate. A prompt whose speedup
+is above its run's target tokens per target pass (``measure.possible_speedup``) is noise, counted per row
+(``noise``), and a median above its prompts' median tokens per pass is marked noise. The other processes' load is
+recorded as the runs begin and end; a busy machine is named beside the figures.
 """
 
 from __future__ import annotations
@@ -27,8 +30,19 @@ from ..policy import forward_times
 from ..policy.timing import guess_time
 from ..recipes.fetch import shipped_bpe_draft, shipped_draft
 from ..speculative import speculative_generate
-from .command import MODEL_HELP, check_out_dir, given_or_shipped, load_target
-from .measure import SETTINGS, side_by_side
+from .command import (
+    MODEL_HELP,
+    busy_line,
+    check_out_dir,
+    given_or_shipped,
+    load_target,
+    median_bound,
+    noise_count,
+    noise_marks,
+    noise_note,
+    speedup_bound,
+)
+from .measure import SETTINGS, others_load, side_by_side
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
@@ -45,13 +59,14 @@ def accepted_chars(tokens: list[int], rounds_log, token_bytes) -> int:
 
 def run(target, drafters: dict, tok, token_bytes, ks, settings, prompts_per_set: int, max_new_tokens: int,
         log=print) -> dict:
+    load_before = others_load()
     prompts = {s: load_prompts(s, tok, prompts_per_set) for s in PROMPT_SETS}
     stop = tok.eos_ids
     ctx = list(np.resize(np.asarray(prompts["code"][0]), 256))
     t1 = forward_times(target, (1,), context=256, repeats=10)[1]
     c = {name: guess_time(d, ctx) / t1 for name, d in drafters.items()}
     log(f"target step {1e3 * t1:.2f} ms; c = " + ", ".join(f"{n} {v:.3f}" for n, v in c.items()))
-    cells = {}  # (drafter, k, setting, set) -> [accepted, drafted, rounds, chars, speedups]
+    cells = {}  # (drafter, k, setting, set) -> [accepted, drafted, rounds, chars, speedups, draft seconds, bounds]
     n_runs = sum(len(v) for v in prompts.values()) * len(settings) * (len(drafters) * len(ks) + 2)
     bar = Progress(n_runs, "bench vocab")
     for setting in settings:
@@ -67,26 +82,28 @@ def run(target, drafters: dict, tok, token_bytes, ks, settings, prompts_per_set:
                      for name, k in todo], done=bar.update)
                 for (name, k), (res, dt) in zip(todo, results):
                     s = res.stats
-                    cell = cells.setdefault((name, k, setting, pset), [0, 0, 0, 0, [], 0.0])
+                    cell = cells.setdefault((name, k, setting, pset), [0, 0, 0, 0, [], 0.0, []])
                     cell[0] += s.accepted
                     cell[1] += s.drafted
                     cell[2] += s.rounds
                     cell[3] += accepted_chars(res.tokens, s.rounds_log, token_bytes)
                     cell[4].append(len(res.tokens) / dt / plain_rate)
                     cell[5] += s.time_draft
+                    cell[6].append(speedup_bound(len(res.tokens), s.rounds))
     bar.close()
     rows = []
     c_runs = {}  # drafting time in the runs (catching up included) per guess, over the target step
-    for (name, k, setting, pset), (acc, drafted, rounds, chars, sp, t_draft) in cells.items():
+    for (name, k, setting, pset), (acc, drafted, rounds, chars, sp, t_draft, bounds) in cells.items():
         rows.append(dict(drafter=name, k=k, setting=setting, prompt_set=pset, accepted_per_pass=acc / rounds,
                          chars_per_pass=chars / rounds, acceptance=acc / drafted if drafted else None,
-                         speedup=float(np.median(sp)), c=c[name]))
+                         speedup=float(np.median(sp)), c=c[name], runs=len(sp), noise=noise_count(sp, bounds),
+                         speedup_bound=median_bound(bounds)))
         tot = c_runs.setdefault(name, [0.0, 0])
         tot[0] += t_draft
         tot[1] += drafted
     return dict(target_step_ms=1e3 * t1, c=c, c_in_runs={n: v[0] / v[1] / t1 for n, v in c_runs.items() if v[1]},
                 rows=rows, ks=list(ks), settings=list(settings), prompts_per_set=prompts_per_set,
-                max_new_tokens=max_new_tokens)
+                max_new_tokens=max_new_tokens, load_before=load_before, load_after=others_load())
 
 
 def transformers_uag(target_dir, draft_dir, prompts: dict, max_new_tokens: int, k: int) -> dict | None:
@@ -145,6 +162,7 @@ def format_report(res: dict) -> str:
              f"{res['max_new_tokens']} new tokens, plain decoding timed before and after each prompt's runs.", "",
              "c: seconds per guess over seconds per target step, timed apart (greedy, K = 4, a fixed code context), "
              "and in the runs (drafting and catching up, all runs).", "",
+             *([busy, ""] if (busy := busy_line(res.get("load_before"), res.get("load_after"))) else []),
              "| drafter | c | c in the runs |", "|---|---|---|"]
     in_runs = res.get("c_in_runs", {})  # (not recorded by the first version of this benchmark)
     lines += [f"| {n} | {v:.3f} | " + (f"{in_runs[n]:.3f} |" if n in in_runs else "- |") for n, v in res["c"].items()]
@@ -161,8 +179,11 @@ def format_report(res: dict) -> str:
                              (name, k, setting, pset))
                     acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
                     cells.append(f"{r['accepted_per_pass']:.2f} / {r['chars_per_pass']:.1f} / {acc} / "
-                                 f"{r['speedup']:.2f}x")
+                                 f"{r['speedup']:.2f}x" + noise_marks(r["speedup"], r.get("speedup_bound"),
+                                                                      r.get("noise", 0), r.get("runs", 0)))
                 lines.append(f"| {name} | {k} | " + " | ".join(cells) + " |")
+    lines += noise_note(sum(r.get("noise", 0) for r in res["rows"]), sum(r.get("runs", 0) for r in res["rows"]),
+                        "prompts")
     peer = res.get("peer")
     lines += ["", "## transformers, the same pair", ""]
     if not peer:

@@ -11,6 +11,10 @@ of r(K + 1) (``best_k``); the speedup at that K is then measured side by side wi
 Acceptance by confidence (greedy): for every token of the greedy outputs, the draft's top probability
 at that position and whether its top token is the target's. It says how much an early stop of
 drafting on low confidence could gain: only as much as confident positions are common.
+
+A prompt whose measured speedup is above its run's tokens per target pass (``measure.possible_speedup``) is noise,
+counted beside the median, and a median above its prompts' median tokens per pass is reported as noise. The other
+processes' load is recorded as the measuring begins and ends; a busy machine is named beside the figures.
 """
 
 from __future__ import annotations
@@ -30,8 +34,19 @@ from ..policy.timing import guess_time
 from ..recipes.fetch import shipped_draft
 from ..sampling import Warp
 from ..speculative import speculative_generate
-from .command import MODEL_HELP, check_json_path, count, given_or_shipped, load_target
-from .measure import SETTINGS, side_by_side
+from .command import (
+    MODEL_HELP,
+    busy_line,
+    check_json_path,
+    count,
+    given_or_shipped,
+    load_target,
+    median_bound,
+    noise_count,
+    noise_marks,
+    speedup_bound,
+)
+from .measure import SETTINGS, others_load, side_by_side
 from .progress import Progress
 from .prompts import load_prompts
 from .provenance import provenance
@@ -109,16 +124,32 @@ def evaluate_draft(target, drafter, tok, sets=("code", "chat"), n_prompts=None, 
     return res
 
 
-def speed_at(target, drafter, tok, k: int, sets=("code", "chat"), n_prompts=10, max_new_tokens=64, temperature=0.0):
-    """Median over prompts of plain time / speculative time, measured side by side (plain before and after)."""
-    ratios = []
+def speed_at(target, drafter, tok, k: int, sets=("code", "chat"), n_prompts=10, max_new_tokens=64,
+             temperature=0.0) -> dict:
+    """The speedup at ``k`` over plain decoding, measured side by side (plain before and after) on each prompt ->
+    {speedup: [median, first quartile, third quartile] over prompts, runs: the prompts, noise: how many were faster
+    than their tokens per target pass allow, speedup_bound: the most the median can honestly be}."""
+    ratios, bounds = [], []
     for name in sets:
         for i, p in enumerate(load_prompts(name, tok, n_prompts)):
             kw = dict(temperature=temperature, seed=i, stop_ids=tok.eos_ids)
             _, plain_rate, [(res, dt)] = side_by_side(lambda p=p, kw=kw: generate(target, p, max_new_tokens, **kw),
                                                       [lambda p=p, kw=kw: speculative_generate(target, drafter, p, max_new_tokens, k=k, **kw)])
             ratios.append((len(res.tokens) / dt) / plain_rate)
-    return float(np.median(ratios)), float(np.quantile(ratios, 0.25)), float(np.quantile(ratios, 0.75))
+            bounds.append(speedup_bound(len(res.tokens), res.stats.rounds))
+    return dict(speedup=[float(np.median(ratios)), float(np.quantile(ratios, 0.25)), float(np.quantile(ratios, 0.75))],
+                runs=len(ratios), noise=noise_count(ratios, bounds), speedup_bound=median_bound(bounds))
+
+
+def speed_line(setting: str, speed: dict) -> str:
+    """The printed line of one setting's speed (``speed_at``, with the K it ran at): its median speedup, reported as
+    noise where it is above the prompts' median tokens per target pass, and the prompts that were above theirs."""
+    m, q1, q3 = speed["speedup"]
+    bound = speed.get("speedup_bound")
+    over = bound is not None and m > bound
+    marks = noise_marks(m, bound, speed.get("noise", 0), speed.get("runs", 0))
+    return (f"{setting}: predicted best K = {speed['k']}; measured {'' if over else 'speedup '}{m:.2f}x{marks} "
+            f"(quartiles {q1:.2f}-{q3:.2f}) over plain decoding, code + chat prompts, side by side")
 
 
 def main(argv=None) -> int:
@@ -132,6 +163,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="also write the figures here, with their provenance")
     a = p.parse_args(argv)
     check_json_path(a.json)
+    load_before = others_load()
     spec = given_or_shipped(p, a.draft, shipped_draft(), "no draft model: pass --draft DIR")
     target, tok = load_target(a.model)
     drafter = make_drafter(spec, target)
@@ -155,15 +187,17 @@ def main(argv=None) -> int:
         # a, which undercounts every K > 1 and so favoured K = 1), and r(n) of one measurement (bug: over another's t(1))
         best, _ = best_k(acc[f"code {setting}"]["tokens"], c,
                          forward_times(target, tuple(range(1, 10)), context=128, repeats=5))
-        speeds[setting] = dict(k=best, speedup=speed_at(target, drafter, tok, best, n_prompts=a.speed_prompts,
-                                                        max_new_tokens=a.max_new_tokens, temperature=temp))
-        m, q1, q3 = speeds[setting]["speedup"]
-        print(f"{setting}: predicted best K = {best}; measured speedup {m:.2f}x (quartiles {q1:.2f}-{q3:.2f}) "
-              f"over plain decoding, code + chat prompts, side by side")
+        speeds[setting] = dict(k=best, **speed_at(target, drafter, tok, best, n_prompts=a.speed_prompts,
+                                                  max_new_tokens=a.max_new_tokens, temperature=temp))
+        print(speed_line(setting, speeds[setting]))
+    load_after = others_load()
+    busy = busy_line(load_before, load_after)  # beside c and the speedups
+    if busy:
+        print(busy)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(c=c, target_step_ms=1e3 * t, acceptance=acc, speed=speeds, provenance=provenance(argv, p.prog)),
-                      f, indent=2)
+            json.dump(dict(c=c, target_step_ms=1e3 * t, acceptance=acc, speed=speeds, load_before=load_before,
+                           load_after=load_after, provenance=provenance(argv, p.prog)), f, indent=2)
     return 0
 
 

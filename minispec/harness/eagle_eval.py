@@ -13,7 +13,10 @@ calibration measured first, untimed): the speedup in tokens a second,
 per prompt, its median per set, and the r(n) the kernel had in the same run: what the tree's
 tokens a pass buy on this machine. Then the resident memory the head adds: the resident set of
 a fresh process that loaded the target and generated with the head, minus that of one that ran
-the same loop with prompt lookup (no weights); and minus that of plain decoding.
+the same loop with prompt lookup (no weights); and minus that of plain decoding. A timed prompt whose speedup is above
+its run's tokens per target pass (``measure.possible_speedup``) is noise, counted beside each median, and a median
+above its prompts' median tokens per pass is marked noise. The other processes' load is recorded as the measuring
+begins and ends; a busy machine is named beside the timed figures.
 """
 
 from __future__ import annotations
@@ -35,8 +38,20 @@ from ..policy import auto_dynamic_tree
 from ..policy.timing import clock, forward_times
 from ..recipes.fetch import shipped_eagle
 from ..speculative import speculative_generate, tree_speculative_generate
-from .command import MODEL_HELP, check_json_path, count, given_or_shipped, load_target
-from .measure import side_by_side
+from .command import (
+    MODEL_HELP,
+    busy_line,
+    check_json_path,
+    count,
+    given_or_shipped,
+    load_target,
+    median_bound,
+    noise_count,
+    noise_marks,
+    noise_note,
+    speedup_bound,
+)
+from .measure import others_load, side_by_side
 from .progress import Progress
 from .prompts import load_prompts
 from .provenance import provenance
@@ -88,12 +103,13 @@ def tree_tokens_per_pass(target, eagle, prompts, shape: DynamicTree, temperature
 
 
 def timed_trees(target, eagle, prompts, shapes: list[DynamicTree], k: int, temperature, max_new_tokens, stop,
-                bar) -> dict:
+                bar, bounds: dict | None = None) -> dict:
     """Each prompt's runs with the chain at ``k``, with the dynamic tree of each of ``shapes`` and with the automatic one
     (``--tree auto``: the cost model sizes it each round, calibrated before the clocks; at T = 1 a seeded run's policy
     keeps its calibrated costs instead of learning them, as ``minispec generate --seed`` does), timed between two runs
     of plain decoding of the same prompt (``measure.side_by_side``) -> {method: speedups per prompt}, a speedup being
-    the run's tokens a second over plain decoding's."""
+    the run's tokens a second over plain decoding's. ``bounds``, when given, gets {method: each prompt's tokens per
+    target pass}: the most its speedup can be."""
     methods = {f"chain K={k}": lambda p, i: speculative_generate(target, eagle, p, max_new_tokens, k=k,
                                                                temperature=temperature, seed=i, stop_ids=stop)}
     for shape in [*shapes, "auto"]:  # "auto": --tree auto, its cost model calibrated here, before any clock
@@ -102,6 +118,8 @@ def timed_trees(target, eagle, prompts, shapes: list[DynamicTree], k: int, tempe
             target, eagle, p, max_new_tokens, shape=shape, temperature=temperature, seed=i, stop_ids=stop))
     auto_dynamic_tree(target, eagle)  # the calibrations it reads, measured once (then in memory)
     speedups: dict = {name: [] for name in methods}
+    bounds = {} if bounds is None else bounds
+    bounds.update({name: [] for name in methods})
     for i, p in enumerate(prompts):
         plain = lambda p=p, i=i: generate(target, p, max_new_tokens, temperature=temperature, seed=i,  # noqa: E731
                                           stop_ids=stop)
@@ -109,6 +127,7 @@ def timed_trees(target, eagle, prompts, shapes: list[DynamicTree], k: int, tempe
                                            bar.update)
         for name, (res, seconds) in zip(methods, runs):
             speedups[name].append(len(res.tokens) / seconds / plain_rate)
+            bounds[name].append(speedup_bound(len(res.tokens), res.stats.rounds))
     return speedups
 
 
@@ -174,6 +193,16 @@ def memory_row(target_dir, head_dir, shipped, kernel: str) -> dict:
                 head_arrays_mb=shipped.weight_bytes / 1e6)
 
 
+def timed_words(name: str, speedups: list, bounds: list | None) -> str:
+    """A method's timed speedups: "auto 1.21x [1.02, 1.50]", their median over prompts, lowest and highest, the median
+    marked noise where it is above the prompts' median tokens per target pass (``bounds``; None: not recorded), with
+    how many prompts were above theirs."""
+    bounds = [None] * len(speedups) if bounds is None else bounds
+    m = float(np.median(speedups))
+    return (f"{name} {m:.2f}x{noise_marks(m, median_bound(bounds), noise_count(speedups, bounds), len(speedups))} "
+            f"[{min(speedups):.2f}, {max(speedups):.2f}]")
+
+
 def report(res: dict) -> str:
     """The table of sizes, settings and sets, and the memory, as the command prints them."""
     lines = [f"EAGLE head {res['head']}, K = {res['k']}, {res['prompts_per_set']} prompts per set, {res['max_new_tokens']} "
@@ -195,17 +224,24 @@ def report(res: dict) -> str:
         r = res["timed_r"]
         lines.append("timed beside plain decoding of the same prompt, speedup in tokens a second, median over prompts "
                      "[lowest, highest]; this run's r(n) at 256 cached tokens: " + ", ".join(f"r({n}) {v:.2f}" for n, v in r.items()))
+        bounds = res.get("timed_tokens_per_pass", {})  # each prompt's tokens per target pass (not in older results)
+        noisy = runs = 0
         for key, methods in res["timed"].items():
-            lines.append(f"  {key}: " + "; ".join(f"{name} {np.median(v):.2f}x [{min(v):.2f}, {max(v):.2f}]"
+            for name, v in methods.items():
+                b = bounds.get(key, {}).get(name, [None] * len(v))
+                noisy, runs = noisy + noise_count(v, b), runs + (len(v) if None not in b else 0)
+            lines.append(f"  {key}: " + "; ".join(timed_words(name, v, bounds.get(key, {}).get(name))
                                                   for name, v in methods.items()))
+        lines += noise_note(noisy, runs, "timed prompts")
     m = res["memory"]
     if m is None:
         return "\n".join(lines + ["(acceptance only: no timing, no memory)"])
+    busy = busy_line(res.get("load_before"), res.get("load_after"))  # beside c, the timed speedups and the memory
     lines.append(f"resident memory after 32 tokens, fresh processes: plain {m['plain_rss_mb']:.0f} MB, speculative with "
                  f"prompt lookup (the same loop, no weights) {m['prompt_lookup_rss_mb']:.0f} MB, with the head "
                  f"{m['eagle_rss_mb']:.0f} MB: the head adds {m['added_mb']:.1f} MB ({m['added_over_plain_mb']:.1f} MB "
                  f"over plain decoding; its arrays: {m['head_arrays_mb']:.1f} MB)")
-    return "\n".join(lines)
+    return "\n".join(lines + ([busy] if busy else []))
 
 
 def main(argv=None) -> int:
@@ -236,7 +272,8 @@ def main(argv=None) -> int:
     if not sizes:
         p.error(f"--sizes {','.join(map(str, a.sizes))}: none fits the head's {len(order)} tokens")
     sets = {s: load_prompts(s, tok, a.prompts_per_set) for s in ("code", "chat")}
-    res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={})
+    res = dict(head=str(head_dir), k=a.k, prompts_per_set=a.prompts_per_set, max_new_tokens=a.max_new_tokens, sizes={},
+               load_before=others_load())
     timing_trees = bool(a.trees) and not a.acceptance_only
     runs_per_prompt = len(sizes) + len(a.trees) + (len(a.trees) + 4 if timing_trees else 0)  # timed: plain twice, chain,
     # auto
@@ -256,8 +293,9 @@ def main(argv=None) -> int:
                 row[f"{setting} {name}"] = tree_tokens_per_pass(target, first, prompts, shape, temp, a.max_new_tokens,
                                                                 tok.eos_ids, bar)
     if timing_trees:
+        res["timed_tokens_per_pass"] = {f"{setting} {name}": {} for setting, _ in SETTINGS for name in sets}
         res["timed"] = {f"{setting} {name}": timed_trees(target, first, prompts, a.trees, a.k, temp, a.max_new_tokens,
-                                                         tok.eos_ids, bar)
+                                                         tok.eos_ids, bar, res["timed_tokens_per_pass"][f"{setting} {name}"])
                         for setting, temp in SETTINGS for name, prompts in sets.items()}
         ns = sorted({1, a.k + 1, *(shape.nodes + 1 for shape in a.trees), DynamicTree().nodes + 1})  # a tree's pass:
         # its nodes and the root (--tree auto's largest: the default shape's)
@@ -265,6 +303,7 @@ def main(argv=None) -> int:
         res["timed_r"] = {n: t[n] / t[1] for n in ns}
     bar.close()
     res["memory"] = None if a.acceptance_only else memory_row(target.path, head_dir, shipped, target.kernel)
+    res["load_after"] = others_load()
     print(report(res))
     if a.json:
         origin = provenance(argv, p.prog)  # date, commit, command, machine

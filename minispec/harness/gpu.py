@@ -129,6 +129,7 @@ def predict(study: dict, costs: dict) -> tuple[list, list]:
         ok = c is not None and k + 1 in r
         rows.append(dict(drafter=row["drafter"], setting=row["setting"], k=k, a_first=row["a_first"],
                          a_next=row["a_next"], acceptance=row["acceptance"], cpu_measured=row["speedup"],
+                         cpu_speedup_bound=row.get("speedup_bound"),  # the most the CPU's median could honestly be
                          cpu_predicted=row["predicted"], gpu_c=c, gpu_r_k1=r.get(k + 1),
                          gpu_predicted=predicted_speedup(row["a_first"], c, r[k + 1], k, row["a_next"]) if ok else None))
     best = []
@@ -138,12 +139,20 @@ def predict(study: dict, costs: dict) -> tuple[list, list]:
             g = max(mine, key=lambda x: x["gpu_predicted"])
             m = max(mine, key=lambda x: x["cpu_measured"])
             best.append(dict(drafter=key[0], setting=key[1], gpu_best_k=g["k"], gpu_predicted=g["gpu_predicted"],
-                             cpu_best_k=m["k"], cpu_measured=m["cpu_measured"], cpu_predicted=m["cpu_predicted"]))
+                             cpu_best_k=m["k"], cpu_measured=m["cpu_measured"], cpu_predicted=m["cpu_predicted"],
+                             cpu_speedup_bound=m["cpu_speedup_bound"]))
     return rows, best
 
 
 def f(x, spec=".2f", unit=""):
     return "-" if x is None else format(x, spec) + unit
+
+
+def measured(x: dict) -> str:
+    """The CPU study's measured speedup, " noise" beside it where it is above what its runs' tokens per target pass
+    allow (a study that recorded it)."""
+    bound = x.get("cpu_speedup_bound")
+    return f(x["cpu_measured"], unit="x") + (" noise" if bound is not None and x["cpu_measured"] > bound else "")
 
 
 def markdown(res: dict) -> str:
@@ -173,12 +182,12 @@ def markdown(res: dict) -> str:
                   "| drafter | setting | GPU best K | GPU predicted | CPU best K | CPU measured | CPU predicted |",
                   "|---|---|---:|---:|---:|---:|---:|"]
         lines += [f"| {b['drafter']} | {b['setting']} | {b['gpu_best_k']} | {f(b['gpu_predicted'], unit='x')} | {b['cpu_best_k']} | "
-                  f"{f(b['cpu_measured'], unit='x')} | {f(b['cpu_predicted'], unit='x')} |" for b in res["best"]]
+                  f"{measured(b)} | {f(b['cpu_predicted'], unit='x')} |" for b in res["best"]]
         lines += ["", "## Every drafter and K", "",
                   "| drafter | setting | K | a_first | a_next | GPU c | GPU r(K+1) | GPU predicted | CPU measured | CPU predicted |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {x['drafter']} | {x['setting']} | {x['k']} | {f(x['a_first'])} | {f(x['a_next'])} | {f(x['gpu_c'], '.3f')} | "
-                  f"{f(x['gpu_r_k1'])} | {f(x['gpu_predicted'], unit='x')} | {f(x['cpu_measured'], unit='x')} | {f(x['cpu_predicted'], unit='x')} |"
+                  f"{f(x['gpu_r_k1'])} | {f(x['gpu_predicted'], unit='x')} | {measured(x)} | {f(x['cpu_predicted'], unit='x')} |"
                   for x in res["rows"]]
     for label, text in res.get("attached", {}).items():
         lines += ["", f"## {label}", "", "```text", text.rstrip(), "```"]

@@ -7,7 +7,9 @@ seeds each, at a fixed K: each rule's acceptance (guesses kept of guesses drafte
 side (plain, token-wise, block, coupled, plain, per prompt and seed). Block verification never keeps fewer
 guesses in expectation (rejection.block_verify); the paper (Sun et al. 2025) measured 7-10% more tokens per pass
 and 5-8% more speed on its models. The coupled rule keeps a guess with probability between (1 - TV)/(1 + TV) and
-the token-wise rule's 1 - TV (keyed.coupled_acceptance), and gives the same text with every drafter.
+the token-wise rule's 1 - TV (keyed.coupled_acceptance), and gives the same text with every drafter. A run whose
+speedup is above its tokens per target pass (``measure.possible_speedup``) is noise, counted per rule (``noise``), and
+a median above its runs' median tokens per pass is marked noise.
 """
 
 from __future__ import annotations
@@ -25,8 +27,13 @@ from .command import (
     last_prompts,
     load_target_and_drafters,
     markdown_table,
+    median_bound,
+    noise_count,
+    noise_marks,
+    noise_note,
     print_and_store,
     shipped_drafters,
+    speedup_bound,
 )
 from .measure import side_by_side
 from .progress import Progress
@@ -40,9 +47,10 @@ def temperature_key(t: float) -> str:
 
 
 def one_setting(target, drafter, prompts, a, temperature: float, bar) -> dict:
-    """{rule: acceptance, tokens per pass, median speedup} for one drafter at one temperature."""
+    """{rule: acceptance, tokens per pass, median speedup, and how many of its runs were noise (faster than their tokens
+    per target pass allow) with the most the median can honestly be} for one drafter at one temperature."""
     kept, drafted, emitted, passes = ({r: 0 for r in RULES} for _ in range(4))
-    speed = {r: [] for r in RULES}
+    speed, bounds = {r: [] for r in RULES}, {r: [] for r in RULES}
     for p in prompts:
         for seed in range(a.seeds):
             runs = [lambda p=p, seed=seed, rule=rule: speculative_generate(
@@ -55,8 +63,11 @@ def one_setting(target, drafter, prompts, a, temperature: float, bar) -> dict:
                 emitted[rule] += len(res.tokens)
                 passes[rule] += res.stats.rounds
                 speed[rule].append(len(res.tokens) / seconds / plain_rate)
+                bounds[rule].append(speedup_bound(len(res.tokens), res.stats.rounds))
     return {rule: dict(acceptance=kept[rule] / max(drafted[rule], 1), tokens_per_pass=emitted[rule] / passes[rule],
-                       speedup=float(np.median(speed[rule]))) for rule in RULES}
+                       speedup=float(np.median(speed[rule])), runs=len(speed[rule]),
+                       noise=noise_count(speed[rule], bounds[rule]), speedup_bound=median_bound(bounds[rule]))
+            for rule in RULES}
 
 
 def run(a) -> dict:
@@ -78,12 +89,15 @@ def report(res: dict) -> str:
     for name, by_t in res["drafters"].items():
         for t, d in by_t.items():
             rows.append([name, t] + [f"{d[r]['acceptance']:.3f} / {d[r]['tokens_per_pass']:.3f} / {d[r]['speedup']:.2f}x"
-                                     for r in RULES])
+                                     + noise_marks(d[r]["speedup"], d[r].get("speedup_bound"), d[r].get("noise", 0),
+                                                   d[r].get("runs", 0)) for r in RULES])
+    cells = [d[r] for by_t in res["drafters"].values() for d in by_t.values() for r in RULES]
     return "\n".join(markdown_table(
         f"The rules side by side, K = {res['k']}, {res['tokens']} tokens, {res['prompts']} prompts x {res['seeds']} seeds "
         "(the same for every rule), each timed against plain sampling in the same run (median over runs). Each cell: "
         "acceptance (guesses kept of drafted) / tokens per target pass / speedup:",
-        ["drafter", "T"] + [f"{r}" for r in RULES], rows))
+        ["drafter", "T"] + [f"{r}" for r in RULES], rows)
+        + noise_note(sum(c.get("noise", 0) for c in cells), sum(c.get("runs", 0) for c in cells)))
 
 
 def main(argv=None) -> int:

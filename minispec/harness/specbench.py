@@ -28,6 +28,9 @@ questions), the mean accepted tokens per target pass (tau, Spec-Bench's "mean ac
 and the interquartile range of the per-question speedups (the printed table shows the speedup and tau, and plain
 decoding's tokens per second; ``--json`` keeps every figure). A peer mode is also reported over its own engine's
 plain mode ("transformers plain", "llama.cpp plain"). Each engine runs with its own thread settings (specbench_peers.py).
+No method can beat plain decoding by more than its tokens per target pass (``measure.possible_speedup``): a task's
+speedup above its tau is marked noise in the printed table, and each cell counts the questions whose own speedup was
+above their own tokens per pass (``noise``; a peer's engine reports no passes, so its figures have no bound).
 """
 
 from __future__ import annotations
@@ -46,7 +49,17 @@ from ..model.kernel import default_kernel
 from ..recipes.fetch import shipped_draft, shipped_eagle
 from ..sampling import is_integer
 from .check import TIE_MARGIN, margin
-from .command import MODEL_HELP, check_json_path, load_target, markdown_table, print_and_store
+from .command import (
+    MODEL_HELP,
+    check_json_path,
+    load_target,
+    markdown_table,
+    noise_count,
+    noise_marks,
+    noise_note,
+    print_and_store,
+    speedup_bound,
+)
 from .measure import busy_words, others_load, side_by_side
 from .progress import Progress
 from .specbench_figures import cell, engine_and_mode, plot
@@ -252,7 +265,8 @@ def rate(entries: list[dict]) -> float:
 
 
 def cells(rows: list[dict], get, base) -> dict:
-    """{task (and "overall"): figures} of the entries ``get(row)`` against the baselines ``base(row)``."""
+    """{task (and "overall"): figures} of the entries ``get(row)`` against the baselines ``base(row)``; ``noise``: the
+    questions whose speedup was above their tokens per target pass (none where the passes are not known)."""
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)] + sorted({r["task"] for r in rows} - set(TASKS))
     out = {}
     for task in [*tasks, "overall"]:
@@ -260,9 +274,11 @@ def cells(rows: list[dict], get, base) -> dict:
         mine, ref = [get(r) for r in rs], [base(r) for r in rs]  # every run emits a token: no rate divides by 0
         passes = sum(e.get("target_passes", 0) for e in mine)
         per_q = [rate([e]) / rate([b]) for e, b in zip(mine, ref)]
+        bounds = [speedup_bound(e["tokens"], e.get("target_passes", 0)) for e in mine]
         out[task] = dict(speedup=rate(mine) / rate(ref), tau=sum(e["tokens"] for e in mine) / passes if passes else None,
                          tokens_per_s=rate(mine), questions=len(rs),
-                         iqr=[float(np.percentile(per_q, 25)), float(np.percentile(per_q, 75))])
+                         iqr=[float(np.percentile(per_q, 25)), float(np.percentile(per_q, 75))],
+                         noise=noise_count(per_q, bounds))
     return out
 
 
@@ -289,11 +305,19 @@ def summarise(rows: list[dict], methods: list[str], peers: list[str]) -> dict:
     return out
 
 
+def honest_cell(c: dict) -> str:
+    """A method's cell, the speedup and tau (``specbench_figures.cell``), with " noise" where the speedup is above tau
+    (the task's tokens over its target passes: the most it can be) and the questions whose own speedup was above theirs:
+    "1.05x noise (1 of 8) (1.00)"."""
+    marks = noise_marks(c["speedup"], c.get("tau"), c.get("noise", 0), c["questions"])
+    return f"{c['speedup']:.2f}x{marks}" + (f" ({c['tau']:.2f})" if c.get("tau") else "") if marks else cell(c)
+
+
 def report(res: dict) -> str:
     s = res["summary"]
     tasks = list(s["plain"]["tasks"])
     rows = [["plain decoding (tokens/s)", *(f"{c['tokens_per_s']:.1f}" for c in s["plain"]["tasks"].values())]]
-    rows += [[m, *(cell(c) for c in v["tasks"].values())] for m, v in s["methods"].items()]
+    rows += [[m, *(honest_cell(c) for c in v["tasks"].values())] for m, v in s["methods"].items()]
     for m, v in s["peers"].items():  # a peer: over minispec's plain, and (in brackets) over its own engine's plain
         own = v["own"] or {}
         mine = m == engine_and_mode(m)[0] + " plain"  # its own plain mode: no bracket (bug: "(1.00x)" in every cell)
@@ -314,7 +338,10 @@ def report(res: dict) -> str:
                          + (f"; FAILED: {len(v['failures'])} differ at a top-2 margin of {TIE_MARGIN} or more (not a "
                             "near-tie)" if side == "methods" and v["failures"] else ""))
     lines.append(f"- peers: {res['peers_note']}")
-    return "\n".join(lines)
+    overall = [v["tasks"]["overall"] for v in s["methods"].values() if "overall" in v["tasks"]]  # each question once
+    noise = noise_note(sum(c.get("noise", 0) for c in overall), sum(c["questions"] for c in overall),
+                       "runs (a method on a question)")
+    return "\n".join(lines + noise)
 
 
 VERSIONS = {"transformers": ("transformers", "torch"), "llama.cpp": ("llama-cpp-python",)}  # distributions, not module names

@@ -10,6 +10,11 @@ verify-cost ratio r(K+1), with the first guess accepted with probability a and e
 given the one before (b = a in the paper; policy/acceptance.py's ``predicted_speedup``):
 
     speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + r(K+1))
+
+No run can beat plain decoding by more than its tokens per target pass (``measure.possible_speedup``): a prompt's
+speedup above that is noise (the machine's load changed between the timings), counted per configuration and prompt set
+(``noise``), and a median above the median of its runs' tokens per pass (``speedup_bound``) is marked noise in the
+report. The other processes' load is recorded as the study begins and ends; a busy machine is named in the report.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from ..policy import forward_times, k_policy, shape_policy
 from ..policy.acceptance import predicted_speedup
 from ..policy.timing import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
-from .measure import SETTINGS, compact_json, kv_bytes_per_token, peak_rss_bytes, side_by_side
+from .command import busy_line, median_bound, noise_count, noise_marks, noise_note, speedup_bound
+from .measure import SETTINGS, compact_json, kv_bytes_per_token, others_load, peak_rss_bytes, side_by_side
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import machine_info, provenance
@@ -51,6 +57,7 @@ class Config:
     k: int
     setting: str  # "greedy" or "T=1"
     speedups: list = field(default_factory=list)
+    bounds: list = field(default_factory=list)  # each run's tokens per target pass: the most its speedup can be
     tok_s: list = field(default_factory=list)
     accepted: int = 0
     drafted: int = 0
@@ -58,13 +65,15 @@ class Config:
     rounds: int = 0
     pos_acc: list = field(default_factory=list)
     pos_drafted: list = field(default_factory=list)
-    prompt_sets: dict = field(default_factory=dict)  # set -> [accepted, drafted, speedups, tokens, rounds]
+    prompt_sets: dict = field(default_factory=dict)  # set -> [accepted, drafted, speedups, tokens, rounds, bounds]
 
     def record(self, res, seconds: float, plain_rate: float, prompt_set: str) -> None:
         """Add one run of this configuration (its result, timed at ``seconds``) on a prompt of ``prompt_set``, next to
         plain decoding's ``plain_rate`` tokens/s on the same prompt."""
         s, rate = res.stats, len(res.tokens) / seconds
+        bound = speedup_bound(len(res.tokens), s.rounds)
         self.speedups.append(rate / plain_rate)
+        self.bounds.append(bound)
         self.tok_s.append(rate)
         self.accepted += s.accepted
         self.drafted += s.drafted
@@ -76,12 +85,13 @@ class Config:
                 self.pos_drafted.append(0)
             self.pos_acc[j] += a_
             self.pos_drafted[j] += d_
-        ps = self.prompt_sets.setdefault(prompt_set, [0, 0, [], 0, 0])
+        ps = self.prompt_sets.setdefault(prompt_set, [0, 0, [], 0, 0, []])
         ps[0] += s.accepted
         ps[1] += s.drafted
         ps[2].append(rate / plain_rate)
         ps[3] += len(res.tokens)
         ps[4] += s.rounds
+        ps[5].append(bound)
 
 
 def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("greedy", "T=1"), prompts_per_set=4,
@@ -92,7 +102,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     Its steps: the costs (``study_costs``; then the calibrations, ``calibrate_once``), the configurations
     (``configurations``), every prompt run side by side with plain decoding (``run_prompts``), then a row per
     configuration (``summary_row``), the best K per drafter (``best_rows``) and the memory (``memory_rows``)."""
-    t_start, origin = time.perf_counter(), provenance()
+    t_start, origin, load_before = time.perf_counter(), provenance(), others_load()
     drafters = {name: as_drafter(d, target) for name, d in drafters.items()}
     prompts = {s: load_prompts(s, tok, prompts_per_set) for s in prompt_sets}
     costs = study_costs(target, drafters, prompts[prompt_sets[0]][0], forward_ns)
@@ -120,6 +130,7 @@ def run_study(target, drafters, tok, *, ks=(1, 2, 3, 4, 5, 6, 7, 8), settings=("
     if peer is not None:
         result["peer"] = peer(prompts, max_new_tokens)
     result["seconds"] = time.perf_counter() - t_start
+    result["load_before"], result["load_after"] = load_before, others_load()  # the other processes' load average
     result["provenance"] = origin
     return result
 
@@ -198,7 +209,9 @@ def run_prompts(target, configs: list[Config], prompts: dict, settings, max_new_
 
 def summary_row(cfg: Config, name: str, c: dict, r: dict) -> dict:
     """A configuration's row of the result: acceptance (overall, first guess a, later guesses b, per position),
-    tokens per pass, speedup with its quartiles, the cost model's prediction (fixed K), and the same per prompt set."""
+    tokens per pass, speedup with its quartiles, the cost model's prediction (fixed K), and the same per prompt set;
+    beside each speedup, how many of its runs were faster than their tokens per pass allow (``noise``, of ``runs``)
+    and the most its median can honestly be (``speedup_bound``)."""
     a = cfg.accepted / cfg.drafted if cfg.drafted else 0.0
     a1, b = first_and_next(cfg.pos_acc, cfg.pos_drafted)
     sp = np.array(cfg.speedups)
@@ -208,12 +221,14 @@ def summary_row(cfg: Config, name: str, c: dict, r: dict) -> dict:
         tokens_per_pass=cfg.tokens / cfg.rounds, tok_s=float(np.median(cfg.tok_s)),
         speedup=float(np.median(sp)), speedup_q1=float(np.quantile(sp, 0.25)),
         speedup_q3=float(np.quantile(sp, 0.75)),
+        runs=len(cfg.speedups), noise=noise_count(cfg.speedups, cfg.bounds), speedup_bound=median_bound(cfg.bounds),
         predicted=(predicted_speedup(a1, c[name], r.get(cfg.k + 1, float("nan")), cfg.k, b)
                    if isinstance(cfg.k, int) else None),
         r_k1=r.get(cfg.k + 1) if isinstance(cfg.k, int) else None, c=c[name],
         by_prompt_set={ps: dict(acceptance=v[0] / v[1] if v[1] else None, speedup=float(np.median(v[2])),
                                 speedup_q1=float(np.quantile(v[2], 0.25)), speedup_q3=float(np.quantile(v[2], 0.75)),
-                                tokens_per_pass=v[3] / v[4]) for ps, v in cfg.prompt_sets.items()},
+                                tokens_per_pass=v[3] / v[4], runs=len(v[2]), noise=noise_count(v[2], v[5]),
+                                speedup_bound=median_bound(v[5])) for ps, v in cfg.prompt_sets.items()},
     )
 
 
@@ -330,8 +345,8 @@ def by_set_table(rows: list[dict]) -> list[str]:
             tree = next((part(r) for r in mine if r["k"] == "tree"), {})
             best = max(fixed, key=lambda r: part(r)["speedup"]) if fixed else None
             ratio = auto["speedup"] / part(best)["speedup"] if auto.get("speedup") and best else None
-            L.append(f"| {setting} | {drafter} | {ps} | " + (f"{spread(part(best))} (K={best['k']})" if best else "-")
-                     + f" | {spread(auto)} | {fmt(ratio)} | {spread(tree)} |")
+            L.append(f"| {setting} | {drafter} | {ps} | " + (f"{honest(part(best))} (K={best['k']})" if best else "-")
+                     + f" | {honest(auto)} | {fmt(ratio)} | {honest(tree)} |")
     return L
 
 
@@ -341,6 +356,19 @@ def spread(v: dict) -> str:
         return "-"
     q = f" ({fmt(v['speedup_q1'])}-{fmt(v['speedup_q3'])})" if v.get("speedup_q1") is not None else ""
     return fmtx(v["speedup"]) + q
+
+
+def noise(v: dict) -> str:
+    """What follows a measured speedup of the study (a row, or a row's prompt set): " noise" where its median is above
+    what its runs' tokens per target pass allow, and how many runs were (``command.noise_marks``); "" in a study
+    stored before the runs were counted."""
+    return "" if v.get("speedup") is None else noise_marks(v["speedup"], v.get("speedup_bound"), v.get("noise", 0),
+                                                            v.get("runs", 0))
+
+
+def honest(v: dict) -> str:
+    """``spread`` with its ``noise``: 1.65x (1.62-2.25) (2 of 9 noise)."""
+    return spread(v) + noise(v)
 
 
 def fmt(x, p=2, unit=""):
@@ -371,6 +399,7 @@ def format_report(res: dict, plots: list[str]) -> str:
     if plots:
         L += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     L += ["", f"Study time: {res['seconds'] / 60:.1f} min."]
+    L += noise_note(sum(r.get("noise", 0) for r in res["rows"]), sum(r.get("runs", 0) for r in res["rows"]))
     return "\n".join(L) + "\n"
 
 
@@ -386,6 +415,9 @@ def report_head(res: dict) -> list[str]:
     if res.get("provenance"):
         p = res["provenance"]
         L.append(f"Run: `{p['command']}`, {p['date']}, commit {p['commit']}.")
+    busy = busy_line(res.get("load_before"), res.get("load_after"))
+    if busy:
+        L.append(busy)
     return L
 
 
@@ -401,9 +433,9 @@ def headline_table(res: dict) -> list[str]:
 
     for b in res["best"]:
         L.append(f"| {b['setting']} | {b['drafter']} | {b['best_k']} | {fmt(b['acceptance'])} | "
-                 f"{fmt(b['tokens_per_pass'])} | {spread(at(b, b['best_k']))} | {fmtx(b['predicted'])} | "
-                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {spread(at(b, 'auto'))} | "
-                 f"{spread(at(b, 'tree'))}, {fmt(b.get('tree_tokens_per_pass'))} tokens/pass |")
+                 f"{fmt(b['tokens_per_pass'])} | {honest(at(b, b['best_k']))} | {fmtx(b['predicted'])} | "
+                 f"{b['predicted_best_k']} | {fmt(b['r_k1'])} | {fmt(b['c'], 3)} | {honest(at(b, 'auto'))} | "
+                 f"{honest(at(b, 'tree'))}, {fmt(b.get('tree_tokens_per_pass'))} tokens/pass |")
     return L
 
 
@@ -429,12 +461,11 @@ def configurations_table(res: dict) -> list[str]:
          "| by prompt set (acceptance / tokens per pass / speedup) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         per = " ".join(fmt(x) for x in r["per_position"])
-        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v.get('tokens_per_pass'))} / {fmtx(v['speedup'])}"
+        bys = "; ".join(f"{k} {fmt(v['acceptance'])} / {fmt(v.get('tokens_per_pass'))} / {fmtx(v['speedup'])}{noise(v)}"
                         for k, v in r["by_prompt_set"].items())
         L.append(f"| {r['setting']} | {r['drafter']} | {r['k']} | {fmt(r['acceptance'])} | "
                  + (f"{fmt(r.get('a_first'))}, {fmt(r.get('a_next'))}" if isinstance(r["k"], int) else "-") + f" | {per} | "
-                 f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {fmtx(r['speedup'])} "
-                 f"({fmt(r['speedup_q1'])}-{fmt(r['speedup_q3'])}) | {fmtx(r['predicted'])} | {bys} |")
+                 f"{fmt(r['tokens_per_pass'])} | {fmt(r['tok_s'], 1)} | {honest(r)} | {fmtx(r['predicted'])} | {bys} |")
     return L
 
 
