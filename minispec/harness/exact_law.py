@@ -56,9 +56,12 @@ class SymbolicUniform:
     __ge__ = __gt__
 
 
-class NotSymbolic(Exception):
+class NotSymbolic(BaseException):
     """The rule used its generator, or minispec's ``sample``, in a way the exact walk cannot follow (the conformance
-    kit then checks it by Monte Carlo: conform/symbolic.py)."""
+    kit then checks it by Monte Carlo: conform/symbolic.py). A BaseException, as KeyboardInterrupt is: a rule's
+    ``except Exception`` does not catch it (bug: it was an Exception, and a rule that caught it went on down a branch
+    a real generator never takes, and was walked there). A rule that catches even BaseException is caught after the
+    call: the walk notes every refusal on its BranchingRng (``refuse``)."""
 
 
 class BranchingRng:
@@ -69,6 +72,12 @@ class BranchingRng:
     def __init__(self, script):
         self.script, self.taken = list(script), []
         self.sampled = None  # the row of the last ``record_sample``
+        self.refused = None  # why the walk could not follow the rule on this branch, once it said so (``refuse``)
+
+    def refuse(self, why: str) -> NotSymbolic:
+        """NotSymbolic(why), noted: a rule that swallows it is still refused after its call (``rule_branches``)."""
+        self.refused = self.refused or why
+        return NotSymbolic(why)
 
     def random(self):
         return SymbolicUniform(self)
@@ -84,6 +93,9 @@ class BranchingRng:
         return self._decide(np.array([h, 1.0 - h])) == 0
 
     def choose(self, probs) -> int:
+        """A token from ``probs`` divided by their sum, as ``sampling.sample`` draws (it inverts the CDF scaled by its
+        last entry). Whether the row was a valid one is the caller's to check: conform/symbolic.py checks a peer's
+        ``rng.choice(p=...)`` as NumPy's Generator does."""
         probs = np.asarray(probs, dtype=np.float64)
         return self._decide(probs / probs.sum())
 
@@ -109,33 +121,38 @@ def paths(run):
 
 
 class RecordedDraw:
-    """The token ``record_sample`` stands in for: the walk knows its law (the row), not its value, so a rule may only
-    return it. Looking at it (comparing it, converting it, testing it) raises NotSymbolic (bug: the stand-in was -1,
-    so a rule that redrew a token equal to its last guess was walked as if it never did, and passed with a wrong law)."""
+    """The token ``record_sample`` stands in for: the walk knows its law (``row``, the row its branch recorded), not its
+    value, so a rule may only return it, and nothing else stands for it (``recorded_law``). Looking at it (comparing
+    it, converting it, testing it) raises NotSymbolic (bug: the stand-in was -1, so a rule that redrew a token equal to
+    its last guess was walked as if it never did, and passed with a wrong law)."""
+
+    def __init__(self, rng):
+        self.rng, self.row = rng, rng.sampled  # the row it stands for: the law of its branch (``recorded_law``)
 
     def looked_at(self, *_):
-        raise NotSymbolic("the rule looked at the token it drew with minispec's sample before returning it")
+        raise self.rng.refuse("the rule looked at the token it drew with minispec's sample before returning it")
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __int__ = __index__ = __float__ = __bool__ = __hash__ = looked_at
 
 
 def record_sample(probs, rng):
-    """``sampling.sample`` at a rule's final draw, for a BranchingRng: it keeps the row it would draw from
-    (``rng.sampled``, normalised) and draws nothing (a ``RecordedDraw``), so the law of that token on the branch is the
-    row itself. A second draw on one branch is not a final one: NotSymbolic."""
+    """``sampling.sample`` at a rule's final draw, for a BranchingRng (or conform's SymbolicGenerator around one): it
+    keeps the row it would draw from (``rng.sampled``, normalised) and draws nothing (a ``RecordedDraw``), so the law
+    of that token on the branch is the row itself. A second draw on one branch is not a final one: NotSymbolic."""
     if rng.sampled is not None:
-        raise NotSymbolic("the rule sampled twice on one branch: only a final draw can be recorded")
+        raise rng.refuse("the rule sampled twice on one branch: only a final draw can be recorded")
     rng.sampled = np.asarray(probs) / np.sum(probs)
-    return RecordedDraw()
+    return RecordedDraw(rng)
 
 
 def recorded_law(rng, token, V: int) -> np.ndarray:
-    """[V] the law of a rule's next token on a branch: the recorded row when it returned its draw (a RecordedDraw, or
-    -1 as conform/contract.py reads it), else all the mass on ``token``; a rule that drew and returned another token
-    used its draw, whose row is then not that token's law (NotSymbolic)."""
-    if isinstance(token, RecordedDraw) or (rng.sampled is not None and token == -1):
+    """[V] the law of a rule's next token on a branch: the recorded row when it returned its draw (the RecordedDraw of
+    this branch, and nothing else: bug, a -1 stood for it, so a rule that returned -1, vLLM's placeholder id, as its
+    bonus token was walked as if it had returned its draw, and passed), else all the mass on ``token``; a rule that
+    drew and returned another token used its draw, whose row is then not that token's law (NotSymbolic)."""
+    if isinstance(token, RecordedDraw) and token.row is rng.sampled:
         return rng.sampled
-    if rng.sampled is not None:
+    if rng.sampled is not None or isinstance(token, RecordedDraw):
         raise NotSymbolic("the rule drew a token and returned another")
     return np.eye(V)[token]
 
@@ -158,9 +175,12 @@ def samples_recorded(rule):
 def rule_branches(call, V: int) -> list[tuple]:
     """Every branch of one call of a rule, ``call(rng) -> (kept, next_token)``, run within ``samples_recorded``:
     [(kept, [V] the law of next_token on the branch, probability)]. A next_token decided by comparisons alone
-    gets all the mass."""
+    gets all the mass. A call that the walk refused (``BranchingRng.refuse``) and that returned anyway, the rule
+    having caught the NotSymbolic, raises it again."""
     def run(rng):
         kept, t = call(rng)
+        if rng.refused:  # the rule caught the walk's NotSymbolic and went on: what it returned is not its law
+            raise NotSymbolic(rng.refused)
         return kept, recorded_law(rng, t, V)
     return [(kept, row, prob) for (kept, row), prob in paths(run)]
 
@@ -227,13 +247,17 @@ def tree_first_token_law(accept, p: np.ndarray, q: np.ndarray, deterministic: bo
 
 
 def continued_law(law: dict, p_of, m: int, V: int) -> np.ndarray:
-    """P(the first m tokens = y) [V^m] when the round's output is continued by sampling the target."""
+    """P(the first m tokens = y) [V^m] when the round's output is continued by sampling the target. A round that kept
+    m guesses or more gives its first m guesses (bug: it was left out, and with m < K + 1 the law lost its mass)."""
     out = np.zeros(V ** m)
     for y in itertools.product(range(V), repeat=m):
         total = 0.0
         for kept, last in law.items():
             n = len(kept)
-            if n + 1 > m or tuple(y[:n]) != kept:
+            if n >= m:
+                total += last.sum() if kept[:m] == y else 0.0
+                continue
+            if tuple(y[:n]) != kept:
                 continue
             pr = last[y[n]]
             for j in range(n + 1, m):

@@ -125,29 +125,35 @@ def pair_outcomes(p: np.ndarray, q: np.ndarray) -> dict:
     return out
 
 
+def race_outcomes(row: np.ndarray) -> dict:
+    """{race(row): (probability, a noise E where it wins)} for one row racing alone on its noise: x wins with
+    probability row(x) (the exponential race), and E = 1 but E(x) = row(x) / (2 max(row)) is a point where it wins."""
+    out = {}
+    for x in np.flatnonzero(row > 0):
+        E = np.ones(len(row))
+        E[x] = row[x] / (2 * row.max())
+        out[int(x)] = (float(row[x]), E)
+    return out
+
+
 def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
     """``exact_law.round_law`` for a keyed rule: -> ({the kept guesses: [V] law of next_token, times the round's
     probability}, expected guesses kept), integrated exactly over the noise of every position. The draft races
     q_of(prefix) (``KeyedNoise.draw``, as a drafter draws) and the target p_of(prefix) on one noise per position; a position's noise matters
     only through the pair of tokens the two races pick, so the walk branches over those pairs (``pair_outcomes``),
-    on from a pair that agrees, and runs ``rule`` itself at the end of every branch, on noise from the branch's cells.
-    The rule may race p_i and q_i at the positions the walk reached, and nothing else: ``FixedNoise`` refuses
-    any other race, which this integral could not count."""
+    on from a pair that agrees. Past the first pair that disagrees the draft still guesses, the rest of the round's K
+    guesses: the walk branches over each one's race alone (``race_outcomes``; bug: those guesses were pinned to the
+    draft's most likely token, so a rule that read them was integrated as if the draft always proposed it), and runs
+    ``rule`` itself at the end of every branch, on noise from the branch's cells.
+    The rule may race p_i and q_i at the positions the pairs reached, q_i alone past them, and nothing else:
+    ``FixedNoise`` refuses any other race, which this integral could not count."""
     law, expected = {}, [0.0]
 
     def walk(noise: dict, guesses: list, weight: float) -> None:
         i = len(noise)
         if i == K + 1 or (i and guesses[i - 1] != FixedNoise(noise).race(p_of(tuple(guesses[: i - 1])), i - 1)):
-            xs = []
-            for j in range(K):  # the draft's guesses, raced as the drafter races them (past the walk: any noise)
-                xs.append(FixedNoise(noise).draw(q_of(tuple(xs)), j))
-            target_probs = np.array([p_of(tuple(xs[:j])) for j in range(K + 1)])  # [K+1, V]
-            draft_probs = np.array([q_of(tuple(xs[:j])) for j in range(K)]).reshape(K, V)  # [K, V]
-            cut_by = {j: [target_probs[j]] + ([draft_probs[j]] if j < K else []) for j in noise}
-            n, next_token = rule(target_probs, draft_probs, xs, FixedNoise(noise, cut_by))
-            row = law.setdefault(tuple(xs[:n]), np.zeros(V))
-            row[next_token] += weight
-            expected[0] += weight * n
+            cut_by = {j: [p_of(tuple(guesses[:j]))] + ([q_of(tuple(guesses[:j]))] if j < K else []) for j in noise}
+            guess_on(noise, guesses, weight, cut_by)
             return
         p = p_of(tuple(guesses))
         if i == K:  # the bonus position: the target's race alone
@@ -156,6 +162,20 @@ def round_law(rule, p_of, q_of, K: int, V: int) -> tuple[dict, float]:
             return
         for (x, _), (w, E) in pair_outcomes(p, q_of(tuple(guesses))).items():
             walk({**noise, i: E}, guesses + [x], weight * w)
+
+    def guess_on(noise: dict, xs: list, weight: float, cut_by: dict) -> None:
+        j = len(xs)
+        if j < K:  # a guess past the round's end: the draft's race alone on its position's noise
+            q = q_of(tuple(xs))
+            for x, (w, E) in race_outcomes(q).items():
+                guess_on({**noise, j: E}, xs + [x], weight * w, {**cut_by, j: [q]})
+            return
+        target_probs = np.array([p_of(tuple(xs[:j])) for j in range(K + 1)])  # [K+1, V]
+        draft_probs = np.array([q_of(tuple(xs[:j])) for j in range(K)]).reshape(K, V)  # [K, V]
+        n, next_token = rule(target_probs, draft_probs, list(xs), FixedNoise(noise, cut_by))
+        row = law.setdefault(tuple(xs[:n]), np.zeros(V))
+        row[next_token] += weight
+        expected[0] += weight * n
 
     walk({}, [], 1.0)
     return law, expected[0]

@@ -1,9 +1,25 @@
 """``minispec conform rule|loop MODULE:FUNCTION``: the kit's command. Exit 0 when every check passes, 1 when one
 fails, 2 on a usage error (a module that is missing, a name that is not a function, a wrong signature).
 
-This module imports only argparse at the top, so the CLI can add the subcommand without loading the kit."""
+This module imports only the standard library at the top, so the CLI can add the subcommand without loading the
+kit."""
 
 from __future__ import annotations
+
+import argparse
+import math
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0 (bug: ``--timeout inf`` passed, the timer could not take it,
+    and every call of the peer was reported as the peer's fault)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    return value
 
 
 def add_parser(sub) -> None:
@@ -31,7 +47,7 @@ def add_parser(sub) -> None:
                                               "a ninth argument, processors, a dict of these settings")
     for p in (r, lo):
         p.add_argument("--thorough", action="store_true", help="more cases and draws: more power, longer")
-        p.add_argument("--timeout", type=float, default=None,
+        p.add_argument("--timeout", type=seconds, default=None,
                        help="seconds one call of the function may take (default 10 for a rule, 60 for a loop)")
         p.add_argument("--json", help="also write the report to this JSON file, with its provenance")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -46,8 +62,6 @@ def main(args) -> int:
     check_json_path(args.json)
     if getattr(args, "runs", None) is not None and args.runs < 10:
         raise ValueError(f"--runs {args.runs}: at least 10")
-    if args.timeout is not None and not args.timeout > 0:
-        raise ValueError(f"--timeout {args.timeout}: must be > 0 seconds")
     names = ("repetition_penalty", "frequency_penalty", "presence_penalty", "no_repeat_ngram")
     processors = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if processors:

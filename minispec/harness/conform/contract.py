@@ -11,7 +11,8 @@
 ``load("MODULE:FUNCTION", kind)`` imports the function and checks that it can take the contract's arguments; a
 missing module, a missing name, a non-callable or a wrong signature is a ``UsageError`` that names the problem.
 ``guarded(fn, args, limit_s)`` runs one call of the peer: whatever it raises, and a call past its time limit, comes back
-as a ``PeerFault`` (the kit never crashes with the peer). ``rule_outcome`` and ``loop_outcome`` check what came back.
+as a ``PeerFault`` (the kit never crashes with the peer); a time limit the timer cannot take is the caller's error, a
+ValueError before any call. ``rule_outcome`` and ``loop_outcome`` check what came back.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import signal
 import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 from ...sampling import is_integer
 from ..exact_law import RecordedDraw
@@ -42,6 +45,12 @@ class PeerFault(Exception):
     def __init__(self, kind: str, detail: str):
         super().__init__(f"{kind}: {detail}")
         self.kind, self.detail = kind, detail
+
+
+class Alarm(BaseException):
+    """The time limit ringing inside the peer's call (``time_limit``). A BaseException, as KeyboardInterrupt is, so
+    that a peer's ``except Exception`` does not swallow it (bug: the alarm raised a PeerFault, an Exception: a rule
+    that caught Exception ran on past its limit, and was not blamed)."""
 
 
 def load(spec: str, kind: str, processors: bool = False):
@@ -94,57 +103,73 @@ def check_signature(fn, kind: str, spec: str = "", processors: bool = False) -> 
 
 @contextmanager
 def time_limit(seconds: float | None):
-    """Raises PeerFault("timeout") in the main thread after ``seconds`` (SIGALRM); elsewhere, or without a limit,
-    nothing is enforced."""
+    """Raises Alarm in the main thread after ``seconds`` (SIGALRM), and again every ``seconds`` until closed, so that a
+    peer that catches even BaseException is interrupted again; what it yields says whether it ever rang (``fired``:
+    a peer that swallowed every alarm and then answered is still past its limit). Elsewhere, or without a limit
+    (None), nothing is enforced. A limit that is not a finite number > 0, or that the platform's timer cannot take,
+    is a ValueError before anything is armed."""
+    if seconds is not None and not 0 < seconds < math.inf:
+        raise ValueError(f"a time limit must be a finite number of seconds > 0, got {seconds!r}")
+    state = SimpleNamespace(fired=False)
     usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable:
-        yield
+        yield state
         return
 
     def alarm(signum, frame):
-        raise PeerFault("timeout", f"no answer within {seconds:g} s")
+        state.fired = True
+        raise Alarm()
 
     old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds, seconds)  # then every ``seconds``, until closed
+        except OverflowError:
+            raise ValueError(f"a time limit of {seconds:g} s is more than this platform's timer takes") from None
+        yield state
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
 
 def guarded(fn, args: tuple, limit_s: float | None, passthrough=()):
-    """``fn(*args)``, with anything it raises (but the exception types in ``passthrough``) as PeerFault("raised")."""
+    """``fn(*args)``, with anything it raises (but the exception types in ``passthrough``) as PeerFault("raised"), and
+    a call past ``limit_s`` as PeerFault("timeout"), even one that caught the alarm and answered. The timer is armed
+    outside the part that blames the peer: a limit it cannot take raises the ValueError of ``time_limit`` (bug: with
+    --timeout inf the timer raised OverflowError there, and every call of a correct rule was reported as its fault)."""
     try:
-        with time_limit(limit_s):
-            return fn(*args)
-    except PeerFault:
-        raise
-    except passthrough:
-        raise
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # SystemExit too: a peer may call sys.exit
-        tb = e.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        where = f" at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb is not None else ""
-        raise PeerFault("raised", f"{type(e).__name__}: {e}{where}") from None
+        with time_limit(limit_s) as timer:
+            try:
+                out = fn(*args)
+            except (Alarm, KeyboardInterrupt, *passthrough):
+                raise
+            except BaseException as e:  # SystemExit too: a peer may call sys.exit
+                tb = e.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                where = f" at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb is not None else ""
+                raise PeerFault("raised", f"{type(e).__name__}: {e}{where}") from None
+    except Alarm:
+        raise PeerFault("timeout", f"no answer within {limit_s:g} s") from None
+    if timer.fired:
+        raise PeerFault("timeout", f"no answer within {limit_s:g} s (it caught the alarm and ran on)")
+    return out
 
 
-def rule_outcome(out, K: int, V: int, allow_recorded: bool = False) -> tuple[int, int]:
+def rule_outcome(out, K: int, V: int, allow_recorded: bool = False) -> tuple[int, int | RecordedDraw]:
     """A rule's answer checked: a pair (n_accepted in 0..K, next_token in 0..V-1), integers (Python, NumPy or a
-    0-d tensor). ``allow_recorded``: next_token -1 is the exact law's recorded draw (exact_law.record_sample)."""
+    0-d tensor). ``allow_recorded``: next_token may also be the exact walk's recorded draw, a RecordedDraw
+    (exact_law.record_sample), given back as it is; no integer stands for it (bug: it was read as -1 and any -1
+    accepted, so a rule that returned -1, vLLM's placeholder id, as its bonus token passed exactly)."""
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise PeerFault("shape", f"returned {type(out).__name__} {short(out)}, not a pair (n_accepted, next_token)")
-    if allow_recorded and isinstance(out[1], RecordedDraw):  # the exact walk's draw: its law is recorded, not a value
-        out = (out[0], -1)
-    n, t = (as_int(x) for x in out)
+    recorded = allow_recorded and isinstance(out[1], RecordedDraw)  # the exact walk's draw: its law, not a value
+    n, t = as_int(out[0]), out[1] if recorded else as_int(out[1])
     if n is None or t is None:
         raise PeerFault("type", f"returned ({short(out[0])}, {short(out[1])}): both must be integers")
     if not 0 <= n <= K:
         raise PeerFault("shape", f"n_accepted = {n} outside 0..K = 0..{K}")
-    if not (0 <= t < V or (allow_recorded and t == -1)):
+    if not recorded and not 0 <= t < V:
         raise PeerFault("vocabulary", f"next_token = {t} outside the vocabulary 0..{V - 1}")
     return n, t
 

@@ -36,6 +36,10 @@ def failing_text(res: dict) -> str:
     else:
         st = s["setting"]
         where = f"T = {st['temperature']}, top-k {st['top_k']}, top-p {st['top_p']}"
+    if s["chi2"] == float("inf") and not s.get("tie_free", True):  # report.result_text: not wrong for certain
+        against = "whichever way it is kept" if "tie_convention" in s else "kept toward the lower id (the one way tested then)"
+        return (f"{where}: drew a sequence the target's law forbids with a tie at top-p's boundary {against} "
+                f"(TV {s['tv']:.3f})")
     if s["chi2"] == float("inf"):
         return f"{where}: drew a sequence the target's law forbids (wrong for certain; TV {s['tv']:.3f})"
     return f"{where}: TV {s['tv']:.3f} +- {s['tv_se']:.3f} (noise {s['tv_noise']:.3f}), p = {s['p_value']:.2g}"

@@ -18,17 +18,48 @@ def case_text(row: dict) -> str:
             f"draft {c['draft_row']}")
 
 
+def tie_text(row: dict) -> str:
+    """A loop setting with a tie at top-p's boundary (loop_check.py): which convention of keeping it the counts fit."""
+    if row.get("tie_free", True):
+        return ""
+    fit = (f"they fit ties kept toward the {row['tie_convention']} (the figures are against that law)"
+           if row.get("tie_convention") else "they fit neither (the figures are against the closer)")
+    return (f"; a tie at top-p's boundary in some context, so the counts were tested against both conventions of "
+            f"keeping it (the lower id, as minispec, or the higher, as transformers): {fit}")
+
+
 def result_text(row: dict) -> str:
     if "fault" in row:
         return f"the peer's call failed: {row['fault']}: {row['detail']}" + (f" (call: {row['call']})" if "call" in row else "")
-    if "p_value" in row and row["chi2"] == float("inf"):
+    if "p_value" in row and row["chi2"] == float("inf") and row.get("tie_free", True):
         return (f"drew a sequence the target's law gives probability 0 (TV {row['tv']:.4f}, {row['draws']} draws): "
                 "wrong for certain")
+    if "p_value" in row and row["chi2"] == float("inf"):
+        return (f"drew a sequence the target's law gives probability 0 whichever way a tie at top-p's boundary is kept "
+                f"(TV {row['tv']:.4f}, {row['draws']} draws): wrong, unless it keeps that tie one way in one context "
+                "and the other way in another")
     if "p_value" in row:
         return (f"TV {row['tv']:.4f} +- {row['tv_se']:.4f} (a correct peer shows {row['tv_noise']:.4f} from noise), "
                 f"chi2 {row['chi2']:.1f} on {row['df']} df, p = {row['p_value']:.3g} (alpha {row['alpha']:.2g}), "
-                f"{row['draws']} draws; a departure of TV >= {row['tv_80']:.3f} is caught with probability >= 0.8")
+                f"{row['draws']} draws; " + ("too few to test: cells expected under 5 times pooled, one is left, so "
+                                             "only a draw the law forbids can fail it" if row.get("no_power") else
+                                             f"a departure of TV >= {row['tv_80']:.3f} is caught with probability >= 0.8")
+                + tie_text(row))
     return f"exact TV {row['tv']:.3g}" + (f", guesses kept per round {row['expected_kept']:.3f}" if "expected_kept" in row else "")
+
+
+def greedy_text(p: dict, margin: float) -> str:
+    """A greedy prompt whose tokens are not the target's greedy ones (loop_check.greedy_check; ``margin``: its
+    TIE_MARGIN)."""
+    if "fault" in p:
+        return f"{p['fault']}: {p['detail']}"
+    text = (f"got {p['got']}, want {p['want']} (first differ at position {p['position']}, top-2 logit gap "
+            f"{p['top2_logit_gap']:.2g}); ")
+    if "wrong_position" in p:
+        return text + (f"at position {p['wrong_position']}, after its own tokens, its token's logit is "
+                       f"{p['below_argmax']:.2g} below the target's largest")
+    return text + (f"each of its tokens, after its own, within {margin:g} of the target's largest logit: a near-tie "
+                   "taken the other way")
 
 
 def format_rule(res: dict) -> str:
@@ -62,10 +93,8 @@ def format_loop(res: dict) -> str:
     g = res["greedy"]
     same = sum(p.get("got") == p.get("want") for p in g["prompts"])
     lines.append(f"  {word(g['passed'])}  greedy: {same}/{len(g['prompts'])} prompts identical to the target's own "
-                 "greedy tokens" + "".join(f"\n      prompt {p['prompt']}: " + (
-                     f"{p['fault']}: {p['detail']}" if "fault" in p else
-                     f"got {p['got']}, want {p['want']} (top-2 logit gap {p['top2_logit_gap']:.2g} at position {p['position']})")
-                     for p in g["prompts"] if p.get("got") != p.get("want")))
+                 "greedy tokens" + "".join(f"\n      prompt {p['prompt']}: {greedy_text(p, g['tie_margin'])}"
+                                           for p in g["prompts"] if p.get("got") != p.get("want")))
     return "\n".join(lines)
 
 

@@ -8,8 +8,9 @@ every token a round can emit, the bonus included.
 
     exact        exact_law.round_law with the peer given a SymbolicGenerator (symbolic.py): every branch of its
                  draws followed, so the distance is exact; it passes when TV <= EXACT_TOL (float rounding). Used when
-                 the peer is deterministic given its generator (two calls with equal seeds agree) and the walk can
-                 follow how it draws; otherwise the reason is stated and
+                 the peer is deterministic given its generator (two calls with equal seeds agree; on each case the
+                 generators it can name keep their state, and a failing case walked again gives the same law) and
+                 the walk can follow how it draws; otherwise the reason is stated and
     monte carlo  N rounds per case, guesses drawn from q by the kit, the peer given a seeded Generator; the counts
                  of the first m tokens (V^m <= MAX_CELLS) against the exact law (stats.py), Bonferroni over the cases
                  at ALPHA overall, with the distance each case would have caught (tv_80).
@@ -20,6 +21,8 @@ its case with what happened (contract.py). Cases run smallest first, so the firs
 
 from __future__ import annotations
 
+import pickle
+import random
 import time
 from contextlib import nullcontext
 
@@ -37,35 +40,71 @@ from .symbolic import NotSymbolic, SymbolicGenerator
 EXACT_TOL = 1e-6  # float rounding in a peer's arithmetic; a planted bug's distance is 1e-3 or more
 MAX_CELLS = 81
 DRAWS = {False: 2000, True: 20000}  # Monte Carlo rounds per case: default, --thorough
+PROBES = 8  # calls per case, each made twice, in ``deterministic``
+CONFIRMING_WALKS = 4  # more exact walks of a failing case, each a chance for randomness of the rule's own to show
 
 
 def exact_tv(rule, case: Case, limit_s) -> tuple[float, float]:
     """-> (TV of the continued law from the target's, expected guesses kept) for one case, exactly. Raises
-    NotSymbolic or PeerFault when the walk cannot follow the peer."""
+    NotSymbolic or PeerFault when the walk cannot follow the peer, and NotSymbolic when the rule draws randomness of
+    its own, which ``deterministic``'s calls can miss (bug: the draws of such a rule were taken for its law, and a
+    lossless rule failed exactly): the case then goes to Monte Carlo. Seen two ways:
+        a generator the rule can name (``generator_states``) is in another state after the walk;
+        a case whose TV is over EXACT_TOL is walked CONFIRMING_WALKS times more, and one of them gives another law.
+    A rule whose hidden draws happen to agree on every walk is taken for deterministic there: each walk makes that
+    less likely. A passing law needs no second walk: draws of its own would have had to land on the target's law."""
     K, V = case.K, case.V
 
     def walked(target_probs, draft_probs, draft_tokens, rng):
         out = guarded(rule, (target_probs, draft_probs, draft_tokens, SymbolicGenerator(rng)), limit_s,
                       passthrough=(NotSymbolic,))
+        if rng.refused:  # the peer caught the walk's NotSymbolic and answered anyway
+            raise NotSymbolic(rng.refused)
         return rule_outcome(out, K, V, allow_recorded=rng.sampled is not None)
 
     own = getattr(rule, "__globals__", {}).get("sample") is sampling.sample  # the peer samples with minispec's sample
+    before = generator_states(rule)
     with samples_recorded(rule) if own else nullcontext():
         law, kept = round_law(walked, case.p_of, case.q_of, K, V)
-    tv = 0.5 * float(np.abs(continued_law(law, case.p_of, K + 1, V) - joint_law(case.p_of, K + 1, V)).sum())
+        if generator_states(rule) != before:
+            raise NotSymbolic("it drew from a generator of its own (its module's, its closure's, or NumPy's or Python's "
+                              "global one)")
+        tv = 0.5 * float(np.abs(continued_law(law, case.p_of, K + 1, V) - joint_law(case.p_of, K + 1, V)).sum())
+        for _ in range(CONFIRMING_WALKS if tv > EXACT_TOL else 0):
+            again, _ = round_law(walked, case.p_of, case.q_of, K, V)
+            if again.keys() != law.keys() or any(not np.allclose(again[k], law[k], rtol=0, atol=1e-12) for k in law):
+                raise NotSymbolic("two exact walks of one case gave two laws: it draws randomness of its own")
     return tv, kept
 
 
+def generator_states(rule) -> bytes:
+    """The states of the random generators ``rule`` can name, pickled: NumPy's and Python's in its module's globals
+    and its closure, and the global ones of both."""
+    names = list(getattr(rule, "__globals__", {}).values())
+    for cell in getattr(rule, "__closure__", None) or ():
+        try:
+            names.append(cell.cell_contents)
+        except ValueError:  # a cell not filled yet
+            pass
+    kinds = (np.random.Generator, np.random.RandomState, random.Random)
+    return pickle.dumps(([x for x in names if isinstance(x, kinds)], np.random.get_state(), random.getstate()))
+
+
 def deterministic(rule, cases, limit_s) -> bool:
-    """Two calls with generators of equal seed agree, on a few cases: the rule draws only from its generator."""
-    for j, case in enumerate(cases[:: max(1, len(cases) // 6)]):
-        xs = []
-        for _ in range(case.K):  # the draft's most likely guess after each prefix: never one its q rules out
-            xs.append(int(np.argmax(case.q_of(tuple(xs)))))
-        t, d = case.tables(xs)
-        answers = [guarded(rule, (t, d, list(xs), np.random.default_rng(j)), limit_s) for _ in range(2)]
-        if repr(answers[0]) != repr(answers[1]):
-            return False
+    """Two calls with generators of equal seed agree, PROBES times on every case, with guesses drawn from the draft's
+    q: the rule seems to draw only from its generator (bug: 7 calls, each with the draft's most likely guesses, missed
+    a rule that draws from a generator of its own only after a late rejection). Randomness of its own on a branch
+    that these calls miss is left to ``exact_tv``, case by case."""
+    kit = np.random.default_rng(0)
+    for j, case in enumerate(cases):
+        for r in range(PROBES):
+            xs = []
+            for _ in range(case.K):
+                xs.append(sampling.sample(case.q_of(tuple(xs)), kit))
+            t, d = case.tables(xs)
+            answers = [guarded(rule, (t, d, list(xs), np.random.default_rng([j, r])), limit_s) for _ in range(2)]
+            if repr(answers[0]) != repr(answers[1]):
+                return False
     return True
 
 
