@@ -20,7 +20,6 @@ def blas_threads() -> int:
 def test_the_policy_leaves_one_core_to_the_machine_for_openblas_and_takes_every_core_for_numba(monkeypatch):
     monkeypatch.delenv("MINISPEC_THREADS", raising=False)
     monkeypatch.setattr(threads, "cores", lambda: 8)
-    monkeypatch.setattr(threads, "quiet_at_import", lambda: True)
     assert threads.chosen("numpy") == 7 and threads.chosen("numba") == 8
     monkeypatch.setattr(threads, "cores", lambda: 1)
     assert threads.chosen("numpy") == 1 and threads.chosen("numba") == 1
@@ -30,26 +29,6 @@ def test_the_policy_leaves_one_core_to_the_machine_for_openblas_and_takes_every_
         monkeypatch.setenv("MINISPEC_THREADS", bad)
         with pytest.raises(ValueError, match="MINISPEC_THREADS"):
             threads.chosen("numpy")
-
-
-def test_numba_leaves_a_core_to_the_machine_when_it_was_busy_as_the_kernel_was_imported(monkeypatch):
-    """Beside busy processes numba runs on cores - 1 threads, as OpenBLAS does (a step on one thread of two beside two
-    busy processes cost 42 ms, on two 71 ms); the calibration key does not name a count the load chose."""
-    pytest.importorskip("numba")
-    from minispec.model import numba_kernel
-
-    monkeypatch.delenv("MINISPEC_THREADS", raising=False)
-    monkeypatch.setattr(threads, "cores", lambda: 4)
-    keys = set()
-    for busy, n in ((0.1, 4), (threads.QUIET, 4), (None, 4), (1.7, 3)):
-        monkeypatch.setattr(numba_kernel, "BUSY", busy)
-        assert threads.chosen("numba") == n and f"on {n} thread(s)" in threads.describe("numba"), busy
-        keys.add(threads.describe("numba", spin=False))
-    assert len(keys) == 1, keys
-    monkeypatch.setattr(threads, "cores", lambda: 1)
-    assert threads.chosen("numba") == 1
-    monkeypatch.setenv("MINISPEC_THREADS", "2")  # asked for: named in the key
-    assert threads.chosen("numba") == 2 and "on 2 thread(s)" in threads.describe("numba", spin=False)
 
 
 def test_a_pass_runs_openblas_on_the_chosen_threads_and_gives_them_back(tmp_path, monkeypatch):

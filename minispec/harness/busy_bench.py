@@ -17,8 +17,7 @@ a part whose load says otherwise, or a README run that itself said the machine w
   before it sleeps. The other numba rows run with the kernel's own, ``numba_kernel.SPIN``, which each child chooses
   from the machine's load when it starts (``threads.chosen_spin``: a row's quiet and busy parts may differ; each
   records its ``spin``); 300000 is libgomp's default. The row ``numba, policy`` gives its child no thread count: the
-  thread policy's own (model/threads.py: every core where the machine was quiet as the kernel was imported, cores - 1
-  where it was busy), each part recording its ``threads``. Every step child runs without the caller's
+  thread policy's own (model/threads.py), each part recording its ``threads``. Every step child runs without the caller's
   ``GOMP_SPINCOUNT``, ``OMP_WAIT_POLICY`` and thread counts, so that a row measures what it names.
 - ``readme``: README's main command (read from README.md, so that it is the command a user copies), with a store of
   calibrations of its own: a first run (which measures the cost model once), then a second, quiet; then a second
@@ -194,7 +193,7 @@ def main(argv=None) -> int:
     record.update(kept or {})
     threads = sorted({1, os.cpu_count() or 1})
     rows = [(kernel, n, None) for kernel in kernels for n in [*threads, *[None] * (kernel == 'numba')]]  # None: the
-    # policy's own count, which for numba depends on the load (numpy's is always cores - 1: a row above)
+    # policy's own count and spin, as a user runs it (numpy's is cores - 1 threads: a row above)
     rows += [("numba", threads[-1], spin) for spin in spins if "numba" in kernels]
     for kernel, n, spin in rows:
         name = f"{kernel}, {'policy' if n is None else f'{n} thread(s)'}" + ("" if spin is None else f", GOMP_SPINCOUNT={spin}")

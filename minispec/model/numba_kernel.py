@@ -56,11 +56,10 @@ this module is imported, from what other processes are doing then (``threads.cho
 turns where the machine is quiet, none where it is busy. It is set as ``GOMP_SPINCOUNT``, which libgomp reads once,
 when numba starts its threads (at the first parallel loop or ``numba.set_num_threads``), unless ``GOMP_SPINCOUNT`` or
 ``OMP_WAIT_POLICY`` is set already (``GOMP_SPINCOUNT=0`` keeps a run from spinning whatever the machine): then
-``SPIN`` is that ``GOMP_SPINCOUNT``, or None for a wait set otherwise. The same look at the machine (``BUSY``) sets
-how many threads numba runs on (``threads.chosen``: every core where it was quiet, cores - 1 where it was busy). A
-``GOMP_SPINCOUNT`` with ``threads.SPIN_MARK`` beside it, as a parent process that imported this module leaves them to
-its children, is chosen again. It does nothing where another library loaded libgomp first, or under TBB. Busy
-processes that start after the choice meet the threads as they were chosen.
+``SPIN`` is that ``GOMP_SPINCOUNT``, or None for a wait set otherwise. A ``GOMP_SPINCOUNT`` with ``threads.SPIN_MARK``
+beside it, as a parent process that imported this module leaves them to its children, is chosen again. It does
+nothing where another library loaded libgomp first, or under TBB. Busy processes that start after the choice meet the
+threads as they were chosen.
 """
 
 from __future__ import annotations
@@ -78,9 +77,8 @@ if "numba" not in sys.modules and "NUMBA_CPU_FEATURES" not in os.environ:  # see
 
 from .threads import SPIN_MARK, chosen_spin, others_busy  # noqa: E402
 
-BUSY = others_busy()  # CPUs other processes kept busy as this module was imported: its spin and threads.chosen's
 if "OMP_WAIT_POLICY" not in os.environ and os.environ.get("GOMP_SPINCOUNT") in (None, os.environ.get(SPIN_MARK)):
-    SPIN = chosen_spin(BUSY)  # turns of libgomp's spin before a waiting thread sleeps (module docstring)
+    SPIN = chosen_spin(others_busy())  # turns of libgomp's spin before a waiting thread sleeps (module docstring)
     os.environ["GOMP_SPINCOUNT"] = os.environ[SPIN_MARK] = str(SPIN)  # read when numba's OpenMP layer starts
 else:  # the user's wait (threads.omp_wait names it)
     SPIN = int(os.environ["GOMP_SPINCOUNT"]) if os.environ.get("GOMP_SPINCOUNT", "").isdigit() else None

@@ -7,12 +7,10 @@ with OpenBLAS on both cores than on one, and a 2-vCPU Intel Xeon many times slow
 libgomp does by default (the measurements and how they were taken: docs/speed.md, "A busy machine"). So:
 
     numpy   OpenBLAS on cores - 1 threads (at least 1): one core is left to the rest of the machine
-    numba   numba's threads on every core where other processes kept QUIET CPUs or fewer busy when numba_kernel
-            was imported (its ``BUSY``, from ``others_busy``), on cores - 1 (at least 1) where they kept more: beside
-            two busy processes a 2-vCPU AMD EPYC ran a step in 42 ms on one thread and 71 ms on two, against 26 ms
-            quiet on two (docs/speed.md, "A busy machine"); OpenBLAS on one (numba_kernel.py: the two would contend);
-            a waiting OpenMP thread spins at most numba_kernel.SPIN turns (GOMP_SPINCOUNT), then sleeps: QUIET_SPIN
-            turns where the machine was quiet then, none where it was busy (``chosen_spin``)
+    numba   numba's threads on every core, OpenBLAS on one (numba_kernel.py: the two would contend); a waiting
+            OpenMP thread spins at most numba_kernel.SPIN turns (GOMP_SPINCOUNT), then sleeps: QUIET_SPIN turns
+            where other processes kept QUIET CPUs or fewer busy when numba_kernel was imported (``others_busy``),
+            none where they kept more (``chosen_spin``)
 
 ``MINISPEC_THREADS=N`` asks for N threads instead, for either kernel. ``threadpoolctl`` finds OpenBLAS, whose
 threads are set inside a pass; without it, OpenBLAS keeps the threads it started with (``describe`` says so).
@@ -25,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 
 _BLAS = []  # the threadpoolctl controller of NumPy's BLAS, made on first use (it scans the loaded libraries)
@@ -50,15 +47,7 @@ def chosen(kernel: str) -> int:
                              "at most 9)")
         return int(env)
     n = cores()
-    return n if kernel == "numba" and quiet_at_import() else max(1, n - 1)
-
-
-def quiet_at_import() -> bool:
-    """Whether other processes kept QUIET CPUs or fewer busy when numba_kernel was imported (its ``BUSY``), or it
-    could not be told (None), or numba_kernel is not imported yet: numba's threads then take every core."""
-    module = sys.modules.get("minispec.model.numba_kernel")
-    busy = getattr(module, "BUSY", None)
-    return busy is None or busy <= QUIET
+    return n if kernel == "numba" else max(1, n - 1)
 
 
 QUIET = 0.5  # CPUs other processes may keep busy for the machine to count as quiet (issue 45's "busy": above 0.5
@@ -147,13 +136,12 @@ def _blas_on(libs, n: int):
 
 
 def describe(kernel: str, spin: bool = True) -> str:
-    """The policy in use, in words. ``spin=False``: what numba_kernel chose from the load at import (its threads and
-    its ``SPIN``) is named without the figures, as a calibration's key names it: a key that held them missed a quiet
-    run's figures whenever a run began busy, and measured afresh at length."""
+    """The policy in use, in words. ``spin=False``: the wait numba_kernel chose from the load (its ``SPIN``) is named
+    without its number, as a calibration's key names it: a key that held it missed a quiet run's figures whenever a
+    run began busy, and measured afresh at length."""
     n = chosen(kernel)
     if kernel == "numba":
-        count = f"{n} thread(s)" if spin or os.environ.get("MINISPEC_THREADS", "").strip() else "the threads the load chose"
-        return f"numba on {count} ({omp_wait(spin)}), OpenBLAS on 1"
+        return f"numba on {n} thread(s) ({omp_wait(spin)}), OpenBLAS on 1"
     return f"OpenBLAS on {n} thread(s)" + ("" if blas() is not None else " asked, not applied: threadpoolctl is missing")
 
 
