@@ -1,6 +1,6 @@
 """The three drafters on the same prompts: a trained draft model, prompt lookup, layer skip.
 
-    python examples/03_drafters.py [--prompts 1] [--max-new-tokens 40]
+    python examples/03_drafters.py [--prompts 1] [--max-new-tokens 24]
 
 Greedy, K = 4. Prints acceptance, tokens per target pass and tokens/s for each, next to plain
 decoding measured in the same run, checks the outputs are identical, and explains each speedup
@@ -41,7 +41,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--prompts", type=int, default=1, help="prompts per prompt set (default 1)")
-    ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--max-new-tokens", type=int, default=24)  # within a minute on a 2-vCPU machine (docs/reading.md)
     ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
     if args.prompts < 1 or args.k < 0 or args.max_new_tokens < 1:  # refused before the model loads
