@@ -116,7 +116,7 @@ def test_a_prompt_limit_of_0_is_no_prompt():
 
 
 def test_bench_decode_stores_its_figures_with_their_provenance_and_kernel(tmp_path):
-    """(bug: no --json: its committed figure, docs/decode_vs_transformers.txt, had no date, commit or machine; and its
+    """(bug: no --json: its committed figure, an early docs/decode_vs_transformers.txt, had no date, commit or machine; and its
     memory child ran under $MINISPEC_KERNEL, not the kernel the rest was measured with)"""
     import json
 
