@@ -8,7 +8,7 @@ lowest prompt beside its median, and names a drafter's set below the floor (``me
 ``PROMPT_FLOOR``: a median under 0.97x, or a prompt under 0.90x; the control, plain against plain, shows the noise
 and is held to none). A prompt whose speedup is above its run's tokens per target pass (``measure.possible_speedup``)
 is noise, not a speedup: each set counts them, and a median above its prompts' median tokens per pass is marked noise.
-The load average (of the other processes) is recorded before and after: a run that began above 0.5 is marked busy. Per drafter, the cost
+The load average (of the other processes) is recorded before and after: a run with either above 0.5 is marked busy. Per drafter, the cost
 model's predicted seconds of a round next to the measured ones: drafting rounds and plain rounds apart, as
 the mean of measured / predicted, with the share of rounds that drafted and the run's final slowdown.
 
@@ -176,8 +176,9 @@ def report(res: dict) -> str:
                             "drafting rounds: target pass", "rounds that drafted"], rows)
     notes = sorted({n for d in res["drafters"].values() for n in d["notes"]})
     loads = ", ".join(f"{k.replace('_', ' ')} {res[k]:.2f}" for k in ("load_before", "load_after") if res.get(k) is not None)
-    busy = busy_words(res.get("load_before"))  # quiet is the load as the measurement starts (design.md) (bug: only
-    # the load at the end was looked at, and only on stderr)
+    known = [res[k] for k in ("load_before", "load_after") if res.get(k) is not None]
+    busy = busy_words(max(known) if known else None)  # busy where the load before or after says so (design.md's quiet
+    # is the load as the measurement starts; a load that began during it shows at its end)
     counted = [(d["by_prompt"][s], d["by_prompt_tokens_per_pass"][s]) for d in res["drafters"].values()
                for s in d.get("by_prompt_tokens_per_pass", {}) if s in d.get("by_prompt", {})]
     noise = noise_note(sum(noise_count(sp, b) for sp, b in counted), sum(len(sp) for sp, b in counted if None not in b),

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from .command import noise_marks
 from .doc_figures import load, run_line
 from .study import small_png
 
@@ -24,8 +25,14 @@ def table_head(first: str, tasks) -> list[str]:
     return ["| " + " | ".join([first, *(NAMES.get(t, t) for t in tasks)]) + " |", "|---" * (len(tasks) + 1) + "|"]
 
 
+def marked(c: dict) -> str:
+    """A task's speedup, with " noise" where it is above its tau: a task's figures are its totals, tokens over seconds
+    against plain decoding's, and no run can beat plain decoding by more than its tokens per target pass (issue 45)."""
+    return f"{c['speedup']:.2f}x" + noise_marks(c["speedup"], c.get("tau"))
+
+
 def cell(c: dict) -> str:
-    return f"{c['speedup']:.2f}x" + (f" ({c['tau']:.2f})" if c.get("tau") else "")
+    return marked(c) + (f" ({c['tau']:.2f})" if c.get("tau") else "")
 
 
 def leaderboard(res: dict) -> str:
@@ -49,7 +56,8 @@ def leaderboard(res: dict) -> str:
     return "\n".join(lines) + (
         f"\n\n*{run_line(res)}; {res['questions']} questions ({chosen}), greedy, "
         f"{q['max_new_tokens']} new tokens per turn; speedup over minispec's plain decoding in the same run, tau in "
-        f"brackets (for a peer's mode, its speedup over its own plain mode).*")
+        f"brackets (for a peer's mode, its speedup over its own plain mode); \"noise\": a speedup above its tau, which "
+        f"no run can beat (the load changed between the timings).*")
 
 
 def spreads(res: dict) -> str:
@@ -60,7 +68,7 @@ def spreads(res: dict) -> str:
     lines = table_head("method", tasks)
     for m, v in s["methods"].items():
         lines.append(f"| {m} | " + " | ".join(
-            f"{v['tasks'][t]['speedup']:.2f}x ({v['tasks'][t]['iqr'][0]:.2f}-{v['tasks'][t]['iqr'][1]:.2f})" for t in tasks) + " |")
+            f"{marked(v['tasks'][t])} ({v['tasks'][t]['iqr'][0]:.2f}-{v['tasks'][t]['iqr'][1]:.2f})" for t in tasks) + " |")
     return "\n".join(lines)
 
 

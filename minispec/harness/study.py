@@ -360,10 +360,13 @@ def spread(v: dict) -> str:
 
 def noise(v: dict) -> str:
     """What follows a measured speedup of the study (a row, or a row's prompt set): " noise" where its median is above
-    what its runs' tokens per target pass allow, and how many runs were (``command.noise_marks``); "" in a study
-    stored before the runs were counted."""
-    return "" if v.get("speedup") is None else noise_marks(v["speedup"], v.get("speedup_bound"), v.get("noise", 0),
-                                                            v.get("runs", 0))
+    what its runs' tokens per target pass allow, and how many runs were (``command.noise_marks``). A study stored
+    before the runs were counted has no ``speedup_bound``; where its runs made one target pass a token in all
+    (``tokens_per_pass`` 1: then every run did, none can make fewer), the bound is 1 all the same."""
+    if v.get("speedup") is None:
+        return ""
+    bound = v.get("speedup_bound", 1.0 if v.get("tokens_per_pass") == 1.0 else None)
+    return noise_marks(v["speedup"], bound, v.get("noise", 0), v.get("runs", 0))
 
 
 def honest(v: dict) -> str:
