@@ -41,7 +41,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="target directory (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--prompts", type=int, default=1, help="prompts per prompt set (default 1)")
-    ap.add_argument("--max-new-tokens", type=int, default=24)  # within a minute on a 2-vCPU machine (docs/reading.md)
+    ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
     if args.prompts < 1 or args.k < 0 or args.max_new_tokens < 1:  # refused before the model loads
