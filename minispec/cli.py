@@ -271,8 +271,7 @@ def busy_note(load_before, calibrations=()) -> str:
     (``others_load``) before the run or after it above BUSY_LOAD (a minute's average has not yet risen when load
     began seconds before the run), or, where the load looks quiet, that the cost model's timings disagreed with each
     other (``disagreed``: a probe slower than the stored figures, or a measurement taken again); "" otherwise."""
-    loads = [x for x in (load_before, others_load()) if x is not None]
-    words = busy_words(max(loads) if loads else None)
+    words = busy_words(load_before, others_load())
     if words or not disagreed(calibrations):
         return words
     return ("; the cost model's own timings disagreed with each other (`minispec calibrate` prints them): the speed "

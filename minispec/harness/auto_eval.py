@@ -176,8 +176,7 @@ def report(res: dict) -> str:
                             "drafting rounds: target pass", "rounds that drafted"], rows)
     notes = sorted({n for d in res["drafters"].values() for n in d["notes"]})
     loads = ", ".join(f"{k.replace('_', ' ')} {res[k]:.2f}" for k in ("load_before", "load_after") if res.get(k) is not None)
-    known = [res[k] for k in ("load_before", "load_after") if res.get(k) is not None]
-    busy = busy_words(max(known) if known else None)  # busy where the load before or after says so (design.md's quiet
+    busy = busy_words(res.get("load_before"), res.get("load_after"))  # busy where either says so (design.md's quiet
     # is the load as the measurement starts; a load that began during it shows at its end)
     counted = [(d["by_prompt"][s], d["by_prompt_tokens_per_pass"][s]) for d in res["drafters"].values()
                for s in d.get("by_prompt_tokens_per_pass", {}) if s in d.get("by_prompt", {})]

@@ -144,9 +144,8 @@ def print_and_store(report: str, res: dict, path, prog: str, argv=None, indent: 
 def busy_line(*loads) -> str:
     """The line a command prints beside its speed figures when the machine was busy: the highest of ``loads`` (the
     other processes' load average, ``measure.others_load()``, as the run began and as it ended; None: unknown) above
-    ``measure.BUSY_LOAD``, in brackets; "" when quiet or unknown."""
-    known = [x for x in loads if x is not None]
-    words = busy_words(max(known) if known else None)
+    ``measure.BUSY_LOAD``, in brackets (``measure.busy_words``); "" when quiet or unknown."""
+    words = busy_words(*loads)
     return f"[{words[2:]}]" if words else ""
 
 

@@ -35,9 +35,12 @@ def others_load() -> float | None:
     return max(0.0, load - own * (1.0 - math.exp(-wall / 60.0)))
 
 
-def busy_words(load: float | None) -> str:
-    """What a speed figure says beside it when the machine was busy: ``load`` (the load average of the other
-    processes: ``others_load()``, or the load before a run began) above BUSY_LOAD; "" when quiet or unknown (None)."""
+def busy_words(*loads: float | None) -> str:
+    """What a speed figure says beside it when the machine was busy: the highest of ``loads`` (the load average of the
+    other processes, ``others_load()``, as a run began and as it ended; None: unknown) above BUSY_LOAD; "" when quiet
+    or unknown."""
+    known = [x for x in loads if x is not None]
+    load = max(known) if known else None
     if load is None or load <= BUSY_LOAD:
         return ""
     return (f"; the machine was busy (load average {load:.2f} besides this run): the speed figures here are "

@@ -475,10 +475,9 @@ def main(argv=None) -> int:
     bar.close()
     rows = [done[q.question_id] for q in questions]
     load["end"] = others_load()
-    known = [x for x in load.values() if x is not None]
     res = dict(settings=settings, questions=len(rows), summary=summarise(rows, names, list(peers)), peers_note=note,
                skipped=skipped,
-               load=load, busy=busy_words(max(known) if known else None).strip("; ") or None)  # (bug: the last minute's
+               load=load, busy=busy_words(*load.values()).strip("; ") or None)  # (bug: the last minute's
     # load alone, and no figure)
     print_and_store(report(res), res, a.json, "minispec bench specbench", argv)
     failed = {m: v["failures"] for m, v in res["summary"]["methods"].items() if v["failures"]}
