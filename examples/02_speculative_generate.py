@@ -12,23 +12,23 @@ import time
 
 from minispec import generate, load_model, load_tokenizer, make_drafter, resolve_model, speculative_generate
 from minispec.harness.command import noise_words
-from minispec.harness.measure import busy_words, others_load, possible_speedup
+from minispec.harness.measure import busy_words, others_load, speedup_bound
 
 
 def speed_line(plain_tok_s: float, spec_tok_s: float, tokens: int, target_passes: int) -> str:
     """Both speeds and their ratio: a speedup, or noise where it is above what the run's ``tokens`` in
     ``target_passes`` target passes allow (the load changed between the timings)."""
-    speedup, bound = spec_tok_s / plain_tok_s, possible_speedup(tokens, target_passes)
+    speedup, bound = spec_tok_s / plain_tok_s, speedup_bound(tokens, target_passes)
     words = f"speedup {speedup:.2f}x" if speedup <= bound else noise_words(speedup, bound)
     return f"plain {plain_tok_s:.1f} tok/s, speculative {spec_tok_s:.1f} tok/s: {words}"
 
 
 def speed_shown(speedup: float, tokens: int, target_passes: int, k: int) -> str:
     """What the speed figure showed, for the closing words: where it came from, or that it was noise."""
-    bound = possible_speedup(tokens, target_passes)
+    bound = speedup_bound(tokens, target_passes)
     if speedup > bound:
-        return (f"{speedup:.2f}x here is noise, more than {bound:.2f} tokens per target pass allow: the machine's load "
-                "changed between the timings (run it again, or use `minispec bench`)")
+        return (f"{noise_words(speedup, bound)} (the machine's load changed between the timings: run it again, or use "
+                "`minispec bench`)")
     return f"{speedup:.2f}x here, from {bound:.2f} tokens per target pass against the price of a pass over {k + 1} tokens"
 
 

@@ -16,7 +16,8 @@ import sys
 import time
 
 from minispec import generate, load_model, load_tokenizer, make_drafter, resolve_model, shipped_draft, speculative_generate
-from minispec.harness.measure import busy_words, others_load, possible_speedup
+from minispec.harness.command import noise_words
+from minispec.harness.measure import busy_words, others_load, speedup_bound
 from minispec.harness.prompts import PROMPT_SETS, load_prompts
 from minispec.policy import forward_times
 from minispec.policy.timing import guess_time
@@ -24,16 +25,15 @@ from minispec.policy.timing import guess_time
 
 def speed_cell(speedup: float, tokens: int, target_passes: int) -> str:
     """The table's speedup: "1.23", or "2.10 noise" where it is above the drafter's tokens per target pass."""
-    return f"{speedup:.2f}" + (" noise" if speedup > possible_speedup(tokens, target_passes) else "")
+    return f"{speedup:.2f}" + (" noise" if speedup > speedup_bound(tokens, target_passes) else "")
 
 
 def speed_verdict(speedup: float, tokens: int, target_passes: int) -> str:
     """Whether a drafter paid: "pays at 1.23x", "is slower than plain decoding at 0.80x", or, above what its tokens per
     target pass allow, noise, not a speedup."""
-    bound = possible_speedup(tokens, target_passes)
+    bound = speedup_bound(tokens, target_passes)
     if speedup > bound:
-        return (f"measured {speedup:.2f}x, which is noise, not a speedup: its {bound:.2f} tokens per target pass allow no "
-                "more (the machine's load changed between the timings)")
+        return f"measured {noise_words(speedup, bound)} (the machine's load changed between the timings)"
     return f"pays at {speedup:.2f}x" if speedup > 1 else f"is slower than plain decoding at {speedup:.2f}x"
 
 

@@ -17,7 +17,7 @@ from .harness.bench_commands import SUBCOMMANDS
 from .harness.calibration_store import DiskStore
 from .harness.command import median_bound, noise_count
 from .harness.conform.command import add_parser as add_conform
-from .harness.measure import busy_words, others_load, possible_speedup, timed
+from .harness.measure import busy_words, others_load, speedup_bound, timed
 from .model import ModelFormatError, backend, load_model, load_tokenizer
 from .model.kernel import KERNELS, use_kernel
 from .policy import Calibrated, ChoosesByCost, FixedK, calibrations_of, disagreed, follows_clock, k_policy, notes_of, shape_policy
@@ -331,7 +331,7 @@ def compare_with_plain(gen: Generation) -> tuple[list[float], str]:
         else:
             (plain, dp), (res, dt) = timed(gen.plain), timed(speculative)
         ratios.append((len(res.tokens) / dt) / (len(plain) / dp))
-        bounds.append(possible_speedup(len(res.tokens), res.stats.rounds))
+        bounds.append(speedup_bound(len(res.tokens), res.stats.rounds))
         if i == 1 and dt >= SHORT_RUN_S:
             break
     same = "identical output" if plain == res.tokens else "same distribution, different sample"

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minispec.harness import command
+from minispec.harness import command, measure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def example(name: str):
 
 
 def test_the_words_of_a_bounded_speedup():
-    assert command.speedup_bound(30, 10) == 3.0 and command.speedup_bound(8, 0) is None  # no passes: no bound
+    assert measure.speedup_bound(30, 10) == 3.0 and measure.speedup_bound(8, 0) is None  # no passes: no bound
     assert command.noise_count([1.2, 2.0, 0.9], [1.0, 3.0, None]) == 1
     assert command.median_bound([1.0, 3.0, 2.0]) == 2.0 and command.median_bound([1.0, None]) is None
     assert command.noise_marks(1.5, 2.0) == "" and command.noise_marks(1.5, None, 0, 3) == ""

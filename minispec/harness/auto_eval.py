@@ -6,7 +6,7 @@ and policy made before each timed run (``measure.alternate``: the floor as ``../
 speedup is auto's fastest run against plain's fastest, and the median is over prompts; the report gives each set's
 lowest prompt beside its median, and names a drafter's set below the floor (``measure.MEDIAN_FLOOR`` and
 ``PROMPT_FLOOR``: a median under 0.97x, or a prompt under 0.90x; the control, plain against plain, shows the noise
-and is held to none). A prompt whose speedup is above its run's tokens per target pass (``measure.possible_speedup``)
+and is held to none). A prompt whose speedup is above its run's tokens per target pass (``measure.speedup_bound``)
 is noise, not a speedup: each set counts them, and a median above its prompts' median tokens per pass is marked noise.
 The load average (of the other processes) is recorded before and after: a run with either above 0.5 is marked busy. Per drafter, the cost
 model's predicted seconds of a round next to the measured ones: drafting rounds and plain rounds apart, as
@@ -47,9 +47,8 @@ from .command import (
     noise_note,
     print_and_store,
     shipped_drafters,
-    speedup_bound,
 )
-from .measure import MEDIAN_FLOOR, PROMPT_FLOOR, alternate, busy_words, others_load
+from .measure import MEDIAN_FLOOR, PROMPT_FLOOR, alternate, busy_words, others_load, speedup_bound
 from .progress import Progress
 from .prompts import PROMPT_SETS
 

@@ -1,7 +1,7 @@
 """What the harness's commands share around their measuring: what they read (the target and its tokenizer, the
 drafters they were given or the shipped ones), each checked before any run and refused with its name, and how
 they hand back a result (printed, and stored as JSON when asked), and how they word a speed figure honestly (issue
-45): a speedup above what its run's tokens per target pass allow is noise (``speedup_bound``, ``noise_marks``), and a
+45): a speedup above what its run's tokens per target pass allow is noise (``measure.speedup_bound``, ``noise_marks``), and a
 figure measured on a busy machine says so (``busy_line``). A directory that is not a model raises ``ModelFormatError``
 naming it (the CLI prints it).
 """
@@ -20,7 +20,7 @@ from ..model import load_model, load_tokenizer
 from ..model.tokenizer import Tokenizer
 from ..model.transformer import Model
 from ..recipes.fetch import resolve_model, shipped_bpe_draft, shipped_draft, shipped_eagle
-from .measure import busy_words, others_load, possible_speedup
+from .measure import busy_words, others_load
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance
 
@@ -149,15 +149,8 @@ def busy_line(*loads) -> str:
     return f"[{words[2:]}]" if words else ""
 
 
-def speedup_bound(tokens: int, target_passes: int) -> float | None:
-    """The most a run of ``tokens`` in ``target_passes`` target passes can gain over plain decoding, its tokens per
-    pass (``measure.possible_speedup``); None where its passes are unknown (0: another engine's run, or plain decoding
-    as the control)."""
-    return possible_speedup(tokens, target_passes) if target_passes else None
-
-
 def noise_count(speedups, bounds) -> int:
-    """How many runs' measured speedups exceed their bounds (``speedup_bound``; None: no bound): noise, not speedups."""
+    """How many runs' measured speedups exceed their bounds (``measure.speedup_bound``; None: no bound): noise, not speedups."""
     return sum(1 for s, b in zip(speedups, bounds) if b is not None and s > b)
 
 

@@ -7,7 +7,7 @@ tokenizers), the acceptance rate (accepted / drafted), and the speedup over plai
 prompts). The cost ratio c is seconds per guess (a target token; SLEM's includes its extra draft token and
 the re-tokenising) over seconds per target step. Then transformers' universal assisted generation with
 the same pair (greedy: string-level exact match; sampling: its TLI), over its own plain generate. A prompt whose speedup
-is above its run's target tokens per target pass (``measure.possible_speedup``) is noise, counted per row
+is above its run's target tokens per target pass (``measure.speedup_bound``) is noise, counted per row
 (``noise``), and a median above its prompts' median tokens per pass is marked noise. The other processes' load is
 recorded as the runs begin and end; a busy machine is named beside the figures.
 """
@@ -40,9 +40,8 @@ from .command import (
     noise_count,
     noise_marks,
     noise_note,
-    speedup_bound,
 )
-from .measure import SETTINGS, others_load, side_by_side
+from .measure import SETTINGS, others_load, side_by_side, speedup_bound
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import provenance

@@ -12,7 +12,7 @@ Acceptance by confidence (greedy): for every token of the greedy outputs, the dr
 at that position and whether its top token is the target's. It says how much an early stop of
 drafting on low confidence could gain: only as much as confident positions are common.
 
-A prompt whose measured speedup is above its run's tokens per target pass (``measure.possible_speedup``) is noise,
+A prompt whose measured speedup is above its run's tokens per target pass (``measure.speedup_bound``) is noise,
 counted beside the median, and a median above its prompts' median tokens per pass is reported as noise. The other
 processes' load is recorded as the measuring begins and ends; a busy machine is named beside the figures.
 """
@@ -44,9 +44,8 @@ from .command import (
     median_bound,
     noise_count,
     noise_marks,
-    speedup_bound,
 )
-from .measure import SETTINGS, others_load, side_by_side
+from .measure import SETTINGS, others_load, side_by_side, speedup_bound
 from .progress import Progress
 from .prompts import load_prompts
 from .provenance import provenance

@@ -14,7 +14,7 @@ per prompt, its median per set, and the r(n) the kernel had in the same run: wha
 tokens a pass buy on this machine. Then the resident memory the head adds: the resident set of
 a fresh process that loaded the target and generated with the head, minus that of one that ran
 the same loop with prompt lookup (no weights); and minus that of plain decoding. A timed prompt whose speedup is above
-its run's tokens per target pass (``measure.possible_speedup``) is noise, counted beside each median, and a median
+its run's tokens per target pass (``measure.speedup_bound``) is noise, counted beside each median, and a median
 above its prompts' median tokens per pass is marked noise. The other processes' load is recorded as the measuring
 begins and ends; a busy machine is named beside the timed figures.
 """
@@ -49,9 +49,8 @@ from .command import (
     noise_count,
     noise_marks,
     noise_note,
-    speedup_bound,
 )
-from .measure import others_load, side_by_side
+from .measure import others_load, side_by_side, speedup_bound
 from .progress import Progress
 from .prompts import load_prompts
 from .provenance import provenance

@@ -47,10 +47,12 @@ def busy_words(*loads: float | None) -> str:
             "unreliable")
 
 
-def possible_speedup(tokens: int, target_passes: int) -> float:
-    """The most a run can gain over plain decoding: its tokens per target pass. Plain decoding makes one target pass a
-    token; a pass over more tokens costs at least as much as a pass over one, and the drafter costs more than nothing."""
-    return tokens / max(target_passes, 1)
+def speedup_bound(tokens: int, target_passes: int) -> float | None:
+    """The most a run of ``tokens`` in ``target_passes`` target passes can gain over plain decoding: its tokens per
+    pass. Plain decoding makes one target pass a token; a pass over more tokens costs at least as much as a pass over
+    one, and the drafter costs more than nothing. None where the passes are unknown (0: another engine's run, or plain
+    decoding as the control)."""
+    return tokens / target_passes if target_passes else None
 
 
 def timed(fn):

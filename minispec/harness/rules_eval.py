@@ -8,7 +8,7 @@ side (plain, token-wise, block, coupled, plain, per prompt and seed). Block veri
 guesses in expectation (rejection.block_verify); the paper (Sun et al. 2025) measured 7-10% more tokens per pass
 and 5-8% more speed on its models. The coupled rule keeps a guess with probability between (1 - TV)/(1 + TV) and
 the token-wise rule's 1 - TV (keyed.coupled_acceptance), and gives the same text with every drafter. A run whose
-speedup is above its tokens per target pass (``measure.possible_speedup``) is noise, counted per rule (``noise``), and
+speedup is above its tokens per target pass (``measure.speedup_bound``) is noise, counted per rule (``noise``), and
 a median above its runs' median tokens per pass is marked noise.
 """
 
@@ -33,9 +33,8 @@ from .command import (
     noise_note,
     print_and_store,
     shipped_drafters,
-    speedup_bound,
 )
-from .measure import side_by_side
+from .measure import side_by_side, speedup_bound
 from .progress import Progress
 
 RULES = ("token", "block", "coupled")

@@ -28,7 +28,7 @@ questions), the mean accepted tokens per target pass (tau, Spec-Bench's "mean ac
 and the interquartile range of the per-question speedups (the printed table shows the speedup and tau, and plain
 decoding's tokens per second; ``--json`` keeps every figure). A peer mode is also reported over its own engine's
 plain mode ("transformers plain", "llama.cpp plain"). Each engine runs with its own thread settings (specbench_peers.py).
-No method can beat plain decoding by more than its tokens per target pass (``measure.possible_speedup``): a task's
+No method can beat plain decoding by more than its tokens per target pass (``measure.speedup_bound``): a task's
 speedup above its tau is marked noise in the printed table, and each cell counts the questions whose own speedup was
 above their own tokens per pass (``noise``; a peer's engine reports no passes, so its figures have no bound).
 """
@@ -58,9 +58,8 @@ from .command import (
     noise_marks,
     noise_note,
     print_and_store,
-    speedup_bound,
 )
-from .measure import busy_words, others_load, side_by_side
+from .measure import busy_words, others_load, side_by_side, speedup_bound
 from .progress import Progress
 from .specbench_figures import cell, engine_and_mode, plot
 from .specbench_peers import PEERS, llama_cpp_modes, peers_installed, transformers_modes, version

@@ -5,7 +5,7 @@ same K cut by the early stop (``StoppedK``), and K = auto with and without the s
 (and its calibration read) before the clock starts. Speedup is the median over prompts of each run's
 tokens/s over plain decoding's; greedy runs must equal plain decoding token for token, but for a
 near-tie (a top-2 margin under check.TIE_MARGIN), which is reported with its margin. A prompt whose speedup is above
-its run's tokens per target pass (``measure.possible_speedup``) is noise, counted beside each median, and a median
+its run's tokens per target pass (``measure.speedup_bound``) is noise, counted beside each median, and a median
 above its prompts' median tokens per pass is marked noise; a busy machine is named beside the figures.
 """
 
@@ -32,9 +32,8 @@ from .command import (
     noise_count,
     noise_marks,
     noise_note,
-    speedup_bound,
 )
-from .measure import others_load, side_by_side
+from .measure import others_load, side_by_side, speedup_bound
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 

@@ -11,7 +11,7 @@ given the one before (b = a in the paper; policy/acceptance.py's ``predicted_spe
 
     speedup(K) = (1 + a (1 - b^K) / (1 - b)) / (K c + r(K+1))
 
-No run can beat plain decoding by more than its tokens per target pass (``measure.possible_speedup``): a prompt's
+No run can beat plain decoding by more than its tokens per target pass (``measure.speedup_bound``): a prompt's
 speedup above that is noise (the machine's load changed between the timings), counted per configuration and prompt set
 (``noise``), and a median above the median of its runs' tokens per pass (``speedup_bound``) is marked noise in the
 report. The other processes' load is recorded as the study begins and ends; a busy machine is named in the report.
@@ -34,8 +34,8 @@ from ..policy import forward_times, k_policy, shape_policy
 from ..policy.acceptance import predicted_speedup
 from ..policy.timing import guess_time
 from ..speculative import speculative_generate, tree_speculative_generate
-from .command import busy_line, median_bound, noise_count, noise_marks, noise_note, speedup_bound
-from .measure import SETTINGS, compact_json, kv_bytes_per_token, others_load, peak_rss_bytes, side_by_side
+from .command import busy_line, median_bound, noise_count, noise_marks, noise_note
+from .measure import SETTINGS, compact_json, kv_bytes_per_token, others_load, peak_rss_bytes, side_by_side, speedup_bound
 from .progress import Progress
 from .prompts import PROMPT_SETS, load_prompts
 from .provenance import machine_info, provenance
