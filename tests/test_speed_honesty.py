@@ -231,6 +231,10 @@ def test_gpu_predict_marks_the_cpu_studys_speedup_beyond_its_tokens_per_pass():
                                                                                  c={"d": 0.1}))
     assert gpu.measured(rows[0]) == "1.30x noise" and gpu.measured(rows[1]) == "0.90x" and gpu.measured(best[0]) == "1.30x noise"
     assert gpu.measured(dict(cpu_measured=1.3)) == "1.30x"  # a study stored before the bound was
+    old = dict(row, speedup_bound=None, tokens_per_pass=1.0)  # stored before the runs were counted, one pass a token
+    del old["speedup_bound"]
+    rows, _ = gpu.predict(dict(rows=[old, dict(old, k=2, tokens_per_pass=1.4)]), dict(r={"2": 1.0, "3": 1.1}, c={"d": 0.1}))
+    assert gpu.measured(rows[0]) == "1.30x noise" and gpu.measured(rows[1]) == "1.30x"  # its bound: 1; unknown above 1
 
 
 def test_bench_forward_names_a_busy_machine_beside_its_table(monkeypatch):

@@ -39,6 +39,7 @@ from ..recipes.fetch import DEFAULT_DRAFT, default_model_dir, default_weights_di
 from .command import check_out_dir, count
 from .measure import stream_time, timed
 from .provenance import provenance
+from .study import stored_bound
 
 SMOKE_SHAPE = dict(SMOLLM2_SHAPE, hidden_size=64, intermediate_size=128, num_hidden_layers=5, num_attention_heads=4,
                    num_key_value_heads=2)  # --smoke: the vocabulary of SmolLM2 (the draft's), nothing else
@@ -129,7 +130,7 @@ def predict(study: dict, costs: dict) -> tuple[list, list]:
         ok = c is not None and k + 1 in r
         rows.append(dict(drafter=row["drafter"], setting=row["setting"], k=k, a_first=row["a_first"],
                          a_next=row["a_next"], acceptance=row["acceptance"], cpu_measured=row["speedup"],
-                         cpu_speedup_bound=row.get("speedup_bound"),  # the most the CPU's median could honestly be
+                         cpu_speedup_bound=stored_bound(row),  # the most the CPU's median could honestly be
                          cpu_predicted=row["predicted"], gpu_c=c, gpu_r_k1=r.get(k + 1),
                          gpu_predicted=predicted_speedup(row["a_first"], c, r[k + 1], k, row["a_next"]) if ok else None))
     best = []

@@ -358,15 +358,19 @@ def spread(v: dict) -> str:
     return fmtx(v["speedup"]) + q
 
 
+def stored_bound(v: dict) -> float | None:
+    """The most a stored row's (or prompt set's) median speedup can honestly be: its ``speedup_bound``. A study stored
+    before the runs were counted has none; where its runs made one target pass a token in all (``tokens_per_pass`` 1:
+    then every run did, none can make fewer), the bound is 1 all the same; else None, unknown."""
+    return v.get("speedup_bound", 1.0 if v.get("tokens_per_pass") == 1.0 else None)
+
+
 def noise(v: dict) -> str:
     """What follows a measured speedup of the study (a row, or a row's prompt set): " noise" where its median is above
-    what its runs' tokens per target pass allow, and how many runs were (``command.noise_marks``). A study stored
-    before the runs were counted has no ``speedup_bound``; where its runs made one target pass a token in all
-    (``tokens_per_pass`` 1: then every run did, none can make fewer), the bound is 1 all the same."""
+    what its runs' tokens per target pass allow (``stored_bound``), and how many runs were (``command.noise_marks``)."""
     if v.get("speedup") is None:
         return ""
-    bound = v.get("speedup_bound", 1.0 if v.get("tokens_per_pass") == 1.0 else None)
-    return noise_marks(v["speedup"], bound, v.get("noise", 0), v.get("runs", 0))
+    return noise_marks(v["speedup"], stored_bound(v), v.get("noise", 0), v.get("runs", 0))
 
 
 def honest(v: dict) -> str:
