@@ -215,6 +215,22 @@ def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
         assert shapes[:backoff] == [(0, 0)] * backoff and isinstance(shapes[backoff], DynamicTree)
 
 
+def test_a_growth_is_first_priced_as_the_passes_it_makes(monkeypatch):
+    """Before any growth is timed, a growth of depth d costs the head's pass over one row (the root's children) and
+    d - 1 levels of top_k nodes, as TreePolicy prices a tree (bug: d levels of top_k nodes)."""
+    from types import SimpleNamespace
+
+    from minispec.policy import tree_policy
+
+    verify = SimpleNamespace(times={n: 0.010 for n in range(1, 18)})
+    monkeypatch.setattr(tree_policy, "verify_calibration", lambda target, ns: verify)
+    monkeypatch.setattr(tree_policy, "level_calibration", lambda drafter: SimpleNamespace(times={1: 0.001, 4: 0.004}))
+    target = SimpleNamespace(cfg=SimpleNamespace(max_position_embeddings=2048))
+    policy = tree_policy.auto_dynamic_tree(target, drafter=None, shape=DynamicTree(4, 5, 16), learn=False)
+    assert policy.t_grow == pytest.approx(0.001 + 4 * 0.004)
+    assert policy.growth_time(2) == pytest.approx((0.001 + 4 * 0.004) * 2 / 5)  # scaled by the levels asked for
+
+
 def test_a_paid_growth_is_left_out_of_the_size_but_decides_whether_to_grow_again():
     """choose sizes the tree by verification alone (the growth is paid by then); whether the next round grows is
     decided before growing, the growth's time included (bug: a growth that kept nothing cost 1.5 target steps, paid

@@ -216,7 +216,8 @@ class AutoDynamicTree(DynamicTreePolicy):
     that looks again cost at most ``REGROW_SHARE`` of their time (a growth of one target step waits 34 rounds); then
     it grows once more, to look again.
 
-    t_grow, the time of a growth of the shape's full depth, starts as the head's calibrated levels (``depth`` of them).
+    t_grow, the time of a growth of the shape's full depth, starts as the head's calibrated passes: one row (the pass
+    that gives the root's children) and ``depth`` - 1 levels, as ``TreePolicy.cost`` prices a tree.
     In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth (the
     lowest of them until there are 3, then a low quantile; the first growth is not counted: it catches the head up on
     the whole prompt):
@@ -225,13 +226,17 @@ class AutoDynamicTree(DynamicTreePolicy):
     as ``TreePolicy`` does. A seeded run at T > 0 (``learn=False``) keeps the calibrated costs, so that its choices,
     and with them its draws, repeat; it keeps ``trust`` at 1 too."""
 
-    def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True):
+    def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True, row_time: float | None = None):
+        """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` the head's pass over a
+        level of top_k nodes, ``row_time`` its pass over one row (default: ``level_time``)."""
         super().__init__(shape)
         self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
         self.max_room = min(shape.nodes, max(verify_time) - 1)
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
         self.wait, self.backoff, self.chosen = 0, 1, 0  # chosen: the nodes ``choose`` kept this round
-        self.t_grow = shape.depth * level_time  # seconds of a growth (class docstring)
+        row_time = level_time if row_time is None else row_time
+        self.t_grow = row_time + (shape.depth - 1) * level_time  # seconds of a growth (class docstring; bug: depth
+        # levels of top_k nodes, where a growth makes one row's pass and depth - 1 levels)
         self.growths: list | None = None  # seconds of its last RECENT growths; None until the first was skipped
         self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
@@ -330,13 +335,14 @@ class AutoDynamicTree(DynamicTreePolicy):
 
 def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True) -> AutoDynamicTree:
     """An AutoDynamicTree calibrated for this target and drafter (its t(n) as ``auto_tree_policy``'s; a level's time
-    is the head's pass over top_k nodes)."""
+    is the head's pass over top_k nodes, the root's children come from its pass over one row)."""
     shape = shape or DynamicTree()
     ns = tree_verify_ns(target, shape.nodes)
     verify = verify_calibration(target, ns)
     levels = level_calibration(drafter)
     level_time = float(levels.times.get(min(shape.top_k, 4), 0.0)) if levels else 0.0
-    policy = AutoDynamicTree(shape, dict(verify.times), level_time, learn=learn)
+    row_time = float(levels.times.get(1, level_time)) if levels else 0.0
+    policy = AutoDynamicTree(shape, dict(verify.times), level_time, learn=learn, row_time=row_time)
     policy.calibrations = [verify, levels]
     return policy
 
