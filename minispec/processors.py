@@ -61,7 +61,8 @@ class RepetitionPenalty:
     def __call__(self, logits, prefix, prompt_len):
         seen = np.unique(np.asarray(prefix, dtype=np.int64))  # prompt included, as transformers
         z = logits[seen]
-        logits[seen] = np.where(z < 0, z * self.penalty, z / self.penalty)
+        with np.errstate(over="ignore"):  # an extreme penalty's +inf is refused by the row's check, by name
+            logits[seen] = np.where(z < 0, z * self.penalty, z / self.penalty)
         return logits
 
     def describe(self) -> str:
@@ -77,7 +78,8 @@ class FrequencyPenalty:
         self.penalty = finite("frequency penalty", penalty)
 
     def __call__(self, logits, prefix, prompt_len):
-        logits -= self.penalty * generated_counts(prefix, prompt_len, len(logits))
+        with np.errstate(over="ignore"):  # as RepetitionPenalty's
+            logits -= self.penalty * generated_counts(prefix, prompt_len, len(logits))
         return logits
 
     def describe(self) -> str:
