@@ -214,7 +214,8 @@ def check_head(head_dir, head: dict, cfg) -> None:
                                    f"need {shape}")
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line's options, with this module's docstring as the description."""
     p = argparse.ArgumentParser(prog="python -m minispec.recipes.eagle_answers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("heads", nargs="+", help="EAGLE head directories (eagle.safetensors, frequent_tokens.json)")
@@ -232,7 +233,14 @@ def main(argv=None) -> int:
                         "apart by where each request came from; DIR:N its shards 0 to N - 1, DIR:A-B shards A to B - 1 "
                         "(held out only where no head here was trained on them)")
     p.add_argument("--json", default=None, help="also write the figures, with their provenance, to this file")
-    args = p.parse_args(argv)
+    return p
+
+
+def refuse_bad_arguments(p, args) -> tuple[list[str], tuple | None]:
+    """Refuse (``p.error``: the usage and exit status 2) bad arguments before anything heavy is read or loaded, in
+    this order: the numbers, ``--sets``, each head directory (``refuse_head_folder``), ``--windows``' folder and
+    ``--json``'s file -> (the sets asked for, ``--windows``' (folder, shards) as ``train_eagle_ttt.data_folder``
+    gives them, None without it)."""
     if args.tokens < 2 or args.depths < 1 or (args.prompts is not None and args.prompts < 1) or \
             (args.vocab is not None and args.vocab < 1) or args.threads < 1:
         p.error("--tokens must be at least 2, and --depths, --prompts, --vocab and --threads at least 1")
@@ -240,17 +248,8 @@ def main(argv=None) -> int:
     if not sets or any(x not in SETS for x in sets):
         p.error(f"--sets {args.sets}: choose among {', '.join(SETS)}")
     for h in args.heads:
-        if not (Path(h) / "eagle.safetensors").is_file() or not (Path(h) / "frequent_tokens.json").is_file():
-            p.error(f"{h}: not an EAGLE head directory (it needs eagle.safetensors and frequent_tokens.json)")
-        if args.vocab and not (Path(h) / "token_frequency_order.json").is_file():
-            p.error(f"{h}: --vocab needs its token_frequency_order.json")
-        try:
-            layers = lower_layers(h)
-        except ModelFormatError as e:
-            p.error(str(e))
-        if layers not in (None, [LOW, MID]):
-            p.error(f"{h}: reads layers {layers}; the target's passes here give layers {LOW} and {MID} "
-                    "(eagle_data.py's LOW and MID)")
+        refuse_head_folder(p, h, args.vocab)
+    windows = None
     if args.windows:
         from .train_eagle_ttt import data_folder
         try:
@@ -259,91 +258,174 @@ def main(argv=None) -> int:
             p.error(str(e).replace("--data", "--windows"))
         if not folder.is_dir():
             p.error(f"--windows {args.windows}: {folder} is not a folder of shards")
+        windows = folder, shards
     if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
         p.error(f"--json {args.json}: " + ("a directory, not a file" if Path(args.json).is_dir() else
                                            f"directory {Path(args.json).resolve().parent} does not exist"))
-    heads = {}  # each head's files, read before the target generates its answers (minutes): a bad one loses nothing
-    for h in args.heads:
+    return sets, windows
+
+
+def refuse_head_folder(p, h, vocab: int | None) -> None:
+    """Refuse (``p.error``) a head directory ``h`` without its eagle.safetensors and frequent_tokens.json (or its
+    token_frequency_order.json, where ``vocab`` is given), or one whose config.json cannot be read or asks for lower
+    layers other than those the target's passes here give (eagle_data.py's LOW and MID)."""
+    if not (Path(h) / "eagle.safetensors").is_file() or not (Path(h) / "frequent_tokens.json").is_file():
+        p.error(f"{h}: not an EAGLE head directory (it needs eagle.safetensors and frequent_tokens.json)")
+    if vocab and not (Path(h) / "token_frequency_order.json").is_file():
+        p.error(f"{h}: --vocab needs its token_frequency_order.json")
+    try:
+        layers = lower_layers(h)
+    except ModelFormatError as e:
+        p.error(str(e))
+    if layers not in (None, [LOW, MID]):
+        p.error(f"{h}: reads layers {layers}; the target's passes here give layers {LOW} and {MID} "
+                "(eagle_data.py's LOW and MID)")
+
+
+def read_heads(p, head_dirs, vocab: int | None) -> dict:
+    """Each head's files (``read_head``) by its directory, read before the target generates its answers (minutes): a
+    bad one is refused (``p.error``) and loses nothing."""
+    heads = {}
+    for h in head_dirs:
         try:
-            heads[h] = read_head(h, args.vocab)
+            heads[h] = read_head(h, vocab)
         except ModelFormatError as e:
             p.error(str(e))
-    reads_lower = any(lower_layers(h) is not None for h in args.heads)
-    from .training import import_torch
-    torch = import_torch()
-    if torch is None:
-        return 2
-    import transformers
+    return heads
 
+
+def read_target(p, target_dir, heads: dict) -> tuple:
+    """The target's config and tokenizer -> (cfg, tok), and each of ``heads`` checked against that config
+    (``check_head``: its shapes against the target's widths), still before any generation; a file that is not right
+    is refused (``p.error``)."""
     from ..model.config import ModelConfig
     from ..model.tokenizer import load_tokenizer
-    from .eagle_data import generate
-    from .fetch import resolve_model
-    from .train_eagle import build_head
-    from .train_eagle_ttt import load_into
-
-    torch.set_num_threads(args.threads)
-    target_dir = resolve_model(args.target)
     try:
         cfg, tok = ModelConfig.from_dir(target_dir), load_tokenizer(target_dir)
-        for h, head in heads.items():  # its shapes against the target's widths, still before any generation
+        for h, head in heads.items():
             check_head(h, head, cfg)
     except ModelFormatError as e:
         p.error(str(e))
-    if args.windows:  # read before the target loads: a folder that cannot be read is refused at once
-        from .train_eagle_ttt import chat_marker, load_shards
-        try:
-            data = load_shards(folder, lambda m: print(m, file=sys.stderr), chat_marker(target_dir),
-                               with_lower=reads_lower, shards=shards)
-        except (OSError, KeyError, ValueError) as e:
-            p.error(f"--windows {args.windows}: cannot read its shards ({e})")
-        groups = stored_windows(data, tok)
-        if not groups:
-            p.error(f"--windows {args.windows}: no greedy chat window with a known answer start")
+    return cfg, tok
+
+
+def read_windows(p, spec: str, windows: tuple, target_dir, tok, reads_lower: bool) -> tuple:
+    """``--windows spec``'s shards (``windows``: its folder and shards), read before the target loads: a folder that
+    cannot be read, or holds no greedy chat window with a known answer start, is refused at once (``p.error``) ->
+    (``load_shards``' data, with the lower layers' outputs where ``reads_lower``; ``stored_windows``' groups)."""
+    from .train_eagle_ttt import chat_marker, load_shards
+    folder, shards = windows
+    try:
+        data = load_shards(folder, lambda m: print(m, file=sys.stderr), chat_marker(target_dir),
+                           with_lower=reads_lower, shards=shards)
+    except (OSError, KeyError, ValueError) as e:
+        p.error(f"--windows {spec}: cannot read its shards ({e})")
+    groups = stored_windows(data, tok)
+    if not groups:
+        p.error(f"--windows {spec}: no greedy chat window with a known answer start")
+    return data, groups
+
+
+def load_target(target_dir, torch) -> tuple:
+    """The target (transformers, float32, in eval mode) and its embedding E [V, D], the tied LM head -> (target, E)."""
+    import transformers
     target = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
-    E = torch.from_numpy(np.asarray(read_safetensors(Path(target_dir) / "model.safetensors")["model.embed_tokens.weight"],
-                                    np.float32))  # [V, D]: the tied LM head
-    dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    tensors = read_safetensors(Path(target_dir) / "model.safetensors")
+    E = torch.from_numpy(np.asarray(tensors["model.embed_tokens.weight"], np.float32))  # [V, D]: the tied LM head
+    return target, E
+
+
+def answer_sets(target, tok, sets, prompts: int | None, tokens: int, stored: tuple | None, reads_lower: bool) -> tuple:
+    """The answers each head is measured on -> ({set name: (prompts, seqs, top features)}, {set name: each answer's
+    lower layers' outputs l, m [len, 2D], or None}): the target's greedy answers of ``tokens`` new tokens to the first
+    ``prompts`` prompts of each of ``sets`` (generated, in that order), then ``stored``'s windows (``read_windows``'
+    data and groups) as ``windows:{source}``, on their stored features."""
+    from .eagle_data import generate
     answers, lms = {}, {}
     for name in sets:
-        prompts = data_prompts(name, tok, args.prompts)
-        seqs, feats = generate(target, tok, prompts, args.tokens, True, 0, with_features=True)
+        asked = data_prompts(name, tok, prompts)
+        seqs, feats = generate(target, tok, asked, tokens, True, 0, with_features=True)
         feats = read_answers(target, seqs, feats)
-        answers[name] = (prompts, seqs, [f["top"] for f in feats])
+        answers[name] = (asked, seqs, [f["top"] for f in feats])
         lms[name] = [np.concatenate([f["low"], f["mid"]], 1) for f in feats]  # [len, 2D]: layers LOW, MID
-        print(f"{name}: {len(prompts)} answers of up to {args.tokens} tokens", file=sys.stderr)
-    if args.windows:
+        print(f"{name}: {len(asked)} answers of up to {tokens} tokens", file=sys.stderr)
+    if stored is not None:
+        data, groups = stored
         for source, rows in groups.items():
             name = f"windows:{source}"
             answers[name] = ([data["tokens"][w][: data["answer_start"][w]].tolist() for w in rows],
                              [data["tokens"][w].tolist() for w in rows], [data["feats"][w] for w in rows])
             lms[name] = [data["lm"][w] for w in rows] if reads_lower else [None] * len(rows)
-    out = dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
-                    "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
-               tokens=args.tokens, prompts={name: len(a[0]) for name, a in answers.items()}, vocab=args.vocab,
-               windows=args.windows, heads={},
-               provenance=provenance(argv, p.prog))
+    return answers, lms
+
+
+def record(args, answers: dict, argv, prog: str) -> dict:
+    """The JSON's record of the run, its ``heads`` still empty: the rule, the arguments that shape the figures, the
+    number of answers of each set, and the provenance of ``argv`` run as ``prog``."""
+    return dict(rule="teacher-forced on the target's greedy answers; depth d among the positions where guesses "
+                     "1..d-1 were the target's (train_eagle_ttt.py's held-out rule), answer tokens after the first",
+                tokens=args.tokens, prompts={name: len(a[0]) for name, a in answers.items()}, vocab=args.vocab,
+                windows=args.windows, heads={},
+                provenance=provenance(argv, prog))
+
+
+def head_figures(head_files: dict, cfg, E, answers: dict, lms: dict, depths: int, torch) -> dict:
+    """One head, built for the target's ``cfg`` from ``read_head``'s ``head_files`` (reading the lower layers only
+    where its config has lower_layers), measured on each answer set -> {set name: ``answer_acceptance``'s figures}."""
+    from .train_eagle import build_head
+    from .train_eagle_ttt import load_into
+    dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    ids = torch.tensor(head_files["frequent"], dtype=torch.long)
+    hconf = head_files["config"]
+    head_lower = hconf.get("lower_layers") is not None  # this head's (main's reads_lower: any of them)
+    head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
+                      max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + depths,
+                      with_lower=head_lower, extra_layers=hconf.get("extra_layers", 0),
+                      extra_intermediate=hconf.get("extra_intermediate_size"))
+    load_into(head, head_files["tensors"], torch)
+    head.eval()
+    return {name: answer_acceptance(head, E, ids, *answers[name], depths, dims, torch,
+                                    lm=lms[name] if head_lower else None) for name in answers}
+
+
+def figures_line(h, name: str, r: dict) -> str:
+    """The line printed for head ``h`` on answer set ``name`` from its figures ``r``: the share kept by depth, the
+    chains counted and how often the target's token is in the reduced head ("-" where nothing was counted), then the
+    first guesses by confidence and by answer position (those with some positions)."""
+    return (f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
+            + f" ({r['positions'][0]} chains; the target's token in the reduced head at "
+            + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + "); by confidence "
+            + " ".join(f"[{b['tenth'] / TENTHS:.1f}, {(b['tenth'] + 1) / TENTHS:.1f}) {b['greedy']:.2f} of "
+                       f"{b['positions']}" for b in r["first_by_confidence"] if b["positions"])
+            + "; by answer position " + " ".join(f"{b['span'][0]}-{b['span'][1] or ''} "
+                                                 f"{b['greedy']:.2f} of {b['positions']}"
+                                                 for b in r["first_by_position"] if b["positions"]))
+
+
+def main(argv=None) -> int:
+    """The recipe, as the module's docstring says -> 0; 2 without torch (bad arguments exit with 2: ``p.error``)."""
+    p = parser()
+    args = p.parse_args(argv)
+    sets, windows = refuse_bad_arguments(p, args)
+    heads = read_heads(p, args.heads, args.vocab)
+    reads_lower = any(lower_layers(h) is not None for h in args.heads)
+    from .training import import_torch
+    torch = import_torch()
+    if torch is None:
+        return 2
+    from .fetch import resolve_model
+
+    torch.set_num_threads(args.threads)
+    target_dir = resolve_model(args.target)
+    cfg, tok = read_target(p, target_dir, heads)
+    stored = read_windows(p, args.windows, windows, target_dir, tok, reads_lower) if windows else None
+    target, E = load_target(target_dir, torch)
+    answers, lms = answer_sets(target, tok, sets, args.prompts, args.tokens, stored, reads_lower)
+    out = record(args, answers, argv, p.prog)
     for h in args.heads:
-        ids = torch.tensor(heads[h]["frequent"], dtype=torch.long)
-        hconf = heads[h]["config"]
-        head_lower = hconf.get("lower_layers") is not None  # this head's (reads_lower: any of them)
-        head = build_head(cfg.hidden_size, *dims, cfg.intermediate_size, cfg.rope_theta, cfg.rms_norm_eps,
-                          max_len=max(len(s) for _, seqs, _ in answers.values() for s in seqs) + args.depths,
-                          with_lower=head_lower, extra_layers=hconf.get("extra_layers", 0),
-                          extra_intermediate=hconf.get("extra_intermediate_size"))
-        load_into(head, heads[h]["tensors"], torch)
-        head.eval()
-        out["heads"][h] = {name: answer_acceptance(head, E, ids, *answers[name], args.depths, dims, torch,
-                                                   lm=lms[name] if head_lower else None) for name in answers}
+        out["heads"][h] = head_figures(heads[h], cfg, E, answers, lms, args.depths, torch)
         for name, r in out["heads"][h].items():
-            print(f"{h}, {name}, by depth: " + " / ".join("-" if x is None else f"{x:.3f}" for x in r["greedy"])
-                  + f" ({r['positions'][0]} chains; the target's token in the reduced head at "
-                  + ("-" if r["in_reduced_vocab"] is None else f"{r['in_reduced_vocab']:.3f}") + "); by confidence "
-                  + " ".join(f"[{b['tenth'] / TENTHS:.1f}, {(b['tenth'] + 1) / TENTHS:.1f}) {b['greedy']:.2f} of {b['positions']}"
-                             for b in r["first_by_confidence"] if b["positions"])
-                  + "; by answer position " + " ".join(f"{b['span'][0]}-{b['span'][1] or ''} "
-                                                      f"{b['greedy']:.2f} of {b['positions']}"
-                                                      for b in r["first_by_position"] if b["positions"]))
+            print(figures_line(h, name, r))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
