@@ -30,6 +30,7 @@ unconstrained model conditioned on the output being a choice. FVO-Spec (arXiv 26
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -52,6 +53,17 @@ def finite(name: str, value) -> float:
     return float(value)
 
 
+@contextmanager
+def refused_overflow(processor):
+    """Refuse, by the processor's name, a penalty that takes a logit past float64's range, either way: +inf would make
+    the row NaN, and -inf would ban a token that the penalty only lowers (every seen token of a row, perhaps)."""
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            yield
+    except FloatingPointError as e:
+        raise ValueError(f"{processor.describe()} takes a logit past float64's range ({e}): too extreme a penalty") from None
+
+
 class RepetitionPenalty:
     def __init__(self, penalty: float):
         self.penalty = finite("repetition penalty", penalty)
@@ -61,8 +73,11 @@ class RepetitionPenalty:
     def __call__(self, logits, prefix, prompt_len):
         seen = np.unique(np.asarray(prefix, dtype=np.int64))  # prompt included, as transformers
         z = logits[seen]
-        with np.errstate(over="ignore"):  # an extreme penalty's +inf is refused by the row's check, by name
-            logits[seen] = np.where(z < 0, z * self.penalty, z / self.penalty)
+        neg = z < 0  # (each side apart: np.where would compute both, and overflow in the one not taken)
+        with refused_overflow(self):
+            z[neg] *= self.penalty
+            z[~neg] /= self.penalty
+        logits[seen] = z
         return logits
 
     def describe(self) -> str:
@@ -78,7 +93,7 @@ class FrequencyPenalty:
         self.penalty = finite("frequency penalty", penalty)
 
     def __call__(self, logits, prefix, prompt_len):
-        with np.errstate(over="ignore"):  # as RepetitionPenalty's
+        with refused_overflow(self):
             logits -= self.penalty * generated_counts(prefix, prompt_len, len(logits))
         return logits
 

@@ -124,15 +124,26 @@ def test_bad_settings_are_refused_by_name():
 
 def test_ids_outside_the_vocabulary_and_extreme_penalties_are_refused_in_the_run(big_pair):
     """A choice or stop id past the model's vocabulary is refused by name (bug: an IndexError mid-run); a penalty
-    extreme enough to make a logit +inf is refused (bug: the row's probabilities were NaN, and every draw gave the
-    vocabulary's last token)."""
+    extreme enough to take a logit past float64's range is refused by name, with no NumPy warning first: to +inf
+    (bug: the row's probabilities were NaN, and every draw gave the vocabulary's last token) or to -inf (bug: every
+    seen token banned, where the penalty only lowers them: "allow no token", or a draft's row left unpenalised)."""
+    import warnings
+
     target, _ = big_pair
+    past = "takes a logit past float64's range"
     for procs, words in [((Choices([[99]], stop_ids=[0]),), "token id 99 is outside the model's vocabulary of 64"),
                          ((MinNewTokens(2, stop_ids=[70]),), "token id 70 is outside"),
-                         ((RepetitionPenalty(1e-310),), "NaN or \\+inf"),
-                         ((FrequencyPenalty(-1e308),), "NaN or \\+inf")]:
-        with pytest.raises(ValueError, match=words):
-            generate(target, [5, 9, 2, 5, 9], 6, processors=procs, temperature=1.0, seed=0, stop_ids=[0])
+                         ((RepetitionPenalty(1e-310),), f"repetition penalty 1e-310 {past}"),
+                         ((FrequencyPenalty(-1e308),), f"frequency penalty -1e\\+308 {past}"),
+                         ((NoRepeatNGram(2), FrequencyPenalty(-1e308)), f"frequency penalty -1e\\+308 {past}")]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # refused by name, not after a RuntimeWarning
+            with pytest.raises(ValueError, match=words):
+                generate(target, [5, 9, 2, 5, 9], 6, processors=procs, temperature=1.0, seed=0, stop_ids=[0])
+    with warnings.catch_warnings():  # to -inf: a seen logit of -2 times 1e308 (this model's logits are smaller)
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=f"repetition penalty 1e\\+308 {past}"):
+            RepetitionPenalty(1e308)(np.array([-2.0, -3.0, 4.0]), [0, 1], 0)
 
 
 def test_a_warp_with_processors_needs_the_prefix():
