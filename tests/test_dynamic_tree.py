@@ -11,7 +11,7 @@ from minispec.drafters import DraftModel, dynamic_tree
 from minispec.drafters.dynamic_tree import DynamicTree, grow, rerank
 from minispec.harness.equivalence import broken_accept_tree, renormalised_tree
 from minispec.harness.exact_loop import loop_law
-from minispec.sampling import Stream, Warp
+from minispec.sampling import Stream, Warp, warp
 from minispec.speculative import tree_speculative_generate
 from minispec.tree import Tree
 
@@ -217,7 +217,8 @@ def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
 
 def test_a_growth_is_first_priced_as_the_passes_it_makes(monkeypatch):
     """Before any growth is timed, a growth of depth d costs the head's pass over one row (the root's children) and
-    d - 1 levels of top_k nodes, as TreePolicy prices a tree (bug: d levels of top_k nodes)."""
+    d - 1 levels of top_k nodes, as TreePolicy prices a tree (bug: d levels of top_k nodes, and a shallower growth a
+    share of the full one by its levels); a learned growth time scales those passes."""
     from types import SimpleNamespace
 
     from minispec.policy import tree_policy
@@ -228,7 +229,9 @@ def test_a_growth_is_first_priced_as_the_passes_it_makes(monkeypatch):
     target = SimpleNamespace(cfg=SimpleNamespace(max_position_embeddings=2048))
     policy = tree_policy.auto_dynamic_tree(target, drafter=None, shape=DynamicTree(4, 5, 16), learn=False)
     assert policy.t_grow == pytest.approx(0.001 + 4 * 0.004)
-    assert policy.growth_time(2) == pytest.approx((0.001 + 4 * 0.004) * 2 / 5)  # scaled by the levels asked for
+    assert policy.growth_time(2) == pytest.approx(0.001 + 0.004)  # a shallower growth: the passes it makes
+    policy.growths, policy.t_grow = [], 2 * policy.t_grow  # learned: twice the calibrated passes, at every depth
+    assert policy.growth_time(2) == pytest.approx(2 * (0.001 + 0.004))
 
 
 def test_a_paid_growth_is_left_out_of_the_size_but_decides_whether_to_grow_again():
@@ -302,7 +305,35 @@ def test_at_t1_grown_rounds_that_emit_little_back_off_from_their_tokens():
     for _ in range(2):
         assert pol.next_shape() != (0, 0)
         pol.observe(1, 3, 0.5, 0.026, nodes=16)  # 4 tokens a round, but each growth took 50 target steps
-    assert pol.t_grow == 0.5 and pol.next_shape() == (0, 0)
+    assert pol.t_grow == 0.5 * 5 / 2 and pol.next_shape() == (0, 0)  # the second, within 2 x 4 nodes, grew 2 levels
+    # of the shape's 5 (``sampled_levels``): t_grow is a growth of all 5
+
+
+def test_at_t1_the_tree_is_grown_within_the_size_that_pays():
+    """At T > 0 the budget is chosen before growing (no values to size it after): each of SAMPLED_SIZES is grown
+    once, then the one whose rounds emitted the most tokens per second of growth and verification, and every
+    LOOK_EVERY-th sampled growth the size grown longest ago (bug: always the shape's 16 nodes, r(17) = 2.5 target
+    steps where 2 x 4 nodes cost r(5) = 1.5 and kept almost as many: 0.92x against the small trees' 1.22x)."""
+    from minispec.policy.tree_policy import LOOK_EVERY, AutoDynamicTree, sampled_levels
+
+    root = np.random.default_rng(3).standard_normal(64)
+    for k, n, d in [(2, 4, 5), (2, 6, 5), (3, 8, 5), (4, 16, 5), (4, 40, 5), (4, 40, 2), (1, 3, 5), (3, 5, 5)]:
+        run_level, asked = fake_level(64)  # the levels a sampled growth really reaches, and the passes it makes
+        tree, _ = grow([], root, run_level, DynamicTree(top_k=k, depth=d, nodes=n), Warp(1.0), Stream(np.random.PCG64(n)))
+        assert sampled_levels(k, n, d) == int(tree.depths().max()) == len(asked) + 1, (k, n, d)
+    emitted = {(2, 4): 2, (2, 6): 2, (3, 8): 2, (4, 16): 3}  # tokens a round: the widest keeps the most
+    for verify, want in [({n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}, (2, 4)),  # r(17) = 2.6
+                         ({n: 0.010 for n in range(1, 18)}, (4, 16))]:  # verification free: the widest
+        pol = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.0008, learn=False)  # a level: 0.08 of a step
+        grown = []
+        for _ in range(2 * LOOK_EVERY):
+            shape = pol.next_shape()
+            grown.append((shape.top_k, shape.nodes))
+            pol.observe(1, emitted[grown[-1]] - 1, 0.0, 0.010, nodes=grown[-1][1])
+        assert grown[:4] == [(4, 16), (2, 4), (2, 6), (3, 8)], grown  # the first before it knows; then each once
+        looks = {i for i in range(4, 2 * LOOK_EVERY) if i % LOOK_EVERY == 0}  # after the 8th sampled growth: a look
+        assert all(g == want for i, g in enumerate(grown[4:], 4) if i not in looks), grown
+        assert all(grown[i] != want for i in looks), grown  # the size grown longest ago, not the best
 
 
 def test_the_cost_model_chooses_the_depth_of_the_next_growth_and_looks_deeper_now_and_then():
@@ -437,3 +468,49 @@ def test_greedy_dynamic_tree_runs_to_the_end_of_the_context(big_pair, big_eagle_
     prompt = [int(x) for x in np.random.default_rng(0).integers(2, 40, limit - 56)]
     res = tree_speculative_generate(target, load_eagle(big_eagle_dir, target), prompt, 56, shape=DynamicTree(4, 5, 16))
     assert res.tokens == generate(target, prompt, 56) and res.stats.drafted > 0
+
+
+def exact_four_tokens(target, prompt, **w):
+    """P(t1..t4) from the target's own conditionals (full forwards), as a flat [V^4] table."""
+    def p_next(seq):
+        return warp(target.forward(seq, target.new_cache(len(seq)))[-1], **w)
+    out = np.zeros(V ** 4)
+    for t1, p1 in enumerate(p_next(prompt)):
+        for t2, p2 in enumerate(p_next(prompt + [t1])):
+            for t3, p3 in enumerate(p_next(prompt + [t1, t2])):
+                first = ((t1 * V + t2) * V + t3) * V  # the entries (t1, t2, t3, 0..V-1)
+                out[first: first + V] = p1 * p2 * p3 * p_next(prompt + [t1, t2, t3])
+    return out
+
+
+@pytest.mark.slow
+def test_level3_exact_the_automatic_tree_whose_size_follows_the_rounds_before(small_pair, small_eagle):  # noqa: F811
+    """At T > 0 the automatic tree's budget for a round depends on what the rounds before emitted (AutoDynamicTree,
+    its sizes (3, 3) then (2, 3) here, and whether to grow at all): the loop's law of 4 tokens is still exactly the
+    target's, a fresh policy per path (seeded: calibrated costs, no clock). Its twin, the residual bug in the tree's
+    walk, is caught the same way."""
+    from minispec.policy.tree_policy import AutoDynamicTree
+
+    target, w = small_pair[0], dict(temperature=1.0)
+
+    sizes = set()  # the budgets the paths' trees were grown within
+
+    class Seen(AutoDynamicTree):
+        def next_shape(self, unseen: int = 1, context: int = 0):
+            shape = super().next_shape(unseen, context)
+            if shape != (0, 0):
+                sizes.add((shape.top_k, shape.nodes))
+            return shape
+
+    def fresh():
+        policy = Seen(DynamicTree(3, 2, 3), {n: 0.010 for n in range(1, 5)}, 0.0001, learn=False)
+        assert policy.sizes == [(2, 3), (3, 3)]
+        return dict(shape=policy)
+
+    want = exact_four_tokens(target, [1, 4, 2], **w)
+    got, paths = loop_law(target, small_eagle, [1, 4, 2], 4, V, generate=tree_speculative_generate, fresh=fresh, **w)
+    assert paths > 40 and sizes == {(2, 3), (3, 3)}  # both sizes grown, by the paths' histories
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    broken, _ = loop_law(target, small_eagle, [1, 4, 2], 4, V, generate=tree_speculative_generate, fresh=fresh,
+                         rule=broken_accept_tree, **w)
+    assert caught(broken, want)

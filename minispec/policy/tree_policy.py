@@ -166,6 +166,21 @@ REGROW_SHARE = 0.03  # a growth that looks again after growing did not pay costs
 MAX_WAIT = 64  # ... unless that takes more plain rounds than this
 WORTH_WEIGHT = 0.2  # the newest growth's weight in what growths are expected to be worth (AutoDynamicTree.worth)
 LOOK_EVERY = 8  # growths below the shape's depth between two that grow it in full, to look deeper (AutoDynamicTree)
+SAMPLED_SIZES = ((2, 4), (2, 6), (3, 8), (4, 16))  # (top_k, nodes): the budgets a sampled tree may be grown within
+# (AutoDynamicTree at T > 0): the small trees timed in docs/eagle/scaling.md ("Small trees, timed") and the default
+
+
+def sampled_levels(top_k: int, nodes: int, depth: int) -> int:
+    """The levels a tree grown within ``nodes`` reaches (at most ``depth``), as ``dynamic_tree.budgeted`` spends the
+    budget: the root's top_k children, then at each level as many frontier nodes (at most top_k) as can have top_k
+    children, or one with what is left."""
+    level = total = min(top_k, nodes)
+    levels = 1
+    while levels < depth and total < nodes:
+        left = nodes - total
+        level = left if left < top_k else min(level, top_k, left // top_k) * top_k
+        total, levels = total + level, levels + 1
+    return levels
 
 
 class AutoDynamicTree(DynamicTreePolicy):
@@ -194,20 +209,32 @@ class AutoDynamicTree(DynamicTreePolicy):
     than d give E_d(N) (each growth adds to the running mean of every d up to its own), and the next growth grows the d
     that maximises
 
-        max_N E_d(N) / (t_grow d / shape.depth + t(N + 1))     (a growth's time taken as proportional to its levels:
-                                                               its catch-up and picking are not, so shallow growths
-                                                               are taken for somewhat cheaper than they are),
+        max_N E_d(N) / (g(d) + t(N + 1)),   g(d) = t_grow P(d) / P(shape.depth)     (``growth_time``)
+
+    with P(d) (``growth_passes``) the head's calibrated passes for d levels, one row and d - 1 levels of top_k nodes
+    (as ``TreePolicy.cost`` prices a tree; d itself where the calibration has no levels): a growth's time taken as
+    proportional to the passes it makes (its catch-up and picking are not, so once t_grow is learned, shallow growths
+    are taken for somewhat cheaper than they are),
 
     the rate ``plan`` then tests. A growth at a depth below the shape's sees no deeper node (the deeper d keep their
     running mean from the looks), so after ``LOOK_EVERY`` growths below it the next grows the full depth, to look. On
     a CPU, where each level of the head and each verified node cost a share of a target step, shallow trees are what
     pay (docs/eagle/scaling.md, "Small trees, timed"); where verification is near free the full depth keeps winning.
 
-    Otherwise (T > 0) the tree is grown within ``nodes`` (dynamic_tree.py), with no ``choose`` (a drawn node cannot be
-    dropped by its value), and the same test takes the tokens its grown rounds emitted (a running mean, weight 0.2 on
-    the newest, like WORTH_WEIGHT but its own) for E. Its growths keep the depth the last one-hot root chose (all of
-    them, where none was one-hot: the shape's), and the test prices a growth at the d it was asked for,
-    t_grow d / shape.depth, as above.
+    Otherwise (T > 0) the tree is grown within a budget (dynamic_tree.py), with no ``choose`` (a drawn node cannot be
+    dropped by its value), so the budget is chosen before growing, among ``SAMPLED_SIZES`` (top_k and nodes, cut to
+    the shape's): for each size the tokens its grown rounds emitted (a running mean, weight 0.2 on the newest, like
+    WORTH_WEIGHT but its own) stand for E, and the next growth takes the size of the highest
+
+        E_s / (g(L_s) + t(n_s + 1))     (L_s: the levels the budget reaches, ``sampled_levels``; n_s: the nodes its
+                                        last growth verified)
+
+    after each size has been grown once (smallest first, after the first growth, which is asked before the run knows
+    its rows are drawn), and every LOOK_EVERY-th sampled growth takes the size grown longest ago, to look again; the
+    same test then decides whether to grow at all, with the best rate. A departure from EAGLE-2, which grows one size:
+    on a CPU a pass over 17 tokens costs 2.5 one-token passes, and at T = 1 the small trees pay where the default
+    does not (docs/eagle/scaling.md, "Small trees, timed"). Its growths keep the depth the last one-hot root chose
+    (all of them, where none was one-hot: the shape's).
     When growing does not pay, the next
 
         wait = min(max(backoff, ceil(t_grow / (REGROW_SHARE * t(1)))), MAX_WAIT)
@@ -218,7 +245,8 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     t_grow, the time of a growth of the shape's full depth, starts as the head's calibrated passes: one row (the pass
     that gives the root's children) and ``depth`` - 1 levels, as ``TreePolicy.cost`` prices a tree.
-    In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth (the
+    In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth by the
+    passes of the levels it grew, P(depth) / P(levels) (the
     lowest of them until there are 3, then a low quantile; the first growth is not counted: it catches the head up on
     the whole prompt):
     a growth also picks children over the vocabulary and catches the head
@@ -234,13 +262,20 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.max_room = min(shape.nodes, max(verify_time) - 1)
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
         self.wait, self.backoff, self.chosen = 0, 1, 0  # chosen: the nodes ``choose`` kept this round
-        row_time = level_time if row_time is None else row_time
-        self.t_grow = row_time + (shape.depth - 1) * level_time  # seconds of a growth (class docstring; bug: depth
-        # levels of top_k nodes, where a growth makes one row's pass and depth - 1 levels)
+        self.row_time = level_time if row_time is None else row_time
+        self.t_grow = self.growth_passes(shape.depth)  # seconds of a growth (class docstring; bug: depth levels of top_k
+        # nodes, where a growth makes one row's pass and depth - 1 levels)
         self.growths: list | None = None  # seconds of its last RECENT growths; None until the first was skipped
         self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
-        self.emitted = None  # T > 0: tokens a grown round emitted, a running mean (weight 0.2 on the newest)
+        self.sizes = sorted({(min(k, shape.top_k), min(n, self.max_room)) for k, n in SAMPLED_SIZES}
+                            | {(shape.top_k, self.max_room)}, key=lambda s: (s[1], s[0]))  # T > 0 (class docstring)
+        self.sampled = False  # whether the last growth was sampled (no choose): the next is grown within ``size``
+        self.size = self.sizes[-1]  # (top_k, nodes) of the next sampled growth
+        self.emitted: dict = {}  # size -> tokens its grown rounds emitted, a running mean (weight 0.2 on the newest)
+        self.verified: dict = {}  # size -> the nodes its last growth verified
+        self.looked: dict = {}  # size -> the sampled growth that last grew it (``sampled_growths`` then)
+        self.sampled_growths = 0
         self.values = np.zeros(0)  # the last growth's values, best first (``choose``)
         self.depths = None  # and their depths, where the growth gave them
         self.worth: dict = {}  # d -> what growths of d levels were worth (``learn_worth``; class docstring)
@@ -258,7 +293,9 @@ class AutoDynamicTree(DynamicTreePolicy):
         depth = self.depth if self.shallow < LOOK_EVERY else self.shape.depth  # now and then, look deeper
         self.shallow = self.shallow + 1 if depth < self.shape.depth else 0
         self.asked_depth = depth  # what this growth's time is scaled by (``observe``)
-        return DynamicTree(self.shape.top_k, depth, self.max_room, self.choose)
+        self.asked_size = self.size if self.sampled else (self.shape.top_k, self.max_room)  # (top_k, nodes)
+        top_k, nodes = self.asked_size
+        return DynamicTree(top_k, depth, nodes, self.choose)
 
     def expected_tokens(self, values: np.ndarray) -> np.ndarray:  # [n] values, best first -> [N+1]: E(0), ..., E(N)
         return 1.0 + self.trust * np.concatenate([[0.0], np.cumsum(values[: self.max_room])])
@@ -275,9 +312,18 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.grown = int(depths.max()) if depths is not None and len(depths) else self.shape.depth
         return n
 
+    def growth_passes(self, d: int) -> float:
+        """P(d): the head's calibrated seconds for a growth of d levels, one row and d - 1 levels (class docstring)."""
+        return self.row_time + (d - 1) * self.level_time
+
+    def scale(self, d: int, levels: int) -> float:
+        """P(d) / P(levels): a growth of ``levels`` levels' time to one of d; d / levels where the calibration has
+        none."""
+        return self.growth_passes(d) / self.growth_passes(levels) if self.growth_passes(levels) > 0 else d / levels
+
     def growth_time(self, d: int) -> float:
-        """Seconds of a growth of d levels: ``t_grow`` is a growth of the shape's full depth (class docstring)."""
-        return self.t_grow * d / self.shape.depth
+        """Seconds of a growth of d levels, g(d): ``t_grow`` is a growth of the shape's full depth (class docstring)."""
+        return self.t_grow * self.scale(d, self.shape.depth)
 
     def growth_rate(self, d: int) -> float:
         """The expected tokens a second of a round that grows d levels, its growth included (class docstring)."""
@@ -305,11 +351,12 @@ class AutoDynamicTree(DynamicTreePolicy):
             learn_pass(self.passes, self.verify_time, nodes + 1, t_verify)
         if not (self.chose or (self.asked and nodes)):  # a plain round, or none grown (no room, no features yet)
             return
+        levels = self.asked_depth if self.chose else sampled_levels(*self.asked_size, self.asked_depth)
         if self.learn:
             if self.growths is None:
                 self.growths = []  # the first growth, not counted (class docstring)
             else:  # scaled to the shape's full depth, by the levels asked for (a growth stopped early paid a pass)
-                self.growths = (self.growths + [t_draft * self.shape.depth / self.asked_depth])[-RECENT:]
+                self.growths = (self.growths + [t_draft * self.scale(self.shape.depth, levels)])[-RECENT:]
                 self.t_grow = low_quantile(self.growths, min(self.growths))
             # what the values promised, before trust, for the nodes verified: ``nodes``, fewer than chosen where the
             # room cut the tree near the end of the context (bug: the promise of all chosen, so trust fell there)
@@ -317,6 +364,7 @@ class AutoDynamicTree(DynamicTreePolicy):
             if promise:
                 self.promised, self.kept = 0.9 * self.promised + promise, 0.9 * self.kept + accepted
                 self.trust = float(np.clip(self.kept / self.promised, 0.05, 2.0))
+        self.sampled = not self.chose
         if self.chose:  # the root's row one-hot: this growth's values, with what this round taught (trust, t_grow)
             for d in (range(1, self.grown + 1) if self.depths is not None else [self.shape.depth]):
                 self.learn_worth(d)  # deeper ones keep what the last look taught
@@ -325,12 +373,26 @@ class AutoDynamicTree(DynamicTreePolicy):
             if self.depths is not None:
                 self.depth = best
             self.plan(rates[best])
-        else:  # T > 0: the tokens its grown rounds emitted
-            self.emitted = accepted + 1.0 if self.emitted is None else 0.8 * self.emitted + 0.2 * (accepted + 1.0)
-            t_grow = self.growth_time(self.asked_depth)  # the growth asked for (bug: priced at the full depth, so
-            # after a one-hot root chose a shallow depth a sampled tree looked dearer than it was and backed off)
-            self.plan(self.emitted / (t_grow + self.verify_time[min(nodes, self.max_room) + 1]))
+        else:  # T > 0: the tokens the grown rounds of each size emitted
+            size, e = self.asked_size, self.emitted.get(self.asked_size)
+            self.emitted[size] = accepted + 1.0 if e is None else 0.8 * e + 0.2 * (accepted + 1.0)
+            self.verified[size] = min(nodes, self.max_room)
+            self.sampled_growths += 1
+            self.looked[size] = self.sampled_growths
+            rates = {s: self.sampled_rate(s) for s in self.emitted}
+            best = max((s for s in self.sizes if s in rates), key=rates.get)  # the smallest of equals
+            untried = [s for s in self.sizes if s not in self.emitted]
+            look = self.sampled_growths % LOOK_EVERY == 0
+            self.size = untried[0] if untried else min(self.sizes, key=self.looked.get) if look else best
+            self.plan(rates[best])
         self.chosen = 0
+
+    def sampled_rate(self, size) -> float:
+        """The expected tokens a second of a sampled growth within ``size`` (class docstring): priced at the levels
+        its budget reaches at the depth asked for (bug: at the full depth, so after a one-hot root chose a shallow
+        depth a sampled tree looked dearer than it was and backed off)."""
+        t_grow = self.growth_time(sampled_levels(*size, self.depth))
+        return self.emitted[size] / (t_grow + self.verify_time[self.verified[size] + 1])
 
 
 def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True) -> AutoDynamicTree:
