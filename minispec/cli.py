@@ -237,7 +237,7 @@ class Generation:
         clock is the loops' rule (policy.follows_clock): a seeded run at T > 0 keeps its calibrated costs, so that
         the seed repeats."""
         a, learn = self.args, follows_clock(self.args.seed, self.args.temperature, is_keyed(verification_rule(self.args.rule)))
-        return (shape_policy(a.tree, self.model, self.drafter, learn) if a.tree
+        return (shape_policy(a.tree, self.model, self.drafter, learn, sampled=a.temperature > 0) if a.tree
                 else k_policy(a.k, self.model, self.drafter, learn))
 
     def speculative(self, policy, on_token=None, trace=None):

@@ -343,5 +343,5 @@ def choose_policy(target: Model, drafter, k, shape, seed, temperature: float, ru
     if isinstance(shape, DynamicTree) and not has(drafter, GrowsTrees):
         raise ValueError(f"drafter {drafter.name} does not grow dynamic trees (it has no grow_tree: the EAGLE head "
                          "does); give it a (width, depth) shape")
-    policy = shape_policy(shape, target, drafter, learn=learn)
+    policy = shape_policy(shape, target, drafter, learn=learn, sampled=temperature > 0)
     return policy, policy.max_room  # a tree's nodes sit in the cache during its pass

@@ -334,6 +334,13 @@ def test_at_t1_the_tree_is_grown_within_the_size_that_pays():
         looks = {i for i in range(4, 2 * LOOK_EVERY) if i % LOOK_EVERY == 0}  # after the 8th sampled growth: a look
         assert all(g == want for i, g in enumerate(grown[4:], 4) if i not in looks), grown
         assert all(grown[i] != want for i in looks), grown  # the size grown longest ago, not the best
+    told = AutoDynamicTree(DynamicTree(4, 5, 16), verify, 0.0008, learn=False, sampled=True)  # a run at T > 0 says so
+    grown = []
+    for _ in range(2):
+        shape = told.next_shape()
+        grown.append((shape.top_k, shape.nodes))
+        told.observe(2, 2, 0.0, 0.010, nodes=shape.nodes)
+    assert grown == [(2, 4), (2, 6)]  # smallest first, from the first growth on
 
 
 def test_the_cost_model_chooses_the_depth_of_the_next_growth_and_looks_deeper_now_and_then():

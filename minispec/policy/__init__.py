@@ -85,16 +85,17 @@ def k_policy(k, target, drafter, learn: bool = True):
     raise ValueError(f"k must be a non-negative integer, 'auto' or a policy object, got {k!r}")
 
 
-def shape_policy(shape, target, drafter, learn: bool = True) -> ChoosesTrees:
+def shape_policy(shape, target, drafter, learn: bool = True, sampled: bool = False) -> ChoosesTrees:
     """shape: (width, depth), a ``DynamicTree`` (EAGLE-2's, the same every round), "auto" (TreePolicy chosen per
-    round, calibrated for this pair), or a tree policy object (``ChoosesTrees``). ``learn``: as for ``k_policy``."""
+    round, calibrated for this pair), or a tree policy object (``ChoosesTrees``). ``learn``: as for ``k_policy``;
+    ``sampled``: the run draws its tokens (T > 0), which an automatic dynamic tree sizes its first growth by."""
     if isinstance(shape, ChoosesTrees):
         return shape
     if isinstance(shape, DynamicTree):
         return DynamicTreePolicy(shape)
     if isinstance(shape, str) and shape == "auto":  # a drafter that grows EAGLE-2's tree: sized by the cost model
         if has(drafter, GrowsTrees):
-            return auto_dynamic_tree(target, drafter, learn=learn)
+            return auto_dynamic_tree(target, drafter, learn=learn, sampled=sampled)
         return auto_tree_policy(target, drafter, learn=learn)
     if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
         raise ValueError(f"tree shape must be (width, depth) with non-negative integers, 'auto' or a tree policy, "

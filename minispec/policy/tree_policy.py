@@ -229,8 +229,9 @@ class AutoDynamicTree(DynamicTreePolicy):
         E_s / (g(L_s) + t(n_s + 1))     (L_s: the levels the budget reaches, ``sampled_levels``; n_s: the nodes its
                                         last growth verified)
 
-    after each size has been grown once (smallest first, after the first growth, which is asked before the run knows
-    its rows are drawn), and every LOOK_EVERY-th sampled growth takes the size grown longest ago, to look again; the
+    after each size has been grown once (smallest first; the first growth is sampled too where the policy is told the
+    run draws its tokens, ``sampled``, else it is asked at the shape's own size), and every LOOK_EVERY-th sampled
+    growth takes the size grown longest ago, to look again; the
     same test then decides whether to grow at all, with the best rate. A departure from EAGLE-2, which grows one size:
     on a CPU a pass over 17 tokens costs 2.5 one-token passes, and at T = 1 the small trees pay where the default
     does not (docs/eagle/scaling.md, "Small trees, timed"). Its growths keep the depth the last one-hot root chose
@@ -254,9 +255,11 @@ class AutoDynamicTree(DynamicTreePolicy):
     as ``TreePolicy`` does. A seeded run at T > 0 (``learn=False``) keeps the calibrated costs, so that its choices,
     and with them its draws, repeat; it keeps ``trust`` at 1 too."""
 
-    def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True, row_time: float | None = None):
+    def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True, row_time: float | None = None,
+                 sampled: bool = False):
         """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` the head's pass over a
-        level of top_k nodes, ``row_time`` its pass over one row (default: ``level_time``)."""
+        level of top_k nodes, ``row_time`` its pass over one row (default: ``level_time``). ``sampled``: the run
+        draws its tokens (T > 0), so its first growth is sampled too and takes the smallest size (class docstring)."""
         super().__init__(shape)
         self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
         self.max_room = min(shape.nodes, max(verify_time) - 1)
@@ -270,8 +273,8 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
         self.sizes = sorted({(min(k, shape.top_k), min(n, self.max_room)) for k, n in SAMPLED_SIZES}
                             | {(shape.top_k, self.max_room)}, key=lambda s: (s[1], s[0]))  # T > 0 (class docstring)
-        self.sampled = False  # whether the last growth was sampled (no choose): the next is grown within ``size``
-        self.size = self.sizes[-1]  # (top_k, nodes) of the next sampled growth
+        self.sampled = sampled  # whether the last growth was sampled (no choose): the next is grown within ``size``
+        self.size = self.sizes[0]  # (top_k, nodes) of the next sampled growth
         self.emitted: dict = {}  # size -> tokens its grown rounds emitted, a running mean (weight 0.2 on the newest)
         self.verified: dict = {}  # size -> the nodes its last growth verified
         self.looked: dict = {}  # size -> the sampled growth that last grew it (``sampled_growths`` then)
@@ -395,7 +398,7 @@ class AutoDynamicTree(DynamicTreePolicy):
         return self.emitted[size] / (t_grow + self.verify_time[self.verified[size] + 1])
 
 
-def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True) -> AutoDynamicTree:
+def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True, sampled: bool = False) -> AutoDynamicTree:
     """An AutoDynamicTree calibrated for this target and drafter (its t(n) as ``auto_tree_policy``'s; a level's time
     is the head's pass over top_k nodes, the root's children come from its pass over one row)."""
     shape = shape or DynamicTree()
@@ -404,7 +407,7 @@ def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True) -> AutoDy
     levels = level_calibration(drafter)
     level_time = float(levels.times.get(min(shape.top_k, 4), 0.0)) if levels else 0.0
     row_time = float(levels.times.get(1, level_time)) if levels else 0.0
-    policy = AutoDynamicTree(shape, dict(verify.times), level_time, learn=learn, row_time=row_time)
+    policy = AutoDynamicTree(shape, dict(verify.times), level_time, learn=learn, row_time=row_time, sampled=sampled)
     policy.calibrations = [verify, levels]
     return policy
 
