@@ -321,6 +321,9 @@ def test_at_t1_the_tree_is_grown_within_the_size_that_pays():
         run_level, asked = fake_level(64)  # the levels a sampled growth really reaches, and the passes it makes
         tree, _ = grow([], root, run_level, DynamicTree(top_k=k, depth=d, nodes=n), Warp(1.0), Stream(np.random.PCG64(n)))
         assert sampled_levels(k, n, d) == int(tree.depths().max()) == len(asked) + 1, (k, n, d)
+    flat = {n: 0.010 for n in range(1, 18)}  # two budgets that grow the same tree are one size:
+    assert AutoDynamicTree(DynamicTree(1, 5, 16), flat, 0.0).sizes == [(1, 4), (1, 5)]  # a chain of 5 at most
+    assert AutoDynamicTree(DynamicTree(4, 5, 3), flat, 0.0).sizes == [(2, 3), (3, 3)]  # 3 nodes: top_k 3 at most
     emitted = {(2, 4): 2, (2, 6): 2, (3, 8): 2, (4, 16): 3}  # tokens a round: the widest keeps the most
     for verify, want in [({n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}, (2, 4)),  # r(17) = 2.6
                          ({n: 0.010 for n in range(1, 18)}, (4, 16))]:  # verification free: the widest
@@ -492,10 +495,11 @@ def exact_four_tokens(target, prompt, **w):
 
 @pytest.mark.slow
 def test_level3_exact_the_automatic_tree_whose_size_follows_the_rounds_before(small_pair, small_eagle):  # noqa: F811
-    """At T > 0 the automatic tree's budget for a round depends on what the rounds before emitted (AutoDynamicTree,
-    its sizes (3, 3) then (2, 3) here, and whether to grow at all): the loop's law of 4 tokens is still exactly the
-    target's, a fresh policy per path (seeded: calibrated costs, no clock). Its twin, the residual bug in the tree's
-    walk, is caught the same way."""
+    """The loop with the automatic tree at T = 1 (AutoDynamicTree: its sizes (3, 3) then (2, 3) here, in the order it
+    tries them, and whether to grow at all from what the rounds before emitted): the law of 4 tokens is exactly the
+    target's, a fresh policy per path (seeded: calibrated costs, no clock). Within 4 tokens no path reaches a size
+    chosen by its rate (that needs a third growth); that choice is made, as these are, before the round's draws. Its
+    twin, the residual bug in the tree's walk, is caught the same way."""
     from minispec.policy.tree_policy import AutoDynamicTree
 
     target, w = small_pair[0], dict(temperature=1.0)
@@ -521,3 +525,15 @@ def test_level3_exact_the_automatic_tree_whose_size_follows_the_rounds_before(sm
     broken, _ = loop_law(target, small_eagle, [1, 4, 2], 4, V, generate=tree_speculative_generate, fresh=fresh,
                          rule=broken_accept_tree, **w)
     assert caught(broken, want)
+
+
+def test_a_run_that_draws_its_tokens_tells_the_automatic_tree(small_pair, small_eagle):  # noqa: F811
+    """The loop tells ``tree="auto"``'s policy whether the run draws its tokens, so that its first growth is sampled
+    within the smallest size (AutoDynamicTree's ``sampled``)."""
+    from minispec.rejection import verification_rule
+    from minispec.rounds import choose_policy
+
+    target = small_pair[0]
+    for temperature in (1.0, 0.0):
+        policy, _ = choose_policy(target, small_eagle(), None, "auto", 0, temperature, verification_rule("token"))
+        assert policy.sampled == (temperature > 0) and policy.size == policy.sizes[0]

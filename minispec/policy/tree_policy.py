@@ -170,6 +170,14 @@ SAMPLED_SIZES = ((2, 4), (2, 6), (3, 8), (4, 16))  # (top_k, nodes): the budgets
 # (AutoDynamicTree at T > 0): the small trees timed in docs/eagle/scaling.md ("Small trees, timed") and the default
 
 
+def grown_size(top_k: int, nodes: int, depth: int) -> tuple[int, int]:
+    """(top_k, nodes) as the tree a budget grows within ``depth`` levels: top_k no more than nodes, nodes no more
+    than its levels can hold (top_k, then top_k frontier nodes of top_k children each), so that two budgets that grow
+    the same tree are one size."""
+    top_k = min(top_k, nodes)
+    return top_k, min(nodes, top_k + (depth - 1) * top_k * top_k)
+
+
 def sampled_levels(top_k: int, nodes: int, depth: int) -> int:
     """The levels a tree grown within ``nodes`` reaches (at most ``depth``), as ``dynamic_tree.budgeted`` spends the
     budget: the root's top_k children, then at each level as many frontier nodes (at most top_k) as can have top_k
@@ -235,7 +243,10 @@ class AutoDynamicTree(DynamicTreePolicy):
     same test then decides whether to grow at all, with the best rate. A departure from EAGLE-2, which grows one size:
     on a CPU a pass over 17 tokens costs 2.5 one-token passes, and at T = 1 the small trees pay where the default
     does not (docs/eagle/scaling.md, "Small trees, timed"). Its growths keep the depth the last one-hot root chose
-    (all of them, where none was one-hot: the shape's).
+    (all of them, where none was one-hot: the shape's). Approximations: every size's levels are priced as levels of
+    top_k nodes (a small size's are narrower, so it is taken for somewhat dearer than it is), and a learned t_grow
+    comes from the growths of every size alike. A growth asked for within a size whose root row turns out one-hot
+    (a top-k of 1, say) is grown in full and reranked, keeping at most the size's nodes.
     When growing does not pay, the next
 
         wait = min(max(backoff, ceil(t_grow / (REGROW_SHARE * t(1)))), MAX_WAIT)
@@ -247,7 +258,7 @@ class AutoDynamicTree(DynamicTreePolicy):
     t_grow, the time of a growth of the shape's full depth, starts as the head's calibrated passes: one row (the pass
     that gives the root's children) and ``depth`` - 1 levels, as ``TreePolicy.cost`` prices a tree.
     In a run that follows its clock (``learn``) it becomes the growths it timed, each scaled to the full depth by the
-    passes of the levels it grew, P(depth) / P(levels) (the
+    passes of the levels asked for, P(depth) / P(levels) (at T > 0 the levels its budget reaches; the
     lowest of them until there are 3, then a low quantile; the first growth is not counted: it catches the head up on
     the whole prompt):
     a growth also picks children over the vocabulary and catches the head
@@ -271,8 +282,9 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.growths: list | None = None  # seconds of its last RECENT growths; None until the first was skipped
         self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
-        self.sizes = sorted({(min(k, shape.top_k), min(n, self.max_room)) for k, n in SAMPLED_SIZES}
-                            | {(shape.top_k, self.max_room)}, key=lambda s: (s[1], s[0]))  # T > 0 (class docstring)
+        own = grown_size(shape.top_k, self.max_room, shape.depth)
+        self.sizes = sorted({grown_size(min(k, shape.top_k), min(n, self.max_room), shape.depth) for k, n in SAMPLED_SIZES}
+                            | {own}, key=lambda s: (s[1], s[0]))  # T > 0 (class docstring); each a tree of its own
         self.sampled = sampled  # whether the last growth was sampled (no choose): the next is grown within ``size``
         self.size = self.sizes[0]  # (top_k, nodes) of the next sampled growth
         self.emitted: dict = {}  # size -> tokens its grown rounds emitted, a running mean (weight 0.2 on the newest)
@@ -296,7 +308,7 @@ class AutoDynamicTree(DynamicTreePolicy):
         depth = self.depth if self.shallow < LOOK_EVERY else self.shape.depth  # now and then, look deeper
         self.shallow = self.shallow + 1 if depth < self.shape.depth else 0
         self.asked_depth = depth  # what this growth's time is scaled by (``observe``)
-        self.asked_size = self.size if self.sampled else (self.shape.top_k, self.max_room)  # (top_k, nodes)
+        self.asked_size = self.size if self.sampled else grown_size(self.shape.top_k, self.max_room, self.shape.depth)
         top_k, nodes = self.asked_size
         return DynamicTree(top_k, depth, nodes, self.choose)
 
@@ -392,7 +404,7 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     def sampled_rate(self, size) -> float:
         """The expected tokens a second of a sampled growth within ``size`` (class docstring): priced at the levels
-        its budget reaches at the depth asked for (bug: at the full depth, so after a one-hot root chose a shallow
+        its budget reaches at the depth of the next growth (bug: at the full depth, so after a one-hot root chose a shallow
         depth a sampled tree looked dearer than it was and backed off)."""
         t_grow = self.growth_time(sampled_levels(*size, self.depth))
         return self.emitted[size] / (t_grow + self.verify_time[self.verified[size] + 1])
