@@ -239,14 +239,14 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     after each size has been grown once (smallest first; the first growth is sampled too where the policy is told the
     run draws its tokens, ``sampled``, else it is asked at the shape's own size), and every LOOK_EVERY-th sampled
-    growth takes the size grown longest ago, to look again; the
-    same test then decides whether to grow at all, with the best rate. A departure from EAGLE-2, which grows one size:
-    on a CPU a pass over 17 tokens costs 2.5 one-token passes, and at T = 1 the small trees pay where the default
-    does not (docs/eagle/scaling.md, "Small trees, timed"). Its growths keep the depth the last one-hot root chose
-    (all of them, where none was one-hot: the shape's). Approximations: every size's levels are priced as levels of
-    top_k nodes (a small size's are narrower, so it is taken for somewhat dearer than it is), and a learned t_grow
-    comes from the growths of every size alike. A growth asked for within a size whose root row turns out one-hot
-    (a top-k of 1, say) is grown in full and reranked, keeping at most the size's nodes.
+    growth takes the size grown longest ago, to look again; the same test then decides whether to grow at all, with
+    the best rate. A departure from EAGLE-2, which grows one size: on a CPU a pass over 17 tokens costs 2.5 one-token
+    passes, and at T = 1 the small trees pay where the default does not (docs/eagle/scaling.md, "Small trees,
+    timed"). Its growths keep the depth the last one-hot root chose (all of them, where none was one-hot: the
+    shape's). Approximations: every size's levels are priced as levels of top_k nodes (a small size's are narrower,
+    so it is taken for somewhat dearer than it is), and a learned t_grow comes from the growths of every size alike.
+    A growth asked for within a size whose root row turns out one-hot (a top-k of 1, say) is grown in full and
+    reranked, keeping at most the size's nodes.
     When growing does not pay, the next
 
         wait = min(max(backoff, ceil(t_grow / (REGROW_SHARE * t(1)))), MAX_WAIT)
@@ -277,14 +277,14 @@ class AutoDynamicTree(DynamicTreePolicy):
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
         self.wait, self.backoff, self.chosen = 0, 1, 0  # chosen: the nodes ``choose`` kept this round
         self.row_time = level_time if row_time is None else row_time
-        self.t_grow = self.growth_passes(shape.depth)  # seconds of a growth (class docstring; bug: depth levels of top_k
-        # nodes, where a growth makes one row's pass and depth - 1 levels)
+        self.t_grow = self.growth_passes(shape.depth)  # seconds of a growth (class docstring; bug: depth levels of
+        # top_k nodes, where a growth makes one row's pass and depth - 1 levels)
         self.growths: list | None = None  # seconds of its last RECENT growths; None until the first was skipped
         self.passes: dict = {}  # n -> seconds of its last RECENT passes over n tokens (learning only)
         self.asked = self.chose = False  # this round: a tree was asked for; choose sized it
         own = grown_size(shape.top_k, self.max_room, shape.depth)
-        self.sizes = sorted({grown_size(min(k, shape.top_k), min(n, self.max_room), shape.depth) for k, n in SAMPLED_SIZES}
-                            | {own}, key=lambda s: (s[1], s[0]))  # T > 0 (class docstring); each a tree of its own
+        self.sizes = sorted({grown_size(min(k, shape.top_k), min(n, self.max_room), shape.depth)
+                             for k, n in SAMPLED_SIZES} | {own}, key=lambda s: (s[1], s[0]))  # T > 0, smallest first
         self.sampled = sampled  # whether the last growth was sampled (no choose): the next is grown within ``size``
         self.size = self.sizes[0]  # (top_k, nodes) of the next sampled growth
         self.emitted: dict = {}  # size -> tokens its grown rounds emitted, a running mean (weight 0.2 on the newest)
@@ -404,8 +404,8 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     def sampled_rate(self, size) -> float:
         """The expected tokens a second of a sampled growth within ``size`` (class docstring): priced at the levels
-        its budget reaches at the depth of the next growth (bug: at the full depth, so after a one-hot root chose a shallow
-        depth a sampled tree looked dearer than it was and backed off)."""
+        its budget reaches at the depth of the next growth (bug: at the full depth, so after a one-hot root chose a
+        shallow depth a sampled tree looked dearer than it was and backed off)."""
         t_grow = self.growth_time(sampled_levels(*size, self.depth))
         return self.emitted[size] / (t_grow + self.verify_time[self.verified[size] + 1])
 
