@@ -22,7 +22,7 @@ from ..policy.acceptance import expected_tokens, predicted_speedup
 from .auto_eval import CONTROL
 from .check import TREE_TWINS
 from .measure import MEDIAN_FLOOR
-from .study import honest, noise
+from .study import honest, stored_bound
 
 DRAFT, EAGLE, PL, LS, SELF = "draft:smoldraft-3l-192", "eagle:eagle-smollm2-135m", "prompt-lookup:3", "layer-skip:24", "self"
 NAMES = {DRAFT: "shipped draft", EAGLE: "EAGLE head", PL: "prompt lookup", LS: "layer skip, 24 of 30 layers",
@@ -206,8 +206,9 @@ def eagle_targets(root: Path) -> str:
         return "yes" if ok else "no"
 
     def met(v, goal):  # by the median; "within noise" where the interquartile range holds the goal; "no" for a
-        # median that is itself noise (above its runs' tokens per target pass: study.noise)
-        if noise(v).startswith(" noise"):
+        # median that is itself noise (above its runs' tokens per target pass: study.stored_bound)
+        bound = stored_bound(v)
+        if v.get("speedup") is not None and bound is not None and v["speedup"] > bound:
             return "no (the median is noise)"
         q1, q3 = v.get("speedup_q1"), v.get("speedup_q3")
         spread_holds = q1 is not None and q1 < goal <= q3 or q1 is not None and q1 <= goal < q3
