@@ -336,7 +336,7 @@ def compare_with_plain(gen: Generation) -> tuple[list[float], str]:
             break
     same = "identical output" if plain == res.tokens else "same distribution, different sample"
     median, bound, noise = float(np.median(ratios)), median_bound(bounds), noise_count(ratios, bounds)
-    if median > bound:
+    if bound is not None and median > bound:
         return ratios, (f"; against plain decoding in the same run: {median:.2f}x, which is noise, not a speedup: its "
                         f"runs' {bound:.2f} tokens per target pass (the median) allow no more, so the machine's load "
                         f"changed between the runs ({same}; `minispec bench` repeats and alternates)")

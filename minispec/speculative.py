@@ -82,12 +82,12 @@ def tree_speculative_generate(target: Model, drafter, prompt_ids, max_new_tokens
                               on_token: Callable[[int], None] | None = None, rule="token", trace=None,
                               processors=()) -> SpecResult:
     """Like ``speculative_generate``, but each round verifies a token tree in one target pass (tree.py).
-    ``shape``: (width, depth), "auto" (chosen per round by the cost model, policy/tree_policy.py), or a
-    TreePolicy. ``rule``: "token", the multi-candidate rule (``accept_tree``), or "coupled", the keyed rule
+    ``shape``: (width, depth), "auto" (chosen per round by the cost model: policy/tree_policy.py, or
+    dynamic_tree_policy.py for a drafter that grows EAGLE-2's tree), or a tree policy (``ChoosesTrees``).
+    ``rule``: "token", the multi-candidate rule (``accept_tree``), or "coupled", the keyed rule
     (``accept_tree_coupled``), or a function of ``accept_tree``'s signature (the checks pass a broken twin); block
-    verification decides one chain (for trees see Traversal Verification,
-    arXiv 2505.12398). A ``trace`` records each round's accepted path. ``processors``: as ``speculative_generate``'s,
-    each node's rows with the path to it."""
+    verification decides one chain (for trees see Traversal Verification, arXiv 2505.12398). A ``trace`` records
+    each round's accepted path. ``processors``: as ``speculative_generate``'s, each node's rows with the path to it."""
     accept = tree_rule(rule)  # accept_tree, or accept_tree_coupled: tree.py
     run = start_run(target, drafter, prompt_ids, max_new_tokens, shape=shape, temperature=temperature, top_k=top_k,
                     top_p=top_p, seed=seed, stop_ids=stop_ids, on_token=on_token, trace=trace,

@@ -28,7 +28,8 @@ The coupled rule (``accept_tree_coupled``, Daliri et al. 2024; rejection.coupled
 while the target's own keyed token at the node's position (keyed.py) is one of its children. With children
 drawn as the Gumbel top-W of the draft's q on the same noise (``add_children``), the tree holds W chances at it.
 
-The loop is ``speculative.tree_speculative_generate``; the shape per round, ``policy/tree_policy.py``.
+The loop is ``speculative.tree_speculative_generate``; the shape per round, ``policy/tree_policy.py`` (EAGLE-2's
+dynamic tree: ``policy/dynamic_tree_policy.py``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from minispec.harness.measure import side_by_side
 from minispec.harness.prompts import load_prompts
 from minispec.harness.provenance import provenance
 from minispec.policy import auto_dynamic_tree
-from minispec.policy.tree_policy import AutoDynamicTree
+from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 from minispec.recipes.fetch import shipped_eagle
 from minispec.speculative import tree_speculative_generate
 

@@ -189,7 +189,7 @@ def test_level2_a_deep_sampled_tree_selects_by_value_and_stays_lossless(monkeypa
 
 
 def test_the_cost_model_keeps_the_nodes_that_pay_and_backs_off_when_none_do():
-    from minispec.policy.tree_policy import MAX_WAIT, AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import MAX_WAIT, AutoDynamicTree
 
     values = np.array([0.9, 0.8, 0.5, 0.2, 0.05, 0.01])
     flat = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0)
@@ -221,13 +221,13 @@ def test_a_growth_is_first_priced_as_the_passes_it_makes(monkeypatch):
     share of the full one by its levels); a learned growth time scales those passes."""
     from types import SimpleNamespace
 
-    from minispec.policy import tree_policy
+    from minispec.policy import dynamic_tree_policy
 
     verify = SimpleNamespace(times={n: 0.010 for n in range(1, 18)})
-    monkeypatch.setattr(tree_policy, "verify_calibration", lambda target, ns: verify)
-    monkeypatch.setattr(tree_policy, "level_calibration", lambda drafter: SimpleNamespace(times={1: 0.001, 4: 0.004}))
+    monkeypatch.setattr(dynamic_tree_policy, "verify_calibration", lambda target, ns: verify)
+    monkeypatch.setattr(dynamic_tree_policy, "level_calibration", lambda drafter: SimpleNamespace(times={1: 0.001, 4: 0.004}))
     target = SimpleNamespace(cfg=SimpleNamespace(max_position_embeddings=2048))
-    policy = tree_policy.auto_dynamic_tree(target, drafter=None, shape=DynamicTree(4, 5, 16), learn=False)
+    policy = dynamic_tree_policy.auto_dynamic_tree(target, drafter=None, shape=DynamicTree(4, 5, 16), learn=False)
     assert policy.t_grow == pytest.approx(0.001 + 4 * 0.004)
     assert policy.growth_time(2) == pytest.approx(0.001 + 0.004)  # a shallower growth: the passes it makes
     policy.growths, policy.t_grow = [], 2 * policy.t_grow  # learned: twice the calibrated passes, at every depth
@@ -238,7 +238,7 @@ def test_a_paid_growth_is_left_out_of_the_size_but_decides_whether_to_grow_again
     """choose sizes the tree by verification alone (the growth is paid by then); whether the next round grows is
     decided before growing, the growth's time included (bug: a growth that kept nothing cost 1.5 target steps, paid
     again after every back-off: 0.79x on code)."""
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     values = np.array([0.9, 0.8, 0.5])
     verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
@@ -256,7 +256,7 @@ def test_the_growth_time_is_learned_from_the_rounds_unless_the_run_is_seeded():
     """A growth that takes far longer than the head's calibrated levels (the vocabulary's children, the catch-up)
     stops the trees once timed; the first growth (the head's catch-up on the whole prompt) is not counted; a seeded
     run keeps the calibration, so its choices repeat."""
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     values = np.array([0.9, 0.8, 0.5])
     verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
@@ -281,7 +281,7 @@ def test_the_growth_time_is_learned_from_the_rounds_unless_the_run_is_seeded():
 def test_a_round_that_grew_nothing_teaches_nothing():
     """A tree asked for but not grown (the head has no features yet, or no room), without choose: no growth timed,
     no plan (its draft time is not a growth's)."""
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     pol = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.001)
     for _ in range(5):
@@ -293,7 +293,7 @@ def test_a_round_that_grew_nothing_teaches_nothing():
 def test_at_t1_grown_rounds_that_emit_little_back_off_from_their_tokens():
     """At T > 0 there is no choose: the tokens the grown rounds emitted decide, with calibrated costs in a seeded
     run (so the choices depend on the seed's draws, not on the clock), learned ones otherwise."""
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
     for accepted, grows in ((0, False), (3, True)):  # 1 token for 3.6 steps; 4 tokens for 3.6 steps (t_grow 1)
@@ -314,7 +314,7 @@ def test_at_t1_the_tree_is_grown_within_the_size_that_pays():
     once, then the one whose rounds emitted the most tokens per second of growth and verification, and every
     LOOK_EVERY-th sampled growth the size grown longest ago (bug: always the shape's 16 nodes, r(17) = 2.5 target
     steps where 2 x 4 nodes cost r(5) = 1.5 and kept almost as many: 0.92x against the small trees' 1.22x)."""
-    from minispec.policy.tree_policy import LOOK_EVERY, AutoDynamicTree, sampled_levels
+    from minispec.policy.dynamic_tree_policy import LOOK_EVERY, AutoDynamicTree, sampled_levels
 
     root = np.random.default_rng(3).standard_normal(64)
     for k, n, d in [(2, 4, 5), (2, 6, 5), (3, 8, 5), (4, 16, 5), (4, 40, 5), (4, 40, 2), (1, 3, 5), (3, 5, 5)]:
@@ -351,7 +351,7 @@ def test_the_cost_model_chooses_the_depth_of_the_next_growth_and_looks_deeper_no
     maximises max_N E_d(N) / (t_grow d / depth + t(N + 1)); a shallow growth cannot see deeper nodes, so every
     LOOK_EVERY-th grows the full depth again. Cheap levels, cheap passes and valuable deep nodes keep the full depth;
     without depths (a caller that gives none) the depth never changes."""
-    from minispec.policy.tree_policy import LOOK_EVERY, AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import LOOK_EVERY, AutoDynamicTree
 
     values = np.array([0.8, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02])
     depths = np.array([1, 2, 1, 3, 4, 5, 5])
@@ -383,7 +383,7 @@ def test_one_growth_of_little_worth_among_good_ones_does_not_stop_the_trees():
     """plan expects the next growth to be worth what the growths so far were (a running mean, WORTH_WEIGHT on the
     newest), not the last one alone (bug: one growth of little worth made the next 16 rounds plain, 1.61 tokens a pass
     where a fixed 2x2x4 tree kept 2.23); growths of little worth, one after another, still stop them."""
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     verify = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in range(1, 18)}
     good, poor = np.array([0.9, 0.8, 0.7]), np.array([0.05, 0.02, 0.01])
@@ -402,7 +402,7 @@ def test_one_growth_of_little_worth_among_good_ones_does_not_stop_the_trees():
 
 
 def test_trust_learns_how_far_the_values_overpromise():
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     pol = AutoDynamicTree(DynamicTree(4, 5, 16), {n: 0.010 for n in range(1, 18)}, 0.0)
     for _ in range(30):
@@ -416,7 +416,7 @@ def test_trust_learns_how_far_the_values_overpromise():
 
 
 def test_greedy_auto_dynamic_tree_equals_plain_and_drafts(big_pair, big_eagle_dir):  # noqa: F811
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     target = big_pair[0]
     prompt = [3, 17, 5, 9]
@@ -500,7 +500,7 @@ def test_level3_exact_the_automatic_tree_whose_size_follows_the_rounds_before(sm
     target's, a fresh policy per path (seeded: calibrated costs, no clock). Within 4 tokens no path reaches a size
     chosen by its rate (that needs a third growth); that choice is made, as these are, before the round's draws. Its
     twin, the residual bug in the tree's walk, is caught the same way."""
-    from minispec.policy.tree_policy import AutoDynamicTree
+    from minispec.policy.dynamic_tree_policy import AutoDynamicTree
 
     target, w = small_pair[0], dict(temperature=1.0)
 

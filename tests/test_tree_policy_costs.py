@@ -1,6 +1,6 @@
-"""What the tree policies (minispec/policy/tree_policy.py) charge a round against what it really does: a tree's
-levels against the passes its drafter makes, a sampled growth at the depth it was asked for, and the values a
-round verified against what it accepted."""
+"""What the tree policies (minispec/policy/tree_policy.py, dynamic_tree_policy.py) charge a round against what it
+really does: a tree's levels against the passes its drafter makes, a sampled growth at the depth it was asked for,
+and the values a round verified against what it accepted."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,8 @@ from minispec import load_eagle
 from minispec.drafters import DraftModel
 from minispec.drafters.dynamic_tree import DynamicTree, grow
 from minispec.policy.auto_k import MARGIN
-from minispec.policy.tree_policy import AutoDynamicTree, TreePolicy
+from minispec.policy.dynamic_tree_policy import AutoDynamicTree
+from minispec.policy.tree_policy import TreePolicy
 from minispec.sampling import Stream, Warp
 
 from .test_eagle import big_eagle_dir  # noqa: F401 (fixture)

@@ -10,7 +10,7 @@ Li et al. 2024, EAGLE-2 (arXiv 2406.16858), section 4. Paper -> code:
     reranking       after ``depth`` levels, the ``nodes`` nodes of highest value, parents before children. A child's
                     value is at most its parent's, so the kept set holds every kept node's ancestors (``rerank``)
     tree size -1    EAGLE's code's automatic size (total_token=-1): timed target passes choose N. Here ``choose``,
-                    the cost model's pick from the values and the measured t(n) (policy/tree_policy.py). Departing
+                    the cost model's pick from the values and the measured t(n) (policy/dynamic_tree_policy.py). Departing
                     from the paper's fixed depth, ``choose`` also gets each node's depth, from which that cost model
                     picks the depth of the next growth (``AutoDynamicTree``)
 
@@ -48,7 +48,7 @@ class DynamicTree:
     depth: int = 5
     nodes: int = 16
     choose: Callable | None = field(default=None, compare=False)  # at T = 0: the grown nodes' values, best first,
-    # and their depths -> how many to keep (at most ``nodes``; 0: verify none); None keeps ``nodes`` (tree_policy.py)
+    # and their depths -> how many to keep (at most ``nodes``; 0: verify none); None keeps ``nodes`` (dynamic_tree_policy.py)
 
     def __post_init__(self):
         for name in ("top_k", "depth", "nodes"):

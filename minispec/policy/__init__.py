@@ -14,9 +14,10 @@ and has no ``keep``; ``start_run`` reads its ``max_room`` (the most nodes a tree
 lists the ``calibrations`` of a ``Calibrated`` policy (every shipped one); the CLI also reads its ``slowdown``, and
 the cost model of one that ``ChoosesByCost``.
 
-``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``, auto_k.py) and ``TreePolicy`` (``tree="auto"``,
-tree_policy.py) choose from a cost model fed by measured costs (costs.py: each a calibration, calibration.py, of a
-timing, timing.py) and acceptance estimates (acceptance.py).
+``FixedK`` is the textbook policy. ``AutoK`` (``k="auto"``, auto_k.py), ``TreePolicy`` (``tree="auto"``,
+tree_policy.py) and, for a drafter that grows EAGLE-2's dynamic tree, ``AutoDynamicTree`` (dynamic_tree_policy.py)
+choose from a cost model fed by measured costs (costs.py: each a calibration, calibration.py, of a timing,
+timing.py) and acceptance estimates (acceptance.py).
 None of them changes the output distribution: every token still comes from the rejection rule.
 
 Seeds. The policy decides how many random numbers a round draws (one per guess drafted, one per
@@ -52,9 +53,10 @@ from .acceptance import Acceptance, PerContext, expected_tokens, run_length
 from .auto_k import AutoK, FixedK, ProbeBudget, StoppedK, auto_k, probe_cost, stopped_k
 from .calibration import Calibration, disagreed, notes_of
 from .costs import drafter_calibration, drafter_costs, level_calibration, verify_calibration
+from .dynamic_tree_policy import AutoDynamicTree, DynamicTreePolicy, auto_dynamic_tree
 from .protocol import Calibrated, ChoosesByCost, ChoosesK, ChoosesTrees, calibrations_of
 from .timing import forward_times, guess_time
-from .tree_policy import AutoDynamicTree, DynamicTreePolicy, TreePolicy, auto_dynamic_tree, auto_tree_policy
+from .tree_policy import TreePolicy, auto_tree_policy
 
 __all__ = ["Acceptance", "AutoDynamicTree", "AutoK", "Calibrated", "Calibration", "ChoosesByCost", "ChoosesK", "ChoosesTrees",
            "DynamicTreePolicy", "FixedK", "PerContext", "ProbeBudget", "StoppedK", "TreePolicy",

@@ -2,7 +2,8 @@
 capabilities that a run's result and the CLI read, asked for by name (``isinstance(policy, Calibrated)``), never
 by class. A policy need not inherit from anything: these are ``typing.Protocol`` with ``runtime_checkable``.
 
-Every shipped policy (FixedK, AutoK, StoppedK: auto_k.py; TreePolicy, fixed or automatic: tree_policy.py) is
+Every shipped policy (FixedK, AutoK, StoppedK: auto_k.py; TreePolicy, fixed or automatic: tree_policy.py;
+DynamicTreePolicy and AutoDynamicTree: dynamic_tree_policy.py) is
 ``Calibrated``; AutoK, StoppedK and TreePolicy also ``ChoosesByCost``. A caller's own policy needs only
 ``ChoosesK`` or ``ChoosesTrees``.
 
