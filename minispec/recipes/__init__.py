@@ -11,6 +11,7 @@ CPU); run them to reproduce ``weights/``. The core never imports them.
     train_eagle_ttt.py  the EAGLE head trained with EAGLE-3's training-time test, on those shards: the shipped
                         head (weights/eagle-smollm2-135m), made by scripts/eagle_recipe.sh
     eval_overlap.py     the evaluation prompts kept out of that data (a window sharing 8 words with one is dropped)
+    wordnet_subjects.py WordNet's nouns, for the chat requests the target writes about them (eagle_data's --ask-subjects)
     train_bpe_draft.py  the draft with its own tokenizer (weights/bpe8k-draft-4l-384)
     store_bf16.py       a trained file's floats stored in bfloat16 (the EAGLE head)
     quantize_int8.py    a draft's matrices stored in int8 with a scale per row (the two drafts); a float32 copy back

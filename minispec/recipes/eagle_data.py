@@ -38,7 +38,8 @@ each chat shard's prompts the target is asked to write the request itself (self-
 is asked: ``chatbot``, "... that a user could ask a chatbot", the first folders' wording, led about one chat prompt in
 seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"; ``--ask-subjects own``
 first asks it to list topics of a few listed subjects, and asks for each request about one of the topics it listed,
-so that the requests are about more things than the lists here hold; ``--ask-filter shape`` keeps only what reads as a
+so that the requests are about more things than the lists here hold, and ``--ask-subjects wordnet`` asks about one
+of about 9,000 nouns of WordNet (``wordnet_subjects.py``); ``--ask-filter shape`` keeps only what reads as a
 user's question or instruction, ``reads_as_request``, of twice as many asked for). What it writes is replaced by a
 built request (``chat_instruction``: a template's, or one made from a standard-library function, half and half)
 where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
@@ -63,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import re
 import sys
@@ -74,6 +76,7 @@ import numpy as np
 from ..harness.provenance import provenance
 from .eval_overlap import EvalRuns, external_prompts_dir, prompt_files
 from .windows import read_windows, write_windows
+from .wordnet_subjects import WORDNET_DIR, wordnet_subjects
 
 KINDS = ("code-greedy", "chat-greedy", "chat-t1", "text", "chat-greedy", "code-t1", "text")
 LOW, MID = 2, 14  # layer outputs stored beside the top: hidden_states[LOW + 1] and [MID + 1] in transformers
@@ -271,12 +274,13 @@ def reads_as_request(text: str) -> bool:
 
 
 def asked_instructions(target, tok, n: int, rng, seed: int, overlap, wording: str = "chatbot",
-                       own: bool = False, shape: bool = False) -> list[str | None]:
+                       own: bool = False, shape: bool = False, subjects: list[str] | None = None) -> list[str | None]:
     """n requests the target writes itself (the module docstring's ``--asked``), asked in ``ASK_WORDINGS[wording]``
-    at T = 0.6 and top-p 0.9 about a listed subject (``own``: about a topic the target lists first, ``own_subjects``):
+    at T = 0.6 and top-p 0.9 about a subject of ``subjects`` (default: the lists here; ``--ask-subjects wordnet``:
+    WordNet's nouns, wordnet_subjects.py), or (``own``) about a topic the target lists first, ``own_subjects``:
     ``first_text`` of its reply; None where that is not 3 to 40 words, or holds a short evaluation prompt, or
     (``shape``) does not read as a user's request (``reads_as_request``)."""
-    subjects = all_topics() + SUBJECTS
+    subjects = subjects or all_topics() + SUBJECTS
     styles, chosen = [], []
     for _ in range(n):  # (drawn in this order, style then subject, as before --ask-subjects: the same requests)
         styles.append(ASK_STYLES[rng.integers(len(ASK_STYLES))])
@@ -502,8 +506,9 @@ def windows_without_features(out: Path) -> dict:
     return pending
 
 
-def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -> tuple[dict, dict]:
-    """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``)."""
+def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None, subjects=None) -> tuple[dict, dict]:
+    """Shard ``i`` -> (arrays, record); ``made``: {shard: windows} generated before (``load_generations``);
+    ``subjects``: what the target's requests are about (``asked_instructions``; None: the lists here)."""
     kind = args.kinds[i % len(args.kinds)]
     t0 = time.perf_counter()
     n_asked, gen_features = 0, None  # gen_features: what the generation computed (generate)
@@ -522,7 +527,7 @@ def make_shard(i: int, target, tok, files, overlap: EvalRuns, args, made=None) -
             if kind.startswith("chat"):
                 ask = 2 * m if args.ask_filter == "shape" else m  # shape: twice as many asked for, the first m kept
                 requests = asked_instructions(target, tok, ask, rng, seed, overlap, args.ask_wording,
-                                              args.ask_subjects == "own", args.ask_filter == "shape")
+                                              args.ask_subjects == "own", args.ask_filter == "shape", subjects)
                 if ask > m:
                     kept = [r for r in requests if r is not None][:m]
                     requests = kept + [None] * (m - len(kept))
@@ -653,9 +658,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ask-wording", choices=sorted(ASK_WORDINGS), default="chatbot",
                    help="with --asked, how the target is asked to write a request (ASK_WORDINGS; default chatbot, "
                         "the first folders')")
-    p.add_argument("--ask-subjects", choices=("lists", "own"), default="lists",
-                   help="with --asked, what a request is about: a subject of the lists here (default), or a topic the "
-                        "target lists first for a few of them (own)")
+    p.add_argument("--ask-subjects", choices=("lists", "own", "wordnet"), default="lists",
+                   help="with --asked, what a request is about: a subject of the lists here (default), a topic the "
+                        "target lists first for a few of them (own), or one of WordNet's tagged nouns (wordnet: "
+                        "about 9,000, from Debian's wordnet-base; wordnet_subjects.py)")
+    p.add_argument("--wordnet", default=None, metavar="DIR",
+                   help="with --ask-subjects wordnet, the folder of WordNet's cntlist.rev (default: /usr/share/wordnet)")
     p.add_argument("--ask-filter", choices=("none", "shape"), default="none",
                    help="with --asked, which of the target's requests are kept beside the length and evaluation "
                         "rules: all (none, default), or those that read as a user's question or instruction (shape: "
@@ -707,6 +715,17 @@ def main(argv=None) -> int:
         print(f"error: --ask-subjects {args.ask_subjects} chooses what the requests of --asked are about, which is 0",
               file=sys.stderr)
         return 2
+    if args.wordnet and args.ask_subjects != "wordnet":
+        print(f"error: --wordnet {args.wordnet} is where --ask-subjects wordnet reads its nouns; pass both",
+              file=sys.stderr)
+        return 2
+    subjects = None  # what requests are asked about: the lists here, unless --ask-subjects wordnet
+    if args.ask_subjects == "wordnet":
+        try:
+            subjects = wordnet_subjects(args.wordnet or WORDNET_DIR)
+        except (OSError, ValueError) as e:
+            print(f"error: --ask-subjects wordnet: {e}", file=sys.stderr)
+            return 2
     if args.asked and not any(k.startswith("chat") for k in args.kinds):
         print(f"error: --asked {args.asked} needs a chat kind in --kinds ({','.join(args.kinds)})", file=sys.stderr)
         return 2
@@ -752,6 +771,9 @@ def main(argv=None) -> int:
         shaping["ask_wording"] = args.ask_wording
     if args.ask_subjects != "lists":  # (likewise)
         shaping["ask_subjects"] = args.ask_subjects
+    if subjects:  # which nouns: another WordNet would ask other requests
+        listed = "\n".join(subjects).encode()
+        shaping["subjects"] = dict(count=len(subjects), sha256=hashlib.sha256(listed).hexdigest()[:16])
     if args.ask_filter != "none":  # (likewise)
         shaping["ask_filter"] = args.ask_filter
     folder = dict(shaping)  # the folder's settings: the windows' shaping, and FOLDER_ONLY: another target writes
@@ -830,7 +852,7 @@ def main(argv=None) -> int:
     def write_shard(i: int) -> dict:
         nonlocal manifest, made, spent
         start = time.perf_counter()
-        arrays, record = make_shard(i, target, tok, files, overlap, args, generations)
+        arrays, record = make_shard(i, target, tok, files, overlap, args, generations, subjects)
         if i in pending:  # what the generating run made and dropped, and its minutes
             first = pending[i][1]
             record.update(windows=first["windows"], dropped=first["dropped"] + record["dropped"], asked=first.get("asked", 0),
