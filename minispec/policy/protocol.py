@@ -3,9 +3,8 @@ capabilities that a run's result and the CLI read, asked for by name (``isinstan
 by class. A policy need not inherit from anything: these are ``typing.Protocol`` with ``runtime_checkable``.
 
 Every shipped policy (FixedK, AutoK, StoppedK: auto_k.py; TreePolicy, fixed or automatic: tree_policy.py;
-DynamicTreePolicy and AutoDynamicTree: dynamic_tree_policy.py) is
-``Calibrated``; AutoK, StoppedK and TreePolicy also ``ChoosesByCost``. A caller's own policy needs only
-``ChoosesK`` or ``ChoosesTrees``.
+DynamicTreePolicy and AutoDynamicTree: dynamic_tree_policy.py) is ``Calibrated``; AutoK, StoppedK and TreePolicy
+also ``ChoosesByCost``. A caller's own policy needs only ``ChoosesK`` or ``ChoosesTrees``.
 
 ``context``, the drafter's label of the round, costs the drafter some work (the EAGLE head's catch-up and first
 guess: drafters/eagle.py), so a policy that never reads it says so with ``reads_context = False`` (FixedK,

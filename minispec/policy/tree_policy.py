@@ -146,7 +146,8 @@ MAX_NODES = 16  # the most nodes of an automatic tree
 
 
 def tree_verify_ns(target, max_nodes: int = MAX_NODES) -> range:
-    """The n of the target's t(n) that ``auto_tree_policy`` calibrates: 1..max_nodes + 1, below the target's context."""
+    """The n of the target's t(n) that ``auto_tree_policy`` (and ``auto_dynamic_tree``) calibrates: 1..max_nodes + 1,
+    below the target's context."""
     return range(1, max(1, min(max_nodes, target.cfg.max_position_embeddings - 1)) + 2)
 
 

@@ -39,13 +39,13 @@ is asked: ``chatbot``, "... that a user could ask a chatbot", the first folders'
 seven to name a chatbot, an AI or an assistant; ``person``, "... as a person would ask it"; ``--ask-subjects own``
 first asks it to list topics of a few listed subjects, and asks for each request about one of the topics it listed,
 so that the requests are about more things than the lists here hold, and ``--ask-subjects wordnet`` asks about one
-of about 9,000 nouns of WordNet (``wordnet_subjects.py``); ``--ask-filter shape`` keeps only what reads as a
-user's question or instruction, ``reads_as_request``, of twice as many asked for). What it writes is replaced by a
-built request (``chat_instruction``: a template's, or one made from a standard-library function, half and half)
-where it is not 3 to 40 words, so fewer than F of the prompts end up its own (the shard records
-``asked``: how many are). Template x topic prompts repeat
-their few wordings; the target's own requests vary as users' do. An asked request that holds a whole short evaluation
-prompt (fewer than 8 words, which the window rule cannot see) is replaced so too (``EvalRuns.holds_short``).
+of about 8,400 nouns of WordNet (``wordnet_subjects.py``: Debian's wordnet-base, or the folder ``--wordnet DIR``);
+``--ask-filter shape`` keeps only what reads as a user's question or instruction, ``reads_as_request``, of twice as
+many asked for). What it writes is replaced by a built request (``chat_instruction``: a template's, or one made from
+a standard-library function, half and half) where it is not 3 to 40 words, so fewer than F of the prompts end up its
+own (the shard records ``asked``: how many are). Template x topic prompts repeat their few wordings; the target's
+own requests vary as users' do. An asked request that holds a whole short evaluation prompt (fewer than 8 words,
+which the window rule cannot see) is replaced so too (``EvalRuns.holds_short``).
 
 Every window (prompt + answer, or chunk) that shares a run of 8 lowercased words with an evaluation prompt
 (``eval_overlap.py``: minispec/data and the external prompt sets) is dropped before its features are computed, and
@@ -661,7 +661,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ask-subjects", choices=("lists", "own", "wordnet"), default="lists",
                    help="with --asked, what a request is about: a subject of the lists here (default), a topic the "
                         "target lists first for a few of them (own), or one of WordNet's tagged nouns (wordnet: "
-                        "about 9,000, from Debian's wordnet-base; wordnet_subjects.py)")
+                        "about 8,400, from Debian's wordnet-base; wordnet_subjects.py)")
     p.add_argument("--wordnet", default=None, metavar="DIR",
                    help="with --ask-subjects wordnet, the folder of WordNet's cntlist.rev (default: /usr/share/wordnet)")
     p.add_argument("--ask-filter", choices=("none", "shape"), default="none",
@@ -771,11 +771,11 @@ def main(argv=None) -> int:
         shaping["ask_wording"] = args.ask_wording
     if args.ask_subjects != "lists":  # (likewise)
         shaping["ask_subjects"] = args.ask_subjects
+    if args.ask_filter != "none":  # (likewise)
+        shaping["ask_filter"] = args.ask_filter
     if subjects:  # which nouns: another WordNet would ask other requests
         listed = "\n".join(subjects).encode()
         shaping["subjects"] = dict(count=len(subjects), sha256=hashlib.sha256(listed).hexdigest()[:16])
-    if args.ask_filter != "none":  # (likewise)
-        shaping["ask_filter"] = args.ask_filter
     folder = dict(shaping)  # the folder's settings: the windows' shaping, and FOLDER_ONLY: another target writes
     if args.target:  # other windows and features, and a build without the external sets keeps windows their rule
         folder["target"] = str(Path(args.target).resolve())  # would drop, so a resume that changes either is refused
