@@ -18,6 +18,7 @@ CODE_ASKED_S3 = ROOT / "docs" / "eagle" / "data_manifest_code_asked.json"
 ASKED_S4 = ROOT / "docs" / "eagle" / "data_manifest_asked_s4.json"
 OWN_S6 = ROOT / "docs" / "eagle" / "data_manifest_own_s6.json"
 OWN_S7 = ROOT / "docs" / "eagle" / "data_manifest_own_s7.json"
+WORDNET_S8 = ROOT / "docs" / "eagle" / "data_manifest_wordnet_s8.json"
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +42,16 @@ def test_a_malformed_line_is_refused_with_its_number(tmp_path):
         file_texts(f)
 
 
-@pytest.mark.parametrize("manifest_file", [MANIFEST, GENERATIONS, ASKED, ASKED_S3, CODE_ASKED_S3, ASKED_S4, OWN_S6, OWN_S7],
+@pytest.mark.parametrize("manifest_file", [MANIFEST, GENERATIONS, ASKED, ASKED_S3, CODE_ASKED_S3, ASKED_S4, OWN_S6, OWN_S7,
+                                           WORDNET_S8],
                          ids=["data build", "generations", "asked", "asked s3", "code asked s3", "asked s4", "own s6",
-                              "own s7"])
+                              "own s7", "wordnet s8"])
 def test_every_dropped_window_of_the_manifest_shares_a_run_with_the_file_it_names(own, manifest_file):
     """Checks the rule without the data cache: each recorded run is a run of 8 words of the evaluation file named.
     minispec's own files are always here; a run from an external file is checked where that folder is present. The
     committed manifests: the data build's, the --generate-only run's that grew weights/eagle-data/, the first --asked
-    run's, and those of the --asked and --asked-code folders whose windows weights/eagle-data/ holds (seeds 3 and 4)."""
+    run's, and those of the --asked and --asked-code folders whose windows weights/eagle-data/ holds (seeds 3, 4, 6, 7
+    and 8)."""
     manifest = json.loads(manifest_file.read_text())
     external = external_prompts_dir()
     mine = {f["name"]: f["sha256"] for f in own.files}
@@ -68,7 +71,8 @@ def test_every_dropped_window_of_the_manifest_shares_a_run_with_the_file_it_name
 
 
 @pytest.mark.parametrize("name", ["generations-s2.npz", "generations-asked-s3.npz", "generations-code-asked-s3.npz",
-                                  "generations-asked-s4.npz", "generations-own-s6.npz", "generations-own-s7.npz"])
+                                  "generations-asked-s4.npz", "generations-own-s6.npz", "generations-own-s7.npz",
+                                  "generations-wordnet-s8.npz"])
 def test_the_committed_generations_share_no_run_with_an_evaluation_prompt(name):
     """weights/eagle-data/'s windows, decoded: no window shares a run of 8 words with minispec's evaluation
     prompts, nor with the external sets where that folder is present (CI has it beside the clone)."""
