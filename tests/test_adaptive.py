@@ -6,10 +6,12 @@ import pytest
 
 from minispec import generate, load_model, rejection
 from minispec.drafters import DraftModel, PromptLookup
+from minispec.drafters.dynamic_tree import DynamicTree
 from minispec.harness.exact_loop import loop_law
 from minispec.model.tiny import tiny_config, write_random_model
 from minispec.policy import (
     Acceptance,
+    AutoDynamicTree,
     AutoK,
     Calibrated,
     ChoosesByCost,
@@ -505,12 +507,29 @@ def test_a_policy_without_a_probe_share_never_probes_even_where_a_probe_costs_no
     (lambda: AutoK(CPU_LIKE, 0.001, k_max=9), "it lacks n = [10]"),
     (lambda: AutoK({**CPU_LIKE, 1: 0.0}, 0.001, k_max=3), "must hold positive seconds; got {1: 0.0}"),
     (lambda: TreePolicy(CPU_LIKE, {w: 0.001 for w in range(1, 5)}), "it lacks n = [10, 11, 13, 15, 16, 17]"),
+    (lambda: AutoDynamicTree(DynamicTree(4, 5, 16), {}, 0.001), "verify_time needs t(n) for n = 1 and more"),
+    (lambda: AutoDynamicTree(DynamicTree(4, 5, 16), {1: 0.01, 3: 0.02}, 0.001), "it lacks n = [2]"),
+    (lambda: AutoDynamicTree(DynamicTree(4, 5, 4), {n: 0.01 * (n != 3) for n in range(1, 6)}, 0.001),
+     "must hold positive seconds; got {3: 0.0}"),
 ])
 def test_a_cost_table_that_cannot_price_every_choice_is_refused_when_the_policy_is_made(make, says):
     """(bug: a bare KeyError, an empty max() or a division by zero at the first round.)"""
     with pytest.raises(ValueError) as e:
         make()
     assert says in str(e.value)
+
+
+def test_a_learning_policy_leaves_the_callers_cost_table_as_it_was():
+    """Learning rewrites the policy's own t(n), not the table it was given (bug: TreePolicy rewrote the caller's)."""
+    given = dict(CPU_LIKE)
+    rounds = [(AutoK(given, 0.001, k_max=8), dict()),  # a plain step learns t(1)
+              (TreePolicy(given, {w: 0.001 for w in range(1, 5)}, max_nodes=8), dict(nodes=1)),  # a pass, its t(2)
+              (AutoDynamicTree(DynamicTree(4, 5, 8), given, 0.001), dict(nodes=1))]
+    for p, nodes in rounds:
+        for _ in range(3):
+            p.observe(0, 0, 0.0, 0.5, **nodes)  # the pass took 0.5 s, far from the table's 0.010 and 0.0224
+        assert p.verify_time != CPU_LIKE, type(p).__name__  # it learned
+    assert given == CPU_LIKE
 
 
 def test_stopped_k_is_the_textbook_k_cut_by_the_stop():

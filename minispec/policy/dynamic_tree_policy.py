@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..drafters.dynamic_tree import DynamicTree
-from .auto_k import MARGIN, RECENT, low_quantile
+from .auto_k import MARGIN, RECENT, check_costs, low_quantile
 from .costs import level_calibration, verify_calibration
 from .tree_policy import learn_pass, tree_verify_ns
 
@@ -142,6 +142,9 @@ class AutoDynamicTree(DynamicTreePolicy):
         level of top_k nodes, ``row_time`` its pass over one row (default: ``level_time``). ``sampled``: the run
         draws its tokens (T > 0), so its first growth is sampled too and takes the smallest size (class docstring)."""
         super().__init__(shape)
+        if not verify_time:
+            raise ValueError("verify_time needs t(n) for n = 1 and more; it is empty")
+        check_costs(verify_time, range(1, min(shape.nodes, max(verify_time) - 1) + 2), f"a tree of at most {shape.nodes} nodes")
         self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
         self.max_room = min(shape.nodes, max(verify_time) - 1)
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
@@ -189,9 +192,7 @@ class AutoDynamicTree(DynamicTreePolicy):
         """How many of the grown nodes (``values``, best first, and their ``depths``) to verify."""
         self.chose, E = True, self.expected_tokens(values)
         rates = [E[n] / self.verify_time[n + 1] for n in range(len(E))]  # the growth is paid already
-        n = int(np.argmax(rates))
-        if rates[n] <= 1.0 / self.verify_time[1]:
-            n = 0
+        n = int(np.argmax(rates))  # 0, a plain pass (rates[0] = 1 / t(1)), unless some tree beats it
         self.chosen = n  # the tree may verify fewer (``observe``)
         self.values, self.depths = values, depths  # what the next growth is expected to be worth (``observe``)
         self.grown = int(depths.max()) if depths is not None and len(depths) else self.shape.depth

@@ -47,7 +47,8 @@ class TreePolicy:
                  claims=None):
         """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` {w: one tree level of
         w nodes}, ``feed_time`` per token the drafter must catch up on; ``claims``: as AutoK's."""
-        self.verify_time, self.level_time, self.max_nodes, self.auto, self.shape = verify_time, level_time, max_nodes, auto, shape
+        self.verify_time, self.level_time = dict(verify_time), level_time  # a copy: learning rewrites t(n)
+        self.max_nodes, self.auto, self.shape = max_nodes, auto, shape
         if auto:  # every shape it may choose is priced: refused here, not at the first round
             check_costs(verify_time, sorted({w * d + 1 for w, d in self.shapes()}), f"at most max_nodes = {max_nodes} nodes")
         self.feed_time, self.acc, self.budget = feed_time, PerContext(Acceptance(), claims), ProbeBudget(probe_share)
