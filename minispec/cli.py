@@ -1,4 +1,4 @@
-"""`minispec generate | calibrate | fetch | convert | check | bench` (run ``minispec COMMAND --help``)."""
+"""`minispec generate | calibrate | fetch | convert | check | conform | bench` (run ``minispec COMMAND --help``)."""
 
 from __future__ import annotations
 
