@@ -25,6 +25,7 @@ dew%2:19:00:: 1 2
 d.c.%1:15:00:: 1 1
 b-52%1:06:00:: 1 1
 tv%1:06:00:: 1 4
+fogbank%1:19:00:: 1 0
 """
 
 
@@ -39,7 +40,7 @@ def test_wordnet_subjects_are_the_tagged_nouns_of_the_kinds_kept(tmp_path):
     """Nouns (ss_type 1) whose commonest sense (1) is of a kept lexicographer file, each once, "_" read as a space;
     not a verb ("fog" as 2:30; "dew", a made-up verb line in a noun's file number), a person (18), an attribute
     (7), a noun whose commonest sense is a quantity though another is an artifact ("lot"), nor a lemma with dots or
-    digits, or of two letters."""
+    digits, or of two letters, nor a noun its corpus never tagged ("fogbank", a made-up count of 0)."""
     assert wordnet_subjects(wordnet_dir(tmp_path)) == ["ice cream", "lemon", "thunder"]
 
 
@@ -49,6 +50,10 @@ def test_wordnet_subjects_refuse_a_missing_file_and_a_line_not_of_its_form(tmp_p
     for i, bad in enumerate(("lemon 1 6", "lemon%1:13 x 6", "lemon%1:13:00:: 1", "lemon%1:13:00:: 1 \u00b2")):
         with pytest.raises(ValueError, match=r"cntlist.rev:2: not a line of WordNet's cntlist.rev"):
             wordnet_subjects(wordnet_dir(tmp_path / f"bad{i}", f"lemon%1:13:00:: 1 6\n{bad}\n"))
+    with pytest.raises(ValueError, match=r"cntlist.rev:2: not UTF-8 text"):
+        folder = wordnet_dir(tmp_path / "latin1")
+        (folder / "cntlist.rev").write_bytes(b"lemon%1:13:00:: 1 6\ncaf\xe9%1:13:00:: 1 2\n")
+        wordnet_subjects(folder)
     with pytest.raises(ValueError, match="no tagged noun of the kinds kept"):
         wordnet_subjects(wordnet_dir(tmp_path / "people", "carpenter%1:18:00:: 1 5\n"))
 

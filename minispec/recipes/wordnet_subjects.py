@@ -6,8 +6,8 @@ Why: the head keeps fewer first guesses on chat prompts whose answers state fact
 touches (docs/eagle/scaling.md, "Where the chat head misses"), and the lists eagle_data.py asks about hold 209
 subjects, most of them broad ("science", "the weather"). Debian's WordNet 3.0 gives 8,383 nouns of 17 of its 26
 noun files, things and foods ("fog", "lemon", "ambulance") as well as acts, states and ideas ("vaccination",
-"fever", "gravity"); none of them is an evaluation prompt: single nouns, while the rule that drops a window copying
-one (eval_overlap.py) needs a run of 8 words.
+"fever", "gravity"); none of them is an evaluation prompt: nouns of one word or a few ("ice cream"), while the rule
+that drops a window copying one (eval_overlap.py) needs a run of ``eval_overlap.RUN`` (8) words.
 
     cntlist.rev   one line a tagged sense: ``lemma%ss_type:lex_filenum:lex_id:head_word:head_id sense_number
                   tag_count``; ss_type 1 is a noun, lex_filenum its lexicographer file (KINDS), sense_number 1 its
@@ -28,7 +28,7 @@ KINDS = {  # lexicographer files kept (WordNet's lexnames): things, foods, place
     12: "feeling", 13: "food", 15: "location", 17: "object", 19: "phenomenon", 20: "plant", 21: "possession",
     22: "process", 26: "state", 27: "substance",
 }
-WORD = re.compile(r"[a-z][a-z'-]+[a-z]( [a-z][a-z'-]*)*")  # a lemma kept: 3 letters or more, no digits or dots
+WORD = re.compile(r"[a-z][a-z'-]+[a-z]( [a-z][a-z'-]*)*")  # a lemma kept: its first word 3 letters or more, no digits or dots
 # ("b-52", "d.c."; "tv", "us": two letters are mostly abbreviations)
 LINE = re.compile(r"([^%\s]+)%([0-9]+):([0-9]+):[^:\s]*:[^:\s]*:[^:\s]* ([0-9]+) ([0-9]+)")  # cntlist.rev's form
 
@@ -36,20 +36,26 @@ LINE = re.compile(r"([^%\s]+)%([0-9]+):([0-9]+):[^:\s]*:[^:\s]*:[^:\s]* ([0-9]+)
 def wordnet_subjects(folder=WORDNET_DIR) -> list[str]:
     """The nouns of ``folder``'s cntlist.rev whose commonest sense (sense number 1) is of ``KINDS`` ("lot", whose
     commonest sense is a quantity, is left out though one of its senses is an artifact), "_" read as a space,
-    sorted, each once. A missing file is refused naming the package that holds it; a line not of cntlist.rev's form,
-    by its number."""
+    sorted, each once. A missing file is refused naming the package that holds it; a line not of cntlist.rev's form
+    (a blank line too) or not UTF-8, by its number."""
     file = Path(folder) / "cntlist.rev"
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no WordNet sense counts there; Debian's wordnet-base installs them in "
-                                f"{WORDNET_DIR} (apt-get install wordnet-base), or pass the folder that holds them")
+                                f"{WORDNET_DIR} (apt-get install wordnet-base), or pass the folder that holds them (--wordnet DIR)")
     subjects = set()
-    for n, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    raw = file.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ValueError(f"{file}:{line}: not UTF-8 text ({e.reason})") from None
+    for n, line in enumerate(text.splitlines(), 1):
         m = LINE.fullmatch(line.strip())
         if not m:
             raise ValueError(f"{file}:{n}: not a line of WordNet's cntlist.rev ('lemma%ss_type:lex_filenum:lex_id:"
                              f"head_word:head_id sense_number tag_count'): {line[:80]!r}")
-        lemma, ss_type, lex_file, sense = m[1].replace("_", " "), int(m[2]), int(m[3]), int(m[4])
-        if ss_type == 1 and sense == 1 and lex_file in KINDS and WORD.fullmatch(lemma):
+        lemma, ss_type, lex_file, sense, count = m[1].replace("_", " "), int(m[2]), int(m[3]), int(m[4]), int(m[5])
+        if ss_type == 1 and sense == 1 and count > 0 and lex_file in KINDS and WORD.fullmatch(lemma):
             subjects.add(lemma)
     if not subjects:
         raise ValueError(f"{file}: no tagged noun of the kinds kept ({', '.join(KINDS.values())})")
