@@ -9,7 +9,8 @@ three things each round, and hands the drafter a fourth:
     observe(drafted, accepted, t_draft, t_verify, probed, nodes)     how the round went
     keep(j, reach) -> bool               handed to ``drafter.propose``: the early stop before guess j (None: none)
 
-A tree policy (``ChoosesTrees``) is asked ``next_shape(unseen, context) -> (width, depth)`` instead of ``next_k``,
+A tree policy (``ChoosesTrees``) is asked ``next_shape(unseen, context) -> (width, depth)`` (or, for a dynamic
+tree, the ``DynamicTree`` to grow) instead of ``next_k``,
 and has no ``keep``; ``start_run`` reads its ``max_room`` (the most nodes a tree takes in the cache). ``Run.result``
 lists the ``calibrations`` of a ``Calibrated`` policy (every shipped one); the CLI also reads its ``slowdown``, and
 the cost model of one that ``ChoosesByCost``.

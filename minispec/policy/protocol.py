@@ -14,7 +14,10 @@ and "label" name the same thing.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..drafters.dynamic_tree import DynamicTree
 
 
 @runtime_checkable
@@ -36,13 +39,14 @@ class ChoosesK(Protocol):
 
 @runtime_checkable
 class ChoosesTrees(Protocol):
-    """A tree policy: ``next_shape(unseen, context) -> (width, depth)`` instead of ``next_k``, and no ``keep``;
+    """A tree policy: ``next_shape(unseen, context) -> (width, depth)``, or a ``DynamicTree`` to grow (the dynamic
+    tree's policies, dynamic_tree_policy.py), instead of ``next_k``, and no ``keep``;
     ``max_room``: the most nodes one of its trees takes in the cache (``start_run`` sizes the cache by it). Its
     ``observe`` is also told, in a tree round, the tree's ``nodes`` and its first level's ``width``."""
 
     max_room: int
 
-    def next_shape(self, unseen: int = 1, context: int = 0) -> tuple[int, int]: ...
+    def next_shape(self, unseen: int = 1, context: int = 0) -> tuple[int, int] | DynamicTree: ...
 
     def probe(self) -> bool: ...
 
