@@ -158,7 +158,8 @@ class AutoDynamicTree(DynamicTreePolicy):
         own = grown_size(shape.top_k, self.max_room, shape.depth)
         self.sizes = sorted({grown_size(min(k, shape.top_k), min(n, self.max_room), shape.depth)
                              for k, n in SAMPLED_SIZES} | {own}, key=lambda s: (s[1], s[0]))  # T > 0, smallest first
-        self.sampled = sampled  # whether the last growth was sampled (no choose): the next is grown within ``size``
+        self.sampled = sampled  # the next growth is grown within ``size``: at first where the run draws its tokens, then
+        # where the last growth was sampled (it had no ``choose``)
         self.size = self.sizes[0]  # (top_k, nodes) of the next sampled growth
         self.emitted: dict = {}  # size -> tokens its grown rounds emitted, a running mean (weight 0.2 on the newest)
         self.verified: dict = {}  # size -> the nodes its last growth verified
