@@ -507,7 +507,9 @@ def test_a_policy_without_a_probe_share_never_probes_even_where_a_probe_costs_no
     (lambda: AutoK(CPU_LIKE, 0.001, k_max=9), "it lacks n = [10]"),
     (lambda: AutoK({**CPU_LIKE, 1: 0.0}, 0.001, k_max=3), "must hold positive seconds; got {1: 0.0}"),
     (lambda: TreePolicy(CPU_LIKE, {w: 0.001 for w in range(1, 5)}), "it lacks n = [10, 11, 13, 15, 16, 17]"),
-    (lambda: AutoDynamicTree(DynamicTree(4, 5, 16), {}, 0.001), "verify_time needs t(n) for n = 1 and more"),
+    (lambda: AutoDynamicTree(DynamicTree(4, 5, 16), {}, 0.001), "verify_time needs t(n) for whole n = 1, 2, ..."),
+    (lambda: AutoDynamicTree(DynamicTree(4, 5, 16), {"1": 0.01, "2": 0.02}, 0.001), "got keys ["),
+    (lambda: AutoDynamicTree(DynamicTree(4, 5, 16), {1: 0.01}, 0.001), "needs t(2) at least"),
     (lambda: AutoDynamicTree(DynamicTree(4, 5, 16), {1: 0.01, 3: 0.02}, 0.001), "it lacks n = [2]"),
     (lambda: AutoDynamicTree(DynamicTree(4, 5, 4), {n: 0.01 * (n != 3) for n in range(1, 6)}, 0.001),
      "must hold positive seconds; got {3: 0.0}"),
@@ -529,7 +531,7 @@ def test_a_learning_policy_leaves_the_callers_cost_table_as_it_was():
         for _ in range(3):
             p.observe(0, 0, 0.0, 0.5, **nodes)  # the pass took 0.5 s, far from the table's 0.010 and 0.0224
         assert p.verify_time != CPU_LIKE, type(p).__name__  # it learned
-    assert given == CPU_LIKE
+        assert given == CPU_LIKE, type(p).__name__  # from its own copy
 
 
 def test_stopped_k_is_the_textbook_k_cut_by_the_stop():

@@ -142,11 +142,13 @@ class AutoDynamicTree(DynamicTreePolicy):
         level of top_k nodes, ``row_time`` its pass over one row (default: ``level_time``). ``sampled``: the run
         draws its tokens (T > 0), so its first growth is sampled too and takes the smallest size (class docstring)."""
         super().__init__(shape)
-        if not verify_time:
-            raise ValueError("verify_time needs t(n) for n = 1 and more; it is empty")
-        check_costs(verify_time, range(1, min(shape.nodes, max(verify_time) - 1) + 2), f"a tree of at most {shape.nodes} nodes")
+        if not verify_time or not all(isinstance(n, (int, np.integer)) for n in verify_time):
+            raise ValueError(f"verify_time needs t(n) for whole n = 1, 2, ...; got keys {sorted(map(repr, verify_time))}")
+        self.max_room = min(shape.nodes, max(verify_time) - 1)  # the most nodes a tree of it verifies
+        if self.max_room < 1:
+            raise ValueError(f"verify_time needs t(2) at least, for a tree of one node; it has n = {sorted(verify_time)}")
+        check_costs(verify_time, range(1, self.max_room + 2), f"a tree of at most {self.max_room} nodes")
         self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
-        self.max_room = min(shape.nodes, max(verify_time) - 1)
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
         self.wait, self.backoff, self.chosen = 0, 1, 0  # chosen: the nodes ``choose`` kept this round
         self.row_time = level_time if row_time is None else row_time

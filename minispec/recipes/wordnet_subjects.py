@@ -49,7 +49,7 @@ def wordnet_subjects(folder=WORDNET_DIR) -> list[str]:
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ValueError(f"{file}:{line}: not UTF-8 text ({e.reason})") from None
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.removesuffix("\n").split("\n") if text else [], 1):  # numbered as the bytes are
         m = LINE.fullmatch(line.strip())
         if not m:
             raise ValueError(f"{file}:{n}: not a line of WordNet's cntlist.rev ('lemma%ss_type:lex_filenum:lex_id:"
