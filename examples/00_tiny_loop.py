@@ -1,4 +1,4 @@
-"""The whole loop in a few seconds, with no download: a tiny random target, its first layers as the drafter.
+"""The whole loop, with no download: a tiny random target, its first layers as the drafter.
 
     python examples/00_tiny_loop.py [--k 4] [--max-new-tokens 24] [--temperature 0]
 

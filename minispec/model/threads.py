@@ -1,5 +1,5 @@
 """The threads a model's matrix products run on: one policy, declared here, for both kernels, and applied by
-``Model.forward`` around each pass (``model.threads()``), so that nothing outside a pass changes.
+``Model.forward`` around each pass (``threads.running(kernel)``), so that nothing outside a pass changes.
 
 Threads that wait for work spin, and a spinning thread holds a core. Threads of one pass then stall each other on a
 machine whose cores are busy: beside two busy processes, a 2-vCPU AMD EPYC ran a SmolLM2 step many times slower

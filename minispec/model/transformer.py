@@ -318,7 +318,9 @@ def causal_mask(pos0: int, T: int) -> np.ndarray:  # -> [T, pos0 + T] additive m
 def load_model(path, name: str | None = None, kernel: str | None = None) -> Model:
     """Load a Hugging Face-format Llama-family directory (config.json + safetensors). ``load_weights`` only
     locates and checks the tensors; ``from_hf`` reads each one into its place (one copy of the weights).
-    ``kernel``: "numpy" or "numba" (kernel.py); default ``kernel.default_kernel()``."""
+    ``kernel``: "numpy" or "numba" (kernel.py); default ``kernel.default_kernel()``. The threads its passes run on
+    are the kernel's policy (threads.py: NumPy's BLAS on cores - 1, numba's threads on every core; ``MINISPEC_THREADS``
+    overrides it), set by each pass, not here."""
     kernel = check_kernel(kernel) if kernel is not None else default_kernel()
     cfg = ModelConfig.from_dir(path)
     model = Model.from_hf(cfg, load_weights(path, cfg), name or Path(path).name, kernel)
