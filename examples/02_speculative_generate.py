@@ -54,6 +54,7 @@ def main():
         return fn(), time.perf_counter() - t0
 
     generate(target, ids[:4], 2)  # warm up, outside every timing
+    load_before = others_load()  # the other processes' load as the timings begin, and below as they end
     plain, t_before = timed(lambda: generate(target, ids, args.max_new_tokens, stop_ids=tok.eos_ids))
     res, t_spec = timed(lambda: speculative_generate(target, drafter, ids, args.max_new_tokens, k=args.k, stop_ids=tok.eos_ids))
     _, t_after = timed(lambda: generate(target, ids, args.max_new_tokens, stop_ids=tok.eos_ids))
@@ -73,7 +74,7 @@ def main():
     print(f"time: draft {s.time_draft:.2f}s, verify and rule {s.time_verify:.2f}s, prompt {s.time_prefill:.2f}s")
     speedup = (len(res.tokens) / t_spec) / (len(plain) / t_plain)
     print(speed_line(len(plain) / t_plain, len(res.tokens) / t_spec, len(res.tokens), s.rounds)
-          + busy_words(others_load()))
+          + busy_words(load_before, others_load()))
     print()
     print(f"What this showed: greedy speculative output is {'identical' if res.tokens == plain else 'NOT identical'} to "
           f"plain decoding, token for token ({len(plain)} tokens); that is the algorithm's promise. The speed is not "

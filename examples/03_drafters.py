@@ -58,6 +58,7 @@ def main():
     accepted = {d.name: [0, 0, 0, 0] for d in drafters}  # accepted, drafted, tokens, passes
     rounds = {d.name: [] for d in drafters}  # (guesses drafted, accepted) of every round
     n_tokens, identical = 0, True
+    load_before = others_load()  # the other processes' load as the timings begin, and below as they end
     for i, p in enumerate(prompts, 1):
         print(f"[prompt {i} of {len(prompts)}: plain decoding and {len(drafters)} drafters]", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
@@ -79,7 +80,7 @@ def main():
     t = forward_times(target, range(1, args.k + 2), context=128, repeats=10)
     r = {n: t[n] / t[1] for n in t}  # r(n): a pass over n tokens, in target steps
     print(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, greedy, k={args.k}; outputs identical: {identical}"
-          f"{busy_words(others_load())}")
+          f"{busy_words(load_before, others_load())}")
     print(f"{'drafter':<34} {'accept':>7} {'tok/pass':>9} {'tok/s':>7} {'speedup':>8} {'c':>6} {'modelled':>10}")
     print(f"{'plain decoding':<34} {'':>7} {1.0:>9.2f} {n_tokens / total['plain']:>7.1f} {1.0:>8.2f}")
     verdicts = []

@@ -33,18 +33,19 @@ def main():
     drafters = [make_drafter(s, target) for s in specs]
     sampling = dict(temperature=args.temperature, seed=args.seed)
 
-    print(f"{args.prompt!r} at T = {args.temperature}, seed {args.seed}, K = {args.k}, {args.max_new_tokens} tokens\n")
+    print(f"{args.prompt!r} at T = {args.temperature}, seed {args.seed}, K = {args.k}, {args.max_new_tokens} tokens\n",
+          flush=True)
     texts = {}
     for rule in ("token", "coupled"):
         print(f"--- rule {rule} ---")
         plain = generate(target, prompt, args.max_new_tokens, keyed=rule == "coupled", **sampling)
         texts[rule] = {"none": plain}
-        print(f"{'none':<28} {'':>13} {tok.decode(plain)!r}")
+        print(f"{'none':<28} {'':>13} {tok.decode(plain)!r}", flush=True)  # a row as each run ends, even piped
         for drafter in drafters:
             res = speculative_generate(target, drafter, prompt, args.max_new_tokens, k=args.k, rule=rule, **sampling)
             texts[rule][drafter.name] = res.tokens
             kept = f"kept {res.stats.accepted}/{res.stats.drafted}"
-            print(f"{drafter.name:<28} {kept:>13} {tok.decode(res.tokens)!r}")
+            print(f"{drafter.name:<28} {kept:>13} {tok.decode(res.tokens)!r}", flush=True)
         same = len({tuple(t) for t in texts[rule].values()}) == 1
         print(f"identical texts ({rule}): {same}\n")
 

@@ -248,3 +248,20 @@ def test_bench_forward_names_a_busy_machine_beside_its_table(monkeypatch):
     text = bench.forward_report(res, (1, 2))
     assert "515.00" in text and "0.85" in text and text.splitlines()[-1].startswith("[the machine was busy (load average")
     assert "busy" not in bench.forward_report(dict(res, load_before=0.1, load_after=0.2), (1, 2))
+
+
+def test_a_stored_report_names_a_machine_that_was_busy_as_its_run_began_though_quiet_now(monkeypatch, capsys):
+    """print_and_store reads the load the command recorded as it began (bench rules' load_before, say), not only the
+    load now: a burst that ended before the report still marks its figures."""
+    from minispec.harness import rules_eval
+
+    monkeypatch.setattr(command, "others_load", lambda: 0.0)  # quiet as the report is printed
+    command.print_and_store("a table", dict(load_before=1.7), None, "minispec bench rules")
+    assert "the machine was busy (load average 1.70" in capsys.readouterr().err
+    command.print_and_store("a table", dict(load_before=0.2), None, "minispec bench rules")
+    assert "busy" not in capsys.readouterr().err
+    monkeypatch.setattr(rules_eval, "others_load", lambda: 1.3)  # bench rules records the load as its run begins
+    monkeypatch.setattr(rules_eval, "load_target_and_drafters", lambda model, specs: (None, None, {}))
+    monkeypatch.setattr(rules_eval, "last_prompts", lambda tok, n: {"code": []})
+    res = rules_eval.run(SimpleNamespace(draft=["prompt-lookup"], model=None, prompts=1, k=2, tokens=8, seeds=1))
+    assert res["load_before"] == res["load_after"] == 1.3

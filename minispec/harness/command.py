@@ -131,9 +131,10 @@ def markdown_table(title: str, columns: list[str], rows) -> list[str]:
 def print_and_store(report: str, res: dict, path, prog: str, argv=None, indent: int = 1) -> None:
     """Print a command's ``report`` and, when ``--json`` named a ``path``, store its figures ``res`` there with their
     provenance: date, commit, machine, and the command as typed (``prog`` and ``argv``, also when ``main(argv)`` is
-    called in-process; None: this process's own command line)."""
+    called in-process; None: this process's own command line). The machine is called busy where the other processes'
+    load was above the bound as the run began (``res["load_before"]``, where the command recorded it) or is now."""
     print(report)
-    busy = busy_words(others_load())
+    busy = busy_words(res.get("load_before"), others_load())
     if busy:
         print(f"[{busy[2:]}]", file=sys.stderr)
     if path:

@@ -34,7 +34,7 @@ from .command import (
     print_and_store,
     shipped_drafters,
 )
-from .measure import side_by_side, speedup_bound
+from .measure import others_load, side_by_side, speedup_bound
 from .progress import Progress
 
 RULES = ("token", "block", "coupled")
@@ -75,11 +75,13 @@ def run(a) -> dict:
     prompts = [p for ps in last_prompts(tok, a.prompts).values() for p in ps]
     bar = Progress(len(drafters) * len(TEMPERATURES) * len(prompts) * a.seeds * (len(RULES) + 2), "bench rules")
     out = {"k": a.k, "tokens": a.tokens, "temperatures": list(TEMPERATURES), "rules": list(RULES),
-           "prompts": len(prompts), "seeds": a.seeds, "drafters": {}}
+           "prompts": len(prompts), "seeds": a.seeds, "drafters": {},
+           "load_before": others_load()}  # the other processes' load as the timings begin, and below as they end
     for drafter in drafters.values():
         out["drafters"][drafter.name] = {temperature_key(t): one_setting(target, drafter, prompts, a, t, bar)
                                          for t in TEMPERATURES}
     bar.close()
+    out["load_after"] = others_load()
     return out
 
 
