@@ -206,3 +206,22 @@ def test_a_quantized_model_is_its_own_target(tmp_path):
     plain = generate(q4, [1, 2, 3], 24)
     for k in (1, 3, 5):
         assert speculative_generate(q4, DraftModel(ref.truncated(1)), [1, 2, 3], 24, k=k).tokens == plain
+
+
+def test_bench_forward_times_a_q4_1_directory_beside_a_float32_one_under_both_kernels(tmp_path, capsys):
+    """The Q4_1 directory is skipped under NumPy, which reads it dequantized (the float32 row), and timed under numba
+    (bug: its format was read off the model NumPy had loaded, always float32, so it was refused as a second float32
+    model)."""
+    pytest.importorskip("numba")
+    from minispec.harness.bench import main as bench_main
+    from minispec.model.tiny import write_random_model
+
+    q4 = write_q4_model(tmp_path / "q4")
+    f32 = write_random_model(tmp_path / "f32", tiny_config(**WIDE), seed=3)
+    assert bench_main(["forward", "--model", str(f32), "--model", str(q4), "--kernel", "numpy,numba", "--ns", "1,2",
+                       "--repeats", "1", "--context", "4", "--json"]) == 0
+    captured = capsys.readouterr()
+    res = json.loads(captured.out)
+    assert list(res["kernels"]) == ["numpy float32", "numba float32", "numba q4_1"]
+    assert [v["format"] for v in res["kernels"].values()] == ["float32", "float32", "q4_1"]
+    assert "skipped under numpy, which reads its q4_1 blocks dequantized" in captured.err

@@ -90,13 +90,16 @@ def bench_forward(argv) -> int:
         write_random_model(model_dirs[0], tiny_config(**SMOLLM2_SHAPE))
     rows, name, nbytes = {}, None, None
     for model_dir in model_dirs:
+        stored = stored_format(model_dir)
         for k in kernels:
-            model = load_model(model_dir, name=None if a.model else "random SmolLM2-135M shape", kernel=k)
-            fmt = weight_format(model)
-            if fmt != "float32" and k == "numpy":  # NumPy reads a quantized directory dequantized: the float32 model
-                print(f"{model_dir}: skipped under numpy, which reads its {fmt} blocks dequantized (the float32 row)",
+            if stored != "float32" and k == "numpy":  # NumPy reads a quantized directory dequantized: the float32
+                # model (bug: the format was read off the loaded model, always float32 under NumPy, so a Q4_1
+                # directory beside a float32 one was refused as "a second float32 model")
+                print(f"{model_dir}: skipped under numpy, which reads its {stored} blocks dequantized (the float32 row)",
                       file=sys.stderr)
                 continue
+            model = load_model(model_dir, name=None if a.model else "random SmolLM2-135M shape", kernel=k)
+            fmt = weight_format(model)
             name, nbytes = name or model.name, nbytes or model.weight_bytes
             for sums in (tiles if k == "numba" else [None]):  # a Q4_1 model's float32 head runs in the tiles too
                 key = (k if len(model_dirs) == 1 else f"{k} {fmt}") + ("" if sums is None else f" {sums} sums")
@@ -189,6 +192,16 @@ def gguf_matrices(path) -> tuple[str, int]:
     if not any(t.name == "output.weight" for t in tensors):
         weights += sum(int(np.prod(t.shape)) for t in tensors if t.name == "token_embd.weight")  # a tied head
     return max(set(kinds), key=kinds.count), 2 * weights
+
+
+def stored_format(model_dir) -> str:
+    """"q4_1" when the directory stores a matrix in Q4_1 blocks, else "float32": what a kernel that multiplies the
+    blocks as stored runs (the numba kernel; NumPy reads them dequantized). Reads the file headers only."""
+    from ..model.config import ModelConfig
+    from ..model.weights import load_weights
+
+    ckpt = load_weights(model_dir, ModelConfig.from_dir(model_dir))
+    return "q4_1" if any(ckpt.is_q4_1(name) for name in ckpt) else "float32"
 
 
 def weight_format(model) -> str:
