@@ -12,6 +12,8 @@
                                   the study with the float32 and with the Q4_1 target, on one machine
   docs/kernel/forward_llama_cpp.json   the same with ``--kernel numba --gguf Q4_1.gguf --gguf F32.gguf``: llama.cpp on
                                   the same weights, in the same run
+  docs/kernel/forward_zen4.json   all of it in one run on an AMD EPYC Zen 4 (AVX-512): ``--model F32 --model Q4_1
+                                  --kernel numpy,numba --tiles 8,16 --gguf Q4_1.gguf --gguf F32.gguf``
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ FORWARD = "docs/kernel/forward.json"
 FORWARD_Q4 = "docs/kernel/forward_q4_1.json"
 FORWARD_LLAMA = "docs/kernel/forward_llama_cpp.json"
 FORWARD_TILES = "docs/kernel/forward_tiles.json"
+FORWARD_ZEN4 = "docs/kernel/forward_zen4.json"
 FORWARD_TILES_AVX512 = "docs/kernel/forward_tiles_avx512.json"
 STUDIES = {"numpy": "docs/kernel/study_numpy.json", "numba": "docs/kernel/study_numba.json"}
 FORMAT_STUDIES = {"float32": "docs/kernel/study_numba_float32.json", "Q4_1": "docs/kernel/study_numba_q4_1.json"}
@@ -107,6 +110,10 @@ def forward_llama_cpp_table(root: Path) -> str:
     return side_by_side_table(root, FORWARD_LLAMA)
 
 
+def forward_zen4_table(root: Path) -> str:
+    return side_by_side_table(root, FORWARD_ZEN4)
+
+
 def forward_tiles_table(root: Path) -> str:
     return side_by_side_table(root, FORWARD_TILES)
 
@@ -156,6 +163,19 @@ def values(root: Path) -> dict[str, str]:
             out[f"{key}.t{n}"] = f"{v['ms'][n]:.1f} ms"
         for n in ("4", "8"):
             out[f"{key}.r{n}"] = f"{v['r'][n]:.2f}"
+    zen4 = load(root, FORWARD_ZEN4)
+    out["kernel.zen4.load"] = f"{zen4['load_before']:.2f} before, {zen4['load_after']:.2f} after"
+    rows = zen4["kernels"]
+    out["kernel.zen4.q4_1.llama_cpp_lead"] = f"{rows['numba q4_1 16 sums']['ms']['1'] / rows['llama.cpp q4_1']['ms']['1']:.1f}"
+    for k, v in rows.items():  # every kernel, format and engine on the Zen 4, one run
+        key = "kernel.zen4." + k.replace("llama.cpp", "llama_cpp").replace(" ", ".")
+        for n in ("1", "4", "8", "16"):
+            out[f"{key}.t{n}"] = f"{v['ms'][n]:.1f} ms"
+        for n in ("2", "4", "8"):
+            out[f"{key}.r{n}"] = f"{v['r'][n]:.2f}"
+        if "decode_over_stream" in v:
+            out[f"{key}.over_read"] = f"{v['decode_over_stream']:.2f}x"
+            out[f"{key}.read"] = f"{v['weight_stream_ms']:.1f} ms"
     for k, v in load(root, "docs/kernel/batch_invariance.json")["kernels"].items():  # python -m ...batch_invariance
         out[f"kernel.{k}.bi_max"] = f"{max(x['max_abs_diff'] for x in v.values() if isinstance(x, dict)):.1e}"
     for k, rel in FORMAT_STUDIES.items():  # the study with each target format, on one machine
@@ -184,5 +204,5 @@ def values(root: Path) -> dict[str, str]:
 
 SECTIONS = {"kernel_forward": forward_table, "kernel_study": study_table, "kernel_speed_model": speed_model,
             "kernel_forward_q4_1": forward_q4_table, "kernel_forward_llama_cpp": forward_llama_cpp_table,
-            "kernel_forward_tiles": forward_tiles_table,
+            "kernel_forward_tiles": forward_tiles_table, "kernel_forward_zen4": forward_zen4_table,
             "kernel_forward_tiles_avx512": forward_tiles_avx512_table, "kernel_study_formats": format_study_table}
