@@ -40,7 +40,7 @@ class FullDepth(AutoDynamicTree):
 
 def full_depth(target, eagle, shape) -> FullDepth:
     made = auto_dynamic_tree(target, eagle, shape)  # the same calibrations (in memory after the first)
-    policy = FullDepth(made.shape, made.verify_time, made.level_time, row_time=made.row_time)
+    policy = FullDepth(made.shape, made.verify_time, made.frontier_time, row_time=made.row_time)
     policy.calibrations = made.calibrations
     return policy
 

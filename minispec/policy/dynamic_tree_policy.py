@@ -136,11 +136,12 @@ class AutoDynamicTree(DynamicTreePolicy):
     as ``TreePolicy`` does. A seeded run at T > 0 (``learn=False``) keeps the calibrated costs, so that its choices,
     and with them its draws, repeat; it keeps ``trust`` at 1 too."""
 
-    def __init__(self, shape, verify_time: dict, level_time: float, learn: bool = True, row_time: float | None = None,
-                 sampled: bool = False):
-        """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``level_time`` the head's pass over a
-        level of top_k nodes, ``row_time`` its pass over one row (default: ``level_time``). ``sampled``: the run
-        draws its tokens (T > 0), so its first growth is sampled too and takes the smallest size (class docstring)."""
+    def __init__(self, shape, verify_time: dict, frontier_time: float, learn: bool = True,
+                 row_time: float | None = None, sampled: bool = False):
+        """Costs in seconds: ``verify_time`` {n: one target pass over n tokens}, ``frontier_time`` the head's pass over
+        a level's frontier of top_k nodes (one float: TreePolicy's ``level_time`` is a table {w: seconds}),
+        ``row_time`` its pass over one row (default: ``frontier_time``). ``sampled``: the run draws its tokens
+        (T > 0), so its first growth is sampled too and takes the smallest size (class docstring)."""
         super().__init__(shape)
         if not verify_time or not all(isinstance(n, (int, np.integer)) for n in verify_time):
             raise ValueError(f"verify_time needs t(n) for whole n = 1, 2, ...; got keys {sorted(map(repr, verify_time))}")
@@ -148,10 +149,10 @@ class AutoDynamicTree(DynamicTreePolicy):
         if self.max_room < 1:
             raise ValueError(f"verify_time needs t(2) at least, for a tree of one node; it has n = {sorted(verify_time)}")
         check_costs(verify_time, range(1, self.max_room + 2), f"a tree of at most {self.max_room} nodes")
-        self.verify_time, self.level_time, self.learn = dict(verify_time), level_time, learn
+        self.verify_time, self.frontier_time, self.learn = dict(verify_time), frontier_time, learn
         self.trust, self.promised, self.kept = 1.0, 0.0, 0.0  # promised, kept: decaying sums (weight 0.9 a round)
         self.wait, self.backoff, self.chosen = 0, 1, 0  # chosen: the nodes ``choose`` kept this round
-        self.row_time = level_time if row_time is None else row_time
+        self.row_time = frontier_time if row_time is None else row_time
         self.t_grow = self.growth_passes(shape.depth)  # seconds of a growth (class docstring; bug: depth levels of
         # top_k nodes, where a growth makes one row's pass and depth - 1 levels)
         self.growths: list | None = None  # seconds of its last RECENT growths; None until the first was skipped
@@ -203,7 +204,7 @@ class AutoDynamicTree(DynamicTreePolicy):
 
     def growth_passes(self, d: int) -> float:
         """P(d): the head's calibrated seconds for a growth of d levels, one row and d - 1 levels (class docstring)."""
-        return self.row_time + (d - 1) * self.level_time
+        return self.row_time + (d - 1) * self.frontier_time
 
     def scale(self, d: int, levels: int) -> float:
         """P(d) / P(levels): a growth of ``levels`` levels' time to one of d; d / levels where the calibration has
@@ -291,8 +292,8 @@ def auto_dynamic_tree(target, drafter, shape=None, learn: bool = True, sampled: 
     ns = tree_verify_ns(target, shape.nodes)
     verify = verify_calibration(target, ns)
     levels = level_calibration(drafter)
-    level_time = float(levels.times.get(min(shape.top_k, 4), 0.0)) if levels else 0.0
-    row_time = float(levels.times.get(1, level_time)) if levels else 0.0
-    policy = AutoDynamicTree(shape, dict(verify.times), level_time, learn=learn, row_time=row_time, sampled=sampled)
+    frontier_time = float(levels.times.get(min(shape.top_k, 4), 0.0)) if levels else 0.0
+    row_time = float(levels.times.get(1, frontier_time)) if levels else 0.0
+    policy = AutoDynamicTree(shape, dict(verify.times), frontier_time, learn=learn, row_time=row_time, sampled=sampled)
     policy.calibrations = [verify, levels]
     return policy
