@@ -11,8 +11,8 @@
 #   not timed (p-values, acceptance, identity: they may run beside other work)
 #     level4       check, the chain, 192 paired runs      -> docs/level4_eagle.json
 #     tree-quick   check --tree --quick --runs 24         -> docs/level4_eagle_tree_quick.json
-#     tree         check --tree --runs 48, numba          -> docs/level4_eagle_tree.json (optional: not in the default
-#                  list, one to two hours; without it, install removes the file, whose figures are another head's)
+#     tree         check --tree --runs 192, numba         -> docs/level4_eagle_tree.json (optional: not in the default
+#                  list, about 45 minutes on 2 vCPUs; without it, install removes the file, whose figures are another head's)
 #     near-ties    harness.near_ties on the committed cases (every drafter, both kernels) -> docs/kernel/near_ties.json
 #     bf16         scripts/eagle_bf16.py $F32 (the head as its training run wrote it, float32) -> docs/eagle/bf16.json
 #     trees        bench eagle --acceptance-only --trees 4x5x16 (tokens a pass, the default tree at its fixed shape)
@@ -91,7 +91,7 @@ for s in "${STAGES[@]}"; do
     level4) run "$s" level4_eagle.json no minispec check --draft "$HEAD_DIR" --no-calibration --json "$OUT/level4_eagle.json";;
     tree-quick) run "$s" level4_eagle_tree_quick.json no minispec check --draft "$HEAD_DIR" --tree --quick --runs 24 \
                   --json "$OUT/level4_eagle_tree_quick.json";;
-    tree) run "$s" level4_eagle_tree.json no minispec check --draft "$HEAD_DIR" --tree --runs 48 --no-calibration \
+    tree) run "$s" level4_eagle_tree.json no minispec check --draft "$HEAD_DIR" --tree --runs 192 --no-calibration \
             --kernel numba --json "$OUT/level4_eagle_tree.json";;
     near-ties) run "$s" near_ties.json no near_ties;;
     bf16) done_already bf16.json "$s" && continue
@@ -149,7 +149,7 @@ for s in "${STAGES[@]}"; do
       if [ -e "$OUT/level4_eagle_tree.json" ]; then cp "$OUT/level4_eagle_tree.json" docs/
       elif [ -e docs/level4_eagle_tree.json ]; then
         rm docs/level4_eagle_tree.json
-        say "no 48-run tree check of this head: docs/level4_eagle_tree.json, another head's, removed"
+        say "no 192-run tree check of this head: docs/level4_eagle_tree.json, another head's, removed"
       fi
       python -m minispec.harness.docs_tables
       if grep -rln "⟨" README.md docs weights --include='*.md'; then  # a figure the docs wait for, by hand
