@@ -195,13 +195,14 @@ def gguf_matrices(path) -> tuple[str, int]:
 
 
 def stored_format(model_dir) -> str:
-    """"q4_1" when the directory stores a matrix in Q4_1 blocks, else "float32": what a kernel that multiplies the
-    blocks as stored runs (the numba kernel; NumPy reads them dequantized). Reads the file headers only."""
+    """"q4_1" when the directory stores a layer's matrix in Q4_1 blocks, else "float32": what a kernel that multiplies
+    the blocks as stored runs (the numba kernel; NumPy reads them dequantized). Reads the file headers only. As
+    ``weight_format``, it looks at the layers' matrices, not the embedding."""
     from ..model.config import ModelConfig
     from ..model.weights import load_weights
 
     ckpt = load_weights(model_dir, ModelConfig.from_dir(model_dir))
-    return "q4_1" if any(ckpt.is_q4_1(name) for name in ckpt) else "float32"
+    return "q4_1" if any(ckpt.is_q4_1(name) for name in ckpt if name.startswith("model.layers.")) else "float32"
 
 
 def weight_format(model) -> str:
