@@ -143,6 +143,11 @@ def side_by_side_table(root: Path, name: str) -> str:
     return "\n".join(lines)
 
 
+def figure_key(prefix: str, row: str) -> str:
+    """A ``bench forward`` row's name as a figure's key: "llama.cpp q4_1" -> PREFIX.llama_cpp.q4_1."""
+    return f"{prefix}." + row.replace("llama.cpp", "llama_cpp").replace(" ", ".")
+
+
 def values(root: Path) -> dict[str, str]:
     f = load(root, FORWARD)["kernels"]
     out = {"kernel.weight_mb": f"{load(root, FORWARD)['weight_bytes'] / 1e6:.0f} MB"}
@@ -158,7 +163,7 @@ def values(root: Path) -> dict[str, str]:
             out[f"kernel.{key}.r{n}"] = f"{v['r'][n]:.2f}"
         out[f"kernel.{key}.mb"] = f"{v['weight_bytes'] / 1e6:.0f} MB"
     for k, v in load(root, FORWARD_LLAMA)["kernels"].items():  # each engine and format beside the other, one run
-        key = "kernel.beside." + k.replace("llama.cpp", "llama_cpp").replace(" ", ".")
+        key = figure_key("kernel.beside", k)
         for n in ("1", "5", "8", "16"):
             out[f"{key}.t{n}"] = f"{v['ms'][n]:.1f} ms"
         for n in ("4", "8"):
@@ -168,7 +173,7 @@ def values(root: Path) -> dict[str, str]:
     rows = zen4["kernels"]
     out["kernel.zen4.q4_1.llama_cpp_lead"] = f"{rows['numba q4_1 16 sums']['ms']['1'] / rows['llama.cpp q4_1']['ms']['1']:.1f}"
     for k, v in rows.items():  # every kernel, format and engine on the Zen 4, one run
-        key = "kernel.zen4." + k.replace("llama.cpp", "llama_cpp").replace(" ", ".")
+        key = figure_key("kernel.zen4", k)
         for n in ("1", "4", "8", "16"):
             out[f"{key}.t{n}"] = f"{v['ms'][n]:.1f} ms"
         for n in ("2", "4", "8"):
